@@ -1,0 +1,241 @@
+//! Per-connection client state, and the registry behind `CLIENT LIST/KILL/ID` and
+//! pub/sub delivery.
+//!
+//! `ClientState` is owned by the connection task and changed only by it. What other tasks
+//! need — the name, database and last command for `CLIENT LIST`, the kill switch, the push
+//! channel for pub/sub messages — lives in a shared `ClientHandle`.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, Notify};
+
+use crate::db::{Key, WatchFlag};
+use crate::frame::Frame;
+
+/// A key this client `WATCH`es, and whether it was live when watched.
+#[derive(Debug, Clone)]
+pub struct Watched {
+    pub db: usize,
+    pub key: Key,
+    pub live_at_watch: bool,
+}
+
+/// A `MULTI` block being queued.
+#[derive(Debug, Default)]
+pub struct MultiState {
+    pub queue: Vec<(usize, Vec<Bytes>)>,
+    /// A queued command was rejected: `EXEC` will answer `EXECABORT`.
+    pub failed: bool,
+}
+
+/// What a blocking command waits for, set by its handler when it found nothing to pop.
+pub struct BlockRequest {
+    pub waiter: Arc<crate::blocking::Waiter>,
+    pub reply: tokio::sync::oneshot::Receiver<Frame>,
+    /// `None` waits forever.
+    pub timeout: Option<std::time::Duration>,
+}
+
+pub struct ClientState {
+    pub id: u64,
+    pub db: usize,
+    pub resp: u8,
+    pub authenticated: bool,
+    pub multi: Option<MultiState>,
+    pub watch_flag: WatchFlag,
+    pub watched: Vec<Watched>,
+    pub channels: std::collections::HashSet<Bytes>,
+    pub patterns: std::collections::HashSet<Bytes>,
+    /// Set by QUIT: close after the reply.
+    pub closing: bool,
+    /// Set by a blocking handler that found nothing: the connection must wait.
+    pub block: Option<BlockRequest>,
+    /// Set by a blocking handler that found nothing (whether or not it then blocked).
+    pub would_block: bool,
+    /// True while `blocking::wake` re-runs this client's command: handlers must not block.
+    pub serving_wakeup: bool,
+    /// True while `EXEC` runs: blocking commands time out at once, as in Redis.
+    pub in_exec: bool,
+    pub handle: Arc<ClientHandle>,
+}
+
+impl ClientState {
+    pub fn new(handle: Arc<ClientHandle>, authenticated: bool) -> ClientState {
+        ClientState {
+            id: handle.id,
+            db: 0,
+            resp: 2,
+            authenticated,
+            multi: None,
+            watch_flag: Arc::new(AtomicBool::new(false)),
+            watched: Vec::new(),
+            channels: Default::default(),
+            patterns: Default::default(),
+            closing: false,
+            block: None,
+            would_block: false,
+            serving_wakeup: false,
+            in_exec: false,
+            handle,
+        }
+    }
+
+    pub fn subscriptions(&self) -> usize {
+        self.channels.len() + self.patterns.len()
+    }
+
+    /// In RESP2 a subscribed client may only run (un)subscribe commands, PING, QUIT, RESET.
+    pub fn in_subscribe_mode(&self) -> bool {
+        self.resp < 3 && self.subscriptions() > 0
+    }
+}
+
+/// The part of a client other tasks can see.
+pub struct ClientHandle {
+    pub id: u64,
+    pub addr: String,
+    pub laddr: String,
+    pub created: Instant,
+    pub name: Mutex<Option<Bytes>>,
+    pub lib_name: Mutex<Option<Bytes>>,
+    pub lib_ver: Mutex<Option<Bytes>>,
+    pub db: AtomicUsize,
+    pub last_command: Mutex<&'static str>,
+    pub last_active: Mutex<Instant>,
+    pub subscriptions: AtomicUsize,
+    pub in_multi: AtomicBool,
+    pub blocked: AtomicBool,
+    pub resp: AtomicUsize,
+    /// Set by `CLIENT KILL`; the connection closes at its next wake-up.
+    pub killed: AtomicBool,
+    pub kill_signal: Notify,
+    /// Pub/sub messages for this client.
+    pub push: mpsc::UnboundedSender<Frame>,
+    /// Bytes queued in `push` and not yet written, to bound slow subscribers.
+    pub pending_push: AtomicU64,
+}
+
+impl ClientHandle {
+    pub fn kill(&self) {
+        self.killed.store(true, Ordering::Release);
+        self.kill_signal.notify_one();
+    }
+
+    /// One `CLIENT LIST` line (the fields Redis 7.0 prints that clients and tools parse).
+    pub fn info_line(&self) -> String {
+        let name = self
+            .name
+            .lock()
+            .as_ref()
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .unwrap_or_default();
+        let lib_name = self
+            .lib_name
+            .lock()
+            .as_ref()
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .unwrap_or_default();
+        let lib_ver = self
+            .lib_ver
+            .lock()
+            .as_ref()
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .unwrap_or_default();
+        let age = self.created.elapsed().as_secs();
+        let idle = self.last_active.lock().elapsed().as_secs();
+        let subs = self.subscriptions.load(Ordering::Relaxed);
+        let mut flags = String::new();
+        if self.in_multi.load(Ordering::Relaxed) {
+            flags.push('x');
+        }
+        if self.blocked.load(Ordering::Relaxed) {
+            flags.push('b');
+        }
+        if subs > 0 {
+            flags.push('P');
+        }
+        if flags.is_empty() {
+            flags.push('N');
+        }
+        format!(
+            "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={} db={} sub={} psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            self.id,
+            self.addr,
+            self.laddr,
+            name,
+            age,
+            idle,
+            flags,
+            self.db.load(Ordering::Relaxed),
+            subs,
+            self.last_command.lock(),
+            self.resp.load(Ordering::Relaxed),
+            lib_name,
+            lib_ver,
+        )
+    }
+}
+
+/// Every connected client, by id.
+#[derive(Default)]
+pub struct ClientRegistry {
+    next_id: AtomicU64,
+    clients: Mutex<HashMap<u64, Arc<ClientHandle>>>,
+}
+
+impl ClientRegistry {
+    pub fn register(
+        &self,
+        addr: SocketAddr,
+        laddr: SocketAddr,
+    ) -> (Arc<ClientHandle>, mpsc::UnboundedReceiver<Frame>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let handle = Arc::new(ClientHandle {
+            id,
+            addr: addr.to_string(),
+            laddr: laddr.to_string(),
+            created: Instant::now(),
+            name: Mutex::new(None),
+            lib_name: Mutex::new(None),
+            lib_ver: Mutex::new(None),
+            db: AtomicUsize::new(0),
+            last_command: Mutex::new("NULL"),
+            last_active: Mutex::new(Instant::now()),
+            subscriptions: AtomicUsize::new(0),
+            in_multi: AtomicBool::new(false),
+            blocked: AtomicBool::new(false),
+            resp: AtomicUsize::new(2),
+            killed: AtomicBool::new(false),
+            kill_signal: Notify::new(),
+            push: tx,
+            pending_push: AtomicU64::new(0),
+        });
+        self.clients.lock().insert(id, handle.clone());
+        (handle, rx)
+    }
+
+    pub fn unregister(&self, id: u64) {
+        self.clients.lock().remove(&id);
+    }
+
+    pub fn get(&self, id: u64) -> Option<Arc<ClientHandle>> {
+        self.clients.lock().get(&id).cloned()
+    }
+
+    pub fn all(&self) -> Vec<Arc<ClientHandle>> {
+        let mut all: Vec<_> = self.clients.lock().values().cloned().collect();
+        all.sort_by_key(|c| c.id);
+        all
+    }
+
+    pub fn count(&self) -> usize {
+        self.clients.lock().len()
+    }
+}

@@ -1,0 +1,4 @@
+//! TODO(family): being written.
+use super::CommandSpec;
+
+pub const COMMANDS: &[CommandSpec] = &[];

@@ -1,0 +1,375 @@
+//! The command table and the path every command takes: look up → check arity, auth and
+//! context → lock the shards its keys live in → run → count.
+//!
+//! Each family module (`string`, `hash`, ...) exports `COMMANDS`, a slice of `CommandSpec`s
+//! with Redis's name, arity, flags and key positions; `TABLE` joins them. A handler gets an
+//! `Exec` — the locked keyspace (`ctx`), the shared server and the calling client — and
+//! returns a `Reply`.
+
+pub mod args;
+pub mod blocking;
+pub mod connection;
+pub mod hash;
+pub mod keys;
+pub mod list;
+pub mod multi;
+pub mod pubsub;
+pub mod server;
+pub mod set;
+pub mod string;
+pub mod zset;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::LazyLock;
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::client::ClientState;
+use crate::db::ctx::Ctx;
+use crate::db::Locks;
+use crate::error::{CmdError, Reply};
+use crate::frame::Frame;
+use crate::server::Server;
+
+/// Command flags (Redis's names, lowercase in `COMMAND INFO`).
+pub mod flags {
+    pub const WRITE: u32 = 1;
+    pub const READONLY: u32 = 1 << 1;
+    pub const DENYOOM: u32 = 1 << 2;
+    pub const ADMIN: u32 = 1 << 3;
+    pub const PUBSUB: u32 = 1 << 4;
+    pub const FAST: u32 = 1 << 5;
+    /// Allowed before authentication.
+    pub const NO_AUTH: u32 = 1 << 6;
+    pub const BLOCKING: u32 = 1 << 7;
+    /// Handled by the connection itself (MULTI/EXEC state, QUIT): never queued.
+    pub const NO_MULTI: u32 = 1 << 8;
+    /// Changes the client's database mid-transaction (SELECT, MOVE, SWAPDB, COPY ... DB).
+    pub const CROSS_DB: u32 = 1 << 9;
+    pub const LOADING: u32 = 1 << 10;
+    pub const STALE: u32 = 1 << 11;
+
+    pub const NAMES: &[(u32, &str)] = &[
+        (WRITE, "write"),
+        (READONLY, "readonly"),
+        (DENYOOM, "denyoom"),
+        (ADMIN, "admin"),
+        (PUBSUB, "pubsub"),
+        (FAST, "fast"),
+        (NO_AUTH, "no_auth"),
+        (BLOCKING, "blocking"),
+        (NO_MULTI, "no_multi"),
+        (LOADING, "loading"),
+        (STALE, "stale"),
+    ];
+}
+
+/// Where a command's keys are, so the dispatcher can lock their shards before it runs.
+#[derive(Clone, Copy)]
+pub enum Keys {
+    /// No keys (connection and server commands).
+    None,
+    /// Redis's `first, last, step` (last < 0 counts from the end).
+    Range(usize, isize, usize),
+    /// Key positions that depend on other arguments (`ZUNIONSTORE dst numkeys k...`).
+    Custom(fn(&[Bytes]) -> Vec<usize>),
+    /// Keys in other databases too (`MOVE`, `COPY ... DB`): `(db, argument position)`
+    /// pairs, given the client's current database.
+    CrossDb(fn(&[Bytes], usize) -> Vec<(usize, usize)>),
+    /// Walks whole databases one shard at a time (KEYS, SCAN, FLUSHDB).
+    Whole,
+}
+
+pub type Handler = fn(&mut Exec<'_, '_>, &[Bytes]) -> Reply;
+
+pub struct CommandSpec {
+    pub name: &'static str,
+    pub arity: i32,
+    pub flags: u32,
+    pub keys: Keys,
+    pub run: Handler,
+    pub group: &'static str,
+    pub summary: &'static str,
+}
+
+/// Per-command counters for `INFO commandstats` and `/metrics`.
+#[derive(Default)]
+pub struct CommandStats {
+    pub calls: AtomicU64,
+    pub usec: AtomicU64,
+    pub rejected: AtomicU64,
+    pub failed: AtomicU64,
+}
+
+pub struct CommandTable {
+    pub specs: Vec<&'static CommandSpec>,
+    pub stats: Vec<CommandStats>,
+    by_name: HashMap<&'static str, usize>,
+}
+
+pub static TABLE: LazyLock<CommandTable> = LazyLock::new(|| {
+    let families: &[&'static [CommandSpec]] = &[
+        connection::COMMANDS,
+        server::COMMANDS,
+        keys::COMMANDS,
+        string::COMMANDS,
+        hash::COMMANDS,
+        set::COMMANDS,
+        zset::COMMANDS,
+        list::COMMANDS,
+        blocking::COMMANDS,
+        multi::COMMANDS,
+        pubsub::COMMANDS,
+    ];
+    let specs: Vec<&'static CommandSpec> = families.iter().flat_map(|f| f.iter()).collect();
+    let by_name = specs.iter().enumerate().map(|(i, s)| (s.name, i)).collect();
+    let stats = specs.iter().map(|_| CommandStats::default()).collect();
+    CommandTable {
+        specs,
+        stats,
+        by_name,
+    }
+});
+
+impl CommandTable {
+    /// Looks a command up by name, case-insensitively, without allocating for short names.
+    pub fn find(&self, name: &[u8]) -> Option<usize> {
+        let mut buf = [0u8; 32];
+        if name.len() > buf.len() {
+            return None;
+        }
+        let lower = &mut buf[..name.len()];
+        lower.copy_from_slice(name);
+        lower.make_ascii_lowercase();
+        let lower = std::str::from_utf8(lower).ok()?;
+        self.by_name.get(lower).copied()
+    }
+}
+
+impl CommandSpec {
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        if self.arity >= 0 {
+            argc == self.arity as usize
+        } else {
+            argc >= (-self.arity) as usize
+        }
+    }
+
+    /// Indexes of the key arguments in `argv`.
+    pub fn key_positions(&self, argv: &[Bytes]) -> Vec<usize> {
+        match self.keys {
+            Keys::None | Keys::Whole => Vec::new(),
+            Keys::CrossDb(f) => f(argv, 0).into_iter().map(|(_, p)| p).collect(),
+            Keys::Range(first, last, step) => {
+                let last = if last < 0 {
+                    argv.len() as isize + last
+                } else {
+                    last
+                };
+                if last < first as isize {
+                    return Vec::new();
+                }
+                (first..=last as usize)
+                    .step_by(step.max(1))
+                    .filter(|&i| i < argv.len())
+                    .collect()
+            }
+            Keys::Custom(f) => f(argv),
+        }
+    }
+}
+
+/// What a handler works with.
+pub struct Exec<'a, 'c> {
+    pub ctx: Ctx<'a>,
+    pub server: &'a Server,
+    pub client: &'c mut ClientState,
+}
+
+/// The wrong-arity error with Redis's wording (`'client|setname'` for subcommands).
+pub fn wrong_arity(name: &str) -> CmdError {
+    CmdError::WrongArity(name.to_ascii_lowercase())
+}
+
+pub fn unknown_subcommand(sub: &[u8], command: &str) -> CmdError {
+    CmdError::err(format!(
+        "unknown subcommand '{}'. Try {} HELP.",
+        String::from_utf8_lossy(sub),
+        command.to_ascii_uppercase()
+    ))
+}
+
+/// Locks the shards of `argv`'s keys in `db`.
+pub fn lock_for<'a>(
+    server: &'a Server,
+    spec: &CommandSpec,
+    argv: &[Bytes],
+    db: usize,
+) -> Locks<'a> {
+    let store = &server.store;
+    match spec.keys {
+        Keys::None | Keys::Whole => Locks::none(),
+        Keys::CrossDb(f) => {
+            // An invalid target database is reported by the handler; lock only real ones.
+            let wanted = f(argv, db)
+                .into_iter()
+                .filter(|&(d, _)| d < store.databases())
+                .map(|(d, p)| (d, store.shard_of(&argv[p])))
+                .collect();
+            store.lock_many(wanted)
+        }
+        _ => {
+            let wanted = spec
+                .key_positions(argv)
+                .into_iter()
+                .map(|i| (db, store.shard_of(&argv[i])))
+                .collect();
+            store.lock_many(wanted)
+        }
+    }
+}
+
+/// Runs one command outside a transaction: lock, run, unlock, count.
+pub fn run_command(
+    server: &Server,
+    client: &mut ClientState,
+    index: usize,
+    argv: &[Bytes],
+) -> Frame {
+    let spec = TABLE.specs[index];
+    let started = Instant::now();
+    let locks = lock_for(server, spec, argv, client.db);
+    let ctx = Ctx::new(&server.store, client.db, server.store.hlc.wall_ms(), locks);
+    let mut exec = Exec {
+        ctx,
+        server,
+        client,
+    };
+    let reply = (spec.run)(&mut exec, argv);
+    let ready = std::mem::take(&mut exec.ctx.ready_keys);
+    drop(exec);
+    record(index, started, &reply);
+    if !ready.is_empty() {
+        server.blocking.wake(server, ready);
+    }
+    reply.unwrap_or_else(Frame::from)
+}
+
+pub fn record(index: usize, started: Instant, reply: &Reply) {
+    let stats = &TABLE.stats[index];
+    stats.calls.fetch_add(1, Ordering::Relaxed);
+    stats
+        .usec
+        .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    if matches!(reply, Err(_) | Ok(Frame::Error(_))) {
+        stats.failed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The full path of one request from a connection: checks, `MULTI` queueing, `maxmemory`,
+/// then `run_command`.
+pub fn dispatch(server: &Server, client: &mut ClientState, argv: Vec<Bytes>) -> Frame {
+    server
+        .stats
+        .commands_processed
+        .fetch_add(1, Ordering::Relaxed);
+    match check(server, client, &argv) {
+        Ok(index) => {
+            let spec = TABLE.specs[index];
+            *client.handle.last_command.lock() = spec.name;
+            if client.multi.is_some() && spec.flags & flags::NO_MULTI == 0 {
+                if let Some(multi) = client.multi.as_mut() {
+                    multi.queue.push((index, argv));
+                }
+                return Frame::Simple("QUEUED");
+            }
+            client.would_block = false;
+            let started = Instant::now();
+            let frame = run_command(server, client, index, &argv);
+            server
+                .metrics
+                .command(index, frame.is_error(), started.elapsed().as_secs_f64());
+            frame
+        }
+        Err((index, e)) => {
+            if let Some(i) = index {
+                TABLE.stats[i].rejected.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Some(multi) = client.multi.as_mut() {
+                multi.failed = true;
+            }
+            Frame::from(e)
+        }
+    }
+}
+
+/// Everything that rejects a command before it runs, in Redis's order.
+fn check(
+    server: &Server,
+    client: &ClientState,
+    argv: &[Bytes],
+) -> Result<usize, (Option<usize>, CmdError)> {
+    let Some(index) = TABLE.find(&argv[0]) else {
+        return Err((None, unknown_command(argv)));
+    };
+    let spec = TABLE.specs[index];
+    if !spec.arity_ok(argv.len()) {
+        return Err((Some(index), wrong_arity(spec.name)));
+    }
+    if !client.authenticated && spec.flags & flags::NO_AUTH == 0 {
+        return Err((
+            Some(index),
+            CmdError::Raw("NOAUTH Authentication required.".into()),
+        ));
+    }
+    if client.in_subscribe_mode()
+        && !matches!(
+            spec.name,
+            "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "ping" | "quit" | "reset"
+        )
+    {
+        return Err((
+            Some(index),
+            CmdError::err(format!(
+                "Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+                spec.name
+            )),
+        ));
+    }
+    if spec.flags & flags::DENYOOM != 0 {
+        let maxmemory = server.hot.maxmemory.load(Ordering::Relaxed);
+        if maxmemory > 0
+            && crate::memory::used_memory() > maxmemory
+            && !crate::db::evict::make_room(
+                &server.store,
+                maxmemory,
+                server.hot.maxmemory_samples.load(Ordering::Relaxed),
+            )
+        {
+            return Err((Some(index), CmdError::Oom));
+        }
+    }
+    Ok(index)
+}
+
+fn unknown_command(argv: &[Bytes]) -> CmdError {
+    let mut args = String::new();
+    for a in &argv[1..] {
+        if args.len() >= 128 {
+            break;
+        }
+        let budget = 128 - args.len();
+        let text = String::from_utf8_lossy(a);
+        let text: String = text.chars().take(budget).collect();
+        args.push_str(&format!("'{text}' "));
+    }
+    let name: String = String::from_utf8_lossy(&argv[0])
+        .chars()
+        .take(128)
+        .collect();
+    CmdError::err(format!(
+        "unknown command '{name}', with args beginning with: {args}"
+    ))
+}

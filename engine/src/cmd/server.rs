@@ -1,0 +1,587 @@
+//! Server commands: `INFO`, `CONFIG`, `COMMAND`, `DBSIZE`, `FLUSHDB`, `FLUSHALL`, `SWAPDB`,
+//! `TIME`, `OBJECT`, `MEMORY USAGE`, `SHUTDOWN`.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+
+use super::args::{eq_ignore_case, int};
+use super::flags::*;
+use super::{unknown_subcommand, wrong_arity, CommandSpec, Exec, Keys, TABLE};
+use crate::db::SHARDS_PER_DB;
+use crate::error::{CmdError, Reply};
+use crate::frame::{Frame, OK};
+use crate::glob::glob_match;
+
+macro_rules! spec {
+    ($name:literal, $arity:expr, $flags:expr, $keys:expr, $run:expr, $summary:literal) => {
+        CommandSpec {
+            name: $name,
+            arity: $arity,
+            flags: $flags,
+            keys: $keys,
+            run: $run,
+            group: "server",
+            summary: $summary,
+        }
+    };
+}
+
+pub const COMMANDS: &[CommandSpec] = &[
+    spec!(
+        "info",
+        -1,
+        LOADING | STALE,
+        Keys::None,
+        info,
+        "Returns information and statistics about the server."
+    ),
+    spec!(
+        "config",
+        -2,
+        ADMIN | LOADING | STALE,
+        Keys::None,
+        config,
+        "A container for server configuration commands."
+    ),
+    spec!(
+        "command",
+        -1,
+        LOADING | STALE,
+        Keys::None,
+        command,
+        "Returns detailed information about all commands."
+    ),
+    spec!(
+        "dbsize",
+        1,
+        READONLY | FAST,
+        Keys::Whole,
+        dbsize,
+        "Returns the number of keys in the database."
+    ),
+    spec!(
+        "flushdb",
+        -1,
+        WRITE,
+        Keys::Whole,
+        flushdb,
+        "Remove all keys from the current database."
+    ),
+    spec!(
+        "flushall",
+        -1,
+        WRITE,
+        Keys::Whole,
+        flushall,
+        "Removes all keys from all databases."
+    ),
+    spec!(
+        "swapdb",
+        3,
+        WRITE | FAST | CROSS_DB,
+        Keys::Whole,
+        swapdb,
+        "Swaps two Redis databases."
+    ),
+    spec!(
+        "time",
+        1,
+        FAST | LOADING | STALE,
+        Keys::None,
+        time,
+        "Returns the server time."
+    ),
+    spec!(
+        "object",
+        -2,
+        READONLY,
+        Keys::Custom(object_key),
+        object,
+        "A container for object introspection commands."
+    ),
+    spec!(
+        "memory",
+        -2,
+        READONLY,
+        Keys::Custom(object_key),
+        memory,
+        "A container for memory diagnostics commands."
+    ),
+    spec!(
+        "shutdown",
+        -1,
+        ADMIN | NO_MULTI | LOADING | STALE,
+        Keys::None,
+        shutdown,
+        "Synchronously saves the database(s) to disk and shuts down the Redis server."
+    ),
+];
+
+fn dbsize(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
+    let db = exec.ctx.db;
+    let now = exec.ctx.now_ms;
+    let mut total = 0;
+    for shard in 0..SHARDS_PER_DB {
+        total += exec.ctx.with_shard(db, shard, |_, s| {
+            s.iter().filter(|(_, e)| !e.is_expired(now)).count()
+        });
+    }
+    Ok(Frame::Integer(total as i64))
+}
+
+fn flush_mode(argv: &[Bytes]) -> Result<(), CmdError> {
+    match argv.get(1) {
+        None => Ok(()),
+        Some(a) if argv.len() == 2 && (eq_ignore_case(a, "async") || eq_ignore_case(a, "sync")) => {
+            Ok(())
+        }
+        Some(_) => Err(CmdError::Syntax),
+    }
+}
+
+fn flush_db(exec: &mut Exec, db: usize) {
+    for shard in 0..SHARDS_PER_DB {
+        exec.ctx.with_shard(db, shard, |dbref, s| {
+            s.touch_existing();
+            s.clear(dbref);
+        });
+    }
+    exec.server
+        .store
+        .stats
+        .dirty
+        .fetch_add(1, Ordering::Relaxed);
+}
+
+fn flushdb(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    flush_mode(argv)?;
+    flush_db(exec, exec.ctx.db);
+    Ok(OK)
+}
+
+fn flushall(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    flush_mode(argv)?;
+    for db in 0..exec.server.store.databases() {
+        flush_db(exec, db);
+    }
+    Ok(OK)
+}
+
+fn swapdb(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    let parse = |a: &[u8], which: &str| {
+        int(a).map_err(|_| CmdError::err(format!("invalid {which} DB index")))
+    };
+    let (a, b) = (parse(&argv[1], "first")?, parse(&argv[2], "second")?);
+    let dbs = exec.server.store.databases() as i64;
+    if a < 0 || b < 0 || a >= dbs || b >= dbs {
+        return Err(CmdError::err("DB index is out of range"));
+    }
+    let (a, b) = (a as usize, b as usize);
+    if a == b {
+        return Ok(OK);
+    }
+    let store = &exec.server.store;
+    for shard in 0..SHARDS_PER_DB {
+        let mut own_locks;
+        let locks = if exec.ctx.locks.holds(a, shard) {
+            &mut exec.ctx.locks
+        } else {
+            own_locks = store.lock_many(vec![(a, shard), (b, shard)]);
+            &mut own_locks
+        };
+        let (x, y) = locks.pair((a, shard), (b, shard));
+        x.touch_existing();
+        y.touch_existing();
+        x.swap_data(store.db(a), y, store.db(b));
+        x.touch_existing();
+        y.touch_existing();
+    }
+    // Clients blocked on keys that now exist in the swapped databases may be served.
+    let mut ready = exec.server.blocking.keys_in_db(a);
+    ready.extend(exec.server.blocking.keys_in_db(b));
+    exec.ctx.ready_keys.extend(ready);
+    Ok(OK)
+}
+
+fn time(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let _ = exec;
+    Ok(Frame::Array(vec![
+        Frame::bulk(now.as_secs().to_string()),
+        Frame::bulk(now.subsec_micros().to_string()),
+    ]))
+}
+
+fn object_key(argv: &[Bytes]) -> Vec<usize> {
+    if argv.len() >= 3 {
+        vec![2]
+    } else {
+        vec![]
+    }
+}
+
+fn object(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    let sub = argv[1].to_ascii_lowercase();
+    if sub == b"help" {
+        return Ok(Frame::array_of_bulks([
+            "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "FREQ <key>",
+            "IDLETIME <key>",
+            "REFCOUNT <key>",
+            "HELP",
+        ]));
+    }
+    if argv.len() != 3 {
+        return Err(wrong_arity(&format!(
+            "object|{}",
+            String::from_utf8_lossy(&sub)
+        )));
+    }
+    let now = exec.ctx.now_ms;
+    let policy_lfu = matches!(
+        crate::db::evict::policy(),
+        crate::db::evict::Policy::AllKeysLfu | crate::db::evict::Policy::VolatileLfu
+    );
+    let Some(entry) = exec.ctx.get(&argv[2]) else {
+        return Ok(Frame::Null);
+    };
+    match sub.as_slice() {
+        b"refcount" => Ok(Frame::Integer(1)),
+        b"idletime" if !policy_lfu => Ok(Frame::Integer((now / 1000).saturating_sub(entry.access as u64) as i64)),
+        b"freq" if policy_lfu => Ok(Frame::Integer((entry.access & 0xff) as i64)),
+        b"idletime" => Err(CmdError::err("An LFU maxmemory policy is selected, idle time not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.")),
+        b"freq" => Err(CmdError::err("An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust.")),
+        b"encoding" => Err(CmdError::err("OBJECT ENCODING is not supported: KeyMesh chooses its own internal encodings")),
+        _ => Err(unknown_subcommand(&argv[1], "object")),
+    }
+}
+
+fn memory(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    if !eq_ignore_case(&argv[1], "usage") {
+        return Err(unknown_subcommand(&argv[1], "memory"));
+    }
+    if argv.len() != 3 && argv.len() != 5 {
+        return Err(CmdError::Syntax);
+    }
+    let key_len = argv[2].len();
+    Ok(exec.ctx.get(&argv[2]).map_or(Frame::Null, |e| {
+        Frame::Integer((key_len + e.value.approx_size() + 64) as i64)
+    }))
+}
+
+fn shutdown(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
+    exec.server.begin_shutdown();
+    exec.client.closing = true;
+    Ok(OK)
+}
+
+fn config(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    let sub = argv[1].to_ascii_lowercase();
+    match sub.as_slice() {
+        b"get" => {
+            if argv.len() < 3 {
+                return Err(wrong_arity("config|get"));
+            }
+            let config = exec.server.config.read();
+            let mut pairs: Vec<(String, String)> = Vec::new();
+            for pattern in &argv[2..] {
+                for (k, v) in config.get_matching(pattern) {
+                    if !pairs.iter().any(|(seen, _)| *seen == k) {
+                        pairs.push((k, v));
+                    }
+                }
+            }
+            Ok(Frame::Map(pairs.into_iter().map(|(k, v)| (Frame::bulk(k), Frame::bulk(v))).collect()))
+        }
+        b"set" => {
+            if argv.len() < 4 || argv.len() % 2 != 0 {
+                return Err(wrong_arity("config|set"));
+            }
+            // All or nothing: validate every pair on a copy, then swap it in.
+            let mut next = exec.server.config.read().clone();
+            for pair in argv[2..].chunks(2) {
+                let name = String::from_utf8_lossy(&pair[0]);
+                let value = String::from_utf8_lossy(&pair[1]);
+                next.set_live(&name, &value).map_err(|m| CmdError::err(format!("CONFIG SET failed (possibly related to argument '{name}') - {m}")))?;
+            }
+            *exec.server.config.write() = next;
+            exec.server.apply_config();
+            Ok(OK)
+        }
+        b"resetstat" => {
+            if argv.len() != 2 {
+                return Err(wrong_arity("config|resetstat"));
+            }
+            for stats in &TABLE.stats {
+                stats.calls.store(0, Ordering::Relaxed);
+                stats.usec.store(0, Ordering::Relaxed);
+                stats.rejected.store(0, Ordering::Relaxed);
+                stats.failed.store(0, Ordering::Relaxed);
+            }
+            let s = &exec.server.store.stats;
+            for c in [&s.expired_keys, &s.evicted_keys, &s.keyspace_hits, &s.keyspace_misses] {
+                c.store(0, Ordering::Relaxed);
+            }
+            exec.server.stats.commands_processed.store(0, Ordering::Relaxed);
+            Ok(OK)
+        }
+        b"rewrite" => Err(CmdError::err("CONFIG REWRITE is not supported: KeyMesh's configuration is owned by its config file or operator")),
+        b"help" => Ok(Frame::array_of_bulks(["CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:", "GET <pattern>", "SET <directive> <value>", "RESETSTAT", "HELP"])),
+        _ => Err(unknown_subcommand(&argv[1], "config")),
+    }
+}
+
+fn command_info(spec: &CommandSpec) -> Frame {
+    let flags = super::flags::NAMES
+        .iter()
+        .filter(|(bit, _)| spec.flags & bit != 0)
+        .map(|(_, n)| Frame::Simple(n))
+        .collect();
+    let (first, last, step) = match spec.keys {
+        super::Keys::Range(f, l, s) => (f as i64, l as i64, s as i64),
+        super::Keys::Custom(_) | super::Keys::CrossDb(_) => (1, 1, 1),
+        _ => (0, 0, 0),
+    };
+    Frame::Array(vec![
+        Frame::bulk(spec.name),
+        Frame::Integer(spec.arity as i64),
+        Frame::Set(flags),
+        Frame::Integer(first),
+        Frame::Integer(last),
+        Frame::Integer(step),
+        Frame::Set(vec![Frame::Simple("@all")]),
+        Frame::Set(vec![]),
+        Frame::Array(vec![]),
+        Frame::Array(vec![]),
+    ])
+}
+
+fn command_docs(spec: &CommandSpec) -> Frame {
+    Frame::Map(vec![
+        (Frame::bulk("summary"), Frame::bulk(spec.summary)),
+        (Frame::bulk("since"), Frame::bulk("1.0.0")),
+        (Frame::bulk("group"), Frame::bulk(spec.group)),
+    ])
+}
+
+fn command(_exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    let table = &*TABLE;
+    let named = |args: &[Bytes]| -> Vec<Option<&'static CommandSpec>> {
+        args.iter()
+            .map(|a| table.find(a).map(|i| table.specs[i]))
+            .collect()
+    };
+    let Some(sub) = argv.get(1) else {
+        return Ok(Frame::Array(
+            table.specs.iter().map(|s| command_info(s)).collect(),
+        ));
+    };
+    match sub.to_ascii_lowercase().as_slice() {
+        b"count" => Ok(Frame::Integer(table.specs.len() as i64)),
+        b"info" => {
+            if argv.len() == 2 {
+                return Ok(Frame::Array(
+                    table.specs.iter().map(|s| command_info(s)).collect(),
+                ));
+            }
+            Ok(Frame::Array(
+                named(&argv[2..])
+                    .into_iter()
+                    .map(|s| s.map_or(Frame::NullArray, command_info))
+                    .collect(),
+            ))
+        }
+        b"docs" => {
+            let specs: Vec<&CommandSpec> = if argv.len() == 2 {
+                table.specs.clone()
+            } else {
+                named(&argv[2..]).into_iter().flatten().collect()
+            };
+            Ok(Frame::Map(
+                specs
+                    .into_iter()
+                    .map(|s| (Frame::bulk(s.name), command_docs(s)))
+                    .collect(),
+            ))
+        }
+        b"list" => {
+            let pattern = match (argv.get(2), argv.get(3)) {
+                (None, _) => None,
+                (Some(f), Some(p))
+                    if eq_ignore_case(f, "filterby")
+                        && argv.len() == 5
+                        && eq_ignore_case(p, "pattern") =>
+                {
+                    Some(argv[4].clone())
+                }
+                _ => return Err(CmdError::Syntax),
+            };
+            Ok(Frame::Array(
+                table
+                    .specs
+                    .iter()
+                    .filter(|s| {
+                        pattern
+                            .as_ref()
+                            .is_none_or(|p| glob_match(p, s.name.as_bytes(), true))
+                    })
+                    .map(|s| Frame::bulk(s.name))
+                    .collect(),
+            ))
+        }
+        b"getkeys" => {
+            let Some(index) = argv.get(2).and_then(|n| table.find(n)) else {
+                return Err(CmdError::err("Invalid command specified"));
+            };
+            let spec = table.specs[index];
+            if !spec.arity_ok(argv.len() - 2) {
+                return Err(CmdError::err(
+                    "Invalid number of arguments specified for command",
+                ));
+            }
+            let keys = spec.key_positions(&argv[2..]);
+            if keys.is_empty() {
+                return Err(CmdError::err("The command has no key arguments"));
+            }
+            Ok(Frame::Array(
+                keys.into_iter()
+                    .map(|i| Frame::Bulk(argv[2 + i].clone()))
+                    .collect(),
+            ))
+        }
+        b"help" => Ok(Frame::array_of_bulks([
+            "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "(no subcommand)",
+            "COUNT",
+            "DOCS [<command-name> ...]",
+            "GETKEYS <full-command>",
+            "INFO [<command-name> ...]",
+            "LIST [FILTERBY PATTERN <pattern>]",
+            "HELP",
+        ])),
+        _ => Err(unknown_subcommand(sub, "command")),
+    }
+}
+
+fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    let wanted: Vec<String> = argv[1..]
+        .iter()
+        .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
+        .collect();
+    let all = wanted.iter().any(|w| w == "all" || w == "everything");
+    let default = wanted.is_empty() || wanted.iter().any(|w| w == "default");
+    let want =
+        |name: &str| all || wanted.iter().any(|w| w == name) || (default && name != "commandstats");
+    let server = exec.server;
+    let store = &server.store;
+    let mut out = String::new();
+    let uptime = server.started.elapsed().as_secs();
+    if want("server") {
+        let _ = write!(
+            out,
+            "# Server\r\nredis_version:{}\r\nkeymesh_version:{}\r\nredis_mode:standalone\r\nos:{} {}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\nrun_id:{}\r\nnode_name:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nhz:10\r\nexecutable:keymesh-server\r\n\r\n",
+            super::connection::REDIS_COMPAT_VERSION,
+            env!("CARGO_PKG_VERSION"),
+            std::env::consts::OS,
+            std::env::consts::ARCH,
+            std::process::id(),
+            server.run_id,
+            server.node_name,
+            server.port.load(Ordering::Relaxed),
+            uptime,
+            uptime / 86400
+        );
+    }
+    if want("clients") {
+        let _ = write!(
+            out,
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\npubsub_clients:{}\r\n\r\n",
+            server.clients.count(),
+            server.hot.maxclients.load(Ordering::Relaxed),
+            server.blocking.blocked_clients(),
+            server.clients.all().iter().filter(|c| c.subscriptions.load(Ordering::Relaxed) > 0).count(),
+        );
+    }
+    if want("memory") {
+        let used = crate::memory::used_memory();
+        let rss = crate::memory::rss_bytes();
+        let maxmemory = server.hot.maxmemory.load(Ordering::Relaxed);
+        let _ = write!(
+            out,
+            "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\nmaxmemory:{maxmemory}\r\nmaxmemory_policy:{}\r\nmem_allocator:jemalloc\r\n\r\n",
+            used as f64 / 1048576.0,
+            server.config.read().get("maxmemory-policy"),
+        );
+    }
+    if want("persistence") {
+        let _ = write!(
+            out,
+            "# Persistence\r\nloading:0\r\nrdb_changes_since_last_save:{}\r\nrdb_bgsave_in_progress:0\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\n\r\n",
+            store.stats.dirty.load(Ordering::Relaxed)
+        );
+    }
+    if want("stats") {
+        let s = &store.stats;
+        let st = &server.stats;
+        let _ = write!(
+            out,
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n\r\n",
+            st.connections_received.load(Ordering::Relaxed),
+            st.commands_processed.load(Ordering::Relaxed),
+            st.net_input_bytes.load(Ordering::Relaxed),
+            st.net_output_bytes.load(Ordering::Relaxed),
+            st.rejected_connections.load(Ordering::Relaxed),
+            s.expired_keys.load(Ordering::Relaxed),
+            s.evicted_keys.load(Ordering::Relaxed),
+            s.keyspace_hits.load(Ordering::Relaxed),
+            s.keyspace_misses.load(Ordering::Relaxed),
+            server.pubsub.channels(None).len(),
+            server.pubsub.numpat(),
+        );
+    }
+    if want("replication") {
+        out.push_str(
+            "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\n\r\n",
+        );
+    }
+    if want("cpu") {
+        out.push_str("# CPU\r\nused_cpu_sys:0.000000\r\nused_cpu_user:0.000000\r\n\r\n");
+    }
+    if want("commandstats") {
+        out.push_str("# Commandstats\r\n");
+        for (spec, stats) in TABLE.specs.iter().zip(&TABLE.stats) {
+            let calls = stats.calls.load(Ordering::Relaxed);
+            let rejected = stats.rejected.load(Ordering::Relaxed);
+            if calls == 0 && rejected == 0 {
+                continue;
+            }
+            let usec = stats.usec.load(Ordering::Relaxed);
+            let _ = write!(
+                out,
+                "cmdstat_{}:calls={calls},usec={usec},usec_per_call={:.2},rejected_calls={rejected},failed_calls={}\r\n",
+                spec.name,
+                if calls > 0 { usec as f64 / calls as f64 } else { 0.0 },
+                stats.failed.load(Ordering::Relaxed)
+            );
+        }
+        out.push_str("\r\n");
+    }
+    if want("keyspace") {
+        out.push_str("# Keyspace\r\n");
+        for db in 0..store.databases() {
+            let keys = store.dbsize(db);
+            if keys > 0 {
+                let _ = write!(
+                    out,
+                    "db{db}:keys={keys},expires={},avg_ttl=0\r\n",
+                    store.volatile_keys(db)
+                );
+            }
+        }
+    }
+    Ok(Frame::Verbatim(Bytes::from(out)))
+}

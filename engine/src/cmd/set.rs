@@ -1,0 +1,452 @@
+//! Sets: membership, random picks and pops, `SMOVE`, the algebra (`SINTER`, `SUNION`,
+//! `SDIFF`, their `STORE` forms, `SINTERCARD`) and `SSCAN`.
+//!
+//! Each member maps to the version that added it, so replication can merge sets member by
+//! member (DESIGN.md, Merge semantics).
+
+use bytes::Bytes;
+use rand::seq::{IndexedRandom, IteratorRandom};
+
+use super::args::{count, cursor, eq_ignore_case, int, scan_options};
+use super::flags::*;
+use super::{CommandSpec, Exec, Keys};
+use crate::db::entry::FieldMap;
+use crate::db::{Kind, Value};
+use crate::error::{CmdError, Reply};
+use crate::frame::Frame;
+use crate::glob::glob_match;
+use crate::hlc::Version;
+use crate::parse::parse_i64;
+
+macro_rules! spec {
+    ($name:literal, $arity:expr, $flags:expr, $keys:expr, $run:expr, $summary:literal) => {
+        CommandSpec {
+            name: $name,
+            arity: $arity,
+            flags: $flags,
+            keys: $keys,
+            run: $run,
+            group: "set",
+            summary: $summary,
+        }
+    };
+}
+
+const KEY: Keys = Keys::Range(1, 1, 1);
+const ALL: Keys = Keys::Range(1, -1, 1);
+
+pub const COMMANDS: &[CommandSpec] = &[
+    spec!("sadd", -3, WRITE | DENYOOM | FAST, KEY, sadd, "Adds one or more members to a set. Creates the key if it doesn't exist."),
+    spec!("srem", -3, WRITE | FAST, KEY, srem, "Removes one or more members from a set. Deletes the set if the last member was removed."),
+    spec!("sismember", 3, READONLY | FAST, KEY, sismember, "Determines whether a member belongs to a set."),
+    spec!("smismember", -3, READONLY | FAST, KEY, smismember, "Determines whether multiple members belong to a set."),
+    spec!("smembers", 2, READONLY, KEY, smembers, "Returns all members of a set."),
+    spec!("scard", 2, READONLY | FAST, KEY, scard, "Returns the number of members in a set."),
+    spec!("spop", -2, WRITE | FAST, KEY, spop, "Returns one or more random members from a set after removing them. Deletes the set if the last member was popped."),
+    spec!("srandmember", -2, READONLY, KEY, srandmember, "Get one or multiple random members from a set"),
+    spec!("smove", 4, WRITE | FAST, Keys::Range(1, 2, 1), smove, "Moves a member from one set to another."),
+    spec!("sinter", -2, READONLY, ALL, sinter, "Returns the intersect of multiple sets."),
+    spec!("sintercard", -3, READONLY, Keys::Custom(intercard_keys), sintercard, "Returns the number of members of the intersect of multiple sets."),
+    spec!("sinterstore", -3, WRITE | DENYOOM, ALL, sinterstore, "Stores the intersect of multiple sets in a key."),
+    spec!("sunion", -2, READONLY, ALL, sunion, "Returns the union of multiple sets."),
+    spec!("sunionstore", -3, WRITE | DENYOOM, ALL, sunionstore, "Stores the union of multiple sets in a key."),
+    spec!("sdiff", -2, READONLY, ALL, sdiff, "Returns the difference of multiple sets."),
+    spec!("sdiffstore", -3, WRITE | DENYOOM, ALL, sdiffstore, "Stores the difference of multiple sets in a key."),
+    spec!("sscan", -3, READONLY, KEY, sscan, "Iterates over members of a set."),
+];
+
+/// The result of set algebra, before it is replied or stored.
+type Members = std::collections::HashSet<Bytes, foldhash::fast::RandomState>;
+
+/// The set at `key` for a read command. Unlike `Ctx::set` it counts a keyspace hit or miss,
+/// as Redis's `lookupKeyRead` does.
+fn read<'e>(
+    exec: &'e mut Exec<'_, '_>,
+    key: &[u8],
+) -> Result<Option<&'e FieldMap<Version>>, CmdError> {
+    match exec.ctx.lookup_read(key).map(|e| &e.value) {
+        None => Ok(None),
+        Some(Value::Set(s)) => Ok(Some(s)),
+        Some(_) => Err(CmdError::WrongType),
+    }
+}
+
+/// A private copy of an argument: argv may be a slice of the connection's read buffer, and
+/// storing it would pin that whole buffer for as long as the member lives.
+fn own(arg: &[u8]) -> Bytes {
+    Bytes::copy_from_slice(arg)
+}
+
+fn bulks(members: impl IntoIterator<Item = Bytes>) -> Vec<Frame> {
+    members.into_iter().map(Frame::Bulk).collect()
+}
+
+/// The count of `SRANDMEMBER`/`HRANDFIELD`: any long except LONG_MIN, whose negation
+/// (the "may repeat" form) would overflow. Redis's message names the range.
+pub(super) fn random_count(arg: &[u8]) -> Result<i64, CmdError> {
+    match int(arg)? {
+        i64::MIN => Err(CmdError::err(format!(
+            "value is out of range, value must between {} and {}",
+            -i64::MAX,
+            i64::MAX
+        ))),
+        n => Ok(n),
+    }
+}
+
+/// Picks `count` of `len` items for `SRANDMEMBER`/`HRANDFIELD`: distinct ones (all of them
+/// when `count >= len`) for a positive count, independent draws that may repeat for a
+/// negative one.
+pub(super) fn sample<T: Copy>(items: impl Iterator<Item = T>, len: usize, count: i64) -> Vec<T> {
+    let mut rng = rand::rng();
+    if count >= 0 {
+        let count = usize::try_from(count).unwrap_or(usize::MAX);
+        if count >= len {
+            return items.collect();
+        }
+        return items.choose_multiple(&mut rng, count);
+    }
+    let all: Vec<T> = items.collect();
+    // filter_map gives no size hint, so a huge count grows the reply instead of reserving it.
+    (0..count.unsigned_abs())
+        .filter_map(|_| all.choose(&mut rng).copied())
+        .collect()
+}
+
+fn sadd(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    let key = &argv[1];
+    let v = exec.ctx.next_version(key);
+    let set = exec.ctx.set_or_create(key)?;
+    let mut added = 0;
+    for m in &argv[2..] {
+        if !set.contains_key(m) {
+            set.insert(own(m), v);
+            added += 1;
+        }
+    }
+    // A new key always gains a member; an existing one that gained none is untouched (Redis
+    // neither signals WATCH nor counts a change then).
+    if added > 0 {
+        exec.ctx.written(key, v);
+    }
+    Ok(Frame::Integer(added))
+}
+
+fn srem(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    let key = &argv[1];
+    let v = exec.ctx.next_version(key);
+    let Some(set) = exec.ctx.set(key)? else {
+        return Ok(Frame::Integer(0));
+    };
+    let removed = argv[2..]
+        .iter()
+        .filter(|m| set.remove(*m).is_some())
+        .count();
+    if removed > 0 {
+        exec.ctx.written(key, v);
+    }
+    Ok(Frame::Integer(removed as i64))
+}
+
+fn sismember(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    let found = read(exec, &argv[1])?.is_some_and(|s| s.contains_key(&argv[2]));
+    Ok(Frame::Integer(found as i64))
+}
+
+fn smismember(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    // A missing key is an empty set: one 0 per member.
+    let set = read(exec, &argv[1])?;
+    let found = argv[2..]
+        .iter()
+        .map(|m| Frame::Integer(set.is_some_and(|s| s.contains_key(m)) as i64));
+    Ok(Frame::Array(found.collect()))
+}
+
+fn smembers(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    let members = read(exec, &argv[1])?.map(|s| bulks(s.keys().cloned()));
+    Ok(Frame::Set(members.unwrap_or_default()))
+}
+
+fn scard(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    Ok(Frame::Integer(
+        read(exec, &argv[1])?.map_or(0, |s| s.len()) as i64
+    ))
+}
+
+/// `SPOP key [count]`.
+fn spop(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    match argv.len() {
+        2 => spop_one(exec, &argv[1]),
+        3 => {
+            let n = count(&argv[2])?;
+            spop_many(exec, &argv[1], n)
+        }
+        _ => Err(CmdError::Syntax),
+    }
+}
+
+fn spop_one(exec: &mut Exec, key: &[u8]) -> Reply {
+    let v = exec.ctx.next_version(key);
+    let Some(set) = exec.ctx.set(key)? else {
+        return Ok(Frame::Null);
+    };
+    let member = set.keys().choose(&mut rand::rng()).cloned();
+    if let Some(m) = &member {
+        set.remove(m);
+        exec.ctx.written(key, v);
+    }
+    Ok(member.map_or(Frame::Null, Frame::Bulk))
+}
+
+fn spop_many(exec: &mut Exec, key: &[u8], n: usize) -> Reply {
+    let v = exec.ctx.next_version(key);
+    let Some(set) = exec.ctx.set(key)? else {
+        return Ok(Frame::Set(Vec::new()));
+    };
+    if n == 0 {
+        return Ok(Frame::Set(Vec::new()));
+    }
+    let popped: Vec<Bytes> = if n >= set.len() {
+        set.drain().map(|(m, _)| m).collect()
+    } else {
+        let picks: Vec<Bytes> = set
+            .keys()
+            .choose_multiple(&mut rand::rng(), n)
+            .into_iter()
+            .cloned()
+            .collect();
+        for m in &picks {
+            set.remove(m);
+        }
+        picks
+    };
+    // Deletes the key when it was emptied.
+    exec.ctx.written(key, v);
+    Ok(Frame::Set(bulks(popped)))
+}
+
+/// `SRANDMEMBER key [count]`.
+fn srandmember(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    match argv.len() {
+        2 => {
+            let member =
+                read(exec, &argv[1])?.and_then(|s| s.keys().choose(&mut rand::rng()).cloned());
+            Ok(member.map_or(Frame::Null, Frame::Bulk))
+        }
+        3 => {
+            let n = random_count(&argv[2])?;
+            let Some(set) = read(exec, &argv[1])? else {
+                return Ok(Frame::Array(Vec::new()));
+            };
+            let picks = sample(set.keys(), set.len(), n);
+            Ok(Frame::Array(bulks(picks.into_iter().cloned())))
+        }
+        _ => Err(CmdError::Syntax),
+    }
+}
+
+/// `SMOVE src dst member`, with Redis's order of checks: a missing source is 0 whatever
+/// `dst` holds; then both types; moving within one key only reports membership.
+fn smove(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    let (src, dst, member) = (&argv[1], &argv[2], &argv[3]);
+    let Some(src_kind) = exec.ctx.kind(src) else {
+        return Ok(Frame::Integer(0));
+    };
+    if src_kind != Kind::Set || exec.ctx.kind(dst).is_some_and(|k| k != Kind::Set) {
+        return Err(CmdError::WrongType);
+    }
+    if src == dst {
+        let found = exec.ctx.set(src)?.is_some_and(|s| s.contains_key(member));
+        return Ok(Frame::Integer(found as i64));
+    }
+    let v = exec.ctx.next_version(src);
+    let removed = exec
+        .ctx
+        .set(src)?
+        .is_some_and(|s| s.remove(member).is_some());
+    if !removed {
+        return Ok(Frame::Integer(0));
+    }
+    exec.ctx.written(src, v);
+    let v = exec.ctx.next_version(dst);
+    let set = exec.ctx.set_or_create(dst)?;
+    if !set.contains_key(member) {
+        set.insert(own(member), v);
+        exec.ctx.written(dst, v);
+    }
+    Ok(Frame::Integer(1))
+}
+
+/// Looks every source key up once, as Redis does before any algebra: WRONGTYPE if any of
+/// them holds another type (even after a missing one), else each set's size (`None` when
+/// missing).
+fn lookup_all(exec: &mut Exec, keys: &[Bytes]) -> Result<Vec<Option<usize>>, CmdError> {
+    keys.iter()
+        .map(|k| Ok(read(exec, k)?.map(|s| s.len())))
+        .collect()
+}
+
+/// The members of a set already type-checked by `lookup_all` (empty when missing).
+fn members(exec: &mut Exec, key: &[u8]) -> Result<Members, CmdError> {
+    Ok(exec
+        .ctx
+        .set(key)?
+        .map(|s| s.keys().cloned().collect())
+        .unwrap_or_default())
+}
+
+/// The intersection: start from the smallest set and keep what every other set holds.
+fn inter(exec: &mut Exec, keys: &[Bytes]) -> Result<Members, CmdError> {
+    let sizes = lookup_all(exec, keys)?;
+    if sizes.contains(&None) {
+        return Ok(Members::default());
+    }
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_by_key(|&i| sizes[i]);
+    let mut out = members(exec, &keys[order[0]])?;
+    for &i in &order[1..] {
+        if out.is_empty() {
+            break;
+        }
+        if let Some(set) = exec.ctx.set(&keys[i])? {
+            out.retain(|m| set.contains_key(m));
+        }
+    }
+    Ok(out)
+}
+
+fn union(exec: &mut Exec, keys: &[Bytes]) -> Result<Members, CmdError> {
+    lookup_all(exec, keys)?;
+    let mut out = Members::default();
+    for k in keys {
+        if let Some(set) = exec.ctx.set(k)? {
+            out.extend(set.keys().cloned());
+        }
+    }
+    Ok(out)
+}
+
+/// The first set less all the others, walking whichever side of each step is smaller.
+fn diff(exec: &mut Exec, keys: &[Bytes]) -> Result<Members, CmdError> {
+    lookup_all(exec, keys)?;
+    let mut out = members(exec, &keys[0])?;
+    for k in &keys[1..] {
+        if out.is_empty() {
+            break;
+        }
+        let Some(set) = exec.ctx.set(k)? else {
+            continue;
+        };
+        if set.len() < out.len() {
+            for m in set.keys() {
+                out.remove(m);
+            }
+        } else {
+            out.retain(|m| !set.contains_key(m));
+        }
+    }
+    Ok(out)
+}
+
+/// Replaces `dst` with `members` (deleting it when empty) and replies with the size.
+fn store(exec: &mut Exec, dst: &[u8], members: Members) -> Reply {
+    let len = members.len();
+    if len == 0 {
+        exec.ctx.del(dst);
+        return Ok(Frame::Integer(0));
+    }
+    let map: FieldMap<Version> = members.into_iter().map(|m| (m, Version::ZERO)).collect();
+    let v = exec.ctx.put(dst, Value::Set(Box::new(map)), false);
+    // A whole-value write: every member is as new as the key's version, like an edit's.
+    if let Some(set) = exec.ctx.set(dst)? {
+        set.values_mut().for_each(|mv| *mv = v);
+    }
+    Ok(Frame::Integer(len as i64))
+}
+
+fn sinter(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    Ok(Frame::Set(bulks(inter(exec, &argv[1..])?)))
+}
+
+fn sunion(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    Ok(Frame::Set(bulks(union(exec, &argv[1..])?)))
+}
+
+fn sdiff(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    Ok(Frame::Set(bulks(diff(exec, &argv[1..])?)))
+}
+
+fn sinterstore(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    let members = inter(exec, &argv[2..])?;
+    store(exec, &argv[1], members)
+}
+
+fn sunionstore(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    let members = union(exec, &argv[2..])?;
+    store(exec, &argv[1], members)
+}
+
+fn sdiffstore(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    let members = diff(exec, &argv[2..])?;
+    store(exec, &argv[1], members)
+}
+
+/// `SINTERCARD numkeys key... [LIMIT n]`: the keys are the `numkeys` after it (none when
+/// numkeys is bad; the command then fails before touching any key).
+fn intercard_keys(argv: &[Bytes]) -> Vec<usize> {
+    let n = argv.get(1).and_then(|a| parse_i64(a)).unwrap_or(0).max(0) as usize;
+    (2..argv.len().min(n.saturating_add(2))).collect()
+}
+
+fn sintercard(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    let numkeys = match parse_i64(&argv[1]) {
+        Some(n) if n >= 1 => n as usize,
+        _ => return Err(CmdError::err("numkeys should be greater than 0")),
+    };
+    if numkeys > argv.len() - 2 {
+        return Err(CmdError::err(
+            "Number of keys can't be greater than number of args",
+        ));
+    }
+    let mut limit = 0;
+    let mut i = 2 + numkeys;
+    while i < argv.len() {
+        if !(eq_ignore_case(&argv[i], "limit") && i + 1 < argv.len()) {
+            return Err(CmdError::Syntax);
+        }
+        limit = match parse_i64(&argv[i + 1]) {
+            Some(n) if n >= 0 => n as usize,
+            _ => return Err(CmdError::err("LIMIT can't be negative")),
+        };
+        i += 2;
+    }
+    let card = inter(exec, &argv[2..2 + numkeys])?.len();
+    // LIMIT 0 means no limit.
+    Ok(Frame::Integer(
+        if limit == 0 { card } else { card.min(limit) } as i64,
+    ))
+}
+
+/// `SSCAN key cursor [MATCH p] [COUNT n]`. Returns the whole set in one reply with cursor 0:
+/// SCAN's contract allows it (COUNT is only a hint), and a set lives in one shard, so there
+/// is no other work to interleave with.
+fn sscan(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    cursor(&argv[2])?;
+    // Redis looks the key up before parsing the options: a missing key never errors.
+    let Some(set) = read(exec, &argv[1])? else {
+        return Ok(Frame::Array(vec![
+            Frame::bulk("0"),
+            Frame::Array(Vec::new()),
+        ]));
+    };
+    let opts = scan_options(&argv[3..], false)?;
+    let matching = set.keys().filter(|m| {
+        opts.pattern
+            .as_ref()
+            .is_none_or(|p| glob_match(p, m, false))
+    });
+    Ok(Frame::Array(vec![
+        Frame::bulk("0"),
+        Frame::Array(bulks(matching.cloned())),
+    ]))
+}

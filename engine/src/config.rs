@@ -1,0 +1,572 @@
+//! Configuration: keydb.conf-style files (`directive value...` lines, `include`), the same
+//! directives as command-line flags (`--port 7000`), and `CONFIG GET/SET` for the ones that
+//! can change live. Names follow KeyDB where KeyDB has one.
+//!
+//! Every directive is declared once in `DIRECTIVES` with its default and whether it can
+//! change at run time; values are validated when read, and an error names the file and line
+//! (or the flag) that was wrong. Values the engine cannot honour are errors, not ignored.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::glob::glob_match;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{origin}: {message}")]
+    Invalid { origin: String, message: String },
+    #[error("failed to read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// How a directive's value is checked and normalised.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Bool,
+    /// An integer within bounds.
+    Int(i64, i64),
+    /// A size with optional unit (`100mb`, `1gb`).
+    Bytes,
+    Str,
+    Enum(&'static [&'static str]),
+    /// A value that must equal one of these exactly (a feature the engine does not have).
+    Fixed(&'static [&'static str]),
+}
+
+struct Directive {
+    name: &'static str,
+    default: &'static str,
+    kind: Kind,
+    /// Can `CONFIG SET` change it while running?
+    live: bool,
+}
+
+pub const EVICTION_POLICIES: &[&str] = &[
+    "noeviction",
+    "allkeys-lru",
+    "allkeys-lfu",
+    "volatile-lru",
+    "volatile-lfu",
+    "volatile-ttl",
+    "allkeys-random",
+    "volatile-random",
+];
+
+const DIRECTIVES: &[Directive] = &[
+    Directive {
+        name: "port",
+        default: "6379",
+        kind: Kind::Int(0, 65535),
+        live: false,
+    },
+    Directive {
+        name: "bind",
+        default: "* -::*",
+        kind: Kind::Str,
+        live: false,
+    },
+    Directive {
+        name: "protected-mode",
+        default: "yes",
+        kind: Kind::Bool,
+        live: true,
+    },
+    Directive {
+        name: "requirepass",
+        default: "",
+        kind: Kind::Str,
+        live: true,
+    },
+    Directive {
+        name: "masterauth",
+        default: "",
+        kind: Kind::Str,
+        live: true,
+    },
+    Directive {
+        name: "databases",
+        default: "16",
+        kind: Kind::Int(1, 1024),
+        live: false,
+    },
+    Directive {
+        name: "maxmemory",
+        default: "0",
+        kind: Kind::Bytes,
+        live: true,
+    },
+    Directive {
+        name: "maxmemory-policy",
+        default: "noeviction",
+        kind: Kind::Enum(EVICTION_POLICIES),
+        live: true,
+    },
+    Directive {
+        name: "maxmemory-samples",
+        default: "5",
+        kind: Kind::Int(1, 64),
+        live: true,
+    },
+    Directive {
+        name: "maxclients",
+        default: "10000",
+        kind: Kind::Int(1, 1_000_000),
+        live: true,
+    },
+    Directive {
+        name: "timeout",
+        default: "0",
+        kind: Kind::Int(0, i32::MAX as i64),
+        live: true,
+    },
+    Directive {
+        name: "tcp-keepalive",
+        default: "300",
+        kind: Kind::Int(0, i32::MAX as i64),
+        live: true,
+    },
+    Directive {
+        name: "server-threads",
+        default: "0",
+        kind: Kind::Int(0, 256),
+        live: false,
+    },
+    Directive {
+        name: "active-replica",
+        default: "no",
+        kind: Kind::Bool,
+        live: false,
+    },
+    Directive {
+        name: "multi-master",
+        default: "no",
+        kind: Kind::Bool,
+        live: false,
+    },
+    Directive {
+        name: "repl-timeout",
+        default: "60",
+        kind: Kind::Int(1, i32::MAX as i64),
+        live: true,
+    },
+    Directive {
+        name: "repl-backlog-size",
+        default: "64mb",
+        kind: Kind::Bytes,
+        live: true,
+    },
+    Directive {
+        name: "dir",
+        default: ".",
+        kind: Kind::Str,
+        live: false,
+    },
+    Directive {
+        name: "logfile",
+        default: "",
+        kind: Kind::Str,
+        live: false,
+    },
+    Directive {
+        name: "loglevel",
+        default: "notice",
+        kind: Kind::Enum(&["debug", "verbose", "notice", "warning", "nothing"]),
+        live: true,
+    },
+    Directive {
+        name: "save",
+        default: "",
+        kind: Kind::Fixed(&[""]),
+        live: true,
+    },
+    Directive {
+        name: "appendonly",
+        default: "no",
+        kind: Kind::Fixed(&["no"]),
+        live: true,
+    },
+    Directive {
+        name: "proto-max-bulk-len",
+        default: "512mb",
+        kind: Kind::Bytes,
+        live: true,
+    },
+    Directive {
+        name: "client-query-buffer-limit",
+        default: "1gb",
+        kind: Kind::Bytes,
+        live: true,
+    },
+    Directive {
+        name: "node-name",
+        default: "",
+        kind: Kind::Str,
+        live: false,
+    },
+    Directive {
+        name: "mesh-port",
+        default: "0",
+        kind: Kind::Int(0, 65535),
+        live: false,
+    },
+    Directive {
+        name: "metrics-port",
+        default: "9121",
+        kind: Kind::Int(0, 65535),
+        live: false,
+    },
+    Directive {
+        name: "max-clock-skew-ms",
+        default: "500",
+        kind: Kind::Int(0, i32::MAX as i64),
+        live: true,
+    },
+    Directive {
+        name: "tombstone-gc-seconds",
+        default: "86400",
+        kind: Kind::Int(1, i32::MAX as i64),
+        live: true,
+    },
+    // Test hook: shifts this node's wall clock, to prove convergence under clock skew.
+    Directive {
+        name: "clock-offset-ms",
+        default: "0",
+        kind: Kind::Int(-86_400_000, 86_400_000),
+        live: false,
+    },
+];
+
+/// Directives that may appear more than once; their values accumulate.
+const REPEATABLE: &[&str] = &["replicaof"];
+
+/// A validated configuration: every directive has a value.
+#[derive(Debug, Clone)]
+pub struct Config {
+    values: BTreeMap<&'static str, String>,
+    pub replicaof: Vec<(String, u16)>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        let mut config = Config {
+            values: BTreeMap::new(),
+            replicaof: Vec::new(),
+        };
+        for d in DIRECTIVES {
+            // Defaults go through the same normalisation as user values ("1gb" → bytes).
+            if config.set(d.name, d.default).is_err() {
+                config.values.insert(d.name, d.default.to_string());
+            }
+        }
+        config
+    }
+}
+
+fn invalid(origin: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        origin: origin.to_string(),
+        message: message.into(),
+    }
+}
+
+/// Parses `100`, `1k`, `1kb`, `5mb`, `2gb` as Redis does (k = 1000, kb = 1024).
+pub fn parse_bytes(s: &str) -> Option<u64> {
+    let lower = s.to_ascii_lowercase();
+    let split = lower
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(lower.len());
+    let (digits, unit) = lower.split_at(split);
+    let n: u64 = digits.parse().ok()?;
+    let mul: u64 = match unit {
+        "" | "b" => 1,
+        "k" => 1000,
+        "kb" => 1024,
+        "m" => 1000 * 1000,
+        "mb" => 1024 * 1024,
+        "g" => 1000 * 1000 * 1000,
+        "gb" => 1024 * 1024 * 1024,
+        _ => return None,
+    };
+    n.checked_mul(mul)
+}
+
+impl Config {
+    /// Parses command-line arguments: an optional config file first, then `--directive
+    /// value...` flags, which override the file.
+    pub fn from_args(args: &[String]) -> Result<Config, ConfigError> {
+        let mut config = Config::default();
+        let mut rest = args;
+        if let Some(first) = rest.first() {
+            if !first.starts_with("--") {
+                config.load_file(Path::new(first), 0)?;
+                rest = &rest[1..];
+            }
+        }
+        let mut i = 0;
+        while i < rest.len() {
+            let flag = &rest[i];
+            let Some(name) = flag.strip_prefix("--") else {
+                return Err(invalid(
+                    &format!("argument '{flag}'"),
+                    "expected a --directive",
+                ));
+            };
+            let mut values = Vec::new();
+            i += 1;
+            while i < rest.len() && !rest[i].starts_with("--") {
+                values.push(rest[i].clone());
+                i += 1;
+            }
+            config.apply(name, &values, &format!("flag --{name}"))?;
+        }
+        Ok(config)
+    }
+
+    fn load_file(&mut self, path: &Path, depth: usize) -> Result<(), ConfigError> {
+        if depth > 8 {
+            return Err(invalid(
+                &path.display().to_string(),
+                "include nesting deeper than 8",
+            ));
+        }
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        for (n, line) in text.lines().enumerate() {
+            let origin = format!("{}:{}", path.display(), n + 1);
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let words = crate::parse::split_args(line.as_bytes())
+                .ok_or_else(|| invalid(&origin, "unbalanced quotes"))?
+                .into_iter()
+                .map(|w| String::from_utf8_lossy(&w).into_owned())
+                .collect::<Vec<_>>();
+            let Some((name, values)) = words.split_first() else {
+                continue;
+            };
+            if name.eq_ignore_ascii_case("include") {
+                let [file] = values else {
+                    return Err(invalid(&origin, "include takes one file"));
+                };
+                let included = path.parent().unwrap_or(Path::new(".")).join(file);
+                self.load_file(&included, depth + 1)?;
+            } else {
+                self.apply(name, values, &origin)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies one directive from a file or a flag.
+    fn apply(&mut self, name: &str, values: &[String], origin: &str) -> Result<(), ConfigError> {
+        let name = name.to_ascii_lowercase();
+        if REPEATABLE.contains(&name.as_str()) {
+            return self.apply_replicaof(values, origin);
+        }
+        let value = values.join(" ");
+        self.set(&name, &value).map_err(|m| invalid(origin, m))
+    }
+
+    fn apply_replicaof(&mut self, values: &[String], origin: &str) -> Result<(), ConfigError> {
+        let [host, port] = values else {
+            return Err(invalid(origin, "replicaof takes a host and a port"));
+        };
+        let port: u16 = port
+            .parse()
+            .map_err(|_| invalid(origin, format!("invalid port '{port}'")))?;
+        self.replicaof.push((host.clone(), port));
+        Ok(())
+    }
+
+    /// Validates and stores a value. The error message is Redis's wording where Redis has
+    /// one.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+        let directive = DIRECTIVES
+            .iter()
+            .find(|d| d.name == name)
+            .ok_or_else(|| format!("unknown directive '{name}'"))?;
+        let normalised = match directive.kind {
+            Kind::Bool => match value.to_ascii_lowercase().as_str() {
+                "yes" | "true" => "yes".to_string(),
+                "no" | "false" => "no".to_string(),
+                _ => return Err(format!("argument must be 'yes' or 'no' for '{name}'")),
+            },
+            Kind::Int(min, max) => {
+                let n: i64 = value.parse().map_err(|_| {
+                    format!("argument couldn't be parsed into an integer for '{name}'")
+                })?;
+                if n < min || n > max {
+                    return Err(format!(
+                        "argument must be between {min} and {max} inclusive for '{name}'"
+                    ));
+                }
+                n.to_string()
+            }
+            Kind::Bytes => parse_bytes(value)
+                .ok_or_else(|| format!("argument must be a memory value for '{name}'"))?
+                .to_string(),
+            Kind::Str => value.to_string(),
+            Kind::Enum(options) => {
+                let v = value.to_ascii_lowercase();
+                if !options.contains(&v.as_str()) {
+                    return Err(format!(
+                        "argument(s) must be one of the following: {} for '{name}'",
+                        options.join(", ")
+                    ));
+                }
+                v
+            }
+            Kind::Fixed(options) => {
+                if !options.contains(&value) {
+                    return Err(format!(
+                        "'{name} {value}' is not supported: KeyMesh keeps data in memory and replicates it instead of persisting (only '{}' is accepted)",
+                        options.join("', '")
+                    ));
+                }
+                value.to_string()
+            }
+        };
+        self.values.insert(directive.name, normalised);
+        Ok(())
+    }
+
+    /// `CONFIG SET`: like `set`, but only for directives that can change live.
+    pub fn set_live(&mut self, name: &str, value: &str) -> Result<(), String> {
+        let name = name.to_ascii_lowercase();
+        match DIRECTIVES.iter().find(|d| d.name == name) {
+            None => Err(format!(
+                "Unknown option or number of arguments for CONFIG SET - '{name}'"
+            )),
+            Some(d) if !d.live => Err(format!("can't set immutable config '{name}'")),
+            Some(_) => self.set(&name, value),
+        }
+    }
+
+    /// `CONFIG GET`: every directive matching the glob pattern, with its value.
+    pub fn get_matching(&self, pattern: &[u8]) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = self
+            .values
+            .iter()
+            .filter(|(k, _)| glob_match(pattern, k.as_bytes(), true))
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        if glob_match(pattern, b"replicaof", true) {
+            let v = self
+                .replicaof
+                .iter()
+                .map(|(h, p)| format!("{h} {p}"))
+                .collect::<Vec<_>>()
+                .join(" ");
+            out.push(("replicaof".into(), v));
+        }
+        out
+    }
+
+    pub fn get(&self, name: &str) -> &str {
+        self.values.get(name).map(String::as_str).unwrap_or("")
+    }
+
+    pub fn int(&self, name: &str) -> i64 {
+        self.get(name).parse().unwrap_or(0)
+    }
+
+    pub fn flag(&self, name: &str) -> bool {
+        self.get(name) == "yes"
+    }
+}
+
+pub const HELP: &str = "\
+Usage: keymesh-server [/path/to/keymesh.conf] [--directive value ...]
+       keymesh-server --help | --version
+
+Directives (file lines `name value`, or flags `--name value`):
+  port, bind, protected-mode, requirepass, masterauth, databases, maxmemory,
+  maxmemory-policy, maxmemory-samples, maxclients, timeout, tcp-keepalive, server-threads,
+  active-replica, multi-master, replicaof, repl-timeout, repl-backlog-size, dir, logfile,
+  loglevel, save \"\", appendonly no, proto-max-bulk-len, client-query-buffer-limit,
+  node-name, mesh-port, metrics-port, max-clock-skew-ms, tombstone-gc-seconds
+
+Examples:
+  keymesh-server --port 7000
+  keymesh-server /etc/keymesh.conf --loglevel verbose
+";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn defaults_are_normalised() {
+        let c = Config::default();
+        assert_eq!(c.int("client-query-buffer-limit"), 1 << 30);
+        assert_eq!(c.int("proto-max-bulk-len"), 512 << 20);
+    }
+
+    #[test]
+    fn flags_set_directives_and_units() {
+        let c = Config::from_args(&args(
+            "--port 7000 --maxmemory 1gb --replicaof a 6379 --replicaof b 6380",
+        ))
+        .unwrap();
+        assert_eq!(c.int("port"), 7000);
+        assert_eq!(c.get("maxmemory"), "1073741824");
+        assert_eq!(c.replicaof, vec![("a".into(), 6379), ("b".into(), 6380)]);
+    }
+
+    #[test]
+    fn errors_name_the_flag_or_line() {
+        let e = Config::from_args(&args("--port 99999"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("flag --port") && e.contains("between 0 and 65535"),
+            "{e}"
+        );
+        let e = Config::from_args(&args("--nosuch 1"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown directive 'nosuch'"), "{e}");
+        let e = Config::from_args(&args("--appendonly yes"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not supported"), "{e}");
+
+        let dir = std::env::temp_dir().join(format!("keymesh-conf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("k.conf");
+        std::fs::write(&file, "# comment\nport 7001\nmaxmemory-policy sometimes\n").unwrap();
+        let e = Config::from_args(&[file.display().to_string()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("k.conf:3") && e.contains("maxmemory-policy"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn include_and_flags_override_file() {
+        let dir = std::env::temp_dir().join(format!("keymesh-inc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("base.conf"), "port 7002\ndatabases 4\n").unwrap();
+        std::fs::write(dir.join("main.conf"), "include base.conf\nsave \"\"\n").unwrap();
+        let c = Config::from_args(&[
+            dir.join("main.conf").display().to_string(),
+            "--port".into(),
+            "7003".into(),
+        ])
+        .unwrap();
+        assert_eq!(c.int("databases"), 4);
+        assert_eq!(c.int("port"), 7003);
+    }
+}

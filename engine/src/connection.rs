@@ -1,0 +1,249 @@
+//! One client connection: read, parse every complete request in the buffer (pipelining),
+//! run each, and write all replies with one flush.
+//!
+//! Bounds: the unparsed input may not exceed `client-query-buffer-limit`; replies are flushed
+//! whenever 64 KiB accumulate, so a client that never reads blocks only its own connection
+//! (its socket buffer fills and we stop reading its requests) and costs bounded memory.
+//! A protocol error gets Redis's error reply and closes the connection, as in Redis.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tracing::debug;
+
+use crate::client::{BlockRequest, ClientState};
+use crate::frame::Frame;
+use crate::parse::{parse_request, Request};
+use crate::server::Server;
+
+const FLUSH_THRESHOLD: usize = 64 * 1024;
+const READ_CHUNK: usize = 16 * 1024;
+
+pub async fn serve(server: Arc<Server>, socket: TcpStream, addr: SocketAddr) {
+    let laddr = socket.local_addr().unwrap_or(addr);
+    let _ = socket.set_nodelay(true);
+    let keepalive = server.config.read().int("tcp-keepalive");
+    if keepalive > 0 {
+        let ka = socket2::TcpKeepalive::new().with_time(Duration::from_secs(keepalive as u64));
+        let _ = socket2::SockRef::from(&socket).set_tcp_keepalive(&ka);
+    }
+    let (mut reader, mut writer) = socket.into_split();
+    if let Some(refusal) = refuse(&server, addr) {
+        let _ = writer.write_all(refusal.as_bytes()).await;
+        return;
+    }
+    let (handle, mut pushes) = server.clients.register(addr, laddr);
+    let mut client = ClientState::new(
+        handle.clone(),
+        !server.hot.has_password.load(Ordering::Relaxed),
+    );
+    let mut input = BytesMut::with_capacity(READ_CHUNK);
+    let mut output = BytesMut::with_capacity(READ_CHUNK);
+    let mut shutdown = server.shutdown_signal();
+
+    'connection: loop {
+        let idle = idle_limit(&server, &client);
+        tokio::select! {
+            read = reader.read_buf(&mut input) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => { server.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed); }
+            },
+            Some(frame) = pushes.recv() => {
+                encode_push(&client, &frame, &mut output);
+                drain_pushes(&client, &mut pushes, &mut output);
+                if flush(&server, &mut writer, &mut output).await.is_err() { break; }
+                continue;
+            }
+            _ = handle.kill_signal.notified() => break,
+            _ = shutdown.changed() => break,
+            _ = sleep_or_forever(idle) => { debug!(client = client.id, "closing idle client"); break }
+        }
+        if handle.killed.load(Ordering::Acquire) {
+            break;
+        }
+        if input.len() > server.hot.query_buffer_limit.load(Ordering::Relaxed) {
+            debug!(
+                client = client.id,
+                "closing client that exceeded client-query-buffer-limit"
+            );
+            break;
+        }
+        let limits = server.parse_limits();
+        loop {
+            let request = match parse_request(&input, &limits) {
+                Ok(Some(request)) => request,
+                Ok(None) => break,
+                Err(e) => {
+                    Frame::error(format!("ERR {e}")).encode(client.resp, &mut output);
+                    let _ = flush(&server, &mut writer, &mut output).await;
+                    break 'connection;
+                }
+            };
+            let argv = take_args(&mut input, request);
+            if argv.is_empty() {
+                continue;
+            }
+            *handle.last_active.lock() = Instant::now();
+            let reply = crate::cmd::dispatch(&server, &mut client, argv);
+            if let Some(block) = client.block.take() {
+                // Everything before the blocking command is answered first.
+                if flush(&server, &mut writer, &mut output).await.is_err() {
+                    cancel_block(&server, &block);
+                    break 'connection;
+                }
+                let Some(frame) = wait_blocked(&server, &client, block).await else {
+                    break 'connection;
+                };
+                frame.encode(client.resp, &mut output);
+            } else {
+                reply.encode(client.resp, &mut output);
+            }
+            if client.closing {
+                let _ = flush(&server, &mut writer, &mut output).await;
+                break 'connection;
+            }
+            if output.len() >= FLUSH_THRESHOLD
+                && flush(&server, &mut writer, &mut output).await.is_err()
+            {
+                break 'connection;
+            }
+        }
+        drain_pushes(&client, &mut pushes, &mut output);
+        if flush(&server, &mut writer, &mut output).await.is_err() {
+            break;
+        }
+        if input.capacity() - input.len() < READ_CHUNK / 4 {
+            input.reserve(READ_CHUNK);
+        }
+    }
+    crate::cmd::connection::disconnect(&server, &mut client);
+}
+
+/// Redis refuses a connection past `maxclients`, and in protected mode a non-loopback
+/// client when no password is set.
+fn refuse(server: &Server, addr: SocketAddr) -> Option<&'static str> {
+    if server.clients.count() >= server.hot.maxclients.load(Ordering::Relaxed) {
+        server
+            .stats
+            .rejected_connections
+            .fetch_add(1, Ordering::Relaxed);
+        server.metrics.connection_rejected();
+        return Some("-ERR max number of clients reached\r\n");
+    }
+    let protected = server.hot.protected_mode.load(Ordering::Relaxed)
+        && !server.hot.has_password.load(Ordering::Relaxed)
+        && server.config.read().get("bind") == "* -::*";
+    if protected && !addr.ip().is_loopback() {
+        return Some("-DENIED Running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. Set a password with `requirepass`, bind explicitly to the interfaces clients use, or disable protected mode with `protected-mode no`.\r\n");
+    }
+    None
+}
+
+/// `timeout` applies to ordinary idle clients, not to subscribers or blocked clients.
+fn idle_limit(server: &Server, client: &ClientState) -> Option<Duration> {
+    let secs = server.hot.timeout_secs.load(Ordering::Relaxed);
+    (secs > 0 && client.subscriptions() == 0).then(|| Duration::from_secs(secs))
+}
+
+async fn sleep_or_forever(limit: Option<Duration>) {
+    match limit {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn take_args(input: &mut BytesMut, request: Request) -> Vec<Bytes> {
+    let raw = input.split_to(request.len()).freeze();
+    match request {
+        Request::Multibulk { args, .. } => args.into_iter().map(|r| raw.slice(r)).collect(),
+        Request::Inline { args, .. } => args.into_iter().map(Bytes::from).collect(),
+    }
+}
+
+fn encode_push(client: &ClientState, frame: &Frame, output: &mut BytesMut) {
+    let before = output.len();
+    frame.encode(client.resp, output);
+    let size = (output.len() - before) as u64;
+    let _ = client
+        .handle
+        .pending_push
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            Some(v.saturating_sub(size))
+        });
+}
+
+fn drain_pushes(
+    client: &ClientState,
+    pushes: &mut tokio::sync::mpsc::UnboundedReceiver<Frame>,
+    output: &mut BytesMut,
+) {
+    while let Ok(frame) = pushes.try_recv() {
+        encode_push(client, &frame, output);
+    }
+}
+
+async fn flush(
+    server: &Server,
+    writer: &mut OwnedWriteHalf,
+    output: &mut BytesMut,
+) -> std::io::Result<()> {
+    if output.is_empty() {
+        return Ok(());
+    }
+    writer.write_all(output).await?;
+    server
+        .stats
+        .net_output_bytes
+        .fetch_add(output.len() as u64, Ordering::Relaxed);
+    output.clear();
+    Ok(())
+}
+
+/// Waits for a blocking command's reply: served by `blocking::wake`, timed out, or
+/// cancelled by kill or shutdown (`None`: close the connection).
+async fn wait_blocked(
+    server: &Server,
+    client: &ClientState,
+    mut block: BlockRequest,
+) -> Option<Frame> {
+    enum Outcome {
+        Served(Option<Frame>),
+        TimedOut,
+        Closed,
+    }
+    let handle = &client.handle;
+    handle.blocked.store(true, Ordering::Relaxed);
+    let mut shutdown = server.shutdown_signal();
+    let outcome = tokio::select! {
+        reply = &mut block.reply => Outcome::Served(reply.ok()),
+        _ = sleep_or_forever(block.timeout) => Outcome::TimedOut,
+        _ = handle.kill_signal.notified() => Outcome::Closed,
+        _ = shutdown.changed() => Outcome::Closed,
+    };
+    let result = match outcome {
+        Outcome::Served(reply) => reply,
+        // If a waker is serving us right now, its reply (with the popped data) is on the way.
+        Outcome::TimedOut => match block.waiter.cancel() {
+            Some(frame) => Some(frame),
+            None => block.reply.await.ok(),
+        },
+        Outcome::Closed => {
+            block.waiter.cancel();
+            None
+        }
+    };
+    handle.blocked.store(false, Ordering::Relaxed);
+    server.blocking.unregister(&block.waiter);
+    result
+}
+
+fn cancel_block(server: &Server, block: &BlockRequest) {
+    block.waiter.cancel();
+    server.blocking.unregister(&block.waiter);
+}

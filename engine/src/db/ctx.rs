@@ -1,0 +1,288 @@
+//! `Ctx`: what a data command sees while it runs — the shards it locked, the current
+//! database, the time, and typed accessors that apply lazy expiry and Redis's type checks.
+//!
+//! Every write goes through `put`, `del` or `written`, which stamp a new `Version`, keep the
+//! expiry index and watchers in step, delete collections that became empty, and note keys
+//! that blocked clients may be waiting on.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+
+use super::entry::{Field, FieldMap};
+use super::zset::SortedSet;
+use super::{Db, Entry, Expiry, Key, Kind, Locks, Shard, Store, Value};
+use crate::error::CmdError;
+use crate::hlc::Version;
+
+pub struct Ctx<'a> {
+    pub store: &'a Store,
+    pub db: usize,
+    pub now_ms: u64,
+    pub locks: Locks<'a>,
+    /// `(db, key)` of lists and sorted sets that gained elements: blocked clients wake on them.
+    pub ready_keys: Vec<(usize, Key)>,
+}
+
+impl<'a> Ctx<'a> {
+    pub fn new(store: &'a Store, db: usize, now_ms: u64, locks: Locks<'a>) -> Ctx<'a> {
+        Ctx {
+            store,
+            db,
+            now_ms,
+            locks,
+            ready_keys: Vec::new(),
+        }
+    }
+
+    fn parts(&mut self, db: usize, key: &[u8]) -> (&'a Db, &mut Shard) {
+        let shard = self.store.shard_of(key);
+        (self.store.db(db), self.locks.get(db, shard))
+    }
+
+    /// Runs `f` on one shard: the held lock inside a transaction, else a lock taken just for
+    /// this call (whole-database commands walk shards one at a time).
+    pub fn with_shard<R>(
+        &mut self,
+        db: usize,
+        shard: usize,
+        f: impl FnOnce(&Db, &mut Shard) -> R,
+    ) -> R {
+        let dbref = self.store.db(db);
+        if self.locks.holds(db, shard) {
+            f(dbref, self.locks.get(db, shard))
+        } else {
+            f(dbref, &mut self.store.lock_shard(db, shard))
+        }
+    }
+
+    /// The locked shard that holds `key` in database `db` (for watch registration).
+    pub fn shard_mut(&mut self, db: usize, key: &[u8]) -> &mut Shard {
+        self.parts(db, key).1
+    }
+
+    /// The live entry in database `db`; an expired one is deleted on the way (lazy expiry).
+    pub fn get_in(&mut self, db: usize, key: &[u8]) -> Option<&mut Entry> {
+        let now = self.now_ms;
+        let store = self.store;
+        let (dbref, shard) = self.parts(db, key);
+        if shard.raw(key)?.is_expired(now) {
+            shard.remove(dbref, key);
+            shard.touch(key);
+            store.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let entry = shard.raw_mut(key)?;
+        super::evict::on_access(entry, now);
+        Some(entry)
+    }
+
+    pub fn get(&mut self, key: &[u8]) -> Option<&mut Entry> {
+        self.get_in(self.db, key)
+    }
+
+    /// Like `get`, counting a keyspace hit or miss (read commands).
+    pub fn lookup_read(&mut self, key: &[u8]) -> Option<&mut Entry> {
+        let stats = &self.store.stats;
+        let found = self.get(key);
+        let counter = if found.is_some() {
+            &stats.keyspace_hits
+        } else {
+            &stats.keyspace_misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    pub fn exists(&mut self, key: &[u8]) -> bool {
+        self.get(key).is_some()
+    }
+
+    pub fn kind(&mut self, key: &[u8]) -> Option<Kind> {
+        self.get(key).map(|e| e.value.kind())
+    }
+
+    /// A version for a write to `key` that supersedes what is stored.
+    pub fn next_version(&mut self, key: &[u8]) -> Version {
+        let stored = self.get(key).map(|e| e.version());
+        self.store.stamp(stored)
+    }
+
+    /// Replaces the key's value. `keep_ttl` keeps its expiry (SET KEEPTTL, in-place edits);
+    /// otherwise the key becomes persistent, as a Redis `SET` does.
+    pub fn put(&mut self, key: &[u8], value: Value, keep_ttl: bool) -> Version {
+        self.put_in(self.db, key, value, keep_ttl)
+    }
+
+    pub fn put_in(&mut self, db: usize, key: &[u8], value: Value, keep_ttl: bool) -> Version {
+        let stored = self
+            .get_in(db, key)
+            .map(|e| (e.version(), e.expiry.clone()));
+        let version = self.store.stamp(stored.as_ref().map(|s| s.0));
+        let mut entry = Entry::new(value, version);
+        if let Some((_, expiry)) = stored {
+            entry.expiry = match expiry {
+                Some(e) if keep_ttl => Some(e),
+                // Dropping a TTL is itself a write to the expiry register.
+                Some(_) => Some(Box::new(Expiry {
+                    deadline_ms: 0,
+                    version,
+                })),
+                None => None,
+            };
+        }
+        self.note_ready(db, key, &entry.value);
+        let (dbref, shard) = self.parts(db, key);
+        shard.insert(dbref, key, entry);
+        shard.touch(key);
+        self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+        version
+    }
+
+    /// Deletes a live key. Returns whether it existed.
+    pub fn del(&mut self, key: &[u8]) -> bool {
+        self.del_in(self.db, key).is_some()
+    }
+
+    pub fn del_in(&mut self, db: usize, key: &[u8]) -> Option<Entry> {
+        self.get_in(db, key)?;
+        let (dbref, shard) = self.parts(db, key);
+        let old = shard.remove(dbref, key);
+        shard.touch(key);
+        self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+        old
+    }
+
+    /// Finishes an in-place edit of a live key: stamps `version`, deletes the key if it became
+    /// an empty collection, touches watchers, and wakes blocked clients.
+    pub fn written(&mut self, key: &[u8], version: Version) {
+        let db = self.db;
+        let (dbref, shard) = self.parts(db, key);
+        let Some(entry) = shard.raw_mut(key) else {
+            return;
+        };
+        entry.set_version(version);
+        if entry.value.is_empty_collection() {
+            shard.remove(dbref, key);
+        } else if matches!(entry.value, Value::List(_) | Value::ZSet(_)) {
+            self.ready_keys.push((db, key.into()));
+        }
+        let (_, shard) = self.parts(db, key);
+        shard.touch(key);
+        self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn note_ready(&mut self, db: usize, key: &[u8], value: &Value) {
+        if matches!(value, Value::List(_) | Value::ZSet(_)) {
+            self.ready_keys.push((db, key.into()));
+        }
+    }
+
+    /// Sets the expiry register of a live key to `deadline_ms` (0 = persist).
+    pub fn set_deadline(&mut self, key: &[u8], deadline_ms: u64) {
+        self.set_deadline_in(self.db, key, deadline_ms)
+    }
+
+    pub fn set_deadline_in(&mut self, db: usize, key: &[u8], deadline_ms: u64) {
+        let stored = self.get_in(db, key).map(|e| e.version());
+        let version = self.store.stamp(stored);
+        let (dbref, shard) = self.parts(db, key);
+        shard.set_expiry(
+            dbref,
+            key,
+            Some(Expiry {
+                deadline_ms,
+                version,
+            }),
+        );
+        shard.touch(key);
+        self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn deadline(&mut self, key: &[u8]) -> Option<u64> {
+        self.get(key).and_then(|e| e.deadline())
+    }
+
+    /// Reads a string value (`None` if missing; WRONGTYPE for other types).
+    pub fn string(&mut self, key: &[u8]) -> Result<Option<Bytes>, CmdError> {
+        match self.lookup_read(key).map(|e| &e.value) {
+            None => Ok(None),
+            Some(Value::Str(s)) => Ok(Some(Bytes::copy_from_slice(s))),
+            Some(Value::Int(n)) => Ok(Some(Bytes::copy_from_slice(
+                itoa::Buffer::new().format(*n).as_bytes(),
+            ))),
+            Some(_) => Err(CmdError::WrongType),
+        }
+    }
+}
+
+/// Typed accessors, one pair per collection type: `X` returns the live value if present and
+/// `X_or_create` creates an empty one. Both fail with WRONGTYPE on a key of another type.
+macro_rules! collection_accessors {
+    ($get:ident, $create:ident, $variant:ident, $kind:expr, $ty:ty, $new:expr) => {
+        impl<'a> Ctx<'a> {
+            pub fn $get(&mut self, key: &[u8]) -> Result<Option<&mut $ty>, CmdError> {
+                match self.get(key).map(|e| &mut e.value) {
+                    None => Ok(None),
+                    Some(Value::$variant(v)) => Ok(Some(v)),
+                    Some(_) => Err(CmdError::WrongType),
+                }
+            }
+
+            pub fn $create(&mut self, key: &[u8]) -> Result<&mut $ty, CmdError> {
+                match self.get(key).map(|e| e.value.kind()) {
+                    None => {
+                        let version = self.store.stamp(None);
+                        let db = self.db;
+                        let (dbref, shard) = self.parts(db, key);
+                        shard.insert(
+                            dbref,
+                            key,
+                            Entry::new(Value::$variant(Box::new($new)), version),
+                        );
+                    }
+                    Some(kind) if kind == $kind => {}
+                    Some(_) => return Err(CmdError::WrongType),
+                }
+                match self.get(key).map(|e| &mut e.value) {
+                    Some(Value::$variant(v)) => Ok(v),
+                    _ => Err(CmdError::WrongType),
+                }
+            }
+        }
+    };
+}
+
+collection_accessors!(
+    hash,
+    hash_or_create,
+    Hash,
+    Kind::Hash,
+    FieldMap<Field>,
+    FieldMap::default()
+);
+collection_accessors!(
+    set,
+    set_or_create,
+    Set,
+    Kind::Set,
+    FieldMap<Version>,
+    FieldMap::default()
+);
+collection_accessors!(
+    zset,
+    zset_or_create,
+    ZSet,
+    Kind::ZSet,
+    SortedSet,
+    SortedSet::default()
+);
+collection_accessors!(
+    list,
+    list_or_create,
+    List,
+    Kind::List,
+    VecDeque<Bytes>,
+    VecDeque::new()
+);

@@ -1,0 +1,168 @@
+//! What a key holds: its value, the version of its last whole-key write, and its expiry
+//! register. Collections version each field or member, so replication (DESIGN.md, Merge
+//! semantics) can merge them per field without changing this layout.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+
+use super::zset::SortedSet;
+use crate::hlc::Version;
+
+pub type Key = Box<[u8]>;
+pub type FieldMap<V> = std::collections::HashMap<Bytes, V, foldhash::fast::RandomState>;
+
+/// One key's state. The version is stored as its two halves around the access clock so the
+/// entry packs into 48 bytes (it sits inline in the shard's hash table).
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub value: Value,
+    hlc: u64,
+    node: crate::hlc::NodeId,
+    /// For eviction: seconds of the LRU clock, or a log counter and decay time under LFU
+    /// (see `db::evict`).
+    pub access: u32,
+    /// `None` until the key ever had a TTL; afterwards the LWW expiry register.
+    pub expiry: Option<Box<Expiry>>,
+}
+
+/// The expiry register: an absolute deadline (0 = persistent) and the version that set it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expiry {
+    pub deadline_ms: u64,
+    pub version: Version,
+}
+
+#[derive(Debug, Clone)]
+pub enum Value {
+    Str(Box<[u8]>),
+    /// Integer fast path for strings that are canonical decimal integers.
+    Int(i64),
+    Hash(Box<FieldMap<Field>>),
+    Set(Box<FieldMap<Version>>),
+    ZSet(Box<SortedSet>),
+    List(Box<VecDeque<Bytes>>),
+}
+
+/// A hash field: its value and the version that wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Field {
+    pub value: Bytes,
+    pub version: Version,
+}
+
+/// Redis's type names, as `TYPE` and `SCAN TYPE` use them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    String,
+    Hash,
+    Set,
+    ZSet,
+    List,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::String => "string",
+            Kind::Hash => "hash",
+            Kind::Set => "set",
+            Kind::ZSet => "zset",
+            Kind::List => "list",
+        }
+    }
+
+    pub fn from_name(name: &[u8]) -> Option<Kind> {
+        let name = name.to_ascii_lowercase();
+        Some(match name.as_slice() {
+            b"string" => Kind::String,
+            b"hash" => Kind::Hash,
+            b"set" => Kind::Set,
+            b"zset" => Kind::ZSet,
+            b"list" => Kind::List,
+            _ => return None,
+        })
+    }
+}
+
+impl Value {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Value::Str(_) | Value::Int(_) => Kind::String,
+            Value::Hash(_) => Kind::Hash,
+            Value::Set(_) => Kind::Set,
+            Value::ZSet(_) => Kind::ZSet,
+            Value::List(_) => Kind::List,
+        }
+    }
+
+    /// A string value, choosing the integer representation when it round-trips exactly.
+    pub fn string(data: &[u8]) -> Value {
+        if data.len() <= 20 {
+            if let Some(n) = crate::parse::parse_i64(data) {
+                return Value::Int(n);
+            }
+        }
+        Value::Str(data.into())
+    }
+
+    /// True for a collection that lost its last element: Redis deletes such keys.
+    pub fn is_empty_collection(&self) -> bool {
+        match self {
+            Value::Str(_) | Value::Int(_) => false,
+            Value::Hash(h) => h.is_empty(),
+            Value::Set(s) => s.is_empty(),
+            Value::ZSet(z) => z.is_empty(),
+            Value::List(l) => l.is_empty(),
+        }
+    }
+
+    /// Approximate heap bytes, for eviction accounting and `MEMORY USAGE`.
+    pub fn approx_size(&self) -> usize {
+        match self {
+            Value::Str(s) => s.len(),
+            Value::Int(_) => 0,
+            Value::Hash(h) => h.iter().map(|(k, f)| k.len() + f.value.len() + 64).sum(),
+            Value::Set(s) => s.keys().map(|k| k.len() + 48).sum(),
+            Value::ZSet(z) => z.len() * 96,
+            Value::List(l) => l.iter().map(|v| v.len() + 32).sum(),
+        }
+    }
+}
+
+impl Entry {
+    pub fn new(value: Value, version: Version) -> Entry {
+        Entry {
+            value,
+            hlc: version.hlc,
+            node: version.node,
+            access: 0,
+            expiry: None,
+        }
+    }
+
+    /// Version of the last write to this key (whole-key LWW, and creation).
+    pub fn version(&self) -> Version {
+        Version {
+            hlc: self.hlc,
+            node: self.node,
+        }
+    }
+
+    pub fn set_version(&mut self, version: Version) {
+        self.hlc = version.hlc;
+        self.node = version.node;
+    }
+
+    /// The deadline in ms, if the key is volatile.
+    pub fn deadline(&self) -> Option<u64> {
+        self.expiry
+            .as_ref()
+            .map(|e| e.deadline_ms)
+            .filter(|&d| d != 0)
+    }
+
+    pub fn is_expired(&self, now_ms: u64) -> bool {
+        self.deadline().is_some_and(|d| d <= now_ms)
+    }
+}

@@ -1,0 +1,168 @@
+//! `maxmemory` eviction, approximated by sampling as Redis does: pick a random shard, look
+//! at `maxmemory-samples` of its keys, evict the best candidate under the policy, repeat
+//! until memory is below the limit.
+//!
+//! Every entry carries a 32-bit access word: under LRU policies the LRU clock in seconds;
+//! under LFU policies Redis's layout, 16 bits of decay time in minutes and an 8-bit
+//! logarithmic counter.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use rand::Rng;
+
+use super::{Entry, Store, SHARDS_PER_DB};
+use crate::memory;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Policy {
+    NoEviction,
+    AllKeysLru,
+    AllKeysLfu,
+    AllKeysRandom,
+    VolatileLru,
+    VolatileLfu,
+    VolatileTtl,
+    VolatileRandom,
+}
+
+impl Policy {
+    pub fn from_name(name: &str) -> Option<Policy> {
+        Some(match name {
+            "noeviction" => Policy::NoEviction,
+            "allkeys-lru" => Policy::AllKeysLru,
+            "allkeys-lfu" => Policy::AllKeysLfu,
+            "allkeys-random" => Policy::AllKeysRandom,
+            "volatile-lru" => Policy::VolatileLru,
+            "volatile-lfu" => Policy::VolatileLfu,
+            "volatile-ttl" => Policy::VolatileTtl,
+            "volatile-random" => Policy::VolatileRandom,
+            _ => return None,
+        })
+    }
+
+    fn volatile_only(self) -> bool {
+        matches!(
+            self,
+            Policy::VolatileLru
+                | Policy::VolatileLfu
+                | Policy::VolatileTtl
+                | Policy::VolatileRandom
+        )
+    }
+
+    fn lfu(self) -> bool {
+        matches!(self, Policy::AllKeysLfu | Policy::VolatileLfu)
+    }
+}
+
+static POLICY: AtomicU8 = AtomicU8::new(Policy::NoEviction as u8);
+
+pub fn set_policy(policy: Policy) {
+    POLICY.store(policy as u8, Ordering::Relaxed);
+}
+
+pub fn policy() -> Policy {
+    match POLICY.load(Ordering::Relaxed) {
+        1 => Policy::AllKeysLru,
+        2 => Policy::AllKeysLfu,
+        3 => Policy::AllKeysRandom,
+        4 => Policy::VolatileLru,
+        5 => Policy::VolatileLfu,
+        6 => Policy::VolatileTtl,
+        7 => Policy::VolatileRandom,
+        _ => Policy::NoEviction,
+    }
+}
+
+const LFU_INIT: u32 = 5;
+
+/// Records a read or write of `entry` for the eviction policy.
+pub fn on_access(entry: &mut Entry, now_ms: u64) {
+    if policy().lfu() {
+        let minutes = ((now_ms / 60_000) & 0xffff) as u32;
+        let mut counter = entry.access & 0xff;
+        if entry.access == 0 {
+            counter = LFU_INIT;
+        }
+        // Redis's logarithmic increment (lfu-log-factor 10): the higher the counter, the
+        // less likely one more access raises it.
+        let base = counter.saturating_sub(LFU_INIT) as f64;
+        if counter < 255 && rand::rng().random::<f64>() < 1.0 / (base * 10.0 + 1.0) {
+            counter += 1;
+        }
+        entry.access = (minutes << 8) | counter;
+    } else {
+        entry.access = (now_ms / 1000) as u32;
+    }
+}
+
+/// Lower is evicted first.
+fn score(entry: &Entry, policy: Policy, now_ms: u64) -> u64 {
+    match policy {
+        Policy::AllKeysLfu | Policy::VolatileLfu => {
+            let minutes = ((now_ms / 60_000) & 0xffff) as u32;
+            let elapsed = minutes.wrapping_sub(entry.access >> 8) & 0xffff;
+            (entry.access & 0xff).saturating_sub(elapsed) as u64
+        }
+        Policy::VolatileTtl => entry.deadline().unwrap_or(u64::MAX),
+        Policy::AllKeysRandom | Policy::VolatileRandom => rand::rng().random(),
+        _ => entry.access as u64,
+    }
+}
+
+/// Evicts keys until used memory is below `maxmemory`. Returns false if it could not (the
+/// policy is `noeviction` or nothing is evictable): the caller answers OOM.
+pub fn make_room(store: &Store, maxmemory: u64, samples: usize) -> bool {
+    let policy = policy();
+    let mut attempts = 0;
+    while memory::used_memory() > maxmemory {
+        if policy == Policy::NoEviction || attempts > 64 {
+            memory::refresh();
+            return memory::used_memory() <= maxmemory;
+        }
+        if evict_one(store, policy, samples) {
+            attempts = 0;
+        } else {
+            attempts += 1;
+        }
+    }
+    true
+}
+
+fn evict_one(store: &Store, policy: Policy, samples: usize) -> bool {
+    let mut rng = rand::rng();
+    let now = store.hlc.wall_ms();
+    let candidates: Vec<usize> = (0..store.databases())
+        .filter(|&db| {
+            if policy.volatile_only() {
+                store.volatile_keys(db) > 0
+            } else {
+                true
+            }
+        })
+        .collect();
+    if candidates.is_empty() {
+        return false;
+    }
+    // Probe a few random shards for keys: empty shards are common in small keyspaces.
+    for _ in 0..16 {
+        let db = candidates[rng.random_range(0..candidates.len())];
+        let shard_index = rng.random_range(0..SHARDS_PER_DB);
+        let mut shard = store.lock_shard(db, shard_index);
+        let victim = shard
+            .iter()
+            .filter(|(_, e)| !policy.volatile_only() || e.deadline().is_some())
+            .take(samples)
+            .min_by_key(|(_, e)| score(e, policy, now))
+            .map(|(k, e)| (k.clone(), k.len() + e.value.approx_size() + 64));
+        if let Some((key, size)) = victim {
+            shard.remove(store.db(db), &key);
+            shard.touch(&key);
+            store.stats.evicted_keys.fetch_add(1, Ordering::Relaxed);
+            memory::note_freed(size as u64);
+            return true;
+        }
+    }
+    false
+}

@@ -1,0 +1,330 @@
+//! The keyspace: `databases` numbered databases, each split into `SHARDS_PER_DB` shards by
+//! key hash, each shard behind its own short-held mutex.
+//!
+//! Guarantees: a command locks every shard it touches before it starts (in ascending
+//! `(db, shard)` order, so two commands never deadlock) and releases them before it replies;
+//! no lock is held across an `.await`. Commands that walk a whole database (`KEYS`, `SCAN`,
+//! `DBSIZE`) take one shard at a time, so they never stall the others.
+
+pub mod ctx;
+pub mod entry;
+pub mod evict;
+pub mod expire;
+pub mod zset;
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
+
+use crate::hlc::{Hlc, Version};
+pub use entry::{Entry, Expiry, Key, Kind, Value};
+
+/// Shards per database. A power of two well above any thread count, and small enough per
+/// shard that a `SCAN` step can return whole shards (see `cmd::keys::scan`).
+pub const SHARDS_PER_DB: usize = 1024;
+
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
+/// Set when a watched key is modified; `EXEC` aborts if any of its flags is set.
+pub type WatchFlag = Arc<AtomicBool>;
+
+/// Keyspace-wide counters reported by `INFO stats`.
+#[derive(Debug, Default)]
+pub struct KeyspaceStats {
+    pub expired_keys: AtomicU64,
+    pub evicted_keys: AtomicU64,
+    pub keyspace_hits: AtomicU64,
+    pub keyspace_misses: AtomicU64,
+    /// Writes since start (Redis's `rdb_changes_since_last_save` analogue).
+    pub dirty: AtomicU64,
+}
+
+/// One shard of one database.
+#[derive(Debug, Default)]
+pub struct Shard {
+    map: Map<Key, Entry>,
+    /// `(deadline_ms, key)` for every volatile key, so active expiry finds due keys directly.
+    expiry_index: BTreeSet<(u64, Key)>,
+    watchers: Map<Key, Vec<WatchFlag>>,
+}
+
+pub struct Db {
+    shards: Box<[Mutex<Shard>]>,
+    /// Keys with a deadline, so the expiry cycle skips databases without any.
+    volatile_keys: AtomicUsize,
+}
+
+/// The whole keyspace plus the clock that versions it.
+pub struct Store {
+    dbs: Box<[Db]>,
+    pub hlc: Hlc,
+    pub node_id: crate::hlc::NodeId,
+    pub stats: KeyspaceStats,
+    shard_hasher: foldhash::fast::FixedState,
+}
+
+impl Store {
+    pub fn new(databases: usize, hlc: Hlc, node_id: crate::hlc::NodeId) -> Store {
+        let dbs = (0..databases)
+            .map(|_| Db {
+                shards: (0..SHARDS_PER_DB)
+                    .map(|_| Mutex::new(Shard::default()))
+                    .collect(),
+                volatile_keys: AtomicUsize::new(0),
+            })
+            .collect();
+        Store {
+            dbs,
+            hlc,
+            node_id,
+            stats: KeyspaceStats::default(),
+            // A seed distinct from the shard maps' own hashers, so the keys of one shard do not
+            // all share the low bits their map indexes by.
+            shard_hasher: foldhash::fast::FixedState::with_seed(0x6b65_796d_6573_6801),
+        }
+    }
+
+    pub fn databases(&self) -> usize {
+        self.dbs.len()
+    }
+
+    pub fn shard_of(&self, key: &[u8]) -> usize {
+        (self.shard_hasher.hash_one(key) as usize) & (SHARDS_PER_DB - 1)
+    }
+
+    /// Locks one shard. Callers holding other shard locks must use `lock_many` instead.
+    pub fn lock_shard(&self, db: usize, shard: usize) -> MutexGuard<'_, Shard> {
+        self.dbs[db].shards[shard].lock()
+    }
+
+    /// Locks every `(db, shard)` in `wanted` in ascending order (deduplicated).
+    pub fn lock_many(&self, mut wanted: Vec<(usize, usize)>) -> Locks<'_> {
+        wanted.sort_unstable();
+        wanted.dedup();
+        let guards = wanted
+            .into_iter()
+            .map(|(db, shard)| ((db, shard), self.lock_shard(db, shard)))
+            .collect();
+        Locks { guards }
+    }
+
+    /// Locks every shard of every database (for `EXEC` blocks that contain whole-keyspace
+    /// commands).
+    pub fn lock_all(&self) -> Locks<'_> {
+        let wanted = (0..self.dbs.len())
+            .flat_map(|db| (0..SHARDS_PER_DB).map(move |s| (db, s)))
+            .collect();
+        self.lock_many(wanted)
+    }
+
+    /// A fresh version for a local write that supersedes `stored`.
+    pub fn stamp(&self, stored: Option<Version>) -> Version {
+        let hlc = match stored {
+            Some(v) => self.hlc.now_after(v.hlc),
+            None => self.hlc.now(),
+        };
+        Version {
+            hlc,
+            node: self.node_id,
+        }
+    }
+
+    pub fn volatile_keys(&self, db: usize) -> usize {
+        self.dbs[db].volatile_keys.load(Ordering::Relaxed)
+    }
+
+    /// Live keys in `db`, one shard at a time.
+    pub fn dbsize(&self, db: usize) -> usize {
+        (0..SHARDS_PER_DB)
+            .map(|s| self.lock_shard(db, s).len())
+            .sum()
+    }
+}
+
+/// The shard locks a command holds while it runs.
+pub struct Locks<'a> {
+    guards: Vec<((usize, usize), MutexGuard<'a, Shard>)>,
+}
+
+impl<'a> Locks<'a> {
+    pub fn none() -> Locks<'a> {
+        Locks { guards: Vec::new() }
+    }
+
+    pub fn holds(&self, db: usize, shard: usize) -> bool {
+        self.guards
+            .binary_search_by(|(k, _)| k.cmp(&(db, shard)))
+            .is_ok()
+    }
+
+    /// Two different locked shards at once (`SWAPDB`).
+    pub fn pair(&mut self, a: (usize, usize), b: (usize, usize)) -> (&mut Shard, &mut Shard) {
+        let find = |guards: &Vec<((usize, usize), MutexGuard<'a, Shard>)>, k| {
+            guards
+                .binary_search_by(|(g, _)| g.cmp(&k))
+                .unwrap_or_else(|_| panic!("shard {k:?} used without being locked"))
+        };
+        let (i, j) = (find(&self.guards, a), find(&self.guards, b));
+        assert_ne!(i, j, "pair needs two different shards");
+        if i < j {
+            let (left, right) = self.guards.split_at_mut(j);
+            (&mut left[i].1, &mut right[0].1)
+        } else {
+            let (left, right) = self.guards.split_at_mut(i);
+            (&mut right[0].1, &mut left[j].1)
+        }
+    }
+
+    /// The locked shard. Locking is decided before a command runs from its key positions, so
+    /// asking for an unlocked shard is a bug in the command table, not a runtime condition.
+    pub fn get(&mut self, db: usize, shard: usize) -> &mut Shard {
+        match self.guards.binary_search_by(|(k, _)| k.cmp(&(db, shard))) {
+            Ok(i) => &mut self.guards[i].1,
+            Err(_) => panic!(
+                "shard ({db}, {shard}) used without being locked; fix the command's key spec"
+            ),
+        }
+    }
+}
+
+impl Shard {
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// The entry, whether or not it has expired.
+    pub fn raw(&self, key: &[u8]) -> Option<&Entry> {
+        self.map.get(key)
+    }
+
+    pub fn raw_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
+        self.map.get_mut(key)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&Key, &Entry)> {
+        self.map.iter()
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &Key> {
+        self.map.keys()
+    }
+
+    /// Inserts or replaces a key's entry, keeping the expiry index in step.
+    pub fn insert(&mut self, db: &Db, key: &[u8], entry: Entry) -> Option<Entry> {
+        let new_deadline = entry.deadline();
+        let old = self.map.insert(key.into(), entry);
+        let old_deadline = old.as_ref().and_then(Entry::deadline);
+        self.reindex(db, key, old_deadline, new_deadline);
+        old
+    }
+
+    pub fn remove(&mut self, db: &Db, key: &[u8]) -> Option<Entry> {
+        let old = self.map.remove(key)?;
+        self.reindex(db, key, old.deadline(), None);
+        Some(old)
+    }
+
+    /// Sets a key's expiry register. The key must exist.
+    pub fn set_expiry(&mut self, db: &Db, key: &[u8], expiry: Option<Expiry>) {
+        let Some(entry) = self.map.get_mut(key) else {
+            return;
+        };
+        let old_deadline = entry.deadline();
+        entry.expiry = expiry.map(Box::new);
+        let new_deadline = entry.deadline();
+        self.reindex(db, key, old_deadline, new_deadline);
+    }
+
+    fn reindex(&mut self, db: &Db, key: &[u8], old: Option<u64>, new: Option<u64>) {
+        if old == new {
+            return;
+        }
+        if let Some(d) = old {
+            self.expiry_index.remove(&(d, Key::from(key)));
+            db.volatile_keys.fetch_sub(1, Ordering::Relaxed);
+        }
+        if let Some(d) = new {
+            self.expiry_index.insert((d, key.into()));
+            db.volatile_keys.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Keys whose deadline has passed, earliest first, at most `limit`.
+    pub fn due_keys(&self, now_ms: u64, limit: usize) -> Vec<Key> {
+        self.expiry_index
+            .iter()
+            .take_while(|(d, _)| *d <= now_ms)
+            .take(limit)
+            .map(|(_, k)| k.clone())
+            .collect()
+    }
+
+    pub fn clear(&mut self, db: &Db) -> usize {
+        let n = self.map.len();
+        db.volatile_keys
+            .fetch_sub(self.expiry_index.len(), Ordering::Relaxed);
+        self.map = Map::default();
+        self.expiry_index = BTreeSet::new();
+        n
+    }
+
+    /// Exchanges the data (not the watchers) of the same shard in two databases (`SWAPDB`).
+    pub fn swap_data(&mut self, db: &Db, other: &mut Shard, other_db: &Db) {
+        let (mine, theirs) = (self.expiry_index.len(), other.expiry_index.len());
+        std::mem::swap(&mut self.map, &mut other.map);
+        std::mem::swap(&mut self.expiry_index, &mut other.expiry_index);
+        db.volatile_keys.fetch_add(theirs, Ordering::Relaxed);
+        db.volatile_keys.fetch_sub(mine, Ordering::Relaxed);
+        other_db.volatile_keys.fetch_add(mine, Ordering::Relaxed);
+        other_db.volatile_keys.fetch_sub(theirs, Ordering::Relaxed);
+    }
+
+    pub fn watch(&mut self, key: &[u8], flag: WatchFlag) {
+        self.watchers.entry(key.into()).or_default().push(flag);
+    }
+
+    pub fn unwatch(&mut self, key: &[u8], flag: &WatchFlag) {
+        if let Some(list) = self.watchers.get_mut(key) {
+            list.retain(|f| !Arc::ptr_eq(f, flag));
+            if list.is_empty() {
+                self.watchers.remove(key);
+            }
+        }
+    }
+
+    /// Marks every client watching `key` as dirty (Redis's `touchWatchedKey`).
+    pub fn touch(&mut self, key: &[u8]) {
+        if self.watchers.is_empty() {
+            return;
+        }
+        if let Some(list) = self.watchers.get(key) {
+            for flag in list {
+                flag.store(true, Ordering::Release);
+            }
+        }
+    }
+
+    /// Marks watchers of every key that exists (a flush touches only those).
+    pub fn touch_existing(&mut self) {
+        for (key, list) in &self.watchers {
+            if self.map.contains_key(key) {
+                for flag in list {
+                    flag.store(true, Ordering::Release);
+                }
+            }
+        }
+    }
+}
+
+impl Store {
+    pub fn db(&self, index: usize) -> &Db {
+        &self.dbs[index]
+    }
+}

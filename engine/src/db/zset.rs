@@ -1,0 +1,416 @@
+//! The sorted set: a member map (score and version per member) plus an ordered index of
+//! `(score, member)`, so lookups are O(1) and range queries O(log n + k). Ranks are found by
+//! walking the index (O(rank)); an order-statistics tree would make them O(log n) if a
+//! profile ever shows `ZRANK` on huge sets.
+
+use std::collections::BTreeSet;
+use std::ops::Bound;
+
+use bytes::Bytes;
+
+use super::entry::FieldMap;
+use crate::hlc::Version;
+
+/// A score with a total order (scores are never NaN: commands reject NaN results).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Score(pub f64);
+
+impl Eq for Score {}
+impl PartialOrd for Score {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Score {
+    /// IEEE order (so `-0` and `0` compare equal, as in Redis), falling back to the total
+    /// order only for NaN, which is never stored.
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0
+            .partial_cmp(&other.0)
+            .unwrap_or_else(|| self.0.total_cmp(&other.0))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Member {
+    pub score: f64,
+    pub version: Version,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SortedSet {
+    members: FieldMap<Member>,
+    order: BTreeSet<(Score, Bytes)>,
+}
+
+/// One end of a score range (`(1.5`, `-inf`, ...).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScoreBound {
+    pub value: f64,
+    pub exclusive: bool,
+}
+
+/// One end of a lex range (`[a`, `(b`, `-`, `+`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LexBound {
+    NegInf,
+    PosInf,
+    Inclusive(Bytes),
+    Exclusive(Bytes),
+}
+
+impl SortedSet {
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    pub fn score(&self, member: &[u8]) -> Option<f64> {
+        self.members.get(member).map(|m| m.score)
+    }
+
+    /// Inserts or re-scores a member. Returns the previous score.
+    pub fn insert(&mut self, member: Bytes, score: f64, version: Version) -> Option<f64> {
+        let previous = self
+            .members
+            .insert(member.clone(), Member { score, version });
+        if let Some(old) = previous {
+            if old.score.to_bits() == score.to_bits() {
+                return Some(old.score);
+            }
+            self.order.remove(&(Score(old.score), member.clone()));
+        }
+        self.order.insert((Score(score), member));
+        previous.map(|m| m.score)
+    }
+
+    pub fn remove(&mut self, member: &[u8]) -> Option<f64> {
+        let (key, old) = self.members.remove_entry(member)?;
+        self.order.remove(&(Score(old.score), key));
+        Some(old.score)
+    }
+
+    /// Members in ascending order.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&Bytes, f64)> + '_ {
+        self.order.iter().map(|(s, m)| (m, s.0))
+    }
+
+    pub fn rank(&self, member: &[u8]) -> Option<usize> {
+        let score = self.score(member)?;
+        Some(
+            self.order
+                .range(..(Score(score), Bytes::copy_from_slice(member)))
+                .count(),
+        )
+    }
+
+    /// Members whose score lies within `[min, max]` (honouring exclusive ends), ascending.
+    pub fn range_by_score(
+        &self,
+        min: ScoreBound,
+        max: ScoreBound,
+    ) -> impl DoubleEndedIterator<Item = (&Bytes, f64)> + '_ {
+        let empty = min.value.is_nan()
+            || max.value.is_nan()
+            || min.value > max.value
+            || (min.value == max.value && (min.exclusive || max.exclusive))
+            || (min.exclusive && min.value == f64::INFINITY)
+            || (max.exclusive && max.value == f64::NEG_INFINITY);
+        let range = if empty {
+            None
+        } else {
+            // Every member sorts after `(score, "")`, so the empty member marks "all of this score".
+            let lower_score = if min.exclusive {
+                next_up(min.value)
+            } else {
+                min.value
+            };
+            let lower: Bound<(Score, Bytes)> = Bound::Included((Score(lower_score), Bytes::new()));
+            let upper: Bound<(Score, Bytes)> = if max.exclusive {
+                Bound::Excluded((Score(max.value), Bytes::new()))
+            } else if max.value == f64::INFINITY {
+                Bound::Unbounded
+            } else {
+                Bound::Excluded((Score(next_up(max.value)), Bytes::new()))
+            };
+            Some(self.order.range((lower, upper)))
+        };
+        range.into_iter().flatten().map(|(s, m)| (m, s.0))
+    }
+
+    /// Members within a lex range, ascending (meaningful when all scores are equal). When
+    /// they are, the range is found in the index directly; otherwise every member is tested.
+    pub fn range_by_lex<'a>(
+        &'a self,
+        min: &'a LexBound,
+        max: &'a LexBound,
+    ) -> impl DoubleEndedIterator<Item = (&'a Bytes, f64)> + 'a {
+        let same_score = match (self.order.first(), self.order.last()) {
+            (Some(first), Some(last)) => first.0 == last.0,
+            _ => true,
+        };
+        let iter: Box<dyn DoubleEndedIterator<Item = (&'a Bytes, f64)> + 'a> =
+            if lex_range_is_empty(min, max) {
+                Box::new(std::iter::empty())
+            } else if same_score {
+                let score = self.order.first().map_or(Score(0.0), |f| f.0);
+                let lower = match min {
+                    LexBound::Inclusive(b) => Bound::Included((score, b.clone())),
+                    LexBound::Exclusive(b) => Bound::Excluded((score, b.clone())),
+                    _ => Bound::Unbounded,
+                };
+                let upper = match max {
+                    LexBound::Inclusive(b) => Bound::Included((score, b.clone())),
+                    LexBound::Exclusive(b) => Bound::Excluded((score, b.clone())),
+                    _ => Bound::Unbounded,
+                };
+                Box::new(self.order.range((lower, upper)).map(|(s, m)| (m, s.0)))
+            } else {
+                Box::new(
+                    self.order
+                        .iter()
+                        .filter(move |(_, m)| lex_above_min(m, min) && lex_below_max(m, max))
+                        .map(|(s, m)| (m, s.0)),
+                )
+            };
+        iter
+    }
+
+    pub fn count_by_score(&self, min: ScoreBound, max: ScoreBound) -> usize {
+        self.range_by_score(min, max).count()
+    }
+
+    /// The lowest-ranked member (`max == false`) or the highest.
+    pub fn first(&self, max: bool) -> Option<(Bytes, f64)> {
+        let item = if max {
+            self.order.last()
+        } else {
+            self.order.first()
+        };
+        item.map(|(s, m)| (m.clone(), s.0))
+    }
+
+    /// The rank counted from the highest score (`ZREVRANK`).
+    pub fn rev_rank(&self, member: &[u8]) -> Option<usize> {
+        self.rank(member).map(|r| self.len() - 1 - r)
+    }
+
+    /// Members at ranks `start..=end` (inclusive, already clamped to the set), in ascending
+    /// order, or descending ranks counted from the highest score when `rev`. Walks from
+    /// whichever end of the index is nearer.
+    pub fn range_by_rank(&self, start: usize, end: usize, rev: bool) -> Vec<(Bytes, f64)> {
+        let len = self.len();
+        if start > end || start >= len {
+            return Vec::new();
+        }
+        let end = end.min(len - 1);
+        let n = end - start + 1;
+        // Ascending ranks lo..=hi hold the result.
+        let (lo, hi) = if rev {
+            (len - 1 - end, len - 1 - start)
+        } else {
+            (start, end)
+        };
+        let mut out: Vec<(Bytes, f64)> = if lo <= len - 1 - hi {
+            self.order
+                .iter()
+                .skip(lo)
+                .take(n)
+                .map(|(s, m)| (m.clone(), s.0))
+                .collect()
+        } else {
+            let mut v: Vec<(Bytes, f64)> = self
+                .order
+                .iter()
+                .rev()
+                .skip(len - 1 - hi)
+                .take(n)
+                .map(|(s, m)| (m.clone(), s.0))
+                .collect();
+            v.reverse();
+            v
+        };
+        if rev {
+            out.reverse();
+        }
+        out
+    }
+}
+
+/// The smallest double above `x` (`x` finite or -inf); +inf stays +inf.
+fn next_up(x: f64) -> f64 {
+    if x.is_nan() || x == f64::INFINITY {
+        return x;
+    }
+    if x == 0.0 {
+        return f64::from_bits(1);
+    }
+    let bits = x.to_bits();
+    if x > 0.0 {
+        f64::from_bits(bits + 1)
+    } else {
+        f64::from_bits(bits - 1)
+    }
+}
+
+/// True when no member can lie between `min` and `max` (also keeps `BTreeSet::range` from
+/// panicking on inverted bounds).
+pub fn lex_range_is_empty(min: &LexBound, max: &LexBound) -> bool {
+    match (min, max) {
+        (LexBound::PosInf, _) | (_, LexBound::NegInf) => true,
+        (LexBound::NegInf, _) | (_, LexBound::PosInf) => false,
+        (LexBound::Inclusive(a), LexBound::Inclusive(b)) => a > b,
+        (
+            LexBound::Inclusive(a) | LexBound::Exclusive(a),
+            LexBound::Inclusive(b) | LexBound::Exclusive(b),
+        ) => a >= b,
+    }
+}
+
+pub fn lex_above_min(member: &[u8], min: &LexBound) -> bool {
+    match min {
+        LexBound::NegInf => true,
+        LexBound::PosInf => false,
+        LexBound::Inclusive(b) => member >= &b[..],
+        LexBound::Exclusive(b) => member > &b[..],
+    }
+}
+
+pub fn lex_below_max(member: &[u8], max: &LexBound) -> bool {
+    match max {
+        LexBound::NegInf => false,
+        LexBound::PosInf => true,
+        LexBound::Inclusive(b) => member <= &b[..],
+        LexBound::Exclusive(b) => member < &b[..],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(items: &[(&str, f64)]) -> SortedSet {
+        let mut z = SortedSet::default();
+        for (m, s) in items {
+            z.insert(Bytes::copy_from_slice(m.as_bytes()), *s, Version::ZERO);
+        }
+        z
+    }
+
+    #[test]
+    fn rescoring_moves_a_member_in_the_index() {
+        let mut z = set(&[("a", 1.0), ("b", 2.0)]);
+        z.insert(Bytes::from_static(b"a"), 3.0, Version::ZERO);
+        let order: Vec<_> = z.iter().map(|(m, _)| m.clone()).collect();
+        assert_eq!(
+            order,
+            vec![Bytes::from_static(b"b"), Bytes::from_static(b"a")]
+        );
+        assert_eq!(z.rank(b"a"), Some(1));
+        assert_eq!(z.len(), 2);
+    }
+
+    #[test]
+    fn score_ranges_honour_exclusive_ends() {
+        let z = set(&[("a", 1.0), ("b", 2.0), ("c", 3.0)]);
+        let inc = |v| ScoreBound {
+            value: v,
+            exclusive: false,
+        };
+        let exc = |v| ScoreBound {
+            value: v,
+            exclusive: true,
+        };
+        assert_eq!(z.count_by_score(inc(1.0), inc(3.0)), 3);
+        assert_eq!(z.count_by_score(exc(1.0), exc(3.0)), 1);
+        assert_eq!(z.count_by_score(inc(2.0), exc(2.0)), 0);
+        assert_eq!(
+            z.count_by_score(inc(f64::NEG_INFINITY), inc(f64::INFINITY)),
+            3
+        );
+        assert_eq!(
+            z.count_by_score(exc(f64::NEG_INFINITY), exc(f64::INFINITY)),
+            3
+        );
+        assert_eq!(z.count_by_score(inc(3.0), inc(1.0)), 0);
+        let down: Vec<_> = z
+            .range_by_score(inc(1.0), exc(3.0))
+            .rev()
+            .map(|(m, _)| m.clone())
+            .collect();
+        assert_eq!(
+            down,
+            vec![Bytes::from_static(b"b"), Bytes::from_static(b"a")]
+        );
+    }
+
+    #[test]
+    fn negative_zero_equals_zero() {
+        let z = set(&[("a", -0.0), ("b", 0.0)]);
+        let inc = |v| ScoreBound {
+            value: v,
+            exclusive: false,
+        };
+        assert_eq!(z.count_by_score(inc(0.0), inc(0.0)), 2);
+        assert_eq!(z.rank(b"b"), Some(1));
+    }
+
+    #[test]
+    fn lex_ranges_with_equal_and_mixed_scores() {
+        let b = |s: &str| Bytes::copy_from_slice(s.as_bytes());
+        let names = |z: &SortedSet, min: &LexBound, max: &LexBound| -> Vec<Bytes> {
+            z.range_by_lex(min, max).map(|(m, _)| m.clone()).collect()
+        };
+        for z in [
+            set(&[("a", 0.0), ("b", 0.0), ("c", 0.0), ("d", 0.0)]),
+            set(&[("a", 1.0), ("b", 2.0), ("c", 3.0), ("d", 4.0)]),
+        ] {
+            assert_eq!(
+                names(
+                    &z,
+                    &LexBound::Inclusive(b("b")),
+                    &LexBound::Exclusive(b("d"))
+                ),
+                vec![b("b"), b("c")]
+            );
+            assert_eq!(
+                names(&z, &LexBound::Exclusive(b("a")), &LexBound::PosInf),
+                vec![b("b"), b("c"), b("d")]
+            );
+            assert_eq!(
+                names(&z, &LexBound::NegInf, &LexBound::Inclusive(b("a"))),
+                vec![b("a")]
+            );
+            assert!(names(
+                &z,
+                &LexBound::Exclusive(b("b")),
+                &LexBound::Exclusive(b("b"))
+            )
+            .is_empty());
+            assert!(names(
+                &z,
+                &LexBound::Inclusive(b("c")),
+                &LexBound::Inclusive(b("b"))
+            )
+            .is_empty());
+            assert!(names(&z, &LexBound::PosInf, &LexBound::PosInf).is_empty());
+        }
+    }
+
+    #[test]
+    fn rank_ranges_walk_from_either_end() {
+        let z = set(&[("a", 1.0), ("b", 2.0), ("c", 3.0), ("d", 4.0), ("e", 5.0)]);
+        let names = |v: Vec<(Bytes, f64)>| v.into_iter().map(|(m, _)| m).collect::<Vec<_>>();
+        let b = |s: &str| Bytes::copy_from_slice(s.as_bytes());
+        assert_eq!(names(z.range_by_rank(0, 1, false)), vec![b("a"), b("b")]);
+        assert_eq!(names(z.range_by_rank(3, 10, false)), vec![b("d"), b("e")]);
+        assert_eq!(names(z.range_by_rank(0, 1, true)), vec![b("e"), b("d")]);
+        assert_eq!(names(z.range_by_rank(3, 4, true)), vec![b("b"), b("a")]);
+        assert!(z.range_by_rank(5, 6, false).is_empty());
+        assert_eq!(z.rev_rank(b"e"), Some(0));
+        assert_eq!(z.first(true).map(|(m, _)| m), Some(b("e")));
+    }
+}

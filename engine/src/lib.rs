@@ -1,0 +1,22 @@
+//! KeyMesh's engine: a multithreaded, Redis-protocol, multi-master cache.
+//!
+//! A request travels `connection` (buffered socket I/O) → `parse` (RESP requests) → `cmd`
+//! (the command table, one module per family) → `db` (the sharded, versioned keyspace) →
+//! `frame` (RESP2/RESP3 replies). `server` owns the listeners and shared state.
+
+pub mod blocking;
+pub mod client;
+pub mod cmd;
+pub mod config;
+pub mod connection;
+pub mod db;
+pub mod error;
+pub mod frame;
+pub mod glob;
+pub mod hlc;
+pub mod http;
+pub mod memory;
+pub mod metrics;
+pub mod parse;
+pub mod pubsub;
+pub mod server;

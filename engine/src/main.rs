@@ -1,0 +1,100 @@
+//! `keymesh-server`: parses the configuration, starts the runtime with `server-threads`
+//! workers, and serves until SIGTERM.
+
+use std::process::ExitCode;
+
+use keymesh_engine::config::{Config, HELP};
+use keymesh_engine::server::{self, Server};
+
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        print!("{HELP}");
+        return ExitCode::SUCCESS;
+    }
+    if args.iter().any(|a| a == "--version" || a == "-v") {
+        println!(
+            "keymesh-server {} (redis protocol {})",
+            env!("CARGO_PKG_VERSION"),
+            keymesh_engine::cmd::connection::REDIS_COMPAT_VERSION
+        );
+        return ExitCode::SUCCESS;
+    }
+    let config = match Config::from_args(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("keymesh-server: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = init_logging(&config) {
+        eprintln!("keymesh-server: {e}");
+        return ExitCode::from(2);
+    }
+    let threads = match config.int("server-threads") {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n as usize,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("keymesh-server: failed to start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let server = match Server::new(config) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("keymesh-server: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        let (listeners, metrics) = match server::bind(&server).await {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("keymesh-server: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        server::run(server, listeners, metrics).await;
+        ExitCode::SUCCESS
+    })
+}
+
+fn init_logging(config: &Config) -> Result<(), String> {
+    let level = match config.get("loglevel") {
+        "debug" => "debug",
+        "verbose" => "info",
+        "notice" => "info",
+        "warning" => "warn",
+        _ => "off",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
+    match config.get("logfile") {
+        "" => builder.with_writer(std::io::stderr).init(),
+        path => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| format!("failed to open logfile {path}: {e}"))?;
+            builder
+                .with_ansi(false)
+                .with_writer(std::sync::Mutex::new(file))
+                .init();
+        }
+    }
+    Ok(())
+}

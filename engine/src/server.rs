@@ -1,0 +1,339 @@
+//! The server: shared state every connection sees, the listeners, the background tasks,
+//! and graceful shutdown.
+//!
+//! Start-up binds the client port and the metrics port before reporting ready, so a bind
+//! failure is a start-up error. SIGTERM/SIGINT stop accepting, let connections finish the
+//! command they are running, and exit.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::RwLock;
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Semaphore};
+use tracing::{info, warn};
+
+use crate::blocking::Blocking;
+use crate::client::ClientRegistry;
+use crate::config::Config;
+use crate::db::evict::{self, Policy};
+use crate::db::Store;
+use crate::hlc::{node_id_from_name, Hlc, OffsetClock, WallClock};
+use crate::metrics::Metrics;
+use crate::parse::Limits;
+use crate::pubsub::PubSub;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("failed to bind {what} on {addr}: {source}")]
+    Bind {
+        what: &'static str,
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// Server-wide counters for `INFO stats`.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    pub connections_received: AtomicU64,
+    pub rejected_connections: AtomicU64,
+    pub commands_processed: AtomicU64,
+    pub net_input_bytes: AtomicU64,
+    pub net_output_bytes: AtomicU64,
+}
+
+/// Config values read on hot paths, mirrored into atomics whenever the config changes.
+#[derive(Debug, Default)]
+pub struct HotConfig {
+    pub maxmemory: AtomicU64,
+    pub maxmemory_samples: AtomicUsize,
+    pub maxclients: AtomicUsize,
+    pub timeout_secs: AtomicU64,
+    pub proto_max_bulk_len: AtomicUsize,
+    pub query_buffer_limit: AtomicUsize,
+    pub protected_mode: AtomicBool,
+    pub has_password: AtomicBool,
+}
+
+pub struct Server {
+    pub store: Arc<Store>,
+    pub config: RwLock<Config>,
+    pub hot: HotConfig,
+    pub clients: ClientRegistry,
+    pub pubsub: PubSub,
+    pub blocking: Blocking,
+    pub metrics: Metrics,
+    pub stats: ServerStats,
+    pub run_id: String,
+    pub node_name: String,
+    pub started: Instant,
+    pub port: AtomicUsize,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Server {
+    pub fn new(config: Config) -> Result<Arc<Server>, ServerError> {
+        if !config.replicaof.is_empty() {
+            return Err(ServerError::Config(
+                "replicaof: this build has no replication yet; remove the replicaof lines".into(),
+            ));
+        }
+        let node_name = match config.get("node-name") {
+            "" => std::env::var("HOSTNAME")
+                .unwrap_or_else(|_| format!("keymesh-{}", config.get("port"))),
+            name => name.to_string(),
+        };
+        let clock: Arc<dyn WallClock> = Arc::new(OffsetClock(config.int("clock-offset-ms")));
+        let hlc = Hlc::new(clock, config.int("max-clock-skew-ms") as u64);
+        let store = Arc::new(Store::new(
+            config.int("databases") as usize,
+            hlc,
+            node_id_from_name(&node_name),
+        ));
+        let (shutdown, _) = watch::channel(false);
+        let server = Arc::new(Server {
+            store,
+            config: RwLock::new(config),
+            hot: HotConfig::default(),
+            clients: ClientRegistry::default(),
+            pubsub: PubSub::default(),
+            blocking: Blocking::default(),
+            metrics: Metrics::new(),
+            stats: ServerStats::default(),
+            run_id: new_run_id(),
+            node_name,
+            started: Instant::now(),
+            port: AtomicUsize::new(0),
+            shutdown,
+        });
+        server.apply_config();
+        Ok(server)
+    }
+
+    /// Mirrors the current config into the atomics and subsystems that read it.
+    pub fn apply_config(&self) {
+        let config = self.config.read();
+        let hot = &self.hot;
+        hot.maxmemory
+            .store(config.int("maxmemory") as u64, Ordering::Relaxed);
+        hot.maxmemory_samples
+            .store(config.int("maxmemory-samples") as usize, Ordering::Relaxed);
+        hot.maxclients
+            .store(config.int("maxclients") as usize, Ordering::Relaxed);
+        hot.timeout_secs
+            .store(config.int("timeout") as u64, Ordering::Relaxed);
+        hot.proto_max_bulk_len
+            .store(config.int("proto-max-bulk-len") as usize, Ordering::Relaxed);
+        hot.query_buffer_limit.store(
+            config.int("client-query-buffer-limit") as usize,
+            Ordering::Relaxed,
+        );
+        hot.protected_mode
+            .store(config.flag("protected-mode"), Ordering::Relaxed);
+        hot.has_password
+            .store(!config.get("requirepass").is_empty(), Ordering::Relaxed);
+        evict::set_policy(
+            Policy::from_name(config.get("maxmemory-policy")).unwrap_or(Policy::NoEviction),
+        );
+        self.store
+            .hlc
+            .set_max_skew_ms(config.int("max-clock-skew-ms") as u64);
+    }
+
+    pub fn parse_limits(&self) -> Limits {
+        Limits {
+            max_bulk_len: self.hot.proto_max_bulk_len.load(Ordering::Relaxed),
+            max_multibulk_len: 1024 * 1024,
+        }
+    }
+
+    /// Ready to receive client traffic? Without replication a serving node is ready.
+    pub fn readiness(&self) -> Result<(), String> {
+        if *self.shutdown.borrow() {
+            return Err("shutting down".into());
+        }
+        Ok(())
+    }
+
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    pub fn begin_shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+}
+
+fn new_run_id() -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..40)
+        .map(|_| char::from_digit(rng.random_range(0..16), 16).unwrap_or('0'))
+        .collect()
+}
+
+/// Addresses to listen on: Redis's `bind` syntax, where `-addr` means "skip if unavailable"
+/// and `*` means every IPv4 interface.
+fn bind_addrs(bind: &str, port: u16) -> Vec<(SocketAddr, bool)> {
+    bind.split_whitespace()
+        .filter_map(|word| {
+            let (optional, host) = match word.strip_prefix('-') {
+                Some(h) => (true, h),
+                None => (false, word),
+            };
+            let host = match host {
+                "*" => "0.0.0.0",
+                "::*" => "::",
+                h => h,
+            };
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            host.parse()
+                .ok()
+                .map(|ip| (SocketAddr::new(ip, port), optional))
+        })
+        .collect()
+}
+
+/// Binds every listener. Returns the listeners and the actual client port (for `--port 0`).
+pub async fn bind(server: &Server) -> Result<(Vec<TcpListener>, Option<TcpListener>), ServerError> {
+    let (bind, port, metrics_port) = {
+        let c = server.config.read();
+        (
+            c.get("bind").to_string(),
+            c.int("port") as u16,
+            c.int("metrics-port") as u16,
+        )
+    };
+    let mut listeners = Vec::new();
+    let mut actual_port = port;
+    for (addr, optional) in bind_addrs(&bind, port) {
+        let addr = SocketAddr::new(addr.ip(), actual_port);
+        match bind_reuse(addr) {
+            Ok(l) => {
+                actual_port = l.local_addr().map(|a| a.port()).unwrap_or(actual_port);
+                listeners.push(l);
+            }
+            Err(e) if optional => warn!(%addr, error = %e, "skipping optional bind address"),
+            Err(source) => {
+                return Err(ServerError::Bind {
+                    what: "client port",
+                    addr: addr.to_string(),
+                    source,
+                })
+            }
+        }
+    }
+    if listeners.is_empty() {
+        return Err(ServerError::Config(format!(
+            "bind '{bind}' names no usable address"
+        )));
+    }
+    server.port.store(actual_port as usize, Ordering::Relaxed);
+    let metrics = if metrics_port == 0 {
+        None
+    } else {
+        let host = listeners[0]
+            .local_addr()
+            .map(|a| a.ip())
+            .unwrap_or([0, 0, 0, 0].into());
+        let addr = SocketAddr::new(host, metrics_port);
+        Some(bind_reuse(addr).map_err(|source| ServerError::Bind {
+            what: "metrics port",
+            addr: addr.to_string(),
+            source,
+        })?)
+    };
+    Ok((listeners, metrics))
+}
+
+fn bind_reuse(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(511)
+}
+
+/// Runs until SIGTERM/SIGINT (or `SHUTDOWN`).
+pub async fn run(server: Arc<Server>, listeners: Vec<TcpListener>, metrics: Option<TcpListener>) {
+    tokio::spawn(crate::db::expire::run_active_expiry(server.store.clone()));
+    tokio::spawn(crate::memory::run_refresher());
+    if let Some(listener) = metrics {
+        let app = crate::http::router(server.clone());
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                warn!(error = %e, "metrics endpoint stopped");
+            }
+        });
+    }
+    // Bounds concurrent connections; extra ones get Redis's error and are closed.
+    let slots = Arc::new(Semaphore::new(Semaphore::MAX_PERMITS));
+    for listener in listeners {
+        tokio::spawn(accept_loop(server.clone(), listener, slots.clone()));
+    }
+    info!(port = server.port.load(Ordering::Relaxed), node = %server.node_name, run_id = %server.run_id, "ready to accept connections");
+    let mut stop = server.shutdown_signal();
+    tokio::select! {
+        _ = signal_received() => server.begin_shutdown(),
+        _ = stop.changed() => {}
+    }
+    info!("shutting down: closing listeners and client connections");
+    // Give connections a moment to finish the command they are running and flush replies.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.clients.count() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn signal_received() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => std::future::pending::<()>().await,
+    }
+}
+
+async fn accept_loop(server: Arc<Server>, listener: TcpListener, _slots: Arc<Semaphore>) {
+    let mut stop = server.shutdown_signal();
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stop.changed() => return,
+        };
+        let (socket, addr) = match accepted {
+            Ok(pair) => pair,
+            Err(e) => {
+                warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        server
+            .stats
+            .connections_received
+            .fetch_add(1, Ordering::Relaxed);
+        server.metrics.connection_accepted();
+        let server = server.clone();
+        tokio::spawn(async move { crate::connection::serve(server, socket, addr).await });
+    }
+}

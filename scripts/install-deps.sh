@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what the tests and benchmarks need on a fresh Debian bookworm machine:
+# Redis 7.0 (the reference server and its clients), Redis's Tcl test suite from
+# Debian's source package, and redis-py. Idempotent: a second run only checks.
+set -euo pipefail
+cache="${KEYMESH_CACHE:-/var/cache/keymesh}"
+mkdir -p "$cache"
+
+need_apt=()
+for pkg in redis-server redis-tools tcl iproute2 dpkg-dev; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+if ((${#need_apt[@]})); then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+# Debian's redis-server package starts a daemon on 6379; the tests start their own servers.
+if command -v systemctl >/dev/null 2>&1; then systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
+pkill -x redis-server >/dev/null 2>&1 || true
+
+# Redis's own test suite, from the Debian source package of the installed version.
+if [ ! -x "$cache/redis-src/runtest" ]; then
+  if ! grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/ && ! grep -qs '^deb-src' /etc/apt/sources.list; then
+    sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources > /etc/apt/sources.list.d/keymesh-src.sources
+    apt-get update -qq
+  fi
+  rm -rf "$cache/redis-src.tmp" && mkdir -p "$cache/redis-src.tmp"
+  (cd "$cache/redis-src.tmp" && apt-get source -qq --download-only redis >/dev/null && dpkg-source -x --skip-patches redis_*.dsc src >/dev/null)
+  rm -rf "$cache/redis-src" && mv "$cache/redis-src.tmp/src" "$cache/redis-src" && rm -rf "$cache/redis-src.tmp"
+fi
+
+python3 -c 'import redis' 2>/dev/null || python3 -m pip install -q 'redis>=5,<6'
+echo "deps ok: $(redis-server --version | cut -d' ' -f3), tcl suite at $cache/redis-src"
