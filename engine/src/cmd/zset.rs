@@ -99,7 +99,7 @@ fn numkeys_at_1(argv: &[Bytes]) -> Vec<usize> {
 
 /// `ZUNIONSTORE dst numkeys key...`: the destination plus the sources.
 fn store_keys(argv: &[Bytes]) -> Vec<usize> {
-    let mut keys = vec![1];
+    let mut keys: Vec<usize> = (1..argv.len().min(2)).collect();
     keys.extend(numkeys_positions(argv, 2));
     keys
 }

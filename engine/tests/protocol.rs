@@ -1,0 +1,256 @@
+//! Black-box tests of the wire protocol: malformed input gets Redis's error and a closed
+//! connection, never a crash, a hang or unbounded memory, and other clients keep being served.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use support::{Conn, Reply, Server};
+
+/// Sends `bytes` on a fresh connection and returns the reply and whether the server closed.
+fn send_bad(server: &Server, bytes: &[u8]) -> (Option<Reply>, bool) {
+    let mut conn = server.connect();
+    // The server may close before it has read everything; that is the expected outcome.
+    let _ = conn.send_raw(bytes);
+    let reply = conn.read();
+    let closed = conn.read().is_none();
+    (reply, closed)
+}
+
+#[test]
+fn malformed_lengths_and_nesting_get_protocol_errors_and_close() {
+    // Every malformed header is answered with Redis's protocol error, then the connection closes.
+    let server = Server::start(&[]);
+    let cases: &[(&[u8], &str)] = &[
+        (b"*abc\r\n", "ERR Protocol error: invalid multibulk length"),
+        (
+            b"*99999999999\r\n",
+            "ERR Protocol error: invalid multibulk length",
+        ),
+        (b"*1\r\n$-5\r\n", "ERR Protocol error: invalid bulk length"),
+        (
+            b"*1\r\n$99999999999\r\n",
+            "ERR Protocol error: invalid bulk length",
+        ),
+        (
+            b"*1\r\n*1\r\n$4\r\nPING\r\n",
+            "ERR Protocol error: expected '$', got '*'",
+        ),
+        (
+            b"*2\r\n$3\r\nGET\r\n:1\r\n",
+            "ERR Protocol error: expected '$', got ':'",
+        ),
+        (
+            b"SET k \"unbalanced\r\n",
+            "ERR Protocol error: unbalanced quotes in request",
+        ),
+    ];
+    for (bytes, expected) in cases {
+        let (reply, closed) = send_bad(&server, bytes);
+        assert_eq!(
+            reply,
+            Some(Reply::Error(expected.to_string())),
+            "input {:?}",
+            String::from_utf8_lossy(bytes)
+        );
+        assert!(
+            closed,
+            "connection stays open after {:?}",
+            String::from_utf8_lossy(bytes)
+        );
+    }
+    assert_reply!(server.connect(), ["PING"], "PONG");
+}
+
+#[test]
+fn deep_nesting_is_rejected_without_recursion() {
+    // A request nested ten thousand levels deep is refused at the first nested header.
+    let server = Server::start(&[]);
+    let nested = "*1\r\n".repeat(10_000);
+    let (reply, closed) = send_bad(&server, nested.as_bytes());
+    assert_eq!(
+        reply,
+        Some(Reply::Error(
+            "ERR Protocol error: expected '$', got '*'".into()
+        ))
+    );
+    assert!(closed);
+}
+
+#[test]
+fn binary_garbage_never_crashes_the_server() {
+    // Random bytes on many connections leave the server serving everyone else.
+    let server = Server::start(&[]);
+    let mut state: u64 = 0x9e3779b97f4a7c15;
+    for _ in 0..50 {
+        let garbage: Vec<u8> = (0..4096)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                state as u8
+            })
+            .collect();
+        let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        let _ = s.write_all(&garbage);
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut sink = [0u8; 65536];
+        let _ = s.read(&mut sink);
+    }
+    assert_reply!(server.connect(), ["PING"], "PONG");
+}
+
+#[test]
+fn command_cut_off_mid_bulk_then_disconnect_is_harmless() {
+    // A client that dies mid-request leaves no partial write behind.
+    let server = Server::start(&[]);
+    {
+        let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+        s.write_all(b"*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$10\r\nabc")
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let mut conn = server.connect();
+    assert_eq!(conn.cmd(&["EXISTS", "key"]), Reply::Int(0));
+    assert_eq!(conn.cmd(&["DBSIZE"]), Reply::Int(0));
+}
+
+#[test]
+fn huge_claimed_bulk_does_not_allocate_what_it_claims() {
+    // Claiming a 500 MB argument and sending 1 KB of it does not make the server reserve 500 MB.
+    let server = Server::start(&[]);
+    let before = server.rss();
+    let mut conns = Vec::new();
+    for _ in 0..20 {
+        let mut conn = server.connect();
+        conn.send_raw(b"*2\r\n$3\r\nGET\r\n$500000000\r\n").unwrap();
+        conn.send_raw(&[b'x'; 1024]).unwrap();
+        conns.push(conn);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let growth = server.rss().saturating_sub(before);
+    assert!(
+        growth < 64 * 1024 * 1024,
+        "RSS grew by {growth} bytes for 20 half-sent 500 MB claims"
+    );
+    assert_reply!(server.connect(), ["PING"], "PONG");
+}
+
+#[test]
+fn query_buffer_limit_closes_the_connection() {
+    // An inline request with no newline past the limit, or a multibulk request bigger than
+    // client-query-buffer-limit, closes the connection.
+    let server = Server::start(&["--client-query-buffer-limit", "1mb"]);
+    let (reply, closed) = send_bad(&server, &vec![b'a'; 100 * 1024]);
+    assert_eq!(
+        reply,
+        Some(Reply::Error(
+            "ERR Protocol error: too big inline request".into()
+        ))
+    );
+    assert!(closed);
+
+    let mut conn = server.connect();
+    conn.send_raw(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$4000000\r\n")
+        .unwrap();
+    let chunk = vec![b'v'; 64 * 1024];
+    let mut closed = false;
+    for _ in 0..64 {
+        if conn.send_raw(&chunk).is_err() {
+            closed = true;
+            break;
+        }
+    }
+    closed = closed || conn.read().is_none();
+    assert!(
+        closed,
+        "a 4 MB request under a 1 MB query buffer limit was accepted"
+    );
+    assert_reply!(server.connect(), ["PING"], "PONG");
+}
+
+#[test]
+fn client_that_never_reads_costs_bounded_memory() {
+    // A client pipelining GETs of a 1 MB value without reading replies stalls only itself.
+    let server = Server::start(&[]);
+    let mut setup = server.connect();
+    let big = "x".repeat(1 << 20);
+    assert_eq!(setup.cmd(&["SET", "big", &big]), Reply::Status("OK".into()));
+    let before = server.rss();
+    let mut lazy = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    lazy.set_write_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let request = support::encode(&[b"GET", b"big"]);
+    // 2000 GETs would be 2 GB of replies if the server buffered them.
+    for _ in 0..2000 {
+        if lazy.write_all(&request).is_err() {
+            break;
+        }
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let growth = server.rss().saturating_sub(before);
+    assert!(
+        growth < 256 * 1024 * 1024,
+        "RSS grew by {growth} bytes for a client that never reads"
+    );
+    let mut other = server.connect();
+    assert_eq!(other.cmd(&["GET", "missing"]), Reply::Nil);
+    drop(lazy);
+}
+
+#[test]
+fn pipelined_requests_split_at_every_byte_are_answered_in_order() {
+    // The same pipeline delivered one byte at a time yields the same replies, in order.
+    let server = Server::start(&[]);
+    let mut pipeline = Vec::new();
+    for i in 0..20 {
+        pipeline.extend(support::encode(&[
+            b"SET",
+            format!("k{i}").as_bytes(),
+            format!("v{i}").as_bytes(),
+        ]));
+        pipeline.extend(support::encode(&[b"GET", format!("k{i}").as_bytes()]));
+    }
+    pipeline.extend_from_slice(b"PING\r\n");
+    let mut conn = server.connect();
+    for byte in &pipeline {
+        conn.send_raw(std::slice::from_ref(byte)).unwrap();
+    }
+    for i in 0..20 {
+        assert_eq!(conn.read(), Some(Reply::Status("OK".into())));
+        assert_eq!(conn.read(), Some(Reply::Bulk(format!("v{i}").into_bytes())));
+    }
+    assert_eq!(conn.read(), Some(Reply::Status("PONG".into())));
+}
+
+#[test]
+fn unknown_commands_and_wrong_arity_use_redis_wording() {
+    // Client libraries match these messages.
+    let server = Server::start(&[]);
+    let mut conn: Conn = server.connect();
+    assert_eq!(
+        conn.cmd(&["FOO", "a", "b"]),
+        Reply::Error("ERR unknown command 'FOO', with args beginning with: 'a' 'b' ".into())
+    );
+    assert_eq!(
+        conn.cmd(&["GET"]),
+        Reply::Error("ERR wrong number of arguments for 'get' command".into())
+    );
+    assert_eq!(
+        conn.cmd(&["SET", "k", "v", "EX", "0"]),
+        Reply::Error("ERR invalid expire time in 'set' command".into())
+    );
+}
+
+#[test]
+fn sigterm_shuts_down_cleanly() {
+    // SIGTERM ends the process with status 0 after closing clients.
+    let server = Server::start(&[]);
+    let mut conn = server.connect();
+    assert_reply!(conn, ["SET", "a", "1"], "OK");
+    let status = server.terminate();
+    assert!(status.success(), "exit status {status:?}");
+}

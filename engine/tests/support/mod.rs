@@ -1,0 +1,270 @@
+//! Test support: start a real `keymesh-server` process on free loopback ports, and a tiny
+//! blocking RESP client that reads replies into a `Reply` tree.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Server {
+    pub port: u16,
+    pub metrics_port: u16,
+    child: Child,
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+impl Server {
+    /// Starts the server with extra `--directive value` flags and waits until it accepts.
+    pub fn start(extra: &[&str]) -> Server {
+        let port = free_port();
+        let metrics_port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_keymesh-server"))
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--metrics-port",
+                &metrics_port.to_string(),
+                "--loglevel",
+                "warning",
+            ])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("keymesh-server starts");
+        let server = Server {
+            port,
+            metrics_port,
+            child,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "keymesh-server did not start listening on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    pub fn connect(&self) -> Conn {
+        Conn::connect(self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident memory of the server process, in bytes.
+    pub fn rss(&self) -> u64 {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    }
+
+    /// Sends SIGTERM and waits for a clean exit.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait works") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server did not exit after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn http_get(&self, path: &str) -> (u16, String) {
+        let mut s = TcpStream::connect(("127.0.0.1", self.metrics_port)).expect("metrics port");
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default();
+        (status, body)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A reply, as the test reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Status(String),
+    Error(String),
+    Int(i64),
+    Bulk(Vec<u8>),
+    Nil,
+    Array(Vec<Reply>),
+    Map(Vec<(Reply, Reply)>),
+    Double(String),
+    Bool(bool),
+    Push(Vec<Reply>),
+}
+
+impl Reply {
+    pub fn text(&self) -> String {
+        match self {
+            Reply::Status(s) | Reply::Error(s) | Reply::Double(s) => s.clone(),
+            Reply::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
+            Reply::Int(n) => n.to_string(),
+            other => format!("{other:?}"),
+        }
+    }
+
+    pub fn texts(&self) -> Vec<String> {
+        match self {
+            Reply::Array(items) | Reply::Push(items) => items.iter().map(Reply::text).collect(),
+            other => panic!("expected an array, got {other:?}"),
+        }
+    }
+
+    pub fn is_error(&self) -> bool {
+        matches!(self, Reply::Error(_))
+    }
+}
+
+pub struct Conn {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+pub fn encode(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+impl Conn {
+    pub fn connect(port: u16) -> Conn {
+        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        Conn {
+            reader: BufReader::new(stream.try_clone().unwrap()),
+            writer: stream,
+        }
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.writer.write_all(bytes)
+    }
+
+    pub fn send(&mut self, args: &[&str]) {
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        self.writer.write_all(&encode(&args)).expect("write");
+    }
+
+    /// Sends a command and reads its reply.
+    pub fn cmd(&mut self, args: &[&str]) -> Reply {
+        self.send(args);
+        self.read().expect("a reply")
+    }
+
+    pub fn set_timeout(&mut self, d: Duration) {
+        self.writer.set_read_timeout(Some(d)).unwrap();
+    }
+
+    /// Reads one reply; `None` if the server closed the connection.
+    pub fn read(&mut self) -> Option<Reply> {
+        let mut line = String::new();
+        if self.reader.read_line(&mut line).ok()? == 0 {
+            return None;
+        }
+        let line = line.trim_end_matches("\r\n");
+        let (tag, rest) = line.split_at(1);
+        Some(match tag {
+            "+" => Reply::Status(rest.into()),
+            "-" => Reply::Error(rest.into()),
+            ":" => Reply::Int(rest.parse().ok()?),
+            "," => Reply::Double(rest.into()),
+            "#" => Reply::Bool(rest == "t"),
+            "_" => Reply::Nil,
+            "$" | "=" => {
+                let len: i64 = rest.parse().ok()?;
+                if len < 0 {
+                    return Some(Reply::Nil);
+                }
+                let mut buf = vec![0; len as usize + 2];
+                self.reader.read_exact(&mut buf).ok()?;
+                buf.truncate(len as usize);
+                if tag == "=" {
+                    buf.drain(..4);
+                }
+                Reply::Bulk(buf)
+            }
+            "*" | "~" | ">" => {
+                let len: i64 = rest.parse().ok()?;
+                if len < 0 {
+                    return Some(Reply::Nil);
+                }
+                let items = (0..len).map(|_| self.read()).collect::<Option<Vec<_>>>()?;
+                if tag == ">" {
+                    Reply::Push(items)
+                } else {
+                    Reply::Array(items)
+                }
+            }
+            "%" => {
+                let len: i64 = rest.parse().ok()?;
+                let mut pairs = Vec::new();
+                for _ in 0..len {
+                    pairs.push((self.read()?, self.read()?));
+                }
+                Reply::Map(pairs)
+            }
+            _ => panic!("unexpected reply line {line:?}"),
+        })
+    }
+}
+
+/// Shorthand for asserting a bulk/status/int reply's text.
+#[macro_export]
+macro_rules! assert_reply {
+    ($conn:expr, [$($arg:expr),*], $expected:expr) => {{
+        let reply = $conn.cmd(&[$($arg),*]);
+        assert_eq!(reply.text(), $expected, "command {:?} replied {:?}", [$($arg),*], reply);
+    }};
+}
