@@ -7,7 +7,7 @@ cache="${KEYMESH_CACHE:-/var/cache/keymesh}"
 mkdir -p "$cache"
 
 need_apt=()
-for pkg in redis-server redis-tools tcl iproute2 dpkg-dev; do
+for pkg in redis-server redis-tools tcl iproute2 dpkg-dev python3-pip; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then
@@ -29,5 +29,13 @@ if [ ! -x "$cache/redis-src/runtest" ]; then
   rm -rf "$cache/redis-src" && mv "$cache/redis-src.tmp/src" "$cache/redis-src" && rm -rf "$cache/redis-src.tmp"
 fi
 
-python3 -c 'import redis' 2>/dev/null || python3 -m pip install -q 'redis>=5,<6'
+# redis-py 5 (RESP3; Debian's python3-redis is 4.3). Debian's own python3 is "externally
+# managed" (PEP 668): pip refuses to install into it without --break-system-packages.
+if ! python3 -c 'import redis, sys; sys.exit(int(redis.__version__.split(".")[0]) < 5)' 2>/dev/null; then
+  pip_flags=(-q)
+  if python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then
+    pip_flags+=(--break-system-packages)
+  fi
+  python3 -m pip install "${pip_flags[@]}" 'redis>=5,<6'
+fi
 echo "deps ok: $(redis-server --version | cut -d' ' -f3), tcl suite at $cache/redis-src"

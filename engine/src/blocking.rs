@@ -15,7 +15,7 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
 use crate::client::{ClientHandle, ClientState};
-use crate::db::Key;
+use crate::db::{Key, Kind};
 use crate::frame::Frame;
 use crate::server::Server;
 
@@ -26,6 +26,8 @@ pub struct Waiter {
     pub command: usize,
     pub argv: Vec<Bytes>,
     pub keys: Vec<Bytes>,
+    /// The type a key must hold to serve this waiter.
+    pub wants: Kind,
     /// What the client gets if it times out or is unblocked.
     pub timeout_reply: Frame,
     /// Set when the blocked client gave up (timeout, kill, `CLIENT UNBLOCK`).
@@ -41,6 +43,7 @@ impl Waiter {
         command: usize,
         argv: Vec<Bytes>,
         keys: Vec<Bytes>,
+        wants: Kind,
         timeout_reply: Frame,
     ) -> (Arc<Waiter>, oneshot::Receiver<Frame>) {
         let (tx, rx) = oneshot::channel();
@@ -51,6 +54,7 @@ impl Waiter {
             command,
             argv,
             keys,
+            wants,
             timeout_reply,
             cancelled: AtomicBool::new(false),
             unblock_error: AtomicBool::new(false),
@@ -120,10 +124,7 @@ impl Blocking {
             }
         }
         let mut by_client = self.by_client.lock();
-        if by_client
-            .get(&waiter.client.id)
-            .is_some_and(|w| Arc::ptr_eq(w, waiter))
-        {
+        if by_client.get(&waiter.client.id).is_some_and(|w| Arc::ptr_eq(w, waiter)) {
             by_client.remove(&waiter.client.id);
         }
     }
@@ -138,19 +139,11 @@ impl Blocking {
 
     /// Keys clients are blocked on in database `db`.
     pub fn keys_in_db(&self, db: usize) -> Vec<(usize, Key)> {
-        self.queues
-            .lock()
-            .keys()
-            .filter(|(d, _)| *d == db)
-            .cloned()
-            .collect()
+        self.queues.lock().keys().filter(|(d, _)| *d == db).cloned().collect()
     }
 
     fn front(&self, db: usize, key: &Key) -> Option<Arc<Waiter>> {
-        self.queues
-            .lock()
-            .get(&(db, key.clone()))
-            .and_then(|q| q.front().cloned())
+        self.queues.lock().get(&(db, key.clone())).and_then(|q| q.front().cloned())
     }
 
     /// Serves waiters of keys that became ready, first come first served.
@@ -161,6 +154,12 @@ impl Blocking {
         ready.dedup();
         for (db, key) in ready {
             while let Some(waiter) = self.front(db, &key) {
+                // A key that now holds another type (`LPUSH` then `SET` in one transaction)
+                // leaves its clients blocked, as in Redis.
+                let shard = server.store.shard_of(&key);
+                if server.store.lock_shard(db, shard).raw(&key).map(|e| e.value.kind()) != Some(waiter.wants) {
+                    break;
+                }
                 let Some(tx) = waiter.claim() else {
                     self.unregister(&waiter);
                     continue;
@@ -169,16 +168,11 @@ impl Blocking {
                 proxy.db = waiter.db;
                 proxy.resp = waiter.resp;
                 proxy.serving_wakeup = true;
-                let reply =
-                    crate::cmd::run_command(server, &mut proxy, waiter.command, &waiter.argv);
+                let reply = crate::cmd::run_command(server, &mut proxy, waiter.command, &waiter.argv);
                 let served = !proxy.would_block;
                 if served || waiter.cancelled.load(Ordering::Acquire) {
                     self.unregister(&waiter);
-                    let _ = tx.send(if served {
-                        reply
-                    } else {
-                        waiter.give_up_reply()
-                    });
+                    let _ = tx.send(if served { reply } else { waiter.give_up_reply() });
                     if !served {
                         continue;
                     }

@@ -26,6 +26,15 @@ pub struct Watched {
     pub live_at_watch: bool,
 }
 
+/// `CLIENT REPLY`: whether command replies are sent (push messages always are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyMode {
+    On,
+    Off,
+    /// Skip the reply of the next command only.
+    Skip,
+}
+
 /// A `MULTI` block being queued.
 #[derive(Debug, Default)]
 pub struct MultiState {
@@ -52,6 +61,7 @@ pub struct ClientState {
     pub watched: Vec<Watched>,
     pub channels: std::collections::HashSet<Bytes>,
     pub patterns: std::collections::HashSet<Bytes>,
+    pub reply_mode: ReplyMode,
     /// Set by QUIT: close after the reply.
     pub closing: bool,
     /// Set by a blocking handler that found nothing: the connection must wait.
@@ -77,6 +87,7 @@ impl ClientState {
             watched: Vec::new(),
             channels: Default::default(),
             patterns: Default::default(),
+            reply_mode: ReplyMode::On,
             closing: false,
             block: None,
             would_block: false,
@@ -129,24 +140,9 @@ impl ClientHandle {
 
     /// One `CLIENT LIST` line (the fields Redis 7.0 prints that clients and tools parse).
     pub fn info_line(&self) -> String {
-        let name = self
-            .name
-            .lock()
-            .as_ref()
-            .map(|n| String::from_utf8_lossy(n).into_owned())
-            .unwrap_or_default();
-        let lib_name = self
-            .lib_name
-            .lock()
-            .as_ref()
-            .map(|n| String::from_utf8_lossy(n).into_owned())
-            .unwrap_or_default();
-        let lib_ver = self
-            .lib_ver
-            .lock()
-            .as_ref()
-            .map(|n| String::from_utf8_lossy(n).into_owned())
-            .unwrap_or_default();
+        let name = self.name.lock().as_ref().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
+        let lib_name = self.lib_name.lock().as_ref().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
+        let lib_ver = self.lib_ver.lock().as_ref().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
         let age = self.created.elapsed().as_secs();
         let idle = self.last_active.lock().elapsed().as_secs();
         let subs = self.subscriptions.load(Ordering::Relaxed);
@@ -190,11 +186,7 @@ pub struct ClientRegistry {
 }
 
 impl ClientRegistry {
-    pub fn register(
-        &self,
-        addr: SocketAddr,
-        laddr: SocketAddr,
-    ) -> (Arc<ClientHandle>, mpsc::UnboundedReceiver<Frame>) {
+    pub fn register(&self, addr: SocketAddr, laddr: SocketAddr) -> (Arc<ClientHandle>, mpsc::UnboundedReceiver<Frame>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed) + 1;
         let (tx, rx) = mpsc::unbounded_channel();
         let handle = Arc::new(ClientHandle {

@@ -16,10 +16,7 @@ pub enum ConfigError {
     #[error("{origin}: {message}")]
     Invalid { origin: String, message: String },
     #[error("failed to read config file {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
 }
 
 /// How a directive's value is checked and normalised.
@@ -44,199 +41,56 @@ struct Directive {
     live: bool,
 }
 
-pub const EVICTION_POLICIES: &[&str] = &[
-    "noeviction",
-    "allkeys-lru",
-    "allkeys-lfu",
-    "volatile-lru",
-    "volatile-lfu",
-    "volatile-ttl",
-    "allkeys-random",
-    "volatile-random",
-];
+pub const EVICTION_POLICIES: &[&str] =
+    &["noeviction", "allkeys-lru", "allkeys-lfu", "volatile-lru", "volatile-lfu", "volatile-ttl", "allkeys-random", "volatile-random"];
 
 const DIRECTIVES: &[Directive] = &[
-    Directive {
-        name: "port",
-        default: "6379",
-        kind: Kind::Int(0, 65535),
-        live: false,
-    },
-    Directive {
-        name: "bind",
-        default: "* -::*",
-        kind: Kind::Str,
-        live: false,
-    },
-    Directive {
-        name: "protected-mode",
-        default: "yes",
-        kind: Kind::Bool,
-        live: true,
-    },
-    Directive {
-        name: "requirepass",
-        default: "",
-        kind: Kind::Str,
-        live: true,
-    },
-    Directive {
-        name: "masterauth",
-        default: "",
-        kind: Kind::Str,
-        live: true,
-    },
-    Directive {
-        name: "databases",
-        default: "16",
-        kind: Kind::Int(1, 1024),
-        live: false,
-    },
-    Directive {
-        name: "maxmemory",
-        default: "0",
-        kind: Kind::Bytes,
-        live: true,
-    },
-    Directive {
-        name: "maxmemory-policy",
-        default: "noeviction",
-        kind: Kind::Enum(EVICTION_POLICIES),
-        live: true,
-    },
-    Directive {
-        name: "maxmemory-samples",
-        default: "5",
-        kind: Kind::Int(1, 64),
-        live: true,
-    },
-    Directive {
-        name: "maxclients",
-        default: "10000",
-        kind: Kind::Int(1, 1_000_000),
-        live: true,
-    },
-    Directive {
-        name: "timeout",
-        default: "0",
-        kind: Kind::Int(0, i32::MAX as i64),
-        live: true,
-    },
-    Directive {
-        name: "tcp-keepalive",
-        default: "300",
-        kind: Kind::Int(0, i32::MAX as i64),
-        live: true,
-    },
-    Directive {
-        name: "server-threads",
-        default: "0",
-        kind: Kind::Int(0, 256),
-        live: false,
-    },
-    Directive {
-        name: "active-replica",
-        default: "no",
-        kind: Kind::Bool,
-        live: false,
-    },
-    Directive {
-        name: "multi-master",
-        default: "no",
-        kind: Kind::Bool,
-        live: false,
-    },
-    Directive {
-        name: "repl-timeout",
-        default: "60",
-        kind: Kind::Int(1, i32::MAX as i64),
-        live: true,
-    },
-    Directive {
-        name: "repl-backlog-size",
-        default: "64mb",
-        kind: Kind::Bytes,
-        live: true,
-    },
-    Directive {
-        name: "dir",
-        default: ".",
-        kind: Kind::Str,
-        live: false,
-    },
-    Directive {
-        name: "logfile",
-        default: "",
-        kind: Kind::Str,
-        live: false,
-    },
-    Directive {
-        name: "loglevel",
-        default: "notice",
-        kind: Kind::Enum(&["debug", "verbose", "notice", "warning", "nothing"]),
-        live: true,
-    },
-    Directive {
-        name: "save",
-        default: "",
-        kind: Kind::Fixed(&[""]),
-        live: true,
-    },
-    Directive {
-        name: "appendonly",
-        default: "no",
-        kind: Kind::Fixed(&["no"]),
-        live: true,
-    },
-    Directive {
-        name: "proto-max-bulk-len",
-        default: "512mb",
-        kind: Kind::Bytes,
-        live: true,
-    },
-    Directive {
-        name: "client-query-buffer-limit",
-        default: "1gb",
-        kind: Kind::Bytes,
-        live: true,
-    },
-    Directive {
-        name: "node-name",
-        default: "",
-        kind: Kind::Str,
-        live: false,
-    },
-    Directive {
-        name: "mesh-port",
-        default: "0",
-        kind: Kind::Int(0, 65535),
-        live: false,
-    },
-    Directive {
-        name: "metrics-port",
-        default: "9121",
-        kind: Kind::Int(0, 65535),
-        live: false,
-    },
-    Directive {
-        name: "max-clock-skew-ms",
-        default: "500",
-        kind: Kind::Int(0, i32::MAX as i64),
-        live: true,
-    },
-    Directive {
-        name: "tombstone-gc-seconds",
-        default: "86400",
-        kind: Kind::Int(1, i32::MAX as i64),
-        live: true,
-    },
+    Directive { name: "port", default: "6379", kind: Kind::Int(0, 65535), live: false },
+    Directive { name: "bind", default: "* -::*", kind: Kind::Str, live: false },
+    Directive { name: "protected-mode", default: "yes", kind: Kind::Bool, live: true },
+    Directive { name: "requirepass", default: "", kind: Kind::Str, live: true },
+    Directive { name: "masterauth", default: "", kind: Kind::Str, live: true },
+    Directive { name: "databases", default: "16", kind: Kind::Int(1, 1024), live: false },
+    Directive { name: "maxmemory", default: "0", kind: Kind::Bytes, live: true },
+    Directive { name: "maxmemory-policy", default: "noeviction", kind: Kind::Enum(EVICTION_POLICIES), live: true },
+    Directive { name: "maxmemory-samples", default: "5", kind: Kind::Int(1, 64), live: true },
+    Directive { name: "maxclients", default: "10000", kind: Kind::Int(1, 1_000_000), live: true },
+    Directive { name: "timeout", default: "0", kind: Kind::Int(0, i32::MAX as i64), live: true },
+    Directive { name: "tcp-keepalive", default: "300", kind: Kind::Int(0, i32::MAX as i64), live: true },
+    Directive { name: "server-threads", default: "0", kind: Kind::Int(0, 256), live: false },
+    Directive { name: "active-replica", default: "no", kind: Kind::Bool, live: false },
+    Directive { name: "multi-master", default: "no", kind: Kind::Bool, live: false },
+    Directive { name: "repl-timeout", default: "60", kind: Kind::Int(1, i32::MAX as i64), live: true },
+    Directive { name: "repl-backlog-size", default: "64mb", kind: Kind::Bytes, live: true },
+    Directive { name: "dir", default: ".", kind: Kind::Str, live: false },
+    Directive { name: "logfile", default: "", kind: Kind::Str, live: false },
+    Directive { name: "loglevel", default: "notice", kind: Kind::Enum(&["debug", "verbose", "notice", "warning", "nothing"]), live: true },
+    Directive { name: "save", default: "", kind: Kind::Fixed(&[""]), live: true },
+    Directive { name: "appendonly", default: "no", kind: Kind::Fixed(&["no"]), live: true },
+    Directive { name: "proto-max-bulk-len", default: "512mb", kind: Kind::Bytes, live: true },
+    Directive { name: "client-query-buffer-limit", default: "1gb", kind: Kind::Bytes, live: true },
+    Directive { name: "node-name", default: "", kind: Kind::Str, live: false },
+    Directive { name: "mesh-port", default: "0", kind: Kind::Int(0, 65535), live: false },
+    Directive { name: "metrics-port", default: "9121", kind: Kind::Int(0, 65535), live: false },
+    Directive { name: "max-clock-skew-ms", default: "500", kind: Kind::Int(0, i32::MAX as i64), live: true },
+    Directive { name: "tombstone-gc-seconds", default: "86400", kind: Kind::Int(1, i32::MAX as i64), live: true },
+    // Redis's encoding thresholds. KeyMesh keeps one representation per type, so these only
+    // decide nothing; they are accepted (and validated) so that configs, tools and test
+    // suites written for Redis and KeyDB load unchanged. See README, "Compatibility".
+    Directive { name: "hash-max-listpack-entries", default: "128", kind: Kind::Int(0, i64::MAX), live: true },
+    Directive { name: "hash-max-listpack-value", default: "64", kind: Kind::Int(0, i64::MAX), live: true },
+    Directive { name: "hash-max-ziplist-entries", default: "128", kind: Kind::Int(0, i64::MAX), live: true },
+    Directive { name: "hash-max-ziplist-value", default: "64", kind: Kind::Int(0, i64::MAX), live: true },
+    Directive { name: "set-max-intset-entries", default: "512", kind: Kind::Int(0, i64::MAX), live: true },
+    Directive { name: "zset-max-listpack-entries", default: "128", kind: Kind::Int(0, i64::MAX), live: true },
+    Directive { name: "zset-max-listpack-value", default: "64", kind: Kind::Int(0, i64::MAX), live: true },
+    Directive { name: "zset-max-ziplist-entries", default: "128", kind: Kind::Int(0, i64::MAX), live: true },
+    Directive { name: "zset-max-ziplist-value", default: "64", kind: Kind::Int(0, i64::MAX), live: true },
+    Directive { name: "list-max-listpack-size", default: "-2", kind: Kind::Int(-5, i64::MAX), live: true },
+    Directive { name: "list-max-ziplist-size", default: "-2", kind: Kind::Int(-5, i64::MAX), live: true },
+    Directive { name: "list-compress-depth", default: "0", kind: Kind::Int(0, i64::MAX), live: true },
     // Test hook: shifts this node's wall clock, to prove convergence under clock skew.
-    Directive {
-        name: "clock-offset-ms",
-        default: "0",
-        kind: Kind::Int(-86_400_000, 86_400_000),
-        live: false,
-    },
+    Directive { name: "clock-offset-ms", default: "0", kind: Kind::Int(-86_400_000, 86_400_000), live: false },
 ];
 
 /// Directives that may appear more than once; their values accumulate.
@@ -251,10 +105,7 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        let mut config = Config {
-            values: BTreeMap::new(),
-            replicaof: Vec::new(),
-        };
+        let mut config = Config { values: BTreeMap::new(), replicaof: Vec::new() };
         for d in DIRECTIVES {
             // Defaults go through the same normalisation as user values ("1gb" → bytes).
             if config.set(d.name, d.default).is_err() {
@@ -266,18 +117,13 @@ impl Default for Config {
 }
 
 fn invalid(origin: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        origin: origin.to_string(),
-        message: message.into(),
-    }
+    ConfigError::Invalid { origin: origin.to_string(), message: message.into() }
 }
 
 /// Parses `100`, `1k`, `1kb`, `5mb`, `2gb` as Redis does (k = 1000, kb = 1024).
 pub fn parse_bytes(s: &str) -> Option<u64> {
     let lower = s.to_ascii_lowercase();
-    let split = lower
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(lower.len());
+    let split = lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len());
     let (digits, unit) = lower.split_at(split);
     let n: u64 = digits.parse().ok()?;
     let mul: u64 = match unit {
@@ -309,10 +155,7 @@ impl Config {
         while i < rest.len() {
             let flag = &rest[i];
             let Some(name) = flag.strip_prefix("--") else {
-                return Err(invalid(
-                    &format!("argument '{flag}'"),
-                    "expected a --directive",
-                ));
+                return Err(invalid(&format!("argument '{flag}'"), "expected a --directive"));
             };
             let mut values = Vec::new();
             i += 1;
@@ -327,15 +170,9 @@ impl Config {
 
     fn load_file(&mut self, path: &Path, depth: usize) -> Result<(), ConfigError> {
         if depth > 8 {
-            return Err(invalid(
-                &path.display().to_string(),
-                "include nesting deeper than 8",
-            ));
+            return Err(invalid(&path.display().to_string(), "include nesting deeper than 8"));
         }
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
         for (n, line) in text.lines().enumerate() {
             let origin = format!("{}:{}", path.display(), n + 1);
             let line = line.trim();
@@ -377,9 +214,7 @@ impl Config {
         let [host, port] = values else {
             return Err(invalid(origin, "replicaof takes a host and a port"));
         };
-        let port: u16 = port
-            .parse()
-            .map_err(|_| invalid(origin, format!("invalid port '{port}'")))?;
+        let port: u16 = port.parse().map_err(|_| invalid(origin, format!("invalid port '{port}'")))?;
         self.replicaof.push((host.clone(), port));
         Ok(())
     }
@@ -387,10 +222,7 @@ impl Config {
     /// Validates and stores a value. The error message is Redis's wording where Redis has
     /// one.
     pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
-        let directive = DIRECTIVES
-            .iter()
-            .find(|d| d.name == name)
-            .ok_or_else(|| format!("unknown directive '{name}'"))?;
+        let directive = DIRECTIVES.iter().find(|d| d.name == name).ok_or_else(|| format!("unknown directive '{name}'"))?;
         let normalised = match directive.kind {
             Kind::Bool => match value.to_ascii_lowercase().as_str() {
                 "yes" | "true" => "yes".to_string(),
@@ -398,27 +230,18 @@ impl Config {
                 _ => return Err(format!("argument must be 'yes' or 'no' for '{name}'")),
             },
             Kind::Int(min, max) => {
-                let n: i64 = value.parse().map_err(|_| {
-                    format!("argument couldn't be parsed into an integer for '{name}'")
-                })?;
+                let n: i64 = value.parse().map_err(|_| format!("argument couldn't be parsed into an integer for '{name}'"))?;
                 if n < min || n > max {
-                    return Err(format!(
-                        "argument must be between {min} and {max} inclusive for '{name}'"
-                    ));
+                    return Err(format!("argument must be between {min} and {max} inclusive for '{name}'"));
                 }
                 n.to_string()
             }
-            Kind::Bytes => parse_bytes(value)
-                .ok_or_else(|| format!("argument must be a memory value for '{name}'"))?
-                .to_string(),
+            Kind::Bytes => parse_bytes(value).ok_or_else(|| format!("argument must be a memory value for '{name}'"))?.to_string(),
             Kind::Str => value.to_string(),
             Kind::Enum(options) => {
                 let v = value.to_ascii_lowercase();
                 if !options.contains(&v.as_str()) {
-                    return Err(format!(
-                        "argument(s) must be one of the following: {} for '{name}'",
-                        options.join(", ")
-                    ));
+                    return Err(format!("argument(s) must be one of the following: {} for '{name}'", options.join(", ")));
                 }
                 v
             }
@@ -440,9 +263,7 @@ impl Config {
     pub fn set_live(&mut self, name: &str, value: &str) -> Result<(), String> {
         let name = name.to_ascii_lowercase();
         match DIRECTIVES.iter().find(|d| d.name == name) {
-            None => Err(format!(
-                "Unknown option or number of arguments for CONFIG SET - '{name}'"
-            )),
+            None => Err(format!("Unknown option or number of arguments for CONFIG SET - '{name}'")),
             Some(d) if !d.live => Err(format!("can't set immutable config '{name}'")),
             Some(_) => self.set(&name, value),
         }
@@ -450,19 +271,10 @@ impl Config {
 
     /// `CONFIG GET`: every directive matching the glob pattern, with its value.
     pub fn get_matching(&self, pattern: &[u8]) -> Vec<(String, String)> {
-        let mut out: Vec<(String, String)> = self
-            .values
-            .iter()
-            .filter(|(k, _)| glob_match(pattern, k.as_bytes(), true))
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect();
+        let mut out: Vec<(String, String)> =
+            self.values.iter().filter(|(k, _)| glob_match(pattern, k.as_bytes(), true)).map(|(k, v)| (k.to_string(), v.clone())).collect();
         if glob_match(pattern, b"replicaof", true) {
-            let v = self
-                .replicaof
-                .iter()
-                .map(|(h, p)| format!("{h} {p}"))
-                .collect::<Vec<_>>()
-                .join(" ");
+            let v = self.replicaof.iter().map(|(h, p)| format!("{h} {p}")).collect::<Vec<_>>().join(" ");
             out.push(("replicaof".into(), v));
         }
         out
@@ -514,10 +326,7 @@ mod tests {
 
     #[test]
     fn flags_set_directives_and_units() {
-        let c = Config::from_args(&args(
-            "--port 7000 --maxmemory 1gb --replicaof a 6379 --replicaof b 6380",
-        ))
-        .unwrap();
+        let c = Config::from_args(&args("--port 7000 --maxmemory 1gb --replicaof a 6379 --replicaof b 6380")).unwrap();
         assert_eq!(c.int("port"), 7000);
         assert_eq!(c.get("maxmemory"), "1073741824");
         assert_eq!(c.replicaof, vec![("a".into(), 6379), ("b".into(), 6380)]);
@@ -525,33 +334,19 @@ mod tests {
 
     #[test]
     fn errors_name_the_flag_or_line() {
-        let e = Config::from_args(&args("--port 99999"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("flag --port") && e.contains("between 0 and 65535"),
-            "{e}"
-        );
-        let e = Config::from_args(&args("--nosuch 1"))
-            .unwrap_err()
-            .to_string();
+        let e = Config::from_args(&args("--port 99999")).unwrap_err().to_string();
+        assert!(e.contains("flag --port") && e.contains("between 0 and 65535"), "{e}");
+        let e = Config::from_args(&args("--nosuch 1")).unwrap_err().to_string();
         assert!(e.contains("unknown directive 'nosuch'"), "{e}");
-        let e = Config::from_args(&args("--appendonly yes"))
-            .unwrap_err()
-            .to_string();
+        let e = Config::from_args(&args("--appendonly yes")).unwrap_err().to_string();
         assert!(e.contains("not supported"), "{e}");
 
         let dir = std::env::temp_dir().join(format!("keymesh-conf-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("k.conf");
         std::fs::write(&file, "# comment\nport 7001\nmaxmemory-policy sometimes\n").unwrap();
-        let e = Config::from_args(&[file.display().to_string()])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("k.conf:3") && e.contains("maxmemory-policy"),
-            "{e}"
-        );
+        let e = Config::from_args(&[file.display().to_string()]).unwrap_err().to_string();
+        assert!(e.contains("k.conf:3") && e.contains("maxmemory-policy"), "{e}");
     }
 
     #[test]
@@ -560,12 +355,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("base.conf"), "port 7002\ndatabases 4\n").unwrap();
         std::fs::write(dir.join("main.conf"), "include base.conf\nsave \"\"\n").unwrap();
-        let c = Config::from_args(&[
-            dir.join("main.conf").display().to_string(),
-            "--port".into(),
-            "7003".into(),
-        ])
-        .unwrap();
+        let c = Config::from_args(&[dir.join("main.conf").display().to_string(), "--port".into(), "7003".into()]).unwrap();
         assert_eq!(c.int("databases"), 4);
         assert_eq!(c.int("port"), 7003);
     }

@@ -17,7 +17,7 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tracing::debug;
 
-use crate::client::{BlockRequest, ClientState};
+use crate::client::{BlockRequest, ClientState, ReplyMode};
 use crate::frame::Frame;
 use crate::parse::{parse_request, Request};
 use crate::server::Server;
@@ -39,10 +39,7 @@ pub async fn serve(server: Arc<Server>, socket: TcpStream, addr: SocketAddr) {
         return;
     }
     let (handle, mut pushes) = server.clients.register(addr, laddr);
-    let mut client = ClientState::new(
-        handle.clone(),
-        !server.hot.has_password.load(Ordering::Relaxed),
-    );
+    let mut client = ClientState::new(handle.clone(), !server.hot.has_password.load(Ordering::Relaxed));
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut output = BytesMut::with_capacity(READ_CHUNK);
     let mut shutdown = server.shutdown_signal();
@@ -68,10 +65,7 @@ pub async fn serve(server: Arc<Server>, socket: TcpStream, addr: SocketAddr) {
             break;
         }
         if input.len() > server.hot.query_buffer_limit.load(Ordering::Relaxed) {
-            debug!(
-                client = client.id,
-                "closing client that exceeded client-query-buffer-limit"
-            );
+            debug!(client = client.id, "closing client that exceeded client-query-buffer-limit");
             break;
         }
         let limits = server.parse_limits();
@@ -90,7 +84,17 @@ pub async fn serve(server: Arc<Server>, socket: TcpStream, addr: SocketAddr) {
                 continue;
             }
             *handle.last_active.lock() = Instant::now();
+            let mode_before = client.reply_mode;
             let reply = crate::cmd::dispatch(&server, &mut client, argv);
+            let suppress = match (mode_before, client.reply_mode) {
+                (_, ReplyMode::Off) => true,
+                (ReplyMode::On, ReplyMode::Skip) => true,
+                (ReplyMode::Skip, ReplyMode::Skip) => {
+                    client.reply_mode = ReplyMode::On;
+                    true
+                }
+                _ => false,
+            };
             if let Some(block) = client.block.take() {
                 // Everything before the blocking command is answered first.
                 if flush(&server, &mut writer, &mut output).await.is_err() {
@@ -101,6 +105,8 @@ pub async fn serve(server: Arc<Server>, socket: TcpStream, addr: SocketAddr) {
                     break 'connection;
                 };
                 frame.encode(client.resp, &mut output);
+            } else if suppress {
+                encode_pushes_only(&client, &reply, &mut output);
             } else {
                 reply.encode(client.resp, &mut output);
             }
@@ -108,9 +114,7 @@ pub async fn serve(server: Arc<Server>, socket: TcpStream, addr: SocketAddr) {
                 let _ = flush(&server, &mut writer, &mut output).await;
                 break 'connection;
             }
-            if output.len() >= FLUSH_THRESHOLD
-                && flush(&server, &mut writer, &mut output).await.is_err()
-            {
+            if output.len() >= FLUSH_THRESHOLD && flush(&server, &mut writer, &mut output).await.is_err() {
                 break 'connection;
             }
         }
@@ -129,16 +133,12 @@ pub async fn serve(server: Arc<Server>, socket: TcpStream, addr: SocketAddr) {
 /// client when no password is set.
 fn refuse(server: &Server, addr: SocketAddr) -> Option<&'static str> {
     if server.clients.count() >= server.hot.maxclients.load(Ordering::Relaxed) {
-        server
-            .stats
-            .rejected_connections
-            .fetch_add(1, Ordering::Relaxed);
+        server.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
         server.metrics.connection_rejected();
         return Some("-ERR max number of clients reached\r\n");
     }
-    let protected = server.hot.protected_mode.load(Ordering::Relaxed)
-        && !server.hot.has_password.load(Ordering::Relaxed)
-        && server.config.read().get("bind") == "* -::*";
+    let protected =
+        server.hot.protected_mode.load(Ordering::Relaxed) && !server.hot.has_password.load(Ordering::Relaxed) && server.config.read().get("bind") == "* -::*";
     if protected && !addr.ip().is_loopback() {
         return Some("-DENIED Running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. Set a password with `requirepass`, bind explicitly to the interfaces clients use, or disable protected mode with `protected-mode no`.\r\n");
     }
@@ -166,52 +166,42 @@ fn take_args(input: &mut BytesMut, request: Request) -> Vec<Bytes> {
     }
 }
 
+/// With `CLIENT REPLY OFF|SKIP` only RESP3 push frames (subscription confirmations) go out,
+/// as in Redis.
+fn encode_pushes_only(client: &ClientState, frame: &Frame, output: &mut BytesMut) {
+    match frame {
+        Frame::Push(_) if client.resp >= 3 => frame.encode(client.resp, output),
+        Frame::Sequence(frames) => frames.iter().for_each(|f| encode_pushes_only(client, f, output)),
+        _ => {}
+    }
+}
+
 fn encode_push(client: &ClientState, frame: &Frame, output: &mut BytesMut) {
     let before = output.len();
     frame.encode(client.resp, output);
     let size = (output.len() - before) as u64;
-    let _ = client
-        .handle
-        .pending_push
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-            Some(v.saturating_sub(size))
-        });
+    let _ = client.handle.pending_push.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(size)));
 }
 
-fn drain_pushes(
-    client: &ClientState,
-    pushes: &mut tokio::sync::mpsc::UnboundedReceiver<Frame>,
-    output: &mut BytesMut,
-) {
+fn drain_pushes(client: &ClientState, pushes: &mut tokio::sync::mpsc::UnboundedReceiver<Frame>, output: &mut BytesMut) {
     while let Ok(frame) = pushes.try_recv() {
         encode_push(client, &frame, output);
     }
 }
 
-async fn flush(
-    server: &Server,
-    writer: &mut OwnedWriteHalf,
-    output: &mut BytesMut,
-) -> std::io::Result<()> {
+async fn flush(server: &Server, writer: &mut OwnedWriteHalf, output: &mut BytesMut) -> std::io::Result<()> {
     if output.is_empty() {
         return Ok(());
     }
     writer.write_all(output).await?;
-    server
-        .stats
-        .net_output_bytes
-        .fetch_add(output.len() as u64, Ordering::Relaxed);
+    server.stats.net_output_bytes.fetch_add(output.len() as u64, Ordering::Relaxed);
     output.clear();
     Ok(())
 }
 
 /// Waits for a blocking command's reply: served by `blocking::wake`, timed out, or
 /// cancelled by kill or shutdown (`None`: close the connection).
-async fn wait_blocked(
-    server: &Server,
-    client: &ClientState,
-    mut block: BlockRequest,
-) -> Option<Frame> {
+async fn wait_blocked(server: &Server, client: &ClientState, mut block: BlockRequest) -> Option<Frame> {
     enum Outcome {
         Served(Option<Frame>),
         TimedOut,

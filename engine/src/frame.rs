@@ -52,9 +52,7 @@ impl Frame {
     }
 
     pub fn bulk_i64(n: i64) -> Frame {
-        Frame::Bulk(Bytes::copy_from_slice(
-            itoa::Buffer::new().format(n).as_bytes(),
-        ))
+        Frame::Bulk(Bytes::copy_from_slice(itoa::Buffer::new().format(n).as_bytes()))
     }
 
     pub fn bulk_f64(n: f64) -> Frame {
@@ -164,11 +162,7 @@ pub fn format_double_g17(d: f64) -> String {
         return if d > 0.0 { "inf".into() } else { "-inf".into() };
     }
     if d == 0.0 {
-        return if d.is_sign_negative() {
-            "-0".into()
-        } else {
-            "0".into()
-        };
+        return if d.is_sign_negative() { "-0".into() } else { "0".into() };
     }
     // 17 significant digits in scientific form: "d.dddddddddddddddde<exp>".
     let sci = format!("{:.16e}", d);

@@ -24,10 +24,7 @@ pub struct SystemClock;
 
 impl WallClock for SystemClock {
     fn now_ms(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0)
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
     }
 }
 
@@ -76,20 +73,13 @@ pub struct Hlc {
 
 impl std::fmt::Debug for Hlc {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hlc")
-            .field("last", &self.last.load(Ordering::Relaxed))
-            .finish()
+        f.debug_struct("Hlc").field("last", &self.last.load(Ordering::Relaxed)).finish()
     }
 }
 
 impl Hlc {
     pub fn new(wall: Arc<dyn WallClock>, max_skew_ms: u64) -> Hlc {
-        Hlc {
-            last: AtomicU64::new(0),
-            wall,
-            max_skew_ms: AtomicU64::new(max_skew_ms),
-            skewed_receives: AtomicU64::new(0),
-        }
+        Hlc { last: AtomicU64::new(0), wall, max_skew_ms: AtomicU64::new(max_skew_ms), skewed_receives: AtomicU64::new(0) }
     }
 
     pub fn wall_ms(&self) -> u64 {
@@ -135,12 +125,7 @@ impl Hlc {
         let mut last = self.last.load(Ordering::Relaxed);
         loop {
             let candidate = next(last);
-            match self.last.compare_exchange_weak(
-                last,
-                candidate,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
+            match self.last.compare_exchange_weak(last, candidate, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => return candidate,
                 Err(actual) => last = actual,
             }

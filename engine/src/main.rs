@@ -16,11 +16,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if args.iter().any(|a| a == "--version" || a == "-v") {
-        println!(
-            "keymesh-server {} (redis protocol {})",
-            env!("CARGO_PKG_VERSION"),
-            keymesh_engine::cmd::connection::REDIS_COMPAT_VERSION
-        );
+        println!("keymesh-server {} (redis protocol {})", env!("CARGO_PKG_VERSION"), keymesh_engine::cmd::connection::REDIS_COMPAT_VERSION);
         return ExitCode::SUCCESS;
     }
     let config = match Config::from_args(&args) {
@@ -38,11 +34,7 @@ fn main() -> ExitCode {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n as usize,
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("keymesh-server: failed to start the runtime: {e}");
@@ -77,23 +69,13 @@ fn init_logging(config: &Config) -> Result<(), String> {
         "warning" => "warn",
         _ => "off",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false);
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
     match config.get("logfile") {
         "" => builder.with_writer(std::io::stderr).init(),
         path => {
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .map_err(|e| format!("failed to open logfile {path}: {e}"))?;
-            builder
-                .with_ansi(false)
-                .with_writer(std::sync::Mutex::new(file))
-                .init();
+            let file = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| format!("failed to open logfile {path}: {e}"))?;
+            builder.with_ansi(false).with_writer(std::sync::Mutex::new(file)).init();
         }
     }
     Ok(())

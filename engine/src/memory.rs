@@ -25,9 +25,7 @@ pub fn refresh() -> u64 {
 /// Lowers the cached value after an eviction freed `bytes`, so the eviction loop can stop
 /// without waiting for the next refresh.
 pub fn note_freed(bytes: u64) {
-    let _ = USED.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-        Some(v.saturating_sub(bytes))
-    });
+    let _ = USED.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| Some(v.saturating_sub(bytes)));
 }
 
 /// Resident set size of this process, from /proc (0 where unavailable).
@@ -35,11 +33,7 @@ pub fn rss_bytes() -> u64 {
     let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
         return 0;
     };
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).map_or(0, |kb| kb * 1024)
 }
 
 pub async fn run_refresher() {

@@ -6,10 +6,7 @@
 
 use std::sync::atomic::Ordering;
 
-use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
-};
+use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
 
 use crate::cmd::TABLE;
 use crate::server::Server;
@@ -32,17 +29,13 @@ pub struct Metrics {
 
 fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
     let c = IntCounter::new(name, help).expect("metric definitions are static and valid");
-    registry
-        .register(Box::new(c.clone()))
-        .expect("metric names are unique");
+    registry.register(Box::new(c.clone())).expect("metric names are unique");
     c
 }
 
 fn gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
     let g = IntGauge::new(name, help).expect("metric definitions are static and valid");
-    registry
-        .register(Box::new(g.clone()))
-        .expect("metric names are unique");
+    registry.register(Box::new(g.clone())).expect("metric names are unique");
     g
 }
 
@@ -50,77 +43,31 @@ impl Metrics {
     pub fn new() -> Metrics {
         let registry = Registry::new();
         let by_command = |name: &str, help: &str| {
-            let vec =
-                IntCounterVec::new(Opts::new(name, help), &["command"]).expect("static metric");
-            registry
-                .register(Box::new(vec.clone()))
-                .expect("unique metric");
-            TABLE
-                .specs
-                .iter()
-                .map(|s| vec.with_label_values(&[s.name]))
-                .collect::<Vec<_>>()
+            let vec = IntCounterVec::new(Opts::new(name, help), &["command"]).expect("static metric");
+            registry.register(Box::new(vec.clone())).expect("unique metric");
+            TABLE.specs.iter().map(|s| vec.with_label_values(&[s.name])).collect::<Vec<_>>()
         };
         let commands = by_command("keymesh_commands_total", "Commands processed, by command.");
-        let failed = by_command(
-            "keymesh_command_errors_total",
-            "Commands that replied with an error, by command.",
-        );
+        let failed = by_command("keymesh_command_errors_total", "Commands that replied with an error, by command.");
         let latency = Histogram::with_opts(
-            HistogramOpts::new(
-                "keymesh_command_duration_seconds",
-                "Command execution time.",
-            )
-            .buckets(vec![
-                0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.005,
-                0.025, 0.1, 1.0,
-            ]),
+            HistogramOpts::new("keymesh_command_duration_seconds", "Command execution time.")
+                .buckets(vec![0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.005, 0.025, 0.1, 1.0]),
         )
         .expect("static metric");
-        registry
-            .register(Box::new(latency.clone()))
-            .expect("unique metric");
+        registry.register(Box::new(latency.clone())).expect("unique metric");
         Metrics {
             commands,
             failed,
             latency,
             clients: gauge(&registry, "keymesh_connected_clients", "Connected clients."),
-            blocked_clients: gauge(
-                &registry,
-                "keymesh_blocked_clients",
-                "Clients blocked in BLPOP-style commands.",
-            ),
+            blocked_clients: gauge(&registry, "keymesh_blocked_clients", "Clients blocked in BLPOP-style commands."),
             keys: gauge(&registry, "keymesh_keys", "Live keys in all databases."),
-            expired: counter(
-                &registry,
-                "keymesh_expired_keys_total",
-                "Keys deleted because their TTL passed.",
-            ),
-            evicted: counter(
-                &registry,
-                "keymesh_evicted_keys_total",
-                "Keys evicted by the maxmemory policy.",
-            ),
-            memory_used: gauge(
-                &registry,
-                "keymesh_memory_used_bytes",
-                "Bytes allocated by the engine.",
-            ),
-            memory_rss: gauge(
-                &registry,
-                "keymesh_memory_rss_bytes",
-                "Resident set size of the process.",
-            ),
-            connections: counter(
-                &registry,
-                "keymesh_connections_received_total",
-                "Client connections accepted.",
-            ),
-            rejected_connections: counter(
-                &registry,
-                "keymesh_rejected_connections_total",
-                "Connections refused by maxclients.",
-            ),
+            expired: counter(&registry, "keymesh_expired_keys_total", "Keys deleted because their TTL passed."),
+            evicted: counter(&registry, "keymesh_evicted_keys_total", "Keys evicted by the maxmemory policy."),
+            memory_used: gauge(&registry, "keymesh_memory_used_bytes", "Bytes allocated by the engine."),
+            memory_rss: gauge(&registry, "keymesh_memory_rss_bytes", "Resident set size of the process."),
+            connections: counter(&registry, "keymesh_connections_received_total", "Client connections accepted."),
+            rejected_connections: counter(&registry, "keymesh_rejected_connections_total", "Connections refused by maxclients."),
             registry,
         }
     }
@@ -145,21 +92,10 @@ impl Metrics {
     pub fn render(&self, server: &Server) -> String {
         let store = &server.store;
         self.clients.set(server.clients.count() as i64);
-        self.blocked_clients
-            .set(server.blocking.blocked_clients() as i64);
-        self.keys.set(
-            (0..store.databases())
-                .map(|db| store.dbsize(db))
-                .sum::<usize>() as i64,
-        );
-        sync_counter(
-            &self.expired,
-            store.stats.expired_keys.load(Ordering::Relaxed),
-        );
-        sync_counter(
-            &self.evicted,
-            store.stats.evicted_keys.load(Ordering::Relaxed),
-        );
+        self.blocked_clients.set(server.blocking.blocked_clients() as i64);
+        self.keys.set((0..store.databases()).map(|db| store.dbsize(db)).sum::<usize>() as i64);
+        sync_counter(&self.expired, store.stats.expired_keys.load(Ordering::Relaxed));
+        sync_counter(&self.evicted, store.stats.evicted_keys.load(Ordering::Relaxed));
         self.memory_used.set(crate::memory::refresh() as i64);
         self.memory_rss.set(crate::memory::rss_bytes() as i64);
         let mut out = Vec::new();

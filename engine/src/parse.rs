@@ -22,10 +22,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            max_bulk_len: 512 * 1024 * 1024,
-            max_multibulk_len: 1024 * 1024,
-        }
+        Limits { max_bulk_len: 512 * 1024 * 1024, max_multibulk_len: 1024 * 1024 }
     }
 }
 
@@ -76,8 +73,7 @@ pub fn parse_request(buf: &[u8], limits: &Limits) -> Result<Option<Request>, Pro
 }
 
 fn parse_multibulk(buf: &[u8], limits: &Limits) -> Result<Option<Request>, ProtocolError> {
-    let Some((count, mut pos)) = read_length_line(buf, 1, ProtocolError::TooBigMultibulkLine)?
-    else {
+    let Some((count, mut pos)) = read_length_line(buf, 1, ProtocolError::TooBigMultibulkLine)? else {
         return Ok(None);
     };
     let count = count.ok_or(ProtocolError::InvalidMultibulkLength)?;
@@ -86,10 +82,7 @@ fn parse_multibulk(buf: &[u8], limits: &Limits) -> Result<Option<Request>, Proto
     }
     if count <= 0 {
         // `*0` and `*-1` are empty requests; Redis skips them.
-        return Ok(Some(Request::Multibulk {
-            args: Vec::new(),
-            len: pos,
-        }));
+        return Ok(Some(Request::Multibulk { args: Vec::new(), len: pos }));
     }
     let count = count as usize;
     let mut args = Vec::with_capacity(count.min(1024));
@@ -100,8 +93,7 @@ fn parse_multibulk(buf: &[u8], limits: &Limits) -> Result<Option<Request>, Proto
         if tag != b'$' {
             return Err(ProtocolError::ExpectedBulk(tag));
         }
-        let Some((len, next)) = read_length_line(buf, pos + 1, ProtocolError::TooBigBulkLine)?
-        else {
+        let Some((len, next)) = read_length_line(buf, pos + 1, ProtocolError::TooBigBulkLine)? else {
             return Ok(None);
         };
         let len = match len {
@@ -123,11 +115,7 @@ fn parse_multibulk(buf: &[u8], limits: &Limits) -> Result<Option<Request>, Proto
 
 /// Reads a decimal length from `start` up to CRLF. Returns the value (`None` if it is not a
 /// number) and the position after the CRLF, or `Ok(None)` if the line is incomplete.
-fn read_length_line(
-    buf: &[u8],
-    start: usize,
-    too_long: ProtocolError,
-) -> Result<Option<(Option<i64>, usize)>, ProtocolError> {
+fn read_length_line(buf: &[u8], start: usize, too_long: ProtocolError) -> Result<Option<(Option<i64>, usize)>, ProtocolError> {
     let rest = &buf[start.min(buf.len())..];
     let Some(cr) = memchr::memchr(b'\r', rest) else {
         if rest.len() > MAX_INLINE_LEN {
@@ -163,11 +151,7 @@ pub fn parse_i64(s: &[u8]) -> Option<i64> {
             return None;
         }
         let d = (c - b'0') as i64;
-        value = if negative {
-            value.checked_mul(10)?.checked_sub(d)?
-        } else {
-            value.checked_mul(10)?.checked_add(d)?
-        };
+        value = if negative { value.checked_mul(10)?.checked_sub(d)? } else { value.checked_mul(10)?.checked_add(d)? };
     }
     Some(value)
 }
@@ -277,9 +261,7 @@ mod tests {
 
     fn args_of(buf: &[u8], req: &Request) -> Vec<Vec<u8>> {
         match req {
-            Request::Multibulk { args, .. } => {
-                args.iter().map(|r| buf[r.clone()].to_vec()).collect()
-            }
+            Request::Multibulk { args, .. } => args.iter().map(|r| buf[r.clone()].to_vec()).collect(),
             Request::Inline { args, .. } => args.clone(),
         }
     }
@@ -303,60 +285,27 @@ mod tests {
 
         let buf = b"set k \"a b\\x41\"\r\n";
         let req = parse_request(buf, &Limits::default()).unwrap().unwrap();
-        assert_eq!(
-            args_of(buf, &req),
-            vec![b"set".to_vec(), b"k".to_vec(), b"a bA".to_vec()]
-        );
+        assert_eq!(args_of(buf, &req), vec![b"set".to_vec(), b"k".to_vec(), b"a bA".to_vec()]);
     }
 
     #[test]
     fn rejects_bad_lengths_and_nesting() {
         let l = Limits::default();
-        assert_eq!(
-            parse_request(b"*-10\r\n", &l),
-            Ok(Some(Request::Multibulk {
-                args: vec![],
-                len: 6
-            }))
-        );
-        assert_eq!(
-            parse_request(b"*abc\r\n", &l),
-            Err(ProtocolError::InvalidMultibulkLength)
-        );
-        assert_eq!(
-            parse_request(b"*3000000000\r\n", &l),
-            Err(ProtocolError::InvalidMultibulkLength)
-        );
-        assert_eq!(
-            parse_request(b"*1\r\n$-1\r\n", &l),
-            Err(ProtocolError::InvalidBulkLength)
-        );
-        assert_eq!(
-            parse_request(b"*1\r\n$99999999999\r\n", &l),
-            Err(ProtocolError::InvalidBulkLength)
-        );
-        assert_eq!(
-            parse_request(b"*1\r\n*1\r\n$1\r\na\r\n", &l),
-            Err(ProtocolError::ExpectedBulk(b'*'))
-        );
-        assert_eq!(
-            parse_request(b"*1\r\n$1\r\nab\r\n", &l),
-            Err(ProtocolError::InvalidBulkLength)
-        );
-        assert_eq!(
-            parse_request(b"set \"a\r\n", &l),
-            Err(ProtocolError::UnbalancedQuotes)
-        );
+        assert_eq!(parse_request(b"*-10\r\n", &l), Ok(Some(Request::Multibulk { args: vec![], len: 6 })));
+        assert_eq!(parse_request(b"*abc\r\n", &l), Err(ProtocolError::InvalidMultibulkLength));
+        assert_eq!(parse_request(b"*3000000000\r\n", &l), Err(ProtocolError::InvalidMultibulkLength));
+        assert_eq!(parse_request(b"*1\r\n$-1\r\n", &l), Err(ProtocolError::InvalidBulkLength));
+        assert_eq!(parse_request(b"*1\r\n$99999999999\r\n", &l), Err(ProtocolError::InvalidBulkLength));
+        assert_eq!(parse_request(b"*1\r\n*1\r\n$1\r\na\r\n", &l), Err(ProtocolError::ExpectedBulk(b'*')));
+        assert_eq!(parse_request(b"*1\r\n$1\r\nab\r\n", &l), Err(ProtocolError::InvalidBulkLength));
+        assert_eq!(parse_request(b"set \"a\r\n", &l), Err(ProtocolError::UnbalancedQuotes));
         let long = vec![b'a'; MAX_INLINE_LEN + 10];
         assert_eq!(parse_request(&long, &l), Err(ProtocolError::TooBigInline));
     }
 
     #[test]
     fn huge_claimed_bulk_is_incomplete_without_allocation() {
-        let l = Limits {
-            max_bulk_len: 1 << 30,
-            max_multibulk_len: 1 << 20,
-        };
+        let l = Limits { max_bulk_len: 1 << 30, max_multibulk_len: 1 << 20 };
         assert_eq!(parse_request(b"*1\r\n$1000000000\r\nabc", &l), Ok(None));
     }
 

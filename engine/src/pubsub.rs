@@ -28,12 +28,7 @@ pub struct PubSub {
 impl PubSub {
     /// Returns true if the client was not yet subscribed.
     pub fn subscribe(&self, channel: &Bytes, client: &Arc<ClientHandle>) -> bool {
-        self.channels
-            .write()
-            .entry(channel.clone())
-            .or_default()
-            .insert(client.id, client.clone())
-            .is_none()
+        self.channels.write().entry(channel.clone()).or_default().insert(client.id, client.clone()).is_none()
     }
 
     pub fn unsubscribe(&self, channel: &[u8], client_id: u64) -> bool {
@@ -41,12 +36,7 @@ impl PubSub {
     }
 
     pub fn psubscribe(&self, pattern: &Bytes, client: &Arc<ClientHandle>) -> bool {
-        self.patterns
-            .write()
-            .entry(pattern.clone())
-            .or_default()
-            .insert(client.id, client.clone())
-            .is_none()
+        self.patterns.write().entry(pattern.clone()).or_default().insert(client.id, client.clone()).is_none()
     }
 
     pub fn punsubscribe(&self, pattern: &[u8], client_id: u64) -> bool {
@@ -57,11 +47,7 @@ impl PubSub {
     pub fn publish(&self, channel: &Bytes, message: &Bytes) -> usize {
         let mut receivers = 0;
         if let Some(subs) = self.channels.read().get(channel) {
-            let frame = Frame::Push(vec![
-                Frame::bulk("message"),
-                Frame::Bulk(channel.clone()),
-                Frame::Bulk(message.clone()),
-            ]);
+            let frame = Frame::Push(vec![Frame::bulk("message"), Frame::Bulk(channel.clone()), Frame::Bulk(message.clone())]);
             for client in subs.values() {
                 deliver(client, frame.clone(), channel.len() + message.len());
                 receivers += 1;
@@ -71,18 +57,9 @@ impl PubSub {
             if !glob_match(pattern, channel, false) {
                 continue;
             }
-            let frame = Frame::Push(vec![
-                Frame::bulk("pmessage"),
-                Frame::Bulk(pattern.clone()),
-                Frame::Bulk(channel.clone()),
-                Frame::Bulk(message.clone()),
-            ]);
+            let frame = Frame::Push(vec![Frame::bulk("pmessage"), Frame::Bulk(pattern.clone()), Frame::Bulk(channel.clone()), Frame::Bulk(message.clone())]);
             for client in subs.values() {
-                deliver(
-                    client,
-                    frame.clone(),
-                    pattern.len() + channel.len() + message.len(),
-                );
+                deliver(client, frame.clone(), pattern.len() + channel.len() + message.len());
                 receivers += 1;
             }
         }
@@ -91,12 +68,7 @@ impl PubSub {
 
     /// Active channels matching an optional pattern (`PUBSUB CHANNELS`).
     pub fn channels(&self, pattern: Option<&[u8]>) -> Vec<Bytes> {
-        self.channels
-            .read()
-            .keys()
-            .filter(|c| pattern.is_none_or(|p| glob_match(p, c, false)))
-            .cloned()
-            .collect()
+        self.channels.read().keys().filter(|c| pattern.is_none_or(|p| glob_match(p, c, false))).cloned().collect()
     }
 
     pub fn numsub(&self, channel: &[u8]) -> usize {
@@ -120,10 +92,7 @@ fn remove(map: &mut HashMap<Bytes, Subscribers>, name: &[u8], client_id: u64) ->
 }
 
 fn deliver(client: &ClientHandle, frame: Frame, size: usize) {
-    let pending = client
-        .pending_push
-        .fetch_add(size as u64, Ordering::Relaxed)
-        + size as u64;
+    let pending = client.pending_push.fetch_add(size as u64, Ordering::Relaxed) + size as u64;
     if pending > PUSH_LIMIT_BYTES {
         client.kill();
         return;

@@ -28,11 +28,7 @@ use crate::pubsub::PubSub;
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     #[error("failed to bind {what} on {addr}: {source}")]
-    Bind {
-        what: &'static str,
-        addr: String,
-        source: std::io::Error,
-    },
+    Bind { what: &'static str, addr: String, source: std::io::Error },
     #[error("invalid configuration: {0}")]
     Config(String),
 }
@@ -79,22 +75,15 @@ pub struct Server {
 impl Server {
     pub fn new(config: Config) -> Result<Arc<Server>, ServerError> {
         if !config.replicaof.is_empty() {
-            return Err(ServerError::Config(
-                "replicaof: this build has no replication yet; remove the replicaof lines".into(),
-            ));
+            return Err(ServerError::Config("replicaof: this build has no replication yet; remove the replicaof lines".into()));
         }
         let node_name = match config.get("node-name") {
-            "" => std::env::var("HOSTNAME")
-                .unwrap_or_else(|_| format!("keymesh-{}", config.get("port"))),
+            "" => std::env::var("HOSTNAME").unwrap_or_else(|_| format!("keymesh-{}", config.get("port"))),
             name => name.to_string(),
         };
         let clock: Arc<dyn WallClock> = Arc::new(OffsetClock(config.int("clock-offset-ms")));
         let hlc = Hlc::new(clock, config.int("max-clock-skew-ms") as u64);
-        let store = Arc::new(Store::new(
-            config.int("databases") as usize,
-            hlc,
-            node_id_from_name(&node_name),
-        ));
+        let store = Arc::new(Store::new(config.int("databases") as usize, hlc, node_id_from_name(&node_name)));
         let (shutdown, _) = watch::channel(false);
         let server = Arc::new(Server {
             store,
@@ -119,37 +108,20 @@ impl Server {
     pub fn apply_config(&self) {
         let config = self.config.read();
         let hot = &self.hot;
-        hot.maxmemory
-            .store(config.int("maxmemory") as u64, Ordering::Relaxed);
-        hot.maxmemory_samples
-            .store(config.int("maxmemory-samples") as usize, Ordering::Relaxed);
-        hot.maxclients
-            .store(config.int("maxclients") as usize, Ordering::Relaxed);
-        hot.timeout_secs
-            .store(config.int("timeout") as u64, Ordering::Relaxed);
-        hot.proto_max_bulk_len
-            .store(config.int("proto-max-bulk-len") as usize, Ordering::Relaxed);
-        hot.query_buffer_limit.store(
-            config.int("client-query-buffer-limit") as usize,
-            Ordering::Relaxed,
-        );
-        hot.protected_mode
-            .store(config.flag("protected-mode"), Ordering::Relaxed);
-        hot.has_password
-            .store(!config.get("requirepass").is_empty(), Ordering::Relaxed);
-        evict::set_policy(
-            Policy::from_name(config.get("maxmemory-policy")).unwrap_or(Policy::NoEviction),
-        );
-        self.store
-            .hlc
-            .set_max_skew_ms(config.int("max-clock-skew-ms") as u64);
+        hot.maxmemory.store(config.int("maxmemory") as u64, Ordering::Relaxed);
+        hot.maxmemory_samples.store(config.int("maxmemory-samples") as usize, Ordering::Relaxed);
+        hot.maxclients.store(config.int("maxclients") as usize, Ordering::Relaxed);
+        hot.timeout_secs.store(config.int("timeout") as u64, Ordering::Relaxed);
+        hot.proto_max_bulk_len.store(config.int("proto-max-bulk-len") as usize, Ordering::Relaxed);
+        hot.query_buffer_limit.store(config.int("client-query-buffer-limit") as usize, Ordering::Relaxed);
+        hot.protected_mode.store(config.flag("protected-mode"), Ordering::Relaxed);
+        hot.has_password.store(!config.get("requirepass").is_empty(), Ordering::Relaxed);
+        evict::set_policy(Policy::from_name(config.get("maxmemory-policy")).unwrap_or(Policy::NoEviction));
+        self.store.hlc.set_max_skew_ms(config.int("max-clock-skew-ms") as u64);
     }
 
     pub fn parse_limits(&self) -> Limits {
-        Limits {
-            max_bulk_len: self.hot.proto_max_bulk_len.load(Ordering::Relaxed),
-            max_multibulk_len: 1024 * 1024,
-        }
+        Limits { max_bulk_len: self.hot.proto_max_bulk_len.load(Ordering::Relaxed), max_multibulk_len: 1024 * 1024 }
     }
 
     /// Ready to receive client traffic? Without replication a serving node is ready.
@@ -176,9 +148,7 @@ impl Server {
 fn new_run_id() -> String {
     use rand::Rng;
     let mut rng = rand::rng();
-    (0..40)
-        .map(|_| char::from_digit(rng.random_range(0..16), 16).unwrap_or('0'))
-        .collect()
+    (0..40).map(|_| char::from_digit(rng.random_range(0..16), 16).unwrap_or('0')).collect()
 }
 
 /// Addresses to listen on: Redis's `bind` syntax, where `-addr` means "skip if unavailable"
@@ -196,9 +166,7 @@ fn bind_addrs(bind: &str, port: u16) -> Vec<(SocketAddr, bool)> {
                 h => h,
             };
             let host = host.trim_start_matches('[').trim_end_matches(']');
-            host.parse()
-                .ok()
-                .map(|ip| (SocketAddr::new(ip, port), optional))
+            host.parse().ok().map(|ip| (SocketAddr::new(ip, port), optional))
         })
         .collect()
 }
@@ -207,11 +175,7 @@ fn bind_addrs(bind: &str, port: u16) -> Vec<(SocketAddr, bool)> {
 pub async fn bind(server: &Server) -> Result<(Vec<TcpListener>, Option<TcpListener>), ServerError> {
     let (bind, port, metrics_port) = {
         let c = server.config.read();
-        (
-            c.get("bind").to_string(),
-            c.int("port") as u16,
-            c.int("metrics-port") as u16,
-        )
+        (c.get("bind").to_string(), c.int("port") as u16, c.int("metrics-port") as u16)
     };
     let mut listeners = Vec::new();
     let mut actual_port = port;
@@ -223,44 +187,25 @@ pub async fn bind(server: &Server) -> Result<(Vec<TcpListener>, Option<TcpListen
                 listeners.push(l);
             }
             Err(e) if optional => warn!(%addr, error = %e, "skipping optional bind address"),
-            Err(source) => {
-                return Err(ServerError::Bind {
-                    what: "client port",
-                    addr: addr.to_string(),
-                    source,
-                })
-            }
+            Err(source) => return Err(ServerError::Bind { what: "client port", addr: addr.to_string(), source }),
         }
     }
     if listeners.is_empty() {
-        return Err(ServerError::Config(format!(
-            "bind '{bind}' names no usable address"
-        )));
+        return Err(ServerError::Config(format!("bind '{bind}' names no usable address")));
     }
     server.port.store(actual_port as usize, Ordering::Relaxed);
     let metrics = if metrics_port == 0 {
         None
     } else {
-        let host = listeners[0]
-            .local_addr()
-            .map(|a| a.ip())
-            .unwrap_or([0, 0, 0, 0].into());
+        let host = listeners[0].local_addr().map(|a| a.ip()).unwrap_or([0, 0, 0, 0].into());
         let addr = SocketAddr::new(host, metrics_port);
-        Some(bind_reuse(addr).map_err(|source| ServerError::Bind {
-            what: "metrics port",
-            addr: addr.to_string(),
-            source,
-        })?)
+        Some(bind_reuse(addr).map_err(|source| ServerError::Bind { what: "metrics port", addr: addr.to_string(), source })?)
     };
     Ok((listeners, metrics))
 }
 
 fn bind_reuse(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()?
-    } else {
-        tokio::net::TcpSocket::new_v6()?
-    };
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     socket.listen(511)
@@ -299,10 +244,7 @@ pub async fn run(server: Arc<Server>, listeners: Vec<TcpListener>, metrics: Opti
 
 async fn signal_received() {
     use tokio::signal::unix::{signal, SignalKind};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
         (Ok(mut term), Ok(mut int)) => {
             tokio::select! {
                 _ = term.recv() => {}
@@ -328,10 +270,7 @@ async fn accept_loop(server: Arc<Server>, listener: TcpListener, _slots: Arc<Sem
                 continue;
             }
         };
-        server
-            .stats
-            .connections_received
-            .fetch_add(1, Ordering::Relaxed);
+        server.stats.connections_received.fetch_add(1, Ordering::Relaxed);
         server.metrics.connection_accepted();
         let server = server.clone();
         tokio::spawn(async move { crate::connection::serve(server, socket, addr).await });

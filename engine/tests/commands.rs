@@ -35,29 +35,17 @@ fn strings_and_counters() {
     assert_eq!(c.cmd(&["INCRBY", "n", "41"]), int(42));
     assert_eq!(c.cmd(&["DECRBY", "n", "2"]), int(40));
     assert_eq!(c.cmd(&["INCRBYFLOAT", "n", "0.5"]), bulk("40.5"));
-    assert_eq!(
-        c.cmd(&["INCR", "s"]),
-        Reply::Error("ERR value is not an integer or out of range".into())
-    );
+    assert_eq!(c.cmd(&["INCR", "s"]), Reply::Error("ERR value is not an integer or out of range".into()));
     assert_eq!(c.cmd(&["SET", "max", "9223372036854775807"]), ok());
-    assert_eq!(
-        c.cmd(&["INCR", "max"]),
-        Reply::Error("ERR increment or decrement would overflow".into())
-    );
+    assert_eq!(c.cmd(&["INCR", "max"]), Reply::Error("ERR increment or decrement would overflow".into()));
     assert_eq!(c.cmd(&["MSET", "a", "1", "b", "2"]), ok());
-    assert_eq!(
-        c.cmd(&["MGET", "a", "b", "nope"]),
-        Reply::Array(vec![bulk("1"), bulk("2"), Reply::Nil])
-    );
+    assert_eq!(c.cmd(&["MGET", "a", "b", "nope"]), Reply::Array(vec![bulk("1"), bulk("2"), Reply::Nil]));
     assert_eq!(c.cmd(&["MSETNX", "a", "9", "c", "3"]), int(0));
     assert_eq!(c.cmd(&["GETDEL", "a"]), bulk("1"));
     assert_eq!(c.cmd(&["GETSET", "b", "20"]), bulk("2"));
     assert_eq!(c.cmd(&["LCS", "s", "b"]), bulk(""));
     assert_eq!(c.cmd(&["HSET", "h", "f", "v"]), int(1));
-    assert_eq!(
-        c.cmd(&["GET", "h"]),
-        Reply::Error("WRONGTYPE Operation against a key holding the wrong kind of value".into())
-    );
+    assert_eq!(c.cmd(&["GET", "h"]), Reply::Error("WRONGTYPE Operation against a key holding the wrong kind of value".into()));
 }
 
 #[test]
@@ -77,10 +65,7 @@ fn keys_expiry_and_iteration() {
     std::thread::sleep(Duration::from_millis(120));
     assert_eq!(c.cmd(&["EXISTS", "short"]), int(0));
     assert_eq!(c.cmd(&["RENAME", "k", "k2"]), ok());
-    assert_eq!(
-        c.cmd(&["RENAME", "nope", "x"]),
-        Reply::Error("ERR no such key".into())
-    );
+    assert_eq!(c.cmd(&["RENAME", "nope", "x"]), Reply::Error("ERR no such key".into()));
     assert_eq!(c.cmd(&["COPY", "k2", "k3", "DB", "1"]), int(1));
     assert_eq!(c.cmd(&["MOVE", "k2", "2"]), int(1));
     assert_eq!(c.cmd(&["TYPE", "k2"]), Reply::Status("none".into()));
@@ -94,9 +79,7 @@ fn keys_expiry_and_iteration() {
     let mut cursor = "0".to_string();
     loop {
         let reply = c.cmd(&["SCAN", &cursor, "MATCH", "scan:*", "COUNT", "20"]);
-        let Reply::Array(parts) = reply else {
-            panic!("SCAN reply {reply:?}")
-        };
+        let Reply::Array(parts) = reply else { panic!("SCAN reply {reply:?}") };
         cursor = parts[0].text();
         seen.extend(parts[1].texts());
         if cursor == "0" {
@@ -116,16 +99,9 @@ fn hashes_sets_sorted_sets_and_lists() {
     let mut c = server.connect();
     assert_eq!(c.cmd(&["HSET", "h", "a", "1", "b", "2"]), int(2));
     assert_eq!(c.cmd(&["HINCRBY", "h", "a", "5"]), int(6));
-    assert_eq!(
-        c.cmd(&["HMGET", "h", "a", "x"]),
-        Reply::Array(vec![bulk("6"), Reply::Nil])
-    );
+    assert_eq!(c.cmd(&["HMGET", "h", "a", "x"]), Reply::Array(vec![bulk("6"), Reply::Nil]));
     assert_eq!(c.cmd(&["HDEL", "h", "a", "b"]), int(2));
-    assert_eq!(
-        c.cmd(&["EXISTS", "h"]),
-        int(0),
-        "an emptied hash is deleted"
-    );
+    assert_eq!(c.cmd(&["EXISTS", "h"]), int(0), "an emptied hash is deleted");
 
     assert_eq!(c.cmd(&["SADD", "s1", "a", "b", "c"]), int(3));
     assert_eq!(c.cmd(&["SADD", "s2", "b", "c", "d"]), int(3));
@@ -133,26 +109,13 @@ fn hashes_sets_sorted_sets_and_lists() {
     inter.sort();
     assert_eq!(inter, vec!["b", "c"]);
     assert_eq!(c.cmd(&["SUNIONSTORE", "s3", "s1", "s2"]), int(4));
-    assert_eq!(
-        c.cmd(&["SINTERCARD", "2", "s1", "s2", "LIMIT", "1"]),
-        int(1)
-    );
+    assert_eq!(c.cmd(&["SINTERCARD", "2", "s1", "s2", "LIMIT", "1"]), int(1));
     assert_eq!(c.cmd(&["SISMEMBER", "s3", "d"]), int(1));
 
     assert_eq!(c.cmd(&["ZADD", "z", "1", "a", "2", "b", "3", "c"]), int(3));
-    assert_eq!(
-        c.cmd(&["ZADD", "z", "GT", "CH", "0", "a", "5", "b"]),
-        int(1)
-    );
-    assert_eq!(
-        c.cmd(&["ZRANGE", "z", "0", "-1"]).texts(),
-        vec!["a", "c", "b"]
-    );
-    assert_eq!(
-        c.cmd(&["ZRANGE", "z", "(1", "+inf", "BYSCORE", "LIMIT", "0", "1"])
-            .texts(),
-        vec!["c"]
-    );
+    assert_eq!(c.cmd(&["ZADD", "z", "GT", "CH", "0", "a", "5", "b"]), int(1));
+    assert_eq!(c.cmd(&["ZRANGE", "z", "0", "-1"]).texts(), vec!["a", "c", "b"]);
+    assert_eq!(c.cmd(&["ZRANGE", "z", "(1", "+inf", "BYSCORE", "LIMIT", "0", "1"]).texts(), vec!["c"]);
     assert_eq!(c.cmd(&["ZSCORE", "z", "b"]), bulk("5"));
     assert_eq!(c.cmd(&["ZRANK", "z", "b"]), int(2));
     assert_eq!(c.cmd(&["ZPOPMIN", "z"]).texts(), vec!["a", "1"]);
@@ -160,10 +123,7 @@ fn hashes_sets_sorted_sets_and_lists() {
     assert_eq!(c.cmd(&["RPUSH", "l", "a", "b", "c", "b"]), int(4));
     assert_eq!(c.cmd(&["LPOS", "l", "b", "RANK", "2"]), int(3));
     assert_eq!(c.cmd(&["LINSERT", "l", "BEFORE", "c", "x"]), int(5));
-    assert_eq!(
-        c.cmd(&["LRANGE", "l", "0", "-1"]).texts(),
-        vec!["a", "b", "x", "c", "b"]
-    );
+    assert_eq!(c.cmd(&["LRANGE", "l", "0", "-1"]).texts(), vec!["a", "b", "x", "c", "b"]);
     assert_eq!(c.cmd(&["LMOVE", "l", "l2", "LEFT", "RIGHT"]), bulk("a"));
     assert_eq!(c.cmd(&["LTRIM", "l", "1", "-1"]), ok());
     assert_eq!(c.cmd(&["LLEN", "l"]), int(3));
@@ -188,10 +148,7 @@ fn transactions_are_atomic_and_honour_watch() {
     assert_eq!(c.cmd(&["MULTI"]), ok());
     assert!(c.cmd(&["NOSUCHCOMMAND"]).is_error());
     assert!(c.cmd(&["EXEC"]).text().starts_with("EXECABORT"));
-    assert_eq!(
-        c.cmd(&["EXEC"]),
-        Reply::Error("ERR EXEC without MULTI".into())
-    );
+    assert_eq!(c.cmd(&["EXEC"]), Reply::Error("ERR EXEC without MULTI".into()));
 }
 
 #[test]
@@ -201,46 +158,15 @@ fn pubsub_delivers_to_channels_and_patterns_in_resp2_and_resp3() {
     let mut sub = server.connect();
     let mut sub3 = server.connect();
     let mut publisher = server.connect();
-    assert_eq!(
-        sub.cmd(&["SUBSCRIBE", "news"]),
-        Reply::Array(vec![bulk("subscribe"), bulk("news"), int(1)])
-    );
+    assert_eq!(sub.cmd(&["SUBSCRIBE", "news"]), Reply::Array(vec![bulk("subscribe"), bulk("news"), int(1)]));
     assert!(matches!(sub3.cmd(&["HELLO", "3"]), Reply::Map(_)));
-    assert_eq!(
-        sub3.cmd(&["PSUBSCRIBE", "ne*"]),
-        Reply::Push(vec![bulk("psubscribe"), bulk("ne*"), int(1)])
-    );
+    assert_eq!(sub3.cmd(&["PSUBSCRIBE", "ne*"]), Reply::Push(vec![bulk("psubscribe"), bulk("ne*"), int(1)]));
     assert_eq!(publisher.cmd(&["PUBLISH", "news", "hi"]), int(2));
-    assert_eq!(
-        sub.read(),
-        Some(Reply::Array(vec![
-            bulk("message"),
-            bulk("news"),
-            bulk("hi")
-        ]))
-    );
-    assert_eq!(
-        sub3.read(),
-        Some(Reply::Push(vec![
-            bulk("pmessage"),
-            bulk("ne*"),
-            bulk("news"),
-            bulk("hi")
-        ]))
-    );
-    assert!(sub
-        .cmd(&["GET", "x"])
-        .text()
-        .starts_with("ERR Can't execute 'get'"));
-    assert_eq!(
-        sub3.cmd(&["GET", "x"]),
-        Reply::Nil,
-        "RESP3 clients may run commands while subscribed"
-    );
-    assert_eq!(
-        publisher.cmd(&["PUBSUB", "NUMSUB", "news"]),
-        Reply::Array(vec![bulk("news"), int(1)])
-    );
+    assert_eq!(sub.read(), Some(Reply::Array(vec![bulk("message"), bulk("news"), bulk("hi")])));
+    assert_eq!(sub3.read(), Some(Reply::Push(vec![bulk("pmessage"), bulk("ne*"), bulk("news"), bulk("hi")])));
+    assert!(sub.cmd(&["GET", "x"]).text().starts_with("ERR Can't execute 'get'"));
+    assert_eq!(sub3.cmd(&["GET", "x"]), Reply::Nil, "RESP3 clients may run commands while subscribed");
+    assert_eq!(publisher.cmd(&["PUBSUB", "NUMSUB", "news"]), Reply::Array(vec![bulk("news"), int(1)]));
     assert_eq!(publisher.cmd(&["PUBSUB", "NUMPAT"]), int(1));
 }
 
@@ -257,26 +183,17 @@ fn blocking_pops_wake_in_order_and_time_out() {
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(pusher.cmd(&["RPUSH", "q", "a", "b"]), int(2));
     assert_eq!(first.read(), Some(Reply::Array(vec![bulk("q"), bulk("a")])));
-    assert_eq!(
-        second.read(),
-        Some(Reply::Array(vec![bulk("q"), bulk("b")]))
-    );
+    assert_eq!(second.read(), Some(Reply::Array(vec![bulk("q"), bulk("b")])));
     assert_eq!(pusher.cmd(&["BLPOP", "q", "0.1"]), Reply::Nil);
     first.send(&["BLMOVE", "src", "dst", "LEFT", "RIGHT", "0"]);
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(pusher.cmd(&["LPUSH", "src", "x"]), int(1));
     assert_eq!(first.read(), Some(bulk("x")));
-    assert_eq!(
-        pusher.cmd(&["LRANGE", "dst", "0", "-1"]),
-        Reply::Array(vec![bulk("x")])
-    );
+    assert_eq!(pusher.cmd(&["LRANGE", "dst", "0", "-1"]), Reply::Array(vec![bulk("x")]));
     second.send(&["BZPOPMIN", "zq", "0"]);
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(pusher.cmd(&["ZADD", "zq", "1", "m"]), int(1));
-    assert_eq!(
-        second.read(),
-        Some(Reply::Array(vec![bulk("zq"), bulk("m"), bulk("1")]))
-    );
+    assert_eq!(second.read(), Some(Reply::Array(vec![bulk("zq"), bulk("m"), bulk("1")])));
 }
 
 #[test]
@@ -284,51 +201,23 @@ fn connection_handshake_auth_and_client_commands() {
     // HELLO, AUTH, CLIENT SETNAME/GETNAME/ID/LIST/KILL behave as Redis's.
     let server = Server::start(&["--requirepass", "s3cret"]);
     let mut c = server.connect();
-    assert_eq!(
-        c.cmd(&["GET", "x"]),
-        Reply::Error("NOAUTH Authentication required.".into())
-    );
-    assert_eq!(
-        c.cmd(&["AUTH", "wrong"]),
-        Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into())
-    );
-    let Reply::Map(hello) = c.cmd(&["HELLO", "3", "AUTH", "default", "s3cret", "SETNAME", "app"])
-    else {
-        panic!("HELLO 3 is a map")
-    };
+    assert_eq!(c.cmd(&["GET", "x"]), Reply::Error("NOAUTH Authentication required.".into()));
+    assert_eq!(c.cmd(&["AUTH", "wrong"]), Reply::Error("WRONGPASS invalid username-password pair or user is disabled.".into()));
+    let Reply::Map(hello) = c.cmd(&["HELLO", "3", "AUTH", "default", "s3cret", "SETNAME", "app"]) else { panic!("HELLO 3 is a map") };
     assert_eq!(hello[2], (bulk("proto"), int(3)));
     assert_eq!(c.cmd(&["CLIENT", "GETNAME"]), bulk("app"));
     assert_eq!(c.cmd(&["CLIENT", "SETINFO", "LIB-NAME", "redis-py"]), ok());
-    let Reply::Int(id) = c.cmd(&["CLIENT", "ID"]) else {
-        panic!("CLIENT ID is an integer")
-    };
-    assert!(c
-        .cmd(&["CLIENT", "LIST"])
-        .text()
-        .contains(&format!("id={id} ")));
-    assert!(c
-        .cmd(&["CLIENT", "LIST"])
-        .text()
-        .contains("lib-name=redis-py"));
+    let Reply::Int(id) = c.cmd(&["CLIENT", "ID"]) else { panic!("CLIENT ID is an integer") };
+    assert!(c.cmd(&["CLIENT", "LIST"]).text().contains(&format!("id={id} ")));
+    assert!(c.cmd(&["CLIENT", "LIST"]).text().contains("lib-name=redis-py"));
     let mut victim = server.connect();
     assert_eq!(victim.cmd(&["AUTH", "s3cret"]), ok());
-    let Reply::Int(victim_id) = victim.cmd(&["CLIENT", "ID"]) else {
-        panic!()
-    };
-    assert_eq!(
-        c.cmd(&["CLIENT", "KILL", "ID", &victim_id.to_string()]),
-        int(1)
-    );
+    let Reply::Int(victim_id) = victim.cmd(&["CLIENT", "ID"]) else { panic!() };
+    assert_eq!(c.cmd(&["CLIENT", "KILL", "ID", &victim_id.to_string()]), int(1));
     assert_eq!(victim.read(), None, "a killed client is disconnected");
-    assert_eq!(
-        c.cmd(&["SELECT", "99"]),
-        Reply::Error("ERR DB index is out of range".into())
-    );
+    assert_eq!(c.cmd(&["SELECT", "99"]), Reply::Error("ERR DB index is out of range".into()));
     assert_eq!(c.cmd(&["RESET"]), Reply::Status("RESET".into()));
-    assert_eq!(
-        c.cmd(&["PING"]),
-        Reply::Error("NOAUTH Authentication required.".into())
-    );
+    assert_eq!(c.cmd(&["PING"]), Reply::Error("NOAUTH Authentication required.".into()));
 }
 
 #[test]
@@ -336,31 +225,14 @@ fn server_commands_config_and_info() {
     // CONFIG GET/SET round-trips live settings and refuses bad values; INFO has Redis's fields.
     let server = Server::start(&[]);
     let mut c = server.connect();
-    assert_eq!(
-        c.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]),
-        ok()
-    );
-    assert_eq!(
-        c.cmd(&["CONFIG", "GET", "maxmemory-policy"]),
-        Reply::Array(vec![bulk("maxmemory-policy"), bulk("allkeys-lru")])
-    );
-    assert!(c
-        .cmd(&["CONFIG", "SET", "maxmemory-policy", "bogus"])
-        .is_error());
-    assert!(
-        c.cmd(&["CONFIG", "SET", "port", "1"]).is_error(),
-        "port cannot change live"
-    );
+    assert_eq!(c.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]), ok());
+    assert_eq!(c.cmd(&["CONFIG", "GET", "maxmemory-policy"]), Reply::Array(vec![bulk("maxmemory-policy"), bulk("allkeys-lru")]));
+    assert!(c.cmd(&["CONFIG", "SET", "maxmemory-policy", "bogus"]).is_error());
+    assert!(c.cmd(&["CONFIG", "SET", "port", "1"]).is_error(), "port cannot change live");
     assert!(c.cmd(&["INFO"]).text().contains("redis_version:7.0.15"));
-    assert!(c
-        .cmd(&["INFO", "commandstats"])
-        .text()
-        .contains("cmdstat_config:"));
+    assert!(c.cmd(&["INFO", "commandstats"]).text().contains("cmdstat_config:"));
     assert!(matches!(c.cmd(&["COMMAND", "COUNT"]), Reply::Int(n) if n > 150));
-    assert_eq!(
-        c.cmd(&["COMMAND", "GETKEYS", "MSET", "a", "1", "b", "2"]),
-        Reply::Array(vec![bulk("a"), bulk("b")])
-    );
+    assert_eq!(c.cmd(&["COMMAND", "GETKEYS", "MSET", "a", "1", "b", "2"]), Reply::Array(vec![bulk("a"), bulk("b")]));
     c.cmd(&["SET", "x", "1"]);
     assert_eq!(c.cmd(&["DBSIZE"]), int(1));
     assert_eq!(c.cmd(&["FLUSHALL"]), ok());
@@ -378,33 +250,19 @@ fn maxmemory_noeviction_refuses_and_allkeys_lru_evicts() {
     for i in 0..20_000 {
         let reply = c.cmd(&["SET", &format!("key:{i}"), &value]);
         if reply.is_error() {
-            assert!(
-                reply.text().starts_with("OOM command not allowed"),
-                "{reply:?}"
-            );
+            assert!(reply.text().starts_with("OOM command not allowed"), "{reply:?}");
             oom = true;
             break;
         }
     }
     assert!(oom, "200 MB of writes under a 64 MB limit never hit OOM");
-    assert_eq!(
-        c.cmd(&["GET", "key:1"]).text().len(),
-        value.len(),
-        "reads still work"
-    );
-    assert_eq!(
-        c.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]),
-        ok()
-    );
+    assert_eq!(c.cmd(&["GET", "key:1"]).text().len(), value.len(), "reads still work");
+    assert_eq!(c.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]), ok());
     for i in 20_000..30_000 {
         assert_eq!(c.cmd(&["SET", &format!("key:{i}"), &value]), ok());
     }
     let info = c.cmd(&["INFO", "stats"]).text();
-    let evicted: u64 = info
-        .lines()
-        .find_map(|l| l.strip_prefix("evicted_keys:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap();
+    let evicted: u64 = info.lines().find_map(|l| l.strip_prefix("evicted_keys:")).and_then(|v| v.trim().parse().ok()).unwrap();
     assert!(evicted > 0, "nothing was evicted: {info}");
 }
 
@@ -416,10 +274,7 @@ fn client_limits_maxclients_and_idle_timeout() {
     let _b = server.connect();
     assert_reply!(a, ["PING"], "PONG");
     let mut c = server.connect();
-    assert_eq!(
-        c.read(),
-        Some(Reply::Error("ERR max number of clients reached".into()))
-    );
+    assert_eq!(c.read(), Some(Reply::Error("ERR max number of clients reached".into())));
     std::thread::sleep(Duration::from_millis(2500));
     assert_eq!(a.read(), None, "an idle client outlived timeout 1");
 }
@@ -433,14 +288,8 @@ fn http_endpoints_serve_metrics_health_and_readiness() {
     c.cmd(&["GET", "a"]);
     let (status, body) = server.http_get("/metrics");
     assert_eq!(status, 200);
-    assert!(
-        body.contains("keymesh_commands_total{command=\"set\"} 1"),
-        "{body}"
-    );
-    assert!(
-        body.contains("keymesh_command_duration_seconds_bucket"),
-        "{body}"
-    );
+    assert!(body.contains("keymesh_commands_total{command=\"set\"} 1"), "{body}");
+    assert!(body.contains("keymesh_command_duration_seconds_bucket"), "{body}");
     assert!(body.contains("keymesh_keys 1"), "{body}");
     assert!(body.contains("keymesh_connected_clients 1"), "{body}");
     assert_eq!(server.http_get("/healthz").0, 200);

@@ -25,41 +25,17 @@ fn malformed_lengths_and_nesting_get_protocol_errors_and_close() {
     let server = Server::start(&[]);
     let cases: &[(&[u8], &str)] = &[
         (b"*abc\r\n", "ERR Protocol error: invalid multibulk length"),
-        (
-            b"*99999999999\r\n",
-            "ERR Protocol error: invalid multibulk length",
-        ),
+        (b"*99999999999\r\n", "ERR Protocol error: invalid multibulk length"),
         (b"*1\r\n$-5\r\n", "ERR Protocol error: invalid bulk length"),
-        (
-            b"*1\r\n$99999999999\r\n",
-            "ERR Protocol error: invalid bulk length",
-        ),
-        (
-            b"*1\r\n*1\r\n$4\r\nPING\r\n",
-            "ERR Protocol error: expected '$', got '*'",
-        ),
-        (
-            b"*2\r\n$3\r\nGET\r\n:1\r\n",
-            "ERR Protocol error: expected '$', got ':'",
-        ),
-        (
-            b"SET k \"unbalanced\r\n",
-            "ERR Protocol error: unbalanced quotes in request",
-        ),
+        (b"*1\r\n$99999999999\r\n", "ERR Protocol error: invalid bulk length"),
+        (b"*1\r\n*1\r\n$4\r\nPING\r\n", "ERR Protocol error: expected '$', got '*'"),
+        (b"*2\r\n$3\r\nGET\r\n:1\r\n", "ERR Protocol error: expected '$', got ':'"),
+        (b"SET k \"unbalanced\r\n", "ERR Protocol error: unbalanced quotes in request"),
     ];
     for (bytes, expected) in cases {
         let (reply, closed) = send_bad(&server, bytes);
-        assert_eq!(
-            reply,
-            Some(Reply::Error(expected.to_string())),
-            "input {:?}",
-            String::from_utf8_lossy(bytes)
-        );
-        assert!(
-            closed,
-            "connection stays open after {:?}",
-            String::from_utf8_lossy(bytes)
-        );
+        assert_eq!(reply, Some(Reply::Error(expected.to_string())), "input {:?}", String::from_utf8_lossy(bytes));
+        assert!(closed, "connection stays open after {:?}", String::from_utf8_lossy(bytes));
     }
     assert_reply!(server.connect(), ["PING"], "PONG");
 }
@@ -70,12 +46,7 @@ fn deep_nesting_is_rejected_without_recursion() {
     let server = Server::start(&[]);
     let nested = "*1\r\n".repeat(10_000);
     let (reply, closed) = send_bad(&server, nested.as_bytes());
-    assert_eq!(
-        reply,
-        Some(Reply::Error(
-            "ERR Protocol error: expected '$', got '*'".into()
-        ))
-    );
+    assert_eq!(reply, Some(Reply::Error("ERR Protocol error: expected '$', got '*'".into())));
     assert!(closed);
 }
 
@@ -95,8 +66,7 @@ fn binary_garbage_never_crashes_the_server() {
             .collect();
         let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
         let _ = s.write_all(&garbage);
-        s.set_read_timeout(Some(Duration::from_millis(200)))
-            .unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
         let mut sink = [0u8; 65536];
         let _ = s.read(&mut sink);
     }
@@ -109,8 +79,7 @@ fn command_cut_off_mid_bulk_then_disconnect_is_harmless() {
     let server = Server::start(&[]);
     {
         let mut s = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
-        s.write_all(b"*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$10\r\nabc")
-            .unwrap();
+        s.write_all(b"*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$10\r\nabc").unwrap();
     }
     std::thread::sleep(Duration::from_millis(100));
     let mut conn = server.connect();
@@ -132,10 +101,7 @@ fn huge_claimed_bulk_does_not_allocate_what_it_claims() {
     }
     std::thread::sleep(Duration::from_millis(300));
     let growth = server.rss().saturating_sub(before);
-    assert!(
-        growth < 64 * 1024 * 1024,
-        "RSS grew by {growth} bytes for 20 half-sent 500 MB claims"
-    );
+    assert!(growth < 64 * 1024 * 1024, "RSS grew by {growth} bytes for 20 half-sent 500 MB claims");
     assert_reply!(server.connect(), ["PING"], "PONG");
 }
 
@@ -145,17 +111,11 @@ fn query_buffer_limit_closes_the_connection() {
     // client-query-buffer-limit, closes the connection.
     let server = Server::start(&["--client-query-buffer-limit", "1mb"]);
     let (reply, closed) = send_bad(&server, &vec![b'a'; 100 * 1024]);
-    assert_eq!(
-        reply,
-        Some(Reply::Error(
-            "ERR Protocol error: too big inline request".into()
-        ))
-    );
+    assert_eq!(reply, Some(Reply::Error("ERR Protocol error: too big inline request".into())));
     assert!(closed);
 
     let mut conn = server.connect();
-    conn.send_raw(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$4000000\r\n")
-        .unwrap();
+    conn.send_raw(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$4000000\r\n").unwrap();
     let chunk = vec![b'v'; 64 * 1024];
     let mut closed = false;
     for _ in 0..64 {
@@ -165,10 +125,7 @@ fn query_buffer_limit_closes_the_connection() {
         }
     }
     closed = closed || conn.read().is_none();
-    assert!(
-        closed,
-        "a 4 MB request under a 1 MB query buffer limit was accepted"
-    );
+    assert!(closed, "a 4 MB request under a 1 MB query buffer limit was accepted");
     assert_reply!(server.connect(), ["PING"], "PONG");
 }
 
@@ -181,8 +138,7 @@ fn client_that_never_reads_costs_bounded_memory() {
     assert_eq!(setup.cmd(&["SET", "big", &big]), Reply::Status("OK".into()));
     let before = server.rss();
     let mut lazy = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
-    lazy.set_write_timeout(Some(Duration::from_millis(500)))
-        .unwrap();
+    lazy.set_write_timeout(Some(Duration::from_millis(500))).unwrap();
     let request = support::encode(&[b"GET", b"big"]);
     // 2000 GETs would be 2 GB of replies if the server buffered them.
     for _ in 0..2000 {
@@ -192,10 +148,7 @@ fn client_that_never_reads_costs_bounded_memory() {
     }
     std::thread::sleep(Duration::from_millis(500));
     let growth = server.rss().saturating_sub(before);
-    assert!(
-        growth < 256 * 1024 * 1024,
-        "RSS grew by {growth} bytes for a client that never reads"
-    );
+    assert!(growth < 256 * 1024 * 1024, "RSS grew by {growth} bytes for a client that never reads");
     let mut other = server.connect();
     assert_eq!(other.cmd(&["GET", "missing"]), Reply::Nil);
     drop(lazy);
@@ -207,11 +160,7 @@ fn pipelined_requests_split_at_every_byte_are_answered_in_order() {
     let server = Server::start(&[]);
     let mut pipeline = Vec::new();
     for i in 0..20 {
-        pipeline.extend(support::encode(&[
-            b"SET",
-            format!("k{i}").as_bytes(),
-            format!("v{i}").as_bytes(),
-        ]));
+        pipeline.extend(support::encode(&[b"SET", format!("k{i}").as_bytes(), format!("v{i}").as_bytes()]));
         pipeline.extend(support::encode(&[b"GET", format!("k{i}").as_bytes()]));
     }
     pipeline.extend_from_slice(b"PING\r\n");
@@ -231,18 +180,9 @@ fn unknown_commands_and_wrong_arity_use_redis_wording() {
     // Client libraries match these messages.
     let server = Server::start(&[]);
     let mut conn: Conn = server.connect();
-    assert_eq!(
-        conn.cmd(&["FOO", "a", "b"]),
-        Reply::Error("ERR unknown command 'FOO', with args beginning with: 'a' 'b' ".into())
-    );
-    assert_eq!(
-        conn.cmd(&["GET"]),
-        Reply::Error("ERR wrong number of arguments for 'get' command".into())
-    );
-    assert_eq!(
-        conn.cmd(&["SET", "k", "v", "EX", "0"]),
-        Reply::Error("ERR invalid expire time in 'set' command".into())
-    );
+    assert_eq!(conn.cmd(&["FOO", "a", "b"]), Reply::Error("ERR unknown command 'FOO', with args beginning with: 'a' 'b' ".into()));
+    assert_eq!(conn.cmd(&["GET"]), Reply::Error("ERR wrong number of arguments for 'get' command".into()));
+    assert_eq!(conn.cmd(&["SET", "k", "v", "EX", "0"]), Reply::Error("ERR invalid expire time in 'set' command".into()));
 }
 
 #[test]

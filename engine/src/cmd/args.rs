@@ -35,10 +35,7 @@ pub fn parse_float(arg: &[u8]) -> Option<f64> {
         "-inf" | "-infinity" => f64::NEG_INFINITY,
         _ => {
             // Rust accepts "nan", "inf" spellings Redis does not; only digits, sign, dot, exponent.
-            if !s
-                .bytes()
-                .all(|c| c.is_ascii_digit() || matches!(c, b'+' | b'-' | b'.' | b'e' | b'E'))
-            {
+            if !s.bytes().all(|c| c.is_ascii_digit() || matches!(c, b'+' | b'-' | b'.' | b'e' | b'E')) {
                 return None;
             }
             s.parse::<f64>().ok()?
@@ -55,14 +52,8 @@ pub fn parse_float(arg: &[u8]) -> Option<f64> {
 pub fn score_bound(arg: &[u8]) -> Result<ScoreBound, CmdError> {
     let err = || CmdError::err("min or max is not a float");
     match arg.first() {
-        Some(b'(') => Ok(ScoreBound {
-            value: parse_float(&arg[1..]).ok_or_else(err)?,
-            exclusive: true,
-        }),
-        _ => Ok(ScoreBound {
-            value: parse_float(arg).ok_or_else(err)?,
-            exclusive: false,
-        }),
+        Some(b'(') => Ok(ScoreBound { value: parse_float(&arg[1..]).ok_or_else(err)?, exclusive: true }),
+        _ => Ok(ScoreBound { value: parse_float(arg).ok_or_else(err)?, exclusive: false }),
     }
 }
 
@@ -85,16 +76,8 @@ pub fn eq_ignore_case(arg: &[u8], word: &str) -> bool {
 /// inclusive index range, or `None` when it is empty.
 pub fn resolve_range(start: i64, stop: i64, len: usize) -> Option<(usize, usize)> {
     let len = len as i64;
-    let start = if start < 0 {
-        (len + start).max(0)
-    } else {
-        start
-    };
-    let stop = if stop < 0 {
-        len + stop
-    } else {
-        stop.min(len - 1)
-    };
+    let start = if start < 0 { (len + start).max(0) } else { start };
+    let stop = if stop < 0 { len + stop } else { stop.min(len - 1) };
     if start > stop || start >= len || stop < 0 {
         None
     } else {
@@ -111,12 +94,7 @@ pub struct ScanOptions {
 }
 
 pub fn scan_options(args: &[Bytes], allow_type: bool) -> Result<ScanOptions, CmdError> {
-    let mut opts = ScanOptions {
-        pattern: None,
-        count: 10,
-        kind: None,
-        novalues: false,
-    };
+    let mut opts = ScanOptions { pattern: None, count: 10, kind: None, novalues: false };
     let mut i = 0;
     while i < args.len() {
         let more = i + 1 < args.len();
@@ -142,10 +120,7 @@ pub fn scan_options(args: &[Bytes], allow_type: bool) -> Result<ScanOptions, Cmd
 
 /// A SCAN cursor: a non-negative integer.
 pub fn cursor(arg: &[u8]) -> Result<u64, CmdError> {
-    std::str::from_utf8(arg)
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok())
-        .ok_or_else(|| CmdError::err("invalid cursor"))
+    std::str::from_utf8(arg).ok().and_then(|s| s.parse::<u64>().ok()).ok_or_else(|| CmdError::err("invalid cursor"))
 }
 
 #[cfg(test)]

@@ -17,31 +17,59 @@ use super::zset::{numkeys_positions, zmpop_args, zmpop_reply, zpop};
 use super::{CommandSpec, Exec, Keys, TABLE};
 use crate::blocking::Waiter;
 use crate::client::BlockRequest;
+use crate::db::Kind;
 use crate::error::{CmdError, Reply};
 use crate::frame::Frame;
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, $keys:expr, $run:expr, $summary:literal) => {
-        CommandSpec {
-            name: $name,
-            arity: $arity,
-            flags: $flags,
-            keys: $keys,
-            run: $run,
-            group: "list",
-            summary: $summary,
-        }
+        CommandSpec { name: $name, arity: $arity, flags: $flags, keys: $keys, run: $run, group: "list", summary: $summary }
     };
 }
 
 pub const COMMANDS: &[CommandSpec] = &[
-    spec!("blpop", -3, WRITE | BLOCKING, Keys::Range(1, -2, 1), blpop, "Removes and returns the first element in a list. Blocks until an element is available otherwise."),
-    spec!("brpop", -3, WRITE | BLOCKING, Keys::Range(1, -2, 1), brpop, "Removes and returns the last element in a list. Blocks until an element is available otherwise."),
-    spec!("brpoplpush", 4, WRITE | DENYOOM | BLOCKING, Keys::Range(1, 2, 1), brpoplpush, "Pops an element from a list, pushes it to another list and returns it."),
+    spec!(
+        "blpop",
+        -3,
+        WRITE | BLOCKING,
+        Keys::Range(1, -2, 1),
+        blpop,
+        "Removes and returns the first element in a list. Blocks until an element is available otherwise."
+    ),
+    spec!(
+        "brpop",
+        -3,
+        WRITE | BLOCKING,
+        Keys::Range(1, -2, 1),
+        brpop,
+        "Removes and returns the last element in a list. Blocks until an element is available otherwise."
+    ),
+    spec!(
+        "brpoplpush",
+        4,
+        WRITE | DENYOOM | BLOCKING,
+        Keys::Range(1, 2, 1),
+        brpoplpush,
+        "Pops an element from a list, pushes it to another list and returns it."
+    ),
     spec!("blmove", 6, WRITE | DENYOOM | BLOCKING, Keys::Range(1, 2, 1), blmove, "Pops an element from a list, pushes it to another list and returns it."),
     spec!("blmpop", -5, WRITE | BLOCKING, Keys::Custom(blmpop_keys), blmpop, "Pops the first element from one of multiple lists."),
-    spec!("bzpopmin", -3, WRITE | FAST | BLOCKING, Keys::Range(1, -2, 1), bzpopmin, "Removes and returns the member with the lowest score from one or more sorted sets."),
-    spec!("bzpopmax", -3, WRITE | FAST | BLOCKING, Keys::Range(1, -2, 1), bzpopmax, "Removes and returns the member with the highest score from one or more sorted sets."),
+    spec!(
+        "bzpopmin",
+        -3,
+        WRITE | FAST | BLOCKING,
+        Keys::Range(1, -2, 1),
+        bzpopmin,
+        "Removes and returns the member with the lowest score from one or more sorted sets."
+    ),
+    spec!(
+        "bzpopmax",
+        -3,
+        WRITE | FAST | BLOCKING,
+        Keys::Range(1, -2, 1),
+        bzpopmax,
+        "Removes and returns the member with the highest score from one or more sorted sets."
+    ),
     spec!("bzmpop", -5, WRITE | BLOCKING, Keys::Custom(blmpop_keys), bzmpop, "Removes and returns a member by score from one or more sorted sets."),
 ];
 
@@ -51,9 +79,7 @@ fn blmpop_keys(argv: &[Bytes]) -> Vec<usize> {
 
 /// Redis's blocking timeout: seconds as a float, 0 = forever, never negative.
 fn timeout(arg: &[u8]) -> Result<Option<Duration>, CmdError> {
-    let secs = super::args::parse_float(arg)
-        .filter(|s| s.is_finite())
-        .ok_or_else(|| CmdError::err("timeout is not a float or out of range"))?;
+    let secs = super::args::parse_float(arg).filter(|s| s.is_finite()).ok_or_else(|| CmdError::err("timeout is not a float or out of range"))?;
     if secs < 0.0 {
         return Err(CmdError::err("timeout is negative"));
     }
@@ -65,13 +91,7 @@ fn timeout(arg: &[u8]) -> Result<Option<Duration>, CmdError> {
 
 /// Answers at once if `found` is a reply; otherwise blocks on `keys` (or times out at once
 /// inside a transaction or a wake-up attempt).
-fn or_block(
-    exec: &mut Exec,
-    argv: &[Bytes],
-    keys: Vec<Bytes>,
-    wait: Option<Duration>,
-    found: Option<Frame>,
-) -> Reply {
+fn or_block(exec: &mut Exec, argv: &[Bytes], keys: Vec<Bytes>, wait: Option<Duration>, found: Option<Frame>) -> Reply {
     if let Some(frame) = found {
         return Ok(frame);
     }
@@ -79,16 +99,11 @@ fn or_block(
     if exec.client.in_exec || exec.client.serving_wakeup {
         return Ok(Frame::NullArray);
     }
-    let command = TABLE
-        .find(&argv[0])
-        .ok_or_else(|| CmdError::err("blocking command missing from the table"))?;
-    let (waiter, reply) = Waiter::new(exec.client, command, argv.to_vec(), keys, Frame::NullArray);
+    let command = TABLE.find(&argv[0]).ok_or_else(|| CmdError::err("blocking command missing from the table"))?;
+    let wants = if TABLE.specs[command].name.starts_with("bz") { Kind::ZSet } else { Kind::List };
+    let (waiter, reply) = Waiter::new(exec.client, command, argv.to_vec(), keys, wants, Frame::NullArray);
     exec.server.blocking.register(waiter.clone());
-    exec.client.block = Some(BlockRequest {
-        waiter,
-        reply,
-        timeout: wait,
-    });
+    exec.client.block = Some(BlockRequest { waiter, reply, timeout: wait });
     Ok(Frame::NullArray)
 }
 
@@ -98,10 +113,7 @@ fn bpop(exec: &mut Exec, argv: &[Bytes], left: bool) -> Reply {
     let mut found = None;
     for key in keys {
         if let Some(value) = pop_from(exec, key, left, 1)?.pop() {
-            found = Some(Frame::Array(vec![
-                Frame::Bulk(key.clone()),
-                Frame::Bulk(value),
-            ]));
+            found = Some(Frame::Array(vec![Frame::Bulk(key.clone()), Frame::Bulk(value)]));
             break;
         }
     }
@@ -116,13 +128,7 @@ fn brpop(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     bpop(exec, argv, false)
 }
 
-fn bmove(
-    exec: &mut Exec,
-    argv: &[Bytes],
-    from_left: bool,
-    to_left: bool,
-    wait: Option<Duration>,
-) -> Reply {
+fn bmove(exec: &mut Exec, argv: &[Bytes], from_left: bool, to_left: bool, wait: Option<Duration>) -> Reply {
     let moved = move_element(exec, &argv[1], &argv[2], from_left, to_left)?;
     let found = (!matches!(moved, Frame::Null)).then_some(moved);
     or_block(exec, argv, vec![argv[1].clone()], wait, found)
@@ -169,11 +175,7 @@ fn bzpop(exec: &mut Exec, argv: &[Bytes], max: bool) -> Reply {
     let mut found = None;
     for key in keys {
         if let Some((member, score)) = zpop(exec, key, max, 1)?.pop() {
-            found = Some(Frame::Array(vec![
-                Frame::Bulk(key.clone()),
-                Frame::Bulk(member),
-                Frame::Double(score),
-            ]));
+            found = Some(Frame::Array(vec![Frame::Bulk(key.clone()), Frame::Bulk(member), Frame::Double(score)]));
             break;
         }
     }

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use super::args::{eq_ignore_case, int};
 use super::flags::*;
 use super::{unknown_subcommand, wrong_arity, CommandSpec, Exec, Keys};
-use crate::client::ClientState;
+use crate::client::{ClientState, ReplyMode};
 use crate::error::{CmdError, Reply};
 use crate::frame::{Frame, OK};
 use crate::server::Server;
@@ -20,69 +20,19 @@ pub const REDIS_COMPAT_VERSION: &str = "7.0.15";
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, $run:expr, $summary:literal) => {
-        CommandSpec {
-            name: $name,
-            arity: $arity,
-            flags: $flags,
-            keys: Keys::None,
-            run: $run,
-            group: "connection",
-            summary: $summary,
-        }
+        CommandSpec { name: $name, arity: $arity, flags: $flags, keys: Keys::None, run: $run, group: "connection", summary: $summary }
     };
 }
 
 pub const COMMANDS: &[CommandSpec] = &[
-    spec!(
-        "hello",
-        -1,
-        NO_AUTH | FAST | NO_MULTI,
-        hello,
-        "Handshakes with the Redis server."
-    ),
-    spec!(
-        "auth",
-        -2,
-        NO_AUTH | FAST | NO_MULTI,
-        auth,
-        "Authenticates the connection."
-    ),
-    spec!(
-        "ping",
-        -1,
-        FAST,
-        ping,
-        "Returns the server's liveliness response."
-    ),
+    spec!("hello", -1, NO_AUTH | FAST | NO_MULTI, hello, "Handshakes with the Redis server."),
+    spec!("auth", -2, NO_AUTH | FAST | NO_MULTI, auth, "Authenticates the connection."),
+    spec!("ping", -1, FAST, ping, "Returns the server's liveliness response."),
     spec!("echo", 2, FAST, echo, "Returns the given string."),
-    spec!(
-        "select",
-        2,
-        FAST | CROSS_DB,
-        select,
-        "Changes the selected database."
-    ),
-    spec!(
-        "quit",
-        -1,
-        NO_AUTH | FAST | NO_MULTI,
-        quit,
-        "Closes the connection."
-    ),
-    spec!(
-        "reset",
-        1,
-        NO_AUTH | FAST | NO_MULTI,
-        reset,
-        "Resets the connection."
-    ),
-    spec!(
-        "client",
-        -2,
-        0,
-        client,
-        "A container for client connection commands."
-    ),
+    spec!("select", 2, FAST | CROSS_DB, select, "Changes the selected database."),
+    spec!("quit", -1, NO_AUTH | FAST | NO_MULTI, quit, "Closes the connection."),
+    spec!("reset", 1, NO_AUTH | FAST | NO_MULTI, reset, "Resets the connection."),
+    spec!("client", -2, 0, client, "A container for client connection commands."),
 ];
 
 fn hello(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -92,11 +42,7 @@ fn hello(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         match int(v) {
             Ok(n @ 2..=3) => resp = n as u8,
             Ok(_) => return Err(CmdError::Raw("NOPROTO unsupported protocol version".into())),
-            Err(_) => {
-                return Err(CmdError::err(
-                    "Protocol version is not an integer or out of range",
-                ))
-            }
+            Err(_) => return Err(CmdError::err("Protocol version is not an integer or out of range")),
         }
         i = 2;
     }
@@ -111,10 +57,7 @@ fn hello(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             name = Some(argv[i + 1].clone());
             i += 2;
         } else {
-            return Err(CmdError::err(format!(
-                "Syntax error in HELLO option '{}'",
-                String::from_utf8_lossy(&argv[i])
-            )));
+            return Err(CmdError::err(format!("Syntax error in HELLO option '{}'", String::from_utf8_lossy(&argv[i]))));
         }
     }
     if !exec.client.authenticated {
@@ -126,10 +69,7 @@ fn hello(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         set_name(exec.client, name);
     }
     exec.client.resp = resp;
-    exec.client
-        .handle
-        .resp
-        .store(resp as usize, Ordering::Relaxed);
+    exec.client.handle.resp.store(resp as usize, Ordering::Relaxed);
     Ok(Frame::Map(vec![
         (Frame::bulk("server"), Frame::bulk("redis")),
         (Frame::bulk("version"), Frame::bulk(REDIS_COMPAT_VERSION)),
@@ -151,9 +91,7 @@ fn check_password(server: &Server, user: &[u8], password: &[u8]) -> Result<(), C
     if user == b"default" && expected.is_empty() {
         return Ok(());
     }
-    Err(CmdError::Raw(
-        "WRONGPASS invalid username-password pair or user is disabled.".into(),
-    ))
+    Err(CmdError::Raw("WRONGPASS invalid username-password pair or user is disabled.".into()))
 }
 
 fn auth(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -163,9 +101,7 @@ fn auth(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         _ => return Err(CmdError::Syntax),
     };
     if argv.len() == 2 && exec.server.config.read().get("requirepass").is_empty() {
-        return Err(CmdError::err(
-            "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
-        ));
+        return Err(CmdError::err("AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"));
     }
     check_password(exec.server, user, password)?;
     exec.client.authenticated = true;
@@ -231,9 +167,7 @@ pub fn disconnect(server: &Server, client: &mut ClientState) {
 
 fn validate_name(name: &[u8]) -> Result<(), CmdError> {
     if name.iter().any(|&c| !(b'!'..=b'~').contains(&c)) {
-        return Err(CmdError::err(
-            "Client names cannot contain spaces, newlines or special characters.",
-        ));
+        return Err(CmdError::err("Client names cannot contain spaces, newlines or special characters."));
     }
     Ok(())
 }
@@ -283,6 +217,15 @@ fn client(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             Ok(Frame::Integer(unblocked as i64))
         }
         (b"getredir", 2) => Ok(Frame::Integer(-1)),
+        (b"reply", 3) => {
+            exec.client.reply_mode = match argv[2].to_ascii_lowercase().as_slice() {
+                b"on" => ReplyMode::On,
+                b"off" => ReplyMode::Off,
+                b"skip" => ReplyMode::Skip,
+                _ => return Err(CmdError::Syntax),
+            };
+            Ok(OK)
+        }
         (b"no-evict" | b"no-touch", 3) => {
             if eq_ignore_case(&argv[2], "on") || eq_ignore_case(&argv[2], "off") {
                 Ok(OK)
@@ -296,7 +239,9 @@ fn client(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             "LIST [TYPE <type>] [ID <id> ...], KILL <option> <value> ..., UNBLOCK <id> [TIMEOUT|ERROR],",
             "GETREDIR, NO-EVICT <ON|OFF>, NO-TOUCH <ON|OFF>, HELP",
         ])),
-        (b"id" | b"setname" | b"getname" | b"setinfo" | b"info" | b"kill" | b"unblock" | b"getredir" | b"no-evict" | b"no-touch" | b"help", _) => Err(arity_error()),
+        (b"id" | b"setname" | b"getname" | b"setinfo" | b"info" | b"kill" | b"unblock" | b"getredir" | b"reply" | b"no-evict" | b"no-touch" | b"help", _) => {
+            Err(arity_error())
+        }
         _ => Err(unknown_subcommand(&argv[1], "client")),
     }
 }
@@ -308,22 +253,13 @@ fn client_list(server: &Server, options: &[Bytes]) -> Reply {
         None => {}
         Some(o) if eq_ignore_case(o, "type") && options.len() == 2 => {
             let t = options[1].to_ascii_lowercase();
-            if !matches!(
-                t.as_slice(),
-                b"normal" | b"master" | b"replica" | b"slave" | b"pubsub"
-            ) {
-                return Err(CmdError::err(format!(
-                    "Unknown client type '{}'",
-                    String::from_utf8_lossy(&options[1])
-                )));
+            if !matches!(t.as_slice(), b"normal" | b"master" | b"replica" | b"slave" | b"pubsub") {
+                return Err(CmdError::err(format!("Unknown client type '{}'", String::from_utf8_lossy(&options[1]))));
             }
             kind = Some(Bytes::from(t));
         }
         Some(o) if eq_ignore_case(o, "id") && options.len() >= 2 => {
-            let parsed: Result<Vec<u64>, _> = options[1..]
-                .iter()
-                .map(|a| int(a).map(|n| n as u64))
-                .collect();
+            let parsed: Result<Vec<u64>, _> = options[1..].iter().map(|a| int(a).map(|n| n as u64)).collect();
             ids = Some(parsed.map_err(|_| CmdError::err("Invalid client ID"))?);
         }
         Some(_) => return Err(CmdError::Syntax),
@@ -351,12 +287,7 @@ fn client_kill(exec: &mut Exec, args: &[Bytes]) -> Reply {
     // Old form: CLIENT KILL addr:port → +OK or an error.
     if args.len() == 1 {
         let addr = String::from_utf8_lossy(&args[0]).into_owned();
-        let target = exec
-            .server
-            .clients
-            .all()
-            .into_iter()
-            .find(|c| c.addr == addr);
+        let target = exec.server.clients.all().into_iter().find(|c| c.addr == addr);
         return match target {
             Some(c) => {
                 kill(exec, c.id, self_id);

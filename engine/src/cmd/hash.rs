@@ -20,15 +20,7 @@ use crate::parse::parse_i64;
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, $keys:expr, $run:expr, $summary:literal) => {
-        CommandSpec {
-            name: $name,
-            arity: $arity,
-            flags: $flags,
-            keys: $keys,
-            run: $run,
-            group: "hash",
-            summary: $summary,
-        }
+        CommandSpec { name: $name, arity: $arity, flags: $flags, keys: $keys, run: $run, group: "hash", summary: $summary }
     };
 }
 
@@ -44,8 +36,22 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec!("hlen", 2, READONLY | FAST, KEY, hlen, "Returns the number of fields in a hash."),
     spec!("hstrlen", 3, READONLY | FAST, KEY, hstrlen, "Returns the length of the value of a field."),
     spec!("hexists", 3, READONLY | FAST, KEY, hexists, "Determines whether a field exists in a hash."),
-    spec!("hincrby", 4, WRITE | DENYOOM | FAST, KEY, hincrby, "Increments the integer value of a field in a hash by a number. Uses 0 as initial value if the field doesn't exist."),
-    spec!("hincrbyfloat", 4, WRITE | DENYOOM | FAST, KEY, hincrbyfloat, "Increments the floating point value of a field by a number. Uses 0 as initial value if the field doesn't exist."),
+    spec!(
+        "hincrby",
+        4,
+        WRITE | DENYOOM | FAST,
+        KEY,
+        hincrby,
+        "Increments the integer value of a field in a hash by a number. Uses 0 as initial value if the field doesn't exist."
+    ),
+    spec!(
+        "hincrbyfloat",
+        4,
+        WRITE | DENYOOM | FAST,
+        KEY,
+        hincrbyfloat,
+        "Increments the floating point value of a field by a number. Uses 0 as initial value if the field doesn't exist."
+    ),
     spec!("hkeys", 2, READONLY, KEY, hkeys, "Returns all fields in a hash."),
     spec!("hvals", 2, READONLY, KEY, hvals, "Returns all values in a hash."),
     spec!("hgetall", 2, READONLY, KEY, hgetall, "Returns all fields and values in a hash."),
@@ -55,10 +61,7 @@ pub const COMMANDS: &[CommandSpec] = &[
 
 /// The hash at `key` for a read command. Unlike `Ctx::hash` it counts a keyspace hit or
 /// miss, as Redis's `lookupKeyRead` does.
-fn read<'e>(
-    exec: &'e mut Exec<'_, '_>,
-    key: &[u8],
-) -> Result<Option<&'e FieldMap<Field>>, CmdError> {
+fn read<'e>(exec: &'e mut Exec<'_, '_>, key: &[u8]) -> Result<Option<&'e FieldMap<Field>>, CmdError> {
     match exec.ctx.lookup_read(key).map(|e| &e.value) {
         None => Ok(None),
         Some(Value::Hash(h)) => Ok(Some(h)),
@@ -82,10 +85,7 @@ fn set_pairs(exec: &mut Exec, argv: &[Bytes], name: &str) -> Result<i64, CmdErro
     let hash = exec.ctx.hash_or_create(key)?;
     let mut created = 0;
     for pair in argv[2..].chunks(2) {
-        let field = Field {
-            value: own(&pair[1]),
-            version: v,
-        };
+        let field = Field { value: own(&pair[1]), version: v };
         created += hash.insert(own(&pair[0]), field).is_none() as i64;
     }
     exec.ctx.written(key, v);
@@ -104,20 +104,14 @@ fn hmset(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 /// Sets one field (the counters' write path).
 fn put_field(exec: &mut Exec, key: &[u8], field: &[u8], value: Bytes) -> Result<(), CmdError> {
     let v = exec.ctx.next_version(key);
-    exec.ctx
-        .hash_or_create(key)?
-        .insert(own(field), Field { value, version: v });
+    exec.ctx.hash_or_create(key)?.insert(own(field), Field { value, version: v });
     exec.ctx.written(key, v);
     Ok(())
 }
 
 fn hsetnx(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     // Checked without creating, so an existing field leaves the key untouched.
-    if exec
-        .ctx
-        .hash(&argv[1])?
-        .is_some_and(|h| h.contains_key(&argv[2]))
-    {
+    if exec.ctx.hash(&argv[1])?.is_some_and(|h| h.contains_key(&argv[2])) {
         return Ok(Frame::Integer(0));
     }
     put_field(exec, &argv[1], &argv[2], own(&argv[3]))?;
@@ -132,13 +126,7 @@ fn hget(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 fn hmget(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     // A missing key is an empty hash: one null per field.
     let hash = read(exec, &argv[1])?;
-    let values = argv[2..]
-        .iter()
-        .map(|f| {
-            hash.and_then(|h| h.get(f))
-                .map_or(Frame::Null, |f| Frame::Bulk(f.value.clone()))
-        })
-        .collect();
+    let values = argv[2..].iter().map(|f| hash.and_then(|h| h.get(f)).map_or(Frame::Null, |f| Frame::Bulk(f.value.clone()))).collect();
     Ok(Frame::Array(values))
 }
 
@@ -148,10 +136,7 @@ fn hdel(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let Some(hash) = exec.ctx.hash(key)? else {
         return Ok(Frame::Integer(0));
     };
-    let deleted = argv[2..]
-        .iter()
-        .filter(|f| hash.remove(*f).is_some())
-        .count();
+    let deleted = argv[2..].iter().filter(|f| hash.remove(*f).is_some()).count();
     if deleted > 0 {
         exec.ctx.written(key, v);
     }
@@ -159,15 +144,11 @@ fn hdel(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn hlen(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    Ok(Frame::Integer(
-        read(exec, &argv[1])?.map_or(0, |h| h.len()) as i64
-    ))
+    Ok(Frame::Integer(read(exec, &argv[1])?.map_or(0, |h| h.len()) as i64))
 }
 
 fn hstrlen(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let len = read(exec, &argv[1])?
-        .and_then(|h| h.get(&argv[2]))
-        .map_or(0, |f| f.value.len());
+    let len = read(exec, &argv[1])?.and_then(|h| h.get(&argv[2])).map_or(0, |f| f.value.len());
     Ok(Frame::Integer(len as i64))
 }
 
@@ -179,28 +160,17 @@ fn hexists(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 /// The current value of a field for the counters, read without creating the key so that a
 /// failed increment leaves nothing behind.
 fn field_value(exec: &mut Exec, key: &[u8], field: &[u8]) -> Result<Option<Bytes>, CmdError> {
-    Ok(exec
-        .ctx
-        .hash(key)?
-        .and_then(|h| h.get(field))
-        .map(|f| f.value.clone()))
+    Ok(exec.ctx.hash(key)?.and_then(|h| h.get(field)).map(|f| f.value.clone()))
 }
 
 fn hincrby(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let delta = int(&argv[3])?;
     let current = match field_value(exec, &argv[1], &argv[2])? {
         None => 0,
-        Some(text) => {
-            parse_i64(&text).ok_or_else(|| CmdError::err("hash value is not an integer"))?
-        }
+        Some(text) => parse_i64(&text).ok_or_else(|| CmdError::err("hash value is not an integer"))?,
     };
     let next = current.checked_add(delta).ok_or(CmdError::Overflow)?;
-    put_field(
-        exec,
-        &argv[1],
-        &argv[2],
-        own(itoa::Buffer::new().format(next).as_bytes()),
-    )?;
+    put_field(exec, &argv[1], &argv[2], own(itoa::Buffer::new().format(next).as_bytes()))?;
     Ok(Frame::Integer(next))
 }
 
@@ -211,9 +181,7 @@ fn hincrbyfloat(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     }
     let current = match field_value(exec, &argv[1], &argv[2])? {
         None => 0.0,
-        Some(text) => {
-            parse_float(&text).ok_or_else(|| CmdError::err("hash value is not a float"))?
-        }
+        Some(text) => parse_float(&text).ok_or_else(|| CmdError::err("hash value is not a float"))?,
     };
     let next = current + delta;
     if !next.is_finite() {
@@ -230,17 +198,12 @@ fn hkeys(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn hvals(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let values =
-        read(exec, &argv[1])?.map(|h| h.values().map(|f| Frame::Bulk(f.value.clone())).collect());
+    let values = read(exec, &argv[1])?.map(|h| h.values().map(|f| Frame::Bulk(f.value.clone())).collect());
     Ok(Frame::Array(values.unwrap_or_default()))
 }
 
 fn hgetall(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let pairs = read(exec, &argv[1])?.map(|h| {
-        h.iter()
-            .map(|(k, f)| (Frame::Bulk(k.clone()), Frame::Bulk(f.value.clone())))
-            .collect()
-    });
+    let pairs = read(exec, &argv[1])?.map(|h| h.iter().map(|(k, f)| (Frame::Bulk(k.clone()), Frame::Bulk(f.value.clone()))).collect());
     Ok(Frame::Map(pairs.unwrap_or_default()))
 }
 
@@ -257,11 +220,7 @@ fn hscan(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let opts = scan_options(&argv[3..], false)?;
     let mut items = Vec::new();
     for (k, f) in hash.iter() {
-        if opts
-            .pattern
-            .as_ref()
-            .is_none_or(|p| glob_match(p, k, false))
-        {
+        if opts.pattern.as_ref().is_none_or(|p| glob_match(p, k, false)) {
             items.push(Frame::Bulk(k.clone()));
             items.push(Frame::Bulk(f.value.clone()));
         }
@@ -291,12 +250,7 @@ fn hrandfield(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     };
     let picks = sample(hash.iter(), hash.len(), count);
     if !with_values {
-        return Ok(Frame::Array(
-            picks
-                .into_iter()
-                .map(|(k, _)| Frame::Bulk(k.clone()))
-                .collect(),
-        ));
+        return Ok(Frame::Array(picks.into_iter().map(|(k, _)| Frame::Bulk(k.clone())).collect()));
     }
     // RESP3 gets [field, value] pairs (as Redis 7.0 does); RESP2 a flat array.
     let mut out = Vec::with_capacity(picks.len() * if resp3 { 1 } else { 2 });

@@ -17,15 +17,7 @@ use crate::glob::glob_match;
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, $keys:expr, $run:expr, $summary:literal) => {
-        CommandSpec {
-            name: $name,
-            arity: $arity,
-            flags: $flags,
-            keys: $keys,
-            run: $run,
-            group: "generic",
-            summary: $summary,
-        }
+        CommandSpec { name: $name, arity: $arity, flags: $flags, keys: $keys, run: $run, group: "generic", summary: $summary }
     };
 }
 
@@ -33,7 +25,14 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec!("del", -2, WRITE, Keys::Range(1, -1, 1), del, "Deletes one or more keys."),
     spec!("unlink", -2, WRITE | FAST, Keys::Range(1, -1, 1), del, "Asynchronously deletes one or more keys."),
     spec!("exists", -2, READONLY | FAST, Keys::Range(1, -1, 1), exists, "Determines whether one or more keys exist."),
-    spec!("touch", -2, READONLY | FAST, Keys::Range(1, -1, 1), exists, "Returns the number of existing keys out of those specified after updating the time they were last accessed."),
+    spec!(
+        "touch",
+        -2,
+        READONLY | FAST,
+        Keys::Range(1, -1, 1),
+        exists,
+        "Returns the number of existing keys out of those specified after updating the time they were last accessed."
+    ),
     spec!("type", 2, READONLY | FAST, Keys::Range(1, 1, 1), type_of, "Determines the type of value stored at a key."),
     spec!("rename", 3, WRITE, Keys::Range(1, 2, 1), rename, "Renames a key and overwrites the destination."),
     spec!("renamenx", 3, WRITE | FAST, Keys::Range(1, 2, 1), renamenx, "Renames a key only when the target key name doesn't exist."),
@@ -64,9 +63,7 @@ fn exists(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn type_of(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    Ok(Frame::Simple(
-        exec.ctx.kind(&argv[1]).map_or("none", Kind::name),
-    ))
+    Ok(Frame::Simple(exec.ctx.kind(&argv[1]).map_or("none", Kind::name)))
 }
 
 /// Moves `src`'s value and deadline to `dst` in database `dst_db`; `keep_src` copies.
@@ -116,10 +113,7 @@ fn copy_target(argv: &[Bytes], db: usize) -> (usize, bool) {
     let mut i = 3;
     while i < argv.len() {
         if eq_ignore_case(&argv[i], "db") && i + 1 < argv.len() {
-            target = int(&argv[i + 1])
-                .ok()
-                .filter(|&n| n >= 0)
-                .map_or(usize::MAX, |n| n as usize);
+            target = int(&argv[i + 1]).ok().filter(|&n| n >= 0).map_or(usize::MAX, |n| n as usize);
             i += 1;
         } else if eq_ignore_case(&argv[i], "replace") {
             replace = true;
@@ -146,6 +140,9 @@ fn copy(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         }
     }
     let db = exec.ctx.db;
+    if let Some(i) = argv[3..].iter().position(|a| eq_ignore_case(a, "db")) {
+        int(&argv[3 + i + 1])?;
+    }
     let (target, replace) = copy_target(argv, db);
     if target == usize::MAX || target >= exec.server.store.databases() {
         return Err(CmdError::err("DB index is out of range"));
@@ -167,10 +164,7 @@ fn copy(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn move_keys(argv: &[Bytes], db: usize) -> Vec<(usize, usize)> {
-    let target = int(&argv[2])
-        .ok()
-        .filter(|&n| n >= 0)
-        .map_or(db, |n| n as usize);
+    let target = int(&argv[2]).ok().filter(|&n| n >= 0).map_or(db, |n| n as usize);
     vec![(db, 1), (target, 1)]
 }
 
@@ -188,28 +182,17 @@ fn move_key(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     if !exec.ctx.exists(key) || exec.ctx.get_in(target, key).is_some() {
         return Ok(Frame::Integer(0));
     }
-    Ok(Frame::Integer(
-        transfer(exec, key, target, key, false) as i64
-    ))
+    Ok(Frame::Integer(transfer(exec, key, target, key, false) as i64))
 }
 
 /// Live keys of one shard that match `pattern` (and type `kind`).
-fn shard_keys(
-    exec: &mut Exec,
-    shard: usize,
-    pattern: Option<&[u8]>,
-    kind: Option<&[u8]>,
-) -> Vec<Frame> {
+fn shard_keys(exec: &mut Exec, shard: usize, pattern: Option<&[u8]>, kind: Option<&[u8]>) -> Vec<Frame> {
     let now = exec.ctx.now_ms;
     let db = exec.ctx.db;
     let kind = kind.map(|k| Kind::from_name(k));
     exec.ctx.with_shard(db, shard, |_, s| {
         s.iter()
-            .filter(|(k, e)| {
-                !e.is_expired(now)
-                    && pattern.is_none_or(|p| glob_match(p, k, false))
-                    && kind.is_none_or(|t| Some(e.value.kind()) == t)
-            })
+            .filter(|(k, e)| !e.is_expired(now) && pattern.is_none_or(|p| glob_match(p, k, false)) && kind.is_none_or(|t| Some(e.value.kind()) == t))
             .map(|(k, _)| Frame::bulk(k))
             .collect()
     })
@@ -230,19 +213,11 @@ fn scan(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let mut shard = start as usize;
     let mut out = Vec::new();
     while shard < SHARDS_PER_DB && out.len() < opts.count {
-        out.extend(shard_keys(
-            exec,
-            shard,
-            opts.pattern.as_deref(),
-            opts.kind.as_deref(),
-        ));
+        out.extend(shard_keys(exec, shard, opts.pattern.as_deref(), opts.kind.as_deref()));
         shard += 1;
     }
     let next = if shard >= SHARDS_PER_DB { 0 } else { shard };
-    Ok(Frame::Array(vec![
-        Frame::bulk(next.to_string()),
-        Frame::Array(out),
-    ]))
+    Ok(Frame::Array(vec![Frame::bulk(next.to_string()), Frame::Array(out)]))
 }
 
 fn randomkey(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
@@ -252,11 +227,7 @@ fn randomkey(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     for step in 0..SHARDS_PER_DB {
         let shard = (first + step) % SHARDS_PER_DB;
         let found = exec.ctx.with_shard(db, shard, |_, s| {
-            let live: Vec<_> = s
-                .iter()
-                .filter(|(_, e)| !e.is_expired(now))
-                .map(|(k, _)| k.clone())
-                .collect();
+            let live: Vec<_> = s.iter().filter(|(_, e)| !e.is_expired(now)).map(|(k, _)| k.clone()).collect();
             if live.is_empty() {
                 None
             } else {
@@ -282,30 +253,19 @@ fn expire_generic(exec: &mut Exec, argv: &[Bytes], unit_ms: i64, absolute: bool)
             b"xx" => xx = true,
             b"gt" => gt = true,
             b"lt" => lt = true,
-            _ => {
-                return Err(CmdError::err(format!(
-                    "Unsupported option {}",
-                    String::from_utf8_lossy(opt)
-                )))
-            }
+            _ => return Err(CmdError::err(format!("Unsupported option {}", String::from_utf8_lossy(opt)))),
         }
     }
     if nx && (xx || gt || lt) {
-        return Err(CmdError::err(
-            "NX and XX, GT or LT options at the same time are not compatible",
-        ));
+        return Err(CmdError::err("NX and XX, GT or LT options at the same time are not compatible"));
     }
     if gt && lt {
-        return Err(CmdError::err(
-            "GT and LT options at the same time are not compatible",
-        ));
+        return Err(CmdError::err("GT and LT options at the same time are not compatible"));
     }
     let invalid = || CmdError::err(format!("invalid expire time in '{name}' command"));
     let mut when = amount.checked_mul(unit_ms).ok_or_else(invalid)?;
     if !absolute {
-        when = when
-            .checked_add(exec.ctx.now_ms as i64)
-            .ok_or_else(invalid)?;
+        when = when.checked_add(exec.ctx.now_ms as i64).ok_or_else(invalid)?;
     }
     let key = &argv[1];
     if !exec.ctx.exists(key) {
@@ -353,9 +313,7 @@ fn time_query(exec: &mut Exec, key: &[u8], f: impl Fn(u64, u64) -> i64) -> Reply
 }
 
 fn ttl(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    time_query(exec, &argv[1], |d, now| {
-        ((d.saturating_sub(now) + 500) / 1000) as i64
-    })
+    time_query(exec, &argv[1], |d, now| ((d.saturating_sub(now) + 500) / 1000) as i64)
 }
 
 fn pttl(exec: &mut Exec, argv: &[Bytes]) -> Reply {

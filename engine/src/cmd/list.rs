@@ -20,15 +20,7 @@ use crate::frame::{Frame, OK};
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, $keys:expr, $run:expr, $summary:literal) => {
-        CommandSpec {
-            name: $name,
-            arity: $arity,
-            flags: $flags,
-            keys: $keys,
-            run: $run,
-            group: "list",
-            summary: $summary,
-        }
+        CommandSpec { name: $name, arity: $arity, flags: $flags, keys: $keys, run: $run, group: "list", summary: $summary }
     };
 }
 
@@ -49,9 +41,30 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec!("lrem", 4, WRITE, KEY, lrem, "Removes elements from a list. Deletes the list if the last element was removed."),
     spec!("linsert", 5, WRITE | DENYOOM, KEY, linsert, "Inserts an element before or after another element in a list."),
     spec!("lpos", -3, READONLY, KEY, lpos, "Returns the index of matching elements in a list."),
-    spec!("lmove", 5, WRITE | DENYOOM, Keys::Range(1, 2, 1), lmove, "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved."),
-    spec!("rpoplpush", 3, WRITE | DENYOOM, Keys::Range(1, 2, 1), rpoplpush, "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped."),
-    spec!("lmpop", -4, WRITE, Keys::Custom(numkeys_at_1), lmpop, "Returns multiple elements from a list after removing them. Deletes the list if the last element was popped."),
+    spec!(
+        "lmove",
+        5,
+        WRITE | DENYOOM,
+        Keys::Range(1, 2, 1),
+        lmove,
+        "Returns an element after popping it from one list and pushing it to another. Deletes the list if the last element was moved."
+    ),
+    spec!(
+        "rpoplpush",
+        3,
+        WRITE | DENYOOM,
+        Keys::Range(1, 2, 1),
+        rpoplpush,
+        "Returns the last element of a list after removing and pushing it to another list. Deletes the list if the last element was popped."
+    ),
+    spec!(
+        "lmpop",
+        -4,
+        WRITE,
+        Keys::Custom(numkeys_at_1),
+        lmpop,
+        "Returns multiple elements from a list after removing them. Deletes the list if the last element was popped."
+    ),
 ];
 
 fn numkeys_at_1(argv: &[Bytes]) -> Vec<usize> {
@@ -59,10 +72,7 @@ fn numkeys_at_1(argv: &[Bytes]) -> Vec<usize> {
 }
 
 /// The list at `key` for a read command (counts a keyspace hit or miss).
-fn read<'e>(
-    exec: &'e mut Exec<'_, '_>,
-    key: &[u8],
-) -> Result<Option<&'e mut VecDeque<Bytes>>, CmdError> {
+fn read<'e>(exec: &'e mut Exec<'_, '_>, key: &[u8]) -> Result<Option<&'e mut VecDeque<Bytes>>, CmdError> {
     match exec.ctx.lookup_read(key).map(|e| &mut e.value) {
         None => Ok(None),
         Some(Value::List(l)) => Ok(Some(&mut **l)),
@@ -137,12 +147,7 @@ fn rpushx(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 /// Pops up to `count` elements from the head (`left`) or tail of the list at `key`, in pop
 /// order. A missing key (or `count == 0`) pops nothing; a key of another type is WRONGTYPE.
 /// Deletes the key when it empties, touches watchers, bumps dirty.
-pub(crate) fn pop_from(
-    exec: &mut Exec,
-    key: &[u8],
-    left: bool,
-    count: usize,
-) -> Result<Vec<Bytes>, CmdError> {
+pub(crate) fn pop_from(exec: &mut Exec, key: &[u8], left: bool, count: usize) -> Result<Vec<Bytes>, CmdError> {
     if !is_list(exec, key)? || count == 0 {
         return Ok(Vec::new());
     }
@@ -175,22 +180,11 @@ fn pop_command(exec: &mut Exec, argv: &[Bytes], left: bool) -> Reply {
     };
     let key = &argv[1];
     if !is_list(exec, key)? {
-        return Ok(if count.is_some() {
-            Frame::NullArray
-        } else {
-            Frame::Null
-        });
+        return Ok(if count.is_some() { Frame::NullArray } else { Frame::Null });
     }
     match count {
-        None => Ok(pop_from(exec, key, left, 1)?
-            .pop()
-            .map_or(Frame::Null, Frame::Bulk)),
-        Some(n) => Ok(Frame::Array(
-            pop_from(exec, key, left, n)?
-                .into_iter()
-                .map(Frame::Bulk)
-                .collect(),
-        )),
+        None => Ok(pop_from(exec, key, left, 1)?.pop().map_or(Frame::Null, Frame::Bulk)),
+        Some(n) => Ok(Frame::Array(pop_from(exec, key, left, n)?.into_iter().map(Frame::Bulk).collect())),
     }
 }
 
@@ -206,9 +200,7 @@ fn rpop(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 // Reads
 
 fn llen(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    Ok(Frame::Integer(
-        read(exec, &argv[1])?.map_or(0, |l| l.len()) as i64
-    ))
+    Ok(Frame::Integer(read(exec, &argv[1])?.map_or(0, |l| l.len()) as i64))
 }
 
 fn lindex(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -255,20 +247,13 @@ fn lpos(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         j += 2;
     }
     let Some(list) = read(exec, &argv[1])? else {
-        return Ok(if count.is_some() {
-            Frame::Array(Vec::new())
-        } else {
-            Frame::Null
-        });
+        return Ok(if count.is_some() { Frame::Array(Vec::new()) } else { Frame::Null });
     };
     let element = &argv[2];
     let from_tail = rank < 0;
     let rank = rank.unsigned_abs();
-    let positions: Box<dyn Iterator<Item = (usize, &Bytes)> + '_> = if from_tail {
-        Box::new(list.iter().enumerate().rev())
-    } else {
-        Box::new(list.iter().enumerate())
-    };
+    let positions: Box<dyn Iterator<Item = (usize, &Bytes)> + '_> =
+        if from_tail { Box::new(list.iter().enumerate().rev()) } else { Box::new(list.iter().enumerate()) };
     let (mut matches, mut found) = (0u64, Vec::new());
     for (scanned, (index, e)) in positions.enumerate() {
         if maxlen != 0 && scanned as u64 >= maxlen {
@@ -291,11 +276,7 @@ fn lpos(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             }
         }
     }
-    Ok(if count.is_some() {
-        Frame::Array(found)
-    } else {
-        Frame::Null
-    })
+    Ok(if count.is_some() { Frame::Array(found) } else { Frame::Null })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -407,13 +388,7 @@ fn linsert(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 /// `to_left`), creating `dst` if needed; `src == dst` rotates. Replies with the element, a
 /// null bulk when `src` is missing, or WRONGTYPE (checked on both keys before anything
 /// moves).
-pub(crate) fn move_element(
-    exec: &mut Exec,
-    src: &[u8],
-    dst: &[u8],
-    from_left: bool,
-    to_left: bool,
-) -> Reply {
+pub(crate) fn move_element(exec: &mut Exec, src: &[u8], dst: &[u8], from_left: bool, to_left: bool) -> Reply {
     match exec.ctx.list(src)? {
         Some(list) if !list.is_empty() => {}
         _ => return Ok(Frame::Null),
@@ -423,11 +398,7 @@ pub(crate) fn move_element(
     let Some(list) = exec.ctx.list(src)? else {
         return Ok(Frame::Null);
     };
-    let Some(value) = (if from_left {
-        list.pop_front()
-    } else {
-        list.pop_back()
-    }) else {
+    let Some(value) = (if from_left { list.pop_front() } else { list.pop_back() }) else {
         return Ok(Frame::Null);
     };
     if src == dst {
@@ -474,9 +445,7 @@ pub(crate) struct LmpopArgs {
 pub(crate) fn lmpop_args(argv: &[Bytes], numkeys_idx: usize) -> Result<LmpopArgs, CmdError> {
     let numkeys = int_at_least(&argv[numkeys_idx], 1, "numkeys should be greater than 0")?;
     let first = numkeys_idx + 1;
-    let where_idx = usize::try_from(numkeys)
-        .unwrap_or(usize::MAX)
-        .saturating_add(first);
+    let where_idx = usize::try_from(numkeys).unwrap_or(usize::MAX).saturating_add(first);
     if where_idx >= argv.len() {
         return Err(CmdError::Syntax);
     }
@@ -491,19 +460,12 @@ pub(crate) fn lmpop_args(argv: &[Bytes], numkeys_idx: usize) -> Result<LmpopArgs
             return Err(CmdError::Syntax);
         }
     }
-    Ok(LmpopArgs {
-        keys: first..where_idx,
-        left,
-        count: count.unwrap_or(1),
-    })
+    Ok(LmpopArgs { keys: first..where_idx, left, count: count.unwrap_or(1) })
 }
 
 /// `[key, [element, ...]]`, the LMPOP/BLMPOP reply.
 pub(crate) fn lmpop_reply(key: &[u8], popped: Vec<Bytes>) -> Frame {
-    Frame::Array(vec![
-        Frame::bulk(key),
-        Frame::Array(popped.into_iter().map(Frame::Bulk).collect()),
-    ])
+    Frame::Array(vec![Frame::bulk(key), Frame::Array(popped.into_iter().map(Frame::Bulk).collect())])
 }
 
 fn lmpop(exec: &mut Exec, argv: &[Bytes]) -> Reply {

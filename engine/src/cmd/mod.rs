@@ -7,6 +7,7 @@
 //! returns a `Reply`.
 
 pub mod args;
+pub mod bits;
 pub mod blocking;
 pub mod connection;
 pub mod hash;
@@ -16,6 +17,7 @@ pub mod multi;
 pub mod pubsub;
 pub mod server;
 pub mod set;
+pub mod sort;
 pub mod string;
 pub mod zset;
 
@@ -80,6 +82,9 @@ pub enum Keys {
     CrossDb(fn(&[Bytes], usize) -> Vec<(usize, usize)>),
     /// Walks whole databases one shard at a time (KEYS, SCAN, FLUSHDB).
     Whole,
+    /// Locks every shard of the client's database for the whole command (SORT, whose BY/GET
+    /// patterns name arbitrary keys).
+    Database,
 }
 
 pub type Handler = fn(&mut Exec<'_, '_>, &[Bytes]) -> Reply;
@@ -115,10 +120,12 @@ pub static TABLE: LazyLock<CommandTable> = LazyLock::new(|| {
         server::COMMANDS,
         keys::COMMANDS,
         string::COMMANDS,
+        bits::COMMANDS,
         hash::COMMANDS,
         set::COMMANDS,
         zset::COMMANDS,
         list::COMMANDS,
+        sort::COMMANDS,
         blocking::COMMANDS,
         multi::COMMANDS,
         pubsub::COMMANDS,
@@ -126,11 +133,7 @@ pub static TABLE: LazyLock<CommandTable> = LazyLock::new(|| {
     let specs: Vec<&'static CommandSpec> = families.iter().flat_map(|f| f.iter()).collect();
     let by_name = specs.iter().enumerate().map(|(i, s)| (s.name, i)).collect();
     let stats = specs.iter().map(|_| CommandStats::default()).collect();
-    CommandTable {
-        specs,
-        stats,
-        by_name,
-    }
+    CommandTable { specs, stats, by_name }
 });
 
 impl CommandTable {
@@ -163,20 +166,15 @@ impl CommandSpec {
             Keys::None | Keys::Whole => Vec::new(),
             Keys::CrossDb(f) => f(argv, 0).into_iter().map(|(_, p)| p).collect(),
             Keys::Range(first, last, step) => {
-                let last = if last < 0 {
-                    argv.len() as isize + last
-                } else {
-                    last
-                };
+                let last = if last < 0 { argv.len() as isize + last } else { last };
                 if last < first as isize {
                     return Vec::new();
                 }
-                (first..=last as usize)
-                    .step_by(step.max(1))
-                    .filter(|&i| i < argv.len())
-                    .collect()
+                (first..=last as usize).step_by(step.max(1)).filter(|&i| i < argv.len()).collect()
             }
             Keys::Custom(f) => f(argv),
+            // The source key and the last STORE destination (SORT_RO has none).
+            Keys::Database => sort::key_positions(argv, self.flags & flags::WRITE != 0),
         }
     }
 }
@@ -194,59 +192,34 @@ pub fn wrong_arity(name: &str) -> CmdError {
 }
 
 pub fn unknown_subcommand(sub: &[u8], command: &str) -> CmdError {
-    CmdError::err(format!(
-        "unknown subcommand '{}'. Try {} HELP.",
-        String::from_utf8_lossy(sub),
-        command.to_ascii_uppercase()
-    ))
+    CmdError::err(format!("unknown subcommand '{}'. Try {} HELP.", String::from_utf8_lossy(sub), command.to_ascii_uppercase()))
 }
 
 /// Locks the shards of `argv`'s keys in `db`.
-pub fn lock_for<'a>(
-    server: &'a Server,
-    spec: &CommandSpec,
-    argv: &[Bytes],
-    db: usize,
-) -> Locks<'a> {
+pub fn lock_for<'a>(server: &'a Server, spec: &CommandSpec, argv: &[Bytes], db: usize) -> Locks<'a> {
     let store = &server.store;
     match spec.keys {
         Keys::None | Keys::Whole => Locks::none(),
+        Keys::Database => store.lock_many((0..crate::db::SHARDS_PER_DB).map(|s| (db, s)).collect()),
         Keys::CrossDb(f) => {
             // An invalid target database is reported by the handler; lock only real ones.
-            let wanted = f(argv, db)
-                .into_iter()
-                .filter(|&(d, _)| d < store.databases())
-                .map(|(d, p)| (d, store.shard_of(&argv[p])))
-                .collect();
+            let wanted = f(argv, db).into_iter().filter(|&(d, _)| d < store.databases()).map(|(d, p)| (d, store.shard_of(&argv[p]))).collect();
             store.lock_many(wanted)
         }
         _ => {
-            let wanted = spec
-                .key_positions(argv)
-                .into_iter()
-                .map(|i| (db, store.shard_of(&argv[i])))
-                .collect();
+            let wanted = spec.key_positions(argv).into_iter().map(|i| (db, store.shard_of(&argv[i]))).collect();
             store.lock_many(wanted)
         }
     }
 }
 
 /// Runs one command outside a transaction: lock, run, unlock, count.
-pub fn run_command(
-    server: &Server,
-    client: &mut ClientState,
-    index: usize,
-    argv: &[Bytes],
-) -> Frame {
+pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv: &[Bytes]) -> Frame {
     let spec = TABLE.specs[index];
     let started = Instant::now();
     let locks = lock_for(server, spec, argv, client.db);
     let ctx = Ctx::new(&server.store, client.db, server.store.hlc.wall_ms(), locks);
-    let mut exec = Exec {
-        ctx,
-        server,
-        client,
-    };
+    let mut exec = Exec { ctx, server, client };
     let reply = (spec.run)(&mut exec, argv);
     let ready = std::mem::take(&mut exec.ctx.ready_keys);
     drop(exec);
@@ -260,9 +233,7 @@ pub fn run_command(
 pub fn record(index: usize, started: Instant, reply: &Reply) {
     let stats = &TABLE.stats[index];
     stats.calls.fetch_add(1, Ordering::Relaxed);
-    stats
-        .usec
-        .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    stats.usec.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
     if matches!(reply, Err(_) | Ok(Frame::Error(_))) {
         stats.failed.fetch_add(1, Ordering::Relaxed);
     }
@@ -271,10 +242,7 @@ pub fn record(index: usize, started: Instant, reply: &Reply) {
 /// The full path of one request from a connection: checks, `MULTI` queueing, `maxmemory`,
 /// then `run_command`.
 pub fn dispatch(server: &Server, client: &mut ClientState, argv: Vec<Bytes>) -> Frame {
-    server
-        .stats
-        .commands_processed
-        .fetch_add(1, Ordering::Relaxed);
+    server.stats.commands_processed.fetch_add(1, Ordering::Relaxed);
     match check(server, client, &argv) {
         Ok(index) => {
             let spec = TABLE.specs[index];
@@ -288,9 +256,7 @@ pub fn dispatch(server: &Server, client: &mut ClientState, argv: Vec<Bytes>) -> 
             client.would_block = false;
             let started = Instant::now();
             let frame = run_command(server, client, index, &argv);
-            server
-                .metrics
-                .command(index, frame.is_error(), started.elapsed().as_secs_f64());
+            server.metrics.command(index, frame.is_error(), started.elapsed().as_secs_f64());
             frame
         }
         Err((index, e)) => {
@@ -306,11 +272,7 @@ pub fn dispatch(server: &Server, client: &mut ClientState, argv: Vec<Bytes>) -> 
 }
 
 /// Everything that rejects a command before it runs, in Redis's order.
-fn check(
-    server: &Server,
-    client: &ClientState,
-    argv: &[Bytes],
-) -> Result<usize, (Option<usize>, CmdError)> {
+fn check(server: &Server, client: &ClientState, argv: &[Bytes]) -> Result<usize, (Option<usize>, CmdError)> {
     let Some(index) = TABLE.find(&argv[0]) else {
         return Err((None, unknown_command(argv)));
     };
@@ -319,34 +281,19 @@ fn check(
         return Err((Some(index), wrong_arity(spec.name)));
     }
     if !client.authenticated && spec.flags & flags::NO_AUTH == 0 {
-        return Err((
-            Some(index),
-            CmdError::Raw("NOAUTH Authentication required.".into()),
-        ));
+        return Err((Some(index), CmdError::Raw("NOAUTH Authentication required.".into())));
     }
-    if client.in_subscribe_mode()
-        && !matches!(
-            spec.name,
-            "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "ping" | "quit" | "reset"
-        )
-    {
+    if client.in_subscribe_mode() && !matches!(spec.name, "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "ping" | "quit" | "reset") {
         return Err((
             Some(index),
-            CmdError::err(format!(
-                "Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
-                spec.name
-            )),
+            CmdError::err(format!("Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context", spec.name)),
         ));
     }
     if spec.flags & flags::DENYOOM != 0 {
         let maxmemory = server.hot.maxmemory.load(Ordering::Relaxed);
         if maxmemory > 0
             && crate::memory::used_memory() > maxmemory
-            && !crate::db::evict::make_room(
-                &server.store,
-                maxmemory,
-                server.hot.maxmemory_samples.load(Ordering::Relaxed),
-            )
+            && !crate::db::evict::make_room(&server.store, maxmemory, server.hot.maxmemory_samples.load(Ordering::Relaxed))
         {
             return Err((Some(index), CmdError::Oom));
         }
@@ -365,11 +312,6 @@ fn unknown_command(argv: &[Bytes]) -> CmdError {
         let text: String = text.chars().take(budget).collect();
         args.push_str(&format!("'{text}' "));
     }
-    let name: String = String::from_utf8_lossy(&argv[0])
-        .chars()
-        .take(128)
-        .collect();
-    CmdError::err(format!(
-        "unknown command '{name}', with args beginning with: {args}"
-    ))
+    let name: String = String::from_utf8_lossy(&argv[0]).chars().take(128).collect();
+    CmdError::err(format!("unknown command '{name}', with args beginning with: {args}"))
 }

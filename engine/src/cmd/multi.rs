@@ -23,59 +23,16 @@ use crate::server::Server;
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, $keys:expr, $run:expr, $summary:literal) => {
-        CommandSpec {
-            name: $name,
-            arity: $arity,
-            flags: $flags,
-            keys: $keys,
-            run: $run,
-            group: "transactions",
-            summary: $summary,
-        }
+        CommandSpec { name: $name, arity: $arity, flags: $flags, keys: $keys, run: $run, group: "transactions", summary: $summary }
     };
 }
 
 pub const COMMANDS: &[CommandSpec] = &[
-    spec!(
-        "multi",
-        1,
-        FAST | NO_MULTI,
-        Keys::None,
-        multi,
-        "Starts a transaction."
-    ),
-    spec!(
-        "exec",
-        1,
-        NO_MULTI,
-        Keys::None,
-        exec_queue,
-        "Executes all commands in a transaction."
-    ),
-    spec!(
-        "discard",
-        1,
-        FAST | NO_MULTI,
-        Keys::None,
-        discard,
-        "Discards a transaction."
-    ),
-    spec!(
-        "watch",
-        -2,
-        FAST | NO_MULTI,
-        Keys::Range(1, -1, 1),
-        watch,
-        "Monitors changes to keys to determine the execution of a transaction."
-    ),
-    spec!(
-        "unwatch",
-        1,
-        FAST,
-        Keys::None,
-        unwatch,
-        "Forgets about watched keys of a transaction."
-    ),
+    spec!("multi", 1, FAST | NO_MULTI, Keys::None, multi, "Starts a transaction."),
+    spec!("exec", 1, NO_MULTI, Keys::None, exec_queue, "Executes all commands in a transaction."),
+    spec!("discard", 1, FAST | NO_MULTI, Keys::None, discard, "Discards a transaction."),
+    spec!("watch", -2, FAST | NO_MULTI, Keys::Range(1, -1, 1), watch, "Monitors changes to keys to determine the execution of a transaction."),
+    spec!("unwatch", 1, FAST, Keys::None, unwatch, "Forgets about watched keys of a transaction."),
 ];
 
 fn multi(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
@@ -102,23 +59,14 @@ fn watch(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     }
     let db = exec.client.db;
     for key in &argv[1..] {
-        if exec
-            .client
-            .watched
-            .iter()
-            .any(|w| w.db == db && &w.key[..] == &key[..])
-        {
+        if exec.client.watched.iter().any(|w| w.db == db && &w.key[..] == &key[..]) {
             continue;
         }
         // Looking the key up expires it if it is stale, so a stale key counts as absent.
         let live = exec.ctx.get(key).is_some();
         let flag = exec.client.watch_flag.clone();
         exec.ctx.shard_mut(db, key).watch(key, flag);
-        exec.client.watched.push(Watched {
-            db,
-            key: key[..].into(),
-            live_at_watch: live,
-        });
+        exec.client.watched.push(Watched { db, key: key[..].into(), live_at_watch: live });
     }
     Ok(OK)
 }
@@ -132,9 +80,7 @@ fn unwatch(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
 pub fn unwatch_all(server: &Server, client: &mut ClientState) {
     let store = &server.store;
     for w in client.watched.drain(..) {
-        store
-            .lock_shard(w.db, store.shard_of(&w.key))
-            .unwatch(&w.key, &client.watch_flag);
+        store.lock_shard(w.db, store.shard_of(&w.key)).unwatch(&w.key, &client.watch_flag);
     }
     client.watch_flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
 }
@@ -147,28 +93,17 @@ fn exec_queue(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     exec.client.handle.in_multi.store(false, Ordering::Relaxed);
     if multi.failed {
         unwatch_all(server, exec.client);
-        return Err(CmdError::Raw(
-            "EXECABORT Transaction discarded because of previous errors.".into(),
-        ));
+        return Err(CmdError::Raw("EXECABORT Transaction discarded because of previous errors.".into()));
     }
     let locks = lock_transaction(server, exec.client, &multi.queue);
-    let mut ctx = Ctx::new(
-        &server.store,
-        exec.client.db,
-        server.store.hlc.wall_ms(),
-        locks,
-    );
+    let mut ctx = Ctx::new(&server.store, exec.client.db, server.store.hlc.wall_ms(), locks);
     if watch_broken(&mut ctx, exec.client) {
         drop(ctx);
         unwatch_all(server, exec.client);
         return Ok(Frame::NullArray);
     }
     exec.client.in_exec = true;
-    let mut inner = Exec {
-        ctx,
-        server,
-        client: &mut *exec.client,
-    };
+    let mut inner = Exec { ctx, server, client: &mut *exec.client };
     let mut replies = Vec::with_capacity(multi.queue.len());
     for (index, argv) in &multi.queue {
         let started = Instant::now();
@@ -186,35 +121,20 @@ fn exec_queue(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     Ok(Frame::Array(replies))
 }
 
-fn lock_transaction<'a>(
-    server: &'a Server,
-    client: &ClientState,
-    queue: &[(usize, Vec<Bytes>)],
-) -> crate::db::Locks<'a> {
+fn lock_transaction<'a>(server: &'a Server, client: &ClientState, queue: &[(usize, Vec<Bytes>)]) -> crate::db::Locks<'a> {
     let store = &server.store;
     let whole = queue.iter().any(|(i, _)| {
         let spec = TABLE.specs[*i];
-        matches!(spec.keys, Keys::Whole) || spec.flags & CROSS_DB != 0
+        matches!(spec.keys, Keys::Whole | Keys::Database) || spec.flags & CROSS_DB != 0
     });
     if whole {
         return store.lock_all();
     }
     let mut wanted: Vec<(usize, usize)> = queue
         .iter()
-        .flat_map(|(i, argv)| {
-            TABLE.specs[*i]
-                .key_positions(argv)
-                .into_iter()
-                .map(|p| (client.db, store.shard_of(&argv[p])))
-                .collect::<Vec<_>>()
-        })
+        .flat_map(|(i, argv)| TABLE.specs[*i].key_positions(argv).into_iter().map(|p| (client.db, store.shard_of(&argv[p]))).collect::<Vec<_>>())
         .collect();
-    wanted.extend(
-        client
-            .watched
-            .iter()
-            .map(|w| (w.db, store.shard_of(&w.key))),
-    );
+    wanted.extend(client.watched.iter().map(|w| (w.db, store.shard_of(&w.key))));
     store.lock_many(wanted)
 }
 
@@ -224,11 +144,5 @@ fn watch_broken(ctx: &mut Ctx, client: &ClientState) -> bool {
         return true;
     }
     let now = ctx.now_ms;
-    client.watched.iter().any(|w| {
-        w.live_at_watch
-            && ctx
-                .shard_mut(w.db, &w.key)
-                .raw(&w.key)
-                .is_some_and(|e| e.is_expired(now))
-    })
+    client.watched.iter().any(|w| w.live_at_watch && ctx.shard_mut(w.db, &w.key).raw(&w.key).is_some_and(|e| e.is_expired(now)))
 }

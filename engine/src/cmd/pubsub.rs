@@ -15,76 +15,25 @@ use crate::server::Server;
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, $run:expr, $summary:literal) => {
-        CommandSpec {
-            name: $name,
-            arity: $arity,
-            flags: $flags,
-            keys: Keys::None,
-            run: $run,
-            group: "pubsub",
-            summary: $summary,
-        }
+        CommandSpec { name: $name, arity: $arity, flags: $flags, keys: Keys::None, run: $run, group: "pubsub", summary: $summary }
     };
 }
 
 pub const COMMANDS: &[CommandSpec] = &[
-    spec!(
-        "subscribe",
-        -2,
-        PUBSUB,
-        subscribe,
-        "Listens for messages published to channels."
-    ),
-    spec!(
-        "unsubscribe",
-        -1,
-        PUBSUB,
-        unsubscribe,
-        "Stops listening to messages posted to channels."
-    ),
-    spec!(
-        "psubscribe",
-        -2,
-        PUBSUB,
-        psubscribe,
-        "Listens for messages published to channels that match one or more patterns."
-    ),
-    spec!(
-        "punsubscribe",
-        -1,
-        PUBSUB,
-        punsubscribe,
-        "Stops listening to messages published to channels that match one or more patterns."
-    ),
-    spec!(
-        "publish",
-        3,
-        PUBSUB | FAST,
-        publish,
-        "Posts a message to a channel."
-    ),
-    spec!(
-        "pubsub",
-        -2,
-        PUBSUB,
-        pubsub,
-        "A container for Pub/Sub commands."
-    ),
+    spec!("subscribe", -2, PUBSUB, subscribe, "Listens for messages published to channels."),
+    spec!("unsubscribe", -1, PUBSUB, unsubscribe, "Stops listening to messages posted to channels."),
+    spec!("psubscribe", -2, PUBSUB, psubscribe, "Listens for messages published to channels that match one or more patterns."),
+    spec!("punsubscribe", -1, PUBSUB, punsubscribe, "Stops listening to messages published to channels that match one or more patterns."),
+    spec!("publish", 3, PUBSUB | FAST, publish, "Posts a message to a channel."),
+    spec!("pubsub", -2, PUBSUB, pubsub, "A container for Pub/Sub commands."),
 ];
 
 fn confirmation(kind: &'static str, name: Option<Bytes>, count: usize) -> Frame {
-    Frame::Push(vec![
-        Frame::bulk(kind),
-        name.map_or(Frame::Null, Frame::Bulk),
-        Frame::Integer(count as i64),
-    ])
+    Frame::Push(vec![Frame::bulk(kind), name.map_or(Frame::Null, Frame::Bulk), Frame::Integer(count as i64)])
 }
 
 fn sync_count(client: &ClientState) {
-    client
-        .handle
-        .subscriptions
-        .store(client.subscriptions(), Ordering::Relaxed);
+    client.handle.subscriptions.store(client.subscriptions(), Ordering::Relaxed);
 }
 
 fn subscribe(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -93,11 +42,7 @@ fn subscribe(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         if exec.client.channels.insert(channel.clone()) {
             exec.server.pubsub.subscribe(channel, &exec.client.handle);
         }
-        replies.push(confirmation(
-            "subscribe",
-            Some(channel.clone()),
-            exec.client.subscriptions(),
-        ));
+        replies.push(confirmation("subscribe", Some(channel.clone()), exec.client.subscriptions()));
     }
     sync_count(exec.client);
     Ok(Frame::Sequence(replies))
@@ -109,67 +54,39 @@ fn psubscribe(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         if exec.client.patterns.insert(pattern.clone()) {
             exec.server.pubsub.psubscribe(pattern, &exec.client.handle);
         }
-        replies.push(confirmation(
-            "psubscribe",
-            Some(pattern.clone()),
-            exec.client.subscriptions(),
-        ));
+        replies.push(confirmation("psubscribe", Some(pattern.clone()), exec.client.subscriptions()));
     }
     sync_count(exec.client);
     Ok(Frame::Sequence(replies))
 }
 
 fn unsubscribe(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let names: Vec<Bytes> = if argv.len() > 1 {
-        argv[1..].to_vec()
-    } else {
-        exec.client.channels.iter().cloned().collect()
-    };
+    let names: Vec<Bytes> = if argv.len() > 1 { argv[1..].to_vec() } else { exec.client.channels.iter().cloned().collect() };
     let mut replies = Vec::new();
     for channel in names {
         if exec.client.channels.remove(&channel) {
             exec.server.pubsub.unsubscribe(&channel, exec.client.id);
         }
-        replies.push(confirmation(
-            "unsubscribe",
-            Some(channel),
-            exec.client.subscriptions(),
-        ));
+        replies.push(confirmation("unsubscribe", Some(channel), exec.client.subscriptions()));
     }
     if replies.is_empty() {
-        replies.push(confirmation(
-            "unsubscribe",
-            None,
-            exec.client.subscriptions(),
-        ));
+        replies.push(confirmation("unsubscribe", None, exec.client.subscriptions()));
     }
     sync_count(exec.client);
     Ok(Frame::Sequence(replies))
 }
 
 fn punsubscribe(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let names: Vec<Bytes> = if argv.len() > 1 {
-        argv[1..].to_vec()
-    } else {
-        exec.client.patterns.iter().cloned().collect()
-    };
+    let names: Vec<Bytes> = if argv.len() > 1 { argv[1..].to_vec() } else { exec.client.patterns.iter().cloned().collect() };
     let mut replies = Vec::new();
     for pattern in names {
         if exec.client.patterns.remove(&pattern) {
             exec.server.pubsub.punsubscribe(&pattern, exec.client.id);
         }
-        replies.push(confirmation(
-            "punsubscribe",
-            Some(pattern),
-            exec.client.subscriptions(),
-        ));
+        replies.push(confirmation("punsubscribe", Some(pattern), exec.client.subscriptions()));
     }
     if replies.is_empty() {
-        replies.push(confirmation(
-            "punsubscribe",
-            None,
-            exec.client.subscriptions(),
-        ));
+        replies.push(confirmation("punsubscribe", None, exec.client.subscriptions()));
     }
     sync_count(exec.client);
     Ok(Frame::Sequence(replies))
@@ -187,9 +104,7 @@ pub fn unsubscribe_all(server: &Server, client: &mut ClientState) {
 }
 
 fn publish(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    Ok(Frame::Integer(
-        exec.server.pubsub.publish(&argv[1], &argv[2]) as i64,
-    ))
+    Ok(Frame::Integer(exec.server.pubsub.publish(&argv[1], &argv[2]) as i64))
 }
 
 fn pubsub(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -199,13 +114,7 @@ fn pubsub(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         if argv.len() > 3 {
             return Err(wrong_arity("pubsub|channels"));
         }
-        return Ok(Frame::Array(
-            pubsub
-                .channels(argv.get(2).map(|p| &p[..]))
-                .into_iter()
-                .map(Frame::Bulk)
-                .collect(),
-        ));
+        return Ok(Frame::Array(pubsub.channels(argv.get(2).map(|p| &p[..])).into_iter().map(Frame::Bulk).collect()));
     }
     if eq_ignore_case(sub, "numsub") {
         let mut pairs = Vec::new();
@@ -225,10 +134,7 @@ fn pubsub(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         return Ok(Frame::Array(vec![]));
     }
     if eq_ignore_case(sub, "shardnumsub") {
-        let pairs = argv[2..]
-            .iter()
-            .flat_map(|c| [Frame::Bulk(c.clone()), Frame::Integer(0)])
-            .collect();
+        let pairs = argv[2..].iter().flat_map(|c| [Frame::Bulk(c.clone()), Frame::Integer(0)]).collect();
         return Ok(Frame::Array(pairs));
     }
     Err::<Frame, CmdError>(unknown_subcommand(sub, "pubsub"))

@@ -16,99 +16,22 @@ use crate::glob::glob_match;
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, $keys:expr, $run:expr, $summary:literal) => {
-        CommandSpec {
-            name: $name,
-            arity: $arity,
-            flags: $flags,
-            keys: $keys,
-            run: $run,
-            group: "server",
-            summary: $summary,
-        }
+        CommandSpec { name: $name, arity: $arity, flags: $flags, keys: $keys, run: $run, group: "server", summary: $summary }
     };
 }
 
 pub const COMMANDS: &[CommandSpec] = &[
-    spec!(
-        "info",
-        -1,
-        LOADING | STALE,
-        Keys::None,
-        info,
-        "Returns information and statistics about the server."
-    ),
-    spec!(
-        "config",
-        -2,
-        ADMIN | LOADING | STALE,
-        Keys::None,
-        config,
-        "A container for server configuration commands."
-    ),
-    spec!(
-        "command",
-        -1,
-        LOADING | STALE,
-        Keys::None,
-        command,
-        "Returns detailed information about all commands."
-    ),
-    spec!(
-        "dbsize",
-        1,
-        READONLY | FAST,
-        Keys::Whole,
-        dbsize,
-        "Returns the number of keys in the database."
-    ),
-    spec!(
-        "flushdb",
-        -1,
-        WRITE,
-        Keys::Whole,
-        flushdb,
-        "Remove all keys from the current database."
-    ),
-    spec!(
-        "flushall",
-        -1,
-        WRITE,
-        Keys::Whole,
-        flushall,
-        "Removes all keys from all databases."
-    ),
-    spec!(
-        "swapdb",
-        3,
-        WRITE | FAST | CROSS_DB,
-        Keys::Whole,
-        swapdb,
-        "Swaps two Redis databases."
-    ),
-    spec!(
-        "time",
-        1,
-        FAST | LOADING | STALE,
-        Keys::None,
-        time,
-        "Returns the server time."
-    ),
-    spec!(
-        "object",
-        -2,
-        READONLY,
-        Keys::Custom(object_key),
-        object,
-        "A container for object introspection commands."
-    ),
-    spec!(
-        "memory",
-        -2,
-        READONLY,
-        Keys::Custom(object_key),
-        memory,
-        "A container for memory diagnostics commands."
-    ),
+    spec!("info", -1, LOADING | STALE, Keys::None, info, "Returns information and statistics about the server."),
+    spec!("config", -2, ADMIN | LOADING | STALE, Keys::None, config, "A container for server configuration commands."),
+    spec!("command", -1, LOADING | STALE, Keys::None, command, "Returns detailed information about all commands."),
+    spec!("dbsize", 1, READONLY | FAST, Keys::Whole, dbsize, "Returns the number of keys in the database."),
+    spec!("flushdb", -1, WRITE, Keys::Whole, flushdb, "Remove all keys from the current database."),
+    spec!("flushall", -1, WRITE, Keys::Whole, flushall, "Removes all keys from all databases."),
+    spec!("swapdb", 3, WRITE | FAST | CROSS_DB, Keys::Whole, swapdb, "Swaps two Redis databases."),
+    spec!("time", 1, FAST | LOADING | STALE, Keys::None, time, "Returns the server time."),
+    spec!("object", -2, READONLY, Keys::Custom(object_key), object, "A container for object introspection commands."),
+    spec!("memory", -2, READONLY, Keys::Custom(object_key), memory, "A container for memory diagnostics commands."),
+    spec!("function", -2, NO_MULTI, Keys::None, function, "A container for function commands."),
     spec!(
         "shutdown",
         -1,
@@ -124,9 +47,7 @@ fn dbsize(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     let now = exec.ctx.now_ms;
     let mut total = 0;
     for shard in 0..SHARDS_PER_DB {
-        total += exec.ctx.with_shard(db, shard, |_, s| {
-            s.iter().filter(|(_, e)| !e.is_expired(now)).count()
-        });
+        total += exec.ctx.with_shard(db, shard, |_, s| s.iter().filter(|(_, e)| !e.is_expired(now)).count());
     }
     Ok(Frame::Integer(total as i64))
 }
@@ -134,9 +55,7 @@ fn dbsize(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
 fn flush_mode(argv: &[Bytes]) -> Result<(), CmdError> {
     match argv.get(1) {
         None => Ok(()),
-        Some(a) if argv.len() == 2 && (eq_ignore_case(a, "async") || eq_ignore_case(a, "sync")) => {
-            Ok(())
-        }
+        Some(a) if argv.len() == 2 && (eq_ignore_case(a, "async") || eq_ignore_case(a, "sync")) => Ok(()),
         Some(_) => Err(CmdError::Syntax),
     }
 }
@@ -148,11 +67,7 @@ fn flush_db(exec: &mut Exec, db: usize) {
             s.clear(dbref);
         });
     }
-    exec.server
-        .store
-        .stats
-        .dirty
-        .fetch_add(1, Ordering::Relaxed);
+    exec.server.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
 }
 
 fn flushdb(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -170,9 +85,7 @@ fn flushall(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn swapdb(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let parse = |a: &[u8], which: &str| {
-        int(a).map_err(|_| CmdError::err(format!("invalid {which} DB index")))
-    };
+    let parse = |a: &[u8], which: &str| int(a).map_err(|_| CmdError::err(format!("invalid {which} DB index")));
     let (a, b) = (parse(&argv[1], "first")?, parse(&argv[2], "second")?);
     let dbs = exec.server.store.databases() as i64;
     if a < 0 || b < 0 || a >= dbs || b >= dbs {
@@ -206,14 +119,9 @@ fn swapdb(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn time(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
     let _ = exec;
-    Ok(Frame::Array(vec![
-        Frame::bulk(now.as_secs().to_string()),
-        Frame::bulk(now.subsec_micros().to_string()),
-    ]))
+    Ok(Frame::Array(vec![Frame::bulk(now.as_secs().to_string()), Frame::bulk(now.subsec_micros().to_string())]))
 }
 
 fn object_key(argv: &[Bytes]) -> Vec<usize> {
@@ -236,16 +144,10 @@ fn object(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         ]));
     }
     if argv.len() != 3 {
-        return Err(wrong_arity(&format!(
-            "object|{}",
-            String::from_utf8_lossy(&sub)
-        )));
+        return Err(wrong_arity(&format!("object|{}", String::from_utf8_lossy(&sub))));
     }
     let now = exec.ctx.now_ms;
-    let policy_lfu = matches!(
-        crate::db::evict::policy(),
-        crate::db::evict::Policy::AllKeysLfu | crate::db::evict::Policy::VolatileLfu
-    );
+    let policy_lfu = matches!(crate::db::evict::policy(), crate::db::evict::Policy::AllKeysLfu | crate::db::evict::Policy::VolatileLfu);
     let Some(entry) = exec.ctx.get(&argv[2]) else {
         return Ok(Frame::Null);
     };
@@ -268,9 +170,18 @@ fn memory(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         return Err(CmdError::Syntax);
     }
     let key_len = argv[2].len();
-    Ok(exec.ctx.get(&argv[2]).map_or(Frame::Null, |e| {
-        Frame::Integer((key_len + e.value.approx_size() + 64) as i64)
-    }))
+    Ok(exec.ctx.get(&argv[2]).map_or(Frame::Null, |e| Frame::Integer((key_len + e.value.approx_size() + 64) as i64)))
+}
+
+/// Functions and scripts are out of scope (DESIGN.md: no Lua). The library is therefore always
+/// empty: `FUNCTION LIST` shows it and `FUNCTION FLUSH` empties it; loading is refused.
+fn function(_exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    match argv[1].to_ascii_lowercase().as_slice() {
+        b"flush" if argv.len() <= 3 => Ok(OK),
+        b"list" => Ok(Frame::Array(vec![])),
+        b"stats" => Ok(Frame::Map(vec![(Frame::bulk("running_script"), Frame::Null), (Frame::bulk("engines"), Frame::Map(vec![]))])),
+        _ => Err(CmdError::err("KeyMesh does not support functions or scripting")),
+    }
 }
 
 fn shutdown(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
@@ -330,17 +241,19 @@ fn config(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             Ok(OK)
         }
         b"rewrite" => Err(CmdError::err("CONFIG REWRITE is not supported: KeyMesh's configuration is owned by its config file or operator")),
-        b"help" => Ok(Frame::array_of_bulks(["CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:", "GET <pattern>", "SET <directive> <value>", "RESETSTAT", "HELP"])),
+        b"help" => Ok(Frame::array_of_bulks([
+            "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "GET <pattern>",
+            "SET <directive> <value>",
+            "RESETSTAT",
+            "HELP",
+        ])),
         _ => Err(unknown_subcommand(&argv[1], "config")),
     }
 }
 
 fn command_info(spec: &CommandSpec) -> Frame {
-    let flags = super::flags::NAMES
-        .iter()
-        .filter(|(bit, _)| spec.flags & bit != 0)
-        .map(|(_, n)| Frame::Simple(n))
-        .collect();
+    let flags = super::flags::NAMES.iter().filter(|(bit, _)| spec.flags & bit != 0).map(|(_, n)| Frame::Simple(n)).collect();
     let (first, last, step) = match spec.keys {
         super::Keys::Range(f, l, s) => (f as i64, l as i64, s as i64),
         super::Keys::Custom(_) | super::Keys::CrossDb(_) => (1, 1, 1),
@@ -370,67 +283,30 @@ fn command_docs(spec: &CommandSpec) -> Frame {
 
 fn command(_exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let table = &*TABLE;
-    let named = |args: &[Bytes]| -> Vec<Option<&'static CommandSpec>> {
-        args.iter()
-            .map(|a| table.find(a).map(|i| table.specs[i]))
-            .collect()
-    };
+    let named = |args: &[Bytes]| -> Vec<Option<&'static CommandSpec>> { args.iter().map(|a| table.find(a).map(|i| table.specs[i])).collect() };
     let Some(sub) = argv.get(1) else {
-        return Ok(Frame::Array(
-            table.specs.iter().map(|s| command_info(s)).collect(),
-        ));
+        return Ok(Frame::Array(table.specs.iter().map(|s| command_info(s)).collect()));
     };
     match sub.to_ascii_lowercase().as_slice() {
         b"count" => Ok(Frame::Integer(table.specs.len() as i64)),
         b"info" => {
             if argv.len() == 2 {
-                return Ok(Frame::Array(
-                    table.specs.iter().map(|s| command_info(s)).collect(),
-                ));
+                return Ok(Frame::Array(table.specs.iter().map(|s| command_info(s)).collect()));
             }
-            Ok(Frame::Array(
-                named(&argv[2..])
-                    .into_iter()
-                    .map(|s| s.map_or(Frame::NullArray, command_info))
-                    .collect(),
-            ))
+            Ok(Frame::Array(named(&argv[2..]).into_iter().map(|s| s.map_or(Frame::NullArray, command_info)).collect()))
         }
         b"docs" => {
-            let specs: Vec<&CommandSpec> = if argv.len() == 2 {
-                table.specs.clone()
-            } else {
-                named(&argv[2..]).into_iter().flatten().collect()
-            };
-            Ok(Frame::Map(
-                specs
-                    .into_iter()
-                    .map(|s| (Frame::bulk(s.name), command_docs(s)))
-                    .collect(),
-            ))
+            let specs: Vec<&CommandSpec> = if argv.len() == 2 { table.specs.clone() } else { named(&argv[2..]).into_iter().flatten().collect() };
+            Ok(Frame::Map(specs.into_iter().map(|s| (Frame::bulk(s.name), command_docs(s))).collect()))
         }
         b"list" => {
             let pattern = match (argv.get(2), argv.get(3)) {
                 (None, _) => None,
-                (Some(f), Some(p))
-                    if eq_ignore_case(f, "filterby")
-                        && argv.len() == 5
-                        && eq_ignore_case(p, "pattern") =>
-                {
-                    Some(argv[4].clone())
-                }
+                (Some(f), Some(p)) if eq_ignore_case(f, "filterby") && argv.len() == 5 && eq_ignore_case(p, "pattern") => Some(argv[4].clone()),
                 _ => return Err(CmdError::Syntax),
             };
             Ok(Frame::Array(
-                table
-                    .specs
-                    .iter()
-                    .filter(|s| {
-                        pattern
-                            .as_ref()
-                            .is_none_or(|p| glob_match(p, s.name.as_bytes(), true))
-                    })
-                    .map(|s| Frame::bulk(s.name))
-                    .collect(),
+                table.specs.iter().filter(|s| pattern.as_ref().is_none_or(|p| glob_match(p, s.name.as_bytes(), true))).map(|s| Frame::bulk(s.name)).collect(),
             ))
         }
         b"getkeys" => {
@@ -439,19 +315,13 @@ fn command(_exec: &mut Exec, argv: &[Bytes]) -> Reply {
             };
             let spec = table.specs[index];
             if !spec.arity_ok(argv.len() - 2) {
-                return Err(CmdError::err(
-                    "Invalid number of arguments specified for command",
-                ));
+                return Err(CmdError::err("Invalid number of arguments specified for command"));
             }
             let keys = spec.key_positions(&argv[2..]);
             if keys.is_empty() {
                 return Err(CmdError::err("The command has no key arguments"));
             }
-            Ok(Frame::Array(
-                keys.into_iter()
-                    .map(|i| Frame::Bulk(argv[2 + i].clone()))
-                    .collect(),
-            ))
+            Ok(Frame::Array(keys.into_iter().map(|i| Frame::Bulk(argv[2 + i].clone())).collect()))
         }
         b"help" => Ok(Frame::array_of_bulks([
             "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -468,14 +338,10 @@ fn command(_exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let wanted: Vec<String> = argv[1..]
-        .iter()
-        .map(|a| String::from_utf8_lossy(a).to_ascii_lowercase())
-        .collect();
+    let wanted: Vec<String> = argv[1..].iter().map(|a| String::from_utf8_lossy(a).to_ascii_lowercase()).collect();
     let all = wanted.iter().any(|w| w == "all" || w == "everything");
     let default = wanted.is_empty() || wanted.iter().any(|w| w == "default");
-    let want =
-        |name: &str| all || wanted.iter().any(|w| w == name) || (default && name != "commandstats");
+    let want = |name: &str| all || wanted.iter().any(|w| w == name) || (default && name != "commandstats");
     let server = exec.server;
     let store = &server.store;
     let mut out = String::new();
@@ -544,9 +410,7 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         );
     }
     if want("replication") {
-        out.push_str(
-            "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\n\r\n",
-        );
+        out.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\n\r\n");
     }
     if want("cpu") {
         out.push_str("# CPU\r\nused_cpu_sys:0.000000\r\nused_cpu_user:0.000000\r\n\r\n");
@@ -575,11 +439,7 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         for db in 0..store.databases() {
             let keys = store.dbsize(db);
             if keys > 0 {
-                let _ = write!(
-                    out,
-                    "db{db}:keys={keys},expires={},avg_ttl=0\r\n",
-                    store.volatile_keys(db)
-                );
+                let _ = write!(out, "db{db}:keys={keys},expires={},avg_ttl=0\r\n", store.volatile_keys(db));
             }
         }
     }

@@ -20,15 +20,7 @@ use crate::parse::parse_i64;
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, $keys:expr, $run:expr, $summary:literal) => {
-        CommandSpec {
-            name: $name,
-            arity: $arity,
-            flags: $flags,
-            keys: $keys,
-            run: $run,
-            group: "set",
-            summary: $summary,
-        }
+        CommandSpec { name: $name, arity: $arity, flags: $flags, keys: $keys, run: $run, group: "set", summary: $summary }
     };
 }
 
@@ -42,7 +34,14 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec!("smismember", -3, READONLY | FAST, KEY, smismember, "Determines whether multiple members belong to a set."),
     spec!("smembers", 2, READONLY, KEY, smembers, "Returns all members of a set."),
     spec!("scard", 2, READONLY | FAST, KEY, scard, "Returns the number of members in a set."),
-    spec!("spop", -2, WRITE | FAST, KEY, spop, "Returns one or more random members from a set after removing them. Deletes the set if the last member was popped."),
+    spec!(
+        "spop",
+        -2,
+        WRITE | FAST,
+        KEY,
+        spop,
+        "Returns one or more random members from a set after removing them. Deletes the set if the last member was popped."
+    ),
     spec!("srandmember", -2, READONLY, KEY, srandmember, "Get one or multiple random members from a set"),
     spec!("smove", 4, WRITE | FAST, Keys::Range(1, 2, 1), smove, "Moves a member from one set to another."),
     spec!("sinter", -2, READONLY, ALL, sinter, "Returns the intersect of multiple sets."),
@@ -60,10 +59,7 @@ type Members = std::collections::HashSet<Bytes, foldhash::fast::RandomState>;
 
 /// The set at `key` for a read command. Unlike `Ctx::set` it counts a keyspace hit or miss,
 /// as Redis's `lookupKeyRead` does.
-fn read<'e>(
-    exec: &'e mut Exec<'_, '_>,
-    key: &[u8],
-) -> Result<Option<&'e FieldMap<Version>>, CmdError> {
+fn read<'e>(exec: &'e mut Exec<'_, '_>, key: &[u8]) -> Result<Option<&'e FieldMap<Version>>, CmdError> {
     match exec.ctx.lookup_read(key).map(|e| &e.value) {
         None => Ok(None),
         Some(Value::Set(s)) => Ok(Some(s)),
@@ -85,11 +81,7 @@ fn bulks(members: impl IntoIterator<Item = Bytes>) -> Vec<Frame> {
 /// (the "may repeat" form) would overflow. Redis's message names the range.
 pub(super) fn random_count(arg: &[u8]) -> Result<i64, CmdError> {
     match int(arg)? {
-        i64::MIN => Err(CmdError::err(format!(
-            "value is out of range, value must between {} and {}",
-            -i64::MAX,
-            i64::MAX
-        ))),
+        i64::MIN => Err(CmdError::err(format!("value is out of range, value must between {} and {}", -i64::MAX, i64::MAX))),
         n => Ok(n),
     }
 }
@@ -108,9 +100,7 @@ pub(super) fn sample<T: Copy>(items: impl Iterator<Item = T>, len: usize, count:
     }
     let all: Vec<T> = items.collect();
     // filter_map gives no size hint, so a huge count grows the reply instead of reserving it.
-    (0..count.unsigned_abs())
-        .filter_map(|_| all.choose(&mut rng).copied())
-        .collect()
+    (0..count.unsigned_abs()).filter_map(|_| all.choose(&mut rng).copied()).collect()
 }
 
 fn sadd(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -138,10 +128,7 @@ fn srem(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let Some(set) = exec.ctx.set(key)? else {
         return Ok(Frame::Integer(0));
     };
-    let removed = argv[2..]
-        .iter()
-        .filter(|m| set.remove(*m).is_some())
-        .count();
+    let removed = argv[2..].iter().filter(|m| set.remove(*m).is_some()).count();
     if removed > 0 {
         exec.ctx.written(key, v);
     }
@@ -156,9 +143,7 @@ fn sismember(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 fn smismember(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     // A missing key is an empty set: one 0 per member.
     let set = read(exec, &argv[1])?;
-    let found = argv[2..]
-        .iter()
-        .map(|m| Frame::Integer(set.is_some_and(|s| s.contains_key(m)) as i64));
+    let found = argv[2..].iter().map(|m| Frame::Integer(set.is_some_and(|s| s.contains_key(m)) as i64));
     Ok(Frame::Array(found.collect()))
 }
 
@@ -168,9 +153,7 @@ fn smembers(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn scard(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    Ok(Frame::Integer(
-        read(exec, &argv[1])?.map_or(0, |s| s.len()) as i64
-    ))
+    Ok(Frame::Integer(read(exec, &argv[1])?.map_or(0, |s| s.len()) as i64))
 }
 
 /// `SPOP key [count]`.
@@ -209,12 +192,7 @@ fn spop_many(exec: &mut Exec, key: &[u8], n: usize) -> Reply {
     let popped: Vec<Bytes> = if n >= set.len() {
         set.drain().map(|(m, _)| m).collect()
     } else {
-        let picks: Vec<Bytes> = set
-            .keys()
-            .choose_multiple(&mut rand::rng(), n)
-            .into_iter()
-            .cloned()
-            .collect();
+        let picks: Vec<Bytes> = set.keys().choose_multiple(&mut rand::rng(), n).into_iter().cloned().collect();
         for m in &picks {
             set.remove(m);
         }
@@ -229,8 +207,7 @@ fn spop_many(exec: &mut Exec, key: &[u8], n: usize) -> Reply {
 fn srandmember(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     match argv.len() {
         2 => {
-            let member =
-                read(exec, &argv[1])?.and_then(|s| s.keys().choose(&mut rand::rng()).cloned());
+            let member = read(exec, &argv[1])?.and_then(|s| s.keys().choose(&mut rand::rng()).cloned());
             Ok(member.map_or(Frame::Null, Frame::Bulk))
         }
         3 => {
@@ -260,10 +237,7 @@ fn smove(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         return Ok(Frame::Integer(found as i64));
     }
     let v = exec.ctx.next_version(src);
-    let removed = exec
-        .ctx
-        .set(src)?
-        .is_some_and(|s| s.remove(member).is_some());
+    let removed = exec.ctx.set(src)?.is_some_and(|s| s.remove(member).is_some());
     if !removed {
         return Ok(Frame::Integer(0));
     }
@@ -281,18 +255,12 @@ fn smove(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 /// them holds another type (even after a missing one), else each set's size (`None` when
 /// missing).
 fn lookup_all(exec: &mut Exec, keys: &[Bytes]) -> Result<Vec<Option<usize>>, CmdError> {
-    keys.iter()
-        .map(|k| Ok(read(exec, k)?.map(|s| s.len())))
-        .collect()
+    keys.iter().map(|k| Ok(read(exec, k)?.map(|s| s.len()))).collect()
 }
 
 /// The members of a set already type-checked by `lookup_all` (empty when missing).
 fn members(exec: &mut Exec, key: &[u8]) -> Result<Members, CmdError> {
-    Ok(exec
-        .ctx
-        .set(key)?
-        .map(|s| s.keys().cloned().collect())
-        .unwrap_or_default())
+    Ok(exec.ctx.set(key)?.map(|s| s.keys().cloned().collect()).unwrap_or_default())
 }
 
 /// The intersection: start from the smallest set and keep what every other set holds.
@@ -404,9 +372,7 @@ fn sintercard(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         _ => return Err(CmdError::err("numkeys should be greater than 0")),
     };
     if numkeys > argv.len() - 2 {
-        return Err(CmdError::err(
-            "Number of keys can't be greater than number of args",
-        ));
+        return Err(CmdError::err("Number of keys can't be greater than number of args"));
     }
     let mut limit = 0;
     let mut i = 2 + numkeys;
@@ -422,9 +388,7 @@ fn sintercard(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     }
     let card = inter(exec, &argv[2..2 + numkeys])?.len();
     // LIMIT 0 means no limit.
-    Ok(Frame::Integer(
-        if limit == 0 { card } else { card.min(limit) } as i64,
-    ))
+    Ok(Frame::Integer(if limit == 0 { card } else { card.min(limit) } as i64))
 }
 
 /// `SSCAN key cursor [MATCH p] [COUNT n]`. Returns the whole set in one reply with cursor 0:
@@ -434,19 +398,9 @@ fn sscan(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     cursor(&argv[2])?;
     // Redis looks the key up before parsing the options: a missing key never errors.
     let Some(set) = read(exec, &argv[1])? else {
-        return Ok(Frame::Array(vec![
-            Frame::bulk("0"),
-            Frame::Array(Vec::new()),
-        ]));
+        return Ok(Frame::Array(vec![Frame::bulk("0"), Frame::Array(Vec::new())]));
     };
     let opts = scan_options(&argv[3..], false)?;
-    let matching = set.keys().filter(|m| {
-        opts.pattern
-            .as_ref()
-            .is_none_or(|p| glob_match(p, m, false))
-    });
-    Ok(Frame::Array(vec![
-        Frame::bulk("0"),
-        Frame::Array(bulks(matching.cloned())),
-    ]))
+    let matching = set.keys().filter(|m| opts.pattern.as_ref().is_none_or(|p| glob_match(p, m, false)));
+    Ok(Frame::Array(vec![Frame::bulk("0"), Frame::Array(bulks(matching.cloned()))]))
 }

@@ -14,99 +14,21 @@ pub const MAX_STRING: usize = 512 * 1024 * 1024;
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, $keys:expr, $run:expr, $summary:literal) => {
-        CommandSpec {
-            name: $name,
-            arity: $arity,
-            flags: $flags,
-            keys: $keys,
-            run: $run,
-            group: "string",
-            summary: $summary,
-        }
+        CommandSpec { name: $name, arity: $arity, flags: $flags, keys: $keys, run: $run, group: "string", summary: $summary }
     };
 }
 
 pub const COMMANDS: &[CommandSpec] = &[
-    spec!(
-        "get",
-        2,
-        READONLY | FAST,
-        Keys::Range(1, 1, 1),
-        get,
-        "Returns the string value of a key."
-    ),
-    spec!(
-        "set",
-        -3,
-        WRITE | DENYOOM,
-        Keys::Range(1, 1, 1),
-        set,
-        "Sets the string value of a key."
-    ),
-    spec!(
-        "setnx",
-        3,
-        WRITE | DENYOOM | FAST,
-        Keys::Range(1, 1, 1),
-        setnx,
-        "Set the string value of a key only when the key doesn't exist."
-    ),
-    spec!(
-        "setex",
-        4,
-        WRITE | DENYOOM,
-        Keys::Range(1, 1, 1),
-        setex,
-        "Sets the string value and expiration time of a key."
-    ),
-    spec!(
-        "psetex",
-        4,
-        WRITE | DENYOOM,
-        Keys::Range(1, 1, 1),
-        psetex,
-        "Sets the string value and expiration time in milliseconds of a key."
-    ),
-    spec!(
-        "getset",
-        3,
-        WRITE | DENYOOM | FAST,
-        Keys::Range(1, 1, 1),
-        getset,
-        "Returns the previous string value of a key after setting it to a new value."
-    ),
-    spec!(
-        "getdel",
-        2,
-        WRITE | FAST,
-        Keys::Range(1, 1, 1),
-        getdel,
-        "Returns the string value of a key after deleting the key."
-    ),
-    spec!(
-        "getex",
-        -2,
-        WRITE | FAST,
-        Keys::Range(1, 1, 1),
-        getex,
-        "Returns the string value of a key after setting its expiration time."
-    ),
-    spec!(
-        "mget",
-        -2,
-        READONLY | FAST,
-        Keys::Range(1, -1, 1),
-        mget,
-        "Atomically returns the string values of one or more keys."
-    ),
-    spec!(
-        "mset",
-        -3,
-        WRITE | DENYOOM,
-        Keys::Range(1, -1, 2),
-        mset,
-        "Atomically creates or modifies the string values of one or more keys."
-    ),
+    spec!("get", 2, READONLY | FAST, Keys::Range(1, 1, 1), get, "Returns the string value of a key."),
+    spec!("set", -3, WRITE | DENYOOM, Keys::Range(1, 1, 1), set, "Sets the string value of a key."),
+    spec!("setnx", 3, WRITE | DENYOOM | FAST, Keys::Range(1, 1, 1), setnx, "Set the string value of a key only when the key doesn't exist."),
+    spec!("setex", 4, WRITE | DENYOOM, Keys::Range(1, 1, 1), setex, "Sets the string value and expiration time of a key."),
+    spec!("psetex", 4, WRITE | DENYOOM, Keys::Range(1, 1, 1), psetex, "Sets the string value and expiration time in milliseconds of a key."),
+    spec!("getset", 3, WRITE | DENYOOM | FAST, Keys::Range(1, 1, 1), getset, "Returns the previous string value of a key after setting it to a new value."),
+    spec!("getdel", 2, WRITE | FAST, Keys::Range(1, 1, 1), getdel, "Returns the string value of a key after deleting the key."),
+    spec!("getex", -2, WRITE | FAST, Keys::Range(1, 1, 1), getex, "Returns the string value of a key after setting its expiration time."),
+    spec!("mget", -2, READONLY | FAST, Keys::Range(1, -1, 1), mget, "Atomically returns the string values of one or more keys."),
+    spec!("mset", -3, WRITE | DENYOOM, Keys::Range(1, -1, 2), mset, "Atomically creates or modifies the string values of one or more keys."),
     spec!(
         "msetnx",
         -3,
@@ -115,94 +37,17 @@ pub const COMMANDS: &[CommandSpec] = &[
         msetnx,
         "Atomically modifies the string values of one or more keys only when all keys don't exist."
     ),
-    spec!(
-        "incr",
-        2,
-        WRITE | DENYOOM | FAST,
-        Keys::Range(1, 1, 1),
-        incr,
-        "Increments the integer value of a key by one."
-    ),
-    spec!(
-        "decr",
-        2,
-        WRITE | DENYOOM | FAST,
-        Keys::Range(1, 1, 1),
-        decr,
-        "Decrements the integer value of a key by one."
-    ),
-    spec!(
-        "incrby",
-        3,
-        WRITE | DENYOOM | FAST,
-        Keys::Range(1, 1, 1),
-        incrby,
-        "Increments the integer value of a key by a number."
-    ),
-    spec!(
-        "decrby",
-        3,
-        WRITE | DENYOOM | FAST,
-        Keys::Range(1, 1, 1),
-        decrby,
-        "Decrements a number from the integer value of a key."
-    ),
-    spec!(
-        "incrbyfloat",
-        3,
-        WRITE | DENYOOM | FAST,
-        Keys::Range(1, 1, 1),
-        incrbyfloat,
-        "Increment the floating point value of a key by a number."
-    ),
-    spec!(
-        "append",
-        3,
-        WRITE | DENYOOM,
-        Keys::Range(1, 1, 1),
-        append,
-        "Appends a string to the value of a key."
-    ),
-    spec!(
-        "strlen",
-        2,
-        READONLY | FAST,
-        Keys::Range(1, 1, 1),
-        strlen,
-        "Returns the length of a string value."
-    ),
-    spec!(
-        "getrange",
-        4,
-        READONLY,
-        Keys::Range(1, 1, 1),
-        getrange,
-        "Returns a substring of the string stored at a key."
-    ),
-    spec!(
-        "substr",
-        4,
-        READONLY,
-        Keys::Range(1, 1, 1),
-        getrange,
-        "Returns a substring from a string value."
-    ),
-    spec!(
-        "setrange",
-        4,
-        WRITE | DENYOOM,
-        Keys::Range(1, 1, 1),
-        setrange,
-        "Overwrites a part of a string value with another by an offset."
-    ),
-    spec!(
-        "lcs",
-        -3,
-        READONLY,
-        Keys::Range(1, 2, 1),
-        lcs,
-        "Finds the longest common substring."
-    ),
+    spec!("incr", 2, WRITE | DENYOOM | FAST, Keys::Range(1, 1, 1), incr, "Increments the integer value of a key by one."),
+    spec!("decr", 2, WRITE | DENYOOM | FAST, Keys::Range(1, 1, 1), decr, "Decrements the integer value of a key by one."),
+    spec!("incrby", 3, WRITE | DENYOOM | FAST, Keys::Range(1, 1, 1), incrby, "Increments the integer value of a key by a number."),
+    spec!("decrby", 3, WRITE | DENYOOM | FAST, Keys::Range(1, 1, 1), decrby, "Decrements a number from the integer value of a key."),
+    spec!("incrbyfloat", 3, WRITE | DENYOOM | FAST, Keys::Range(1, 1, 1), incrbyfloat, "Increment the floating point value of a key by a number."),
+    spec!("append", 3, WRITE | DENYOOM, Keys::Range(1, 1, 1), append, "Appends a string to the value of a key."),
+    spec!("strlen", 2, READONLY | FAST, Keys::Range(1, 1, 1), strlen, "Returns the length of a string value."),
+    spec!("getrange", 4, READONLY, Keys::Range(1, 1, 1), getrange, "Returns a substring of the string stored at a key."),
+    spec!("substr", 4, READONLY, Keys::Range(1, 1, 1), getrange, "Returns a substring from a string value."),
+    spec!("setrange", 4, WRITE | DENYOOM, Keys::Range(1, 1, 1), setrange, "Overwrites a part of a string value with another by an offset."),
+    spec!("lcs", -3, READONLY, Keys::Range(1, 2, 1), lcs, "Finds the longest common substring."),
 ];
 
 fn get(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -219,30 +64,19 @@ enum Ttl {
 
 /// Converts an `EX/PX/EXAT/PXAT` argument into an absolute deadline, refusing values that
 /// are not positive or would overflow, with Redis's message naming the command.
-fn deadline(
-    arg: &[u8],
-    unit_ms: i64,
-    absolute: bool,
-    now_ms: u64,
-    command: &str,
-) -> Result<u64, CmdError> {
+fn deadline(arg: &[u8], unit_ms: i64, absolute: bool, now_ms: u64, command: &str) -> Result<u64, CmdError> {
     let invalid = || CmdError::err(format!("invalid expire time in '{command}' command"));
     let n = int(arg)?;
     if n <= 0 {
         return Err(invalid());
     }
     let ms = n.checked_mul(unit_ms).ok_or_else(invalid)?;
-    let at = if absolute {
-        ms
-    } else {
-        ms.checked_add(now_ms as i64).ok_or_else(invalid)?
-    };
+    let at = if absolute { ms } else { ms.checked_add(now_ms as i64).ok_or_else(invalid)? };
     Ok(at as u64)
 }
 
 fn store(exec: &mut Exec, key: &[u8], value: &[u8], ttl: Ttl) {
-    exec.ctx
-        .put(key, Value::string(value), matches!(ttl, Ttl::Keep));
+    exec.ctx.put(key, Value::string(value), matches!(ttl, Ttl::Keep));
     if let Ttl::At(at) = ttl {
         exec.ctx.set_deadline(key, at);
     }
@@ -284,11 +118,7 @@ fn set(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let old = if get_old { exec.ctx.string(key)? } else { None };
     let exists = exec.ctx.exists(key);
     if (nx && exists) || (xx && !exists) {
-        return Ok(if get_old {
-            Frame::bulk_opt(old)
-        } else {
-            Frame::Null
-        });
+        return Ok(if get_old { Frame::bulk_opt(old) } else { Frame::Null });
     }
     store(exec, key, &argv[2], ttl);
     Ok(if get_old { Frame::bulk_opt(old) } else { OK })
@@ -364,10 +194,7 @@ fn getex(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn mget(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let values = argv[1..]
-        .iter()
-        .map(|k| Frame::bulk_opt(exec.ctx.string(k).ok().flatten()))
-        .collect();
+    let values = argv[1..].iter().map(|k| Frame::bulk_opt(exec.ctx.string(k).ok().flatten())).collect();
     Ok(Frame::Array(values))
 }
 
@@ -462,9 +289,7 @@ fn current_bytes(exec: &mut Exec, key: &[u8]) -> Result<Option<Vec<u8>>, CmdErro
 fn append(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let mut value = current_bytes(exec, &argv[1])?.unwrap_or_default();
     if value.len() + argv[2].len() > MAX_STRING {
-        return Err(CmdError::err(
-            "string exceeds maximum allowed size (proto-max-bulk-len)",
-        ));
+        return Err(CmdError::err("string exceeds maximum allowed size (proto-max-bulk-len)"));
     }
     value.extend_from_slice(&argv[2]);
     let len = value.len();
@@ -490,16 +315,8 @@ fn getrange(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     if start < 0 && end < 0 && start > end {
         return Ok(Frame::bulk(""));
     }
-    let start = if start < 0 {
-        (len + start).max(0)
-    } else {
-        start
-    };
-    let end = if end < 0 {
-        (len + end).max(0)
-    } else {
-        end.min(len - 1)
-    };
+    let start = if start < 0 { (len + start).max(0) } else { start };
+    let end = if end < 0 { (len + end).max(0) } else { end.min(len - 1) };
     if start > end || len == 0 {
         return Ok(Frame::bulk(""));
     }
@@ -518,9 +335,7 @@ fn setrange(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         return Ok(Frame::Integer(existing.map_or(0, |v| v.len()) as i64));
     }
     if offset + patch.len() > MAX_STRING {
-        return Err(CmdError::err(
-            "string exceeds maximum allowed size (proto-max-bulk-len)",
-        ));
+        return Err(CmdError::err("string exceeds maximum allowed size (proto-max-bulk-len)"));
     }
     let mut value = existing.unwrap_or_default();
     if value.len() < offset + patch.len() {
@@ -553,9 +368,7 @@ fn lcs(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         i += 1;
     }
     if want_len && want_idx {
-        return Err(CmdError::err(
-            "If you want both the length and indexes, please just use IDX.",
-        ));
+        return Err(CmdError::err("If you want both the length and indexes, please just use IDX."));
     }
     let a = exec.ctx.string(&argv[1])?.unwrap_or_default();
     let b = exec.ctx.string(&argv[2])?.unwrap_or_default();
@@ -564,11 +377,7 @@ fn lcs(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let at = |i: usize, j: usize| i * (m + 1) + j;
     for i in 1..=n {
         for j in 1..=m {
-            dp[at(i, j)] = if a[i - 1] == b[j - 1] {
-                dp[at(i - 1, j - 1)] + 1
-            } else {
-                dp[at(i - 1, j)].max(dp[at(i, j - 1)])
-            };
+            dp[at(i, j)] = if a[i - 1] == b[j - 1] { dp[at(i - 1, j - 1)] + 1 } else { dp[at(i - 1, j)].max(dp[at(i, j - 1)]) };
         }
     }
     let total = dp[at(n, m)] as usize;
@@ -601,9 +410,7 @@ fn lcs(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             result[k] = a[i - 1];
             let (ai, bj) = (i - 1, j - 1);
             range = match range {
-                Some(((a0, a1), (b0, b1))) if a0 == ai + 1 && b0 == bj + 1 => {
-                    Some(((ai, a1), (bj, b1)))
-                }
+                Some(((a0, a1), (b0, b1))) if a0 == ai + 1 && b0 == bj + 1 => Some(((ai, a1), (bj, b1))),
                 other => {
                     let mut pending = other;
                     flush(&mut pending, &mut matches);
@@ -620,10 +427,7 @@ fn lcs(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     }
     flush(&mut range, &mut matches);
     if want_idx {
-        return Ok(Frame::Map(vec![
-            (Frame::bulk("matches"), Frame::Array(matches)),
-            (Frame::bulk("len"), Frame::Integer(total as i64)),
-        ]));
+        return Ok(Frame::Map(vec![(Frame::bulk("matches"), Frame::Array(matches)), (Frame::bulk("len"), Frame::Integer(total as i64))]));
     }
     Ok(Frame::bulk(result))
 }

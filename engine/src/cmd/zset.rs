@@ -9,9 +9,7 @@
 use bytes::Bytes;
 use rand::Rng;
 
-use super::args::{
-    cursor, eq_ignore_case, float, int, lex_bound, parse_float, scan_options, score_bound,
-};
+use super::args::{cursor, eq_ignore_case, float, int, lex_bound, parse_float, scan_options, score_bound};
 use super::flags::*;
 use super::{CommandSpec, Exec, Keys};
 use crate::db::entry::FieldMap;
@@ -25,15 +23,7 @@ use crate::parse::parse_i64;
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, $keys:expr, $run:expr, $summary:literal) => {
-        CommandSpec {
-            name: $name,
-            arity: $arity,
-            flags: $flags,
-            keys: $keys,
-            run: $run,
-            group: "sorted-set",
-            summary: $summary,
-        }
+        CommandSpec { name: $name, arity: $arity, flags: $flags, keys: $keys, run: $run, group: "sorted-set", summary: $summary }
     };
 }
 
@@ -87,9 +77,7 @@ pub(crate) fn numkeys_positions(argv: &[Bytes], numkeys_idx: usize) -> Vec<usize
         return Vec::new();
     }
     let first = numkeys_idx + 1;
-    let last = first
-        .saturating_add(usize::try_from(n).unwrap_or(usize::MAX))
-        .min(argv.len());
+    let last = first.saturating_add(usize::try_from(n).unwrap_or(usize::MAX)).min(argv.len());
     (first..last).collect()
 }
 
@@ -121,10 +109,7 @@ pub(crate) fn positive(arg: &[u8]) -> Result<usize, CmdError> {
 /// `member score member score ...` (flat, RESP2 style) or `[[member, score], ...]`.
 pub(crate) fn scored_pairs(items: Vec<(Bytes, f64)>, nested: bool) -> Vec<Frame> {
     if nested {
-        items
-            .into_iter()
-            .map(|(m, s)| Frame::Array(vec![Frame::Bulk(m), Frame::Double(s)]))
-            .collect()
+        items.into_iter().map(|(m, s)| Frame::Array(vec![Frame::Bulk(m), Frame::Double(s)])).collect()
     } else {
         let mut out = Vec::with_capacity(items.len() * 2);
         for (m, s) in items {
@@ -169,19 +154,11 @@ fn owned<'i>(items: impl Iterator<Item = (&'i Bytes, f64)>) -> Vec<(Bytes, f64)>
 
 /// Applies `LIMIT offset count` as Redis does: a negative offset yields nothing, a negative
 /// count means no limit.
-fn window<'i>(
-    items: impl Iterator<Item = (&'i Bytes, f64)>,
-    offset: i64,
-    count: i64,
-) -> Vec<(Bytes, f64)> {
+fn window<'i>(items: impl Iterator<Item = (&'i Bytes, f64)>, offset: i64, count: i64) -> Vec<(Bytes, f64)> {
     if offset < 0 {
         return Vec::new();
     }
-    let take = if count < 0 {
-        usize::MAX
-    } else {
-        count as usize
-    };
+    let take = if count < 0 { usize::MAX } else { count as usize };
     owned(items.skip(offset as usize).take(take))
 }
 
@@ -212,13 +189,7 @@ fn nan_error() -> CmdError {
 }
 
 /// Redis's `zsetAdd`: adds or updates one member under the ZADD flags.
-fn add_one(
-    z: &mut SortedSet,
-    member: &Bytes,
-    score: f64,
-    f: AddFlags,
-    v: Version,
-) -> Result<(AddOutcome, f64), CmdError> {
+fn add_one(z: &mut SortedSet, member: &Bytes, score: f64, f: AddFlags, v: Version) -> Result<(AddOutcome, f64), CmdError> {
     match z.score(member) {
         Some(current) => {
             if f.nx {
@@ -251,10 +222,7 @@ fn add_one(
 
 /// ZADD and ZINCRBY (which Redis runs as `ZADD key INCR increment member`).
 fn zadd_generic(exec: &mut Exec, argv: &[Bytes], incr: bool) -> Reply {
-    let mut f = AddFlags {
-        incr,
-        ..AddFlags::default()
-    };
+    let mut f = AddFlags { incr, ..AddFlags::default() };
     let mut ch = false;
     let mut i = 2;
     while i < argv.len() {
@@ -281,24 +249,15 @@ fn zadd_generic(exec: &mut Exec, argv: &[Bytes], incr: bool) -> Reply {
         return Err(CmdError::Syntax);
     }
     if f.nx && f.xx {
-        return Err(CmdError::err(
-            "XX and NX options at the same time are not compatible",
-        ));
+        return Err(CmdError::err("XX and NX options at the same time are not compatible"));
     }
     if (f.gt && f.lt) || (f.nx && (f.gt || f.lt)) {
-        return Err(CmdError::err(
-            "GT, LT, and/or NX options at the same time are not compatible",
-        ));
+        return Err(CmdError::err("GT, LT, and/or NX options at the same time are not compatible"));
     }
     if f.incr && elements > 2 {
-        return Err(CmdError::err(
-            "INCR option supports a single increment-element pair",
-        ));
+        return Err(CmdError::err("INCR option supports a single increment-element pair"));
     }
-    let scores = argv[i..]
-        .chunks(2)
-        .map(|pair| float(&pair[0]))
-        .collect::<Result<Vec<f64>, _>>()?;
+    let scores = argv[i..].chunks(2).map(|pair| float(&pair[0])).collect::<Result<Vec<f64>, _>>()?;
 
     let key = &argv[1];
     let existed = match exec.ctx.kind(key) {
@@ -307,11 +266,7 @@ fn zadd_generic(exec: &mut Exec, argv: &[Bytes], incr: bool) -> Reply {
         Some(_) => return Err(CmdError::WrongType),
     };
     if !existed && f.xx {
-        return Ok(if f.incr {
-            Frame::Null
-        } else {
-            Frame::Integer(0)
-        });
+        return Ok(if f.incr { Frame::Null } else { Frame::Integer(0) });
     }
     let v = exec.ctx.next_version(key);
     let z = exec.ctx.zset_or_create(key)?;
@@ -343,11 +298,7 @@ fn zadd_generic(exec: &mut Exec, argv: &[Bytes], incr: bool) -> Reply {
         return Err(e);
     }
     if f.incr {
-        Ok(if processed > 0 {
-            Frame::Double(last)
-        } else {
-            Frame::Null
-        })
+        Ok(if processed > 0 { Frame::Double(last) } else { Frame::Null })
     } else {
         Ok(Frame::Integer(if ch { added + updated } else { added }))
     }
@@ -380,9 +331,7 @@ fn zrem(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 // Point reads
 
 fn zcard(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    Ok(Frame::Integer(
-        read(exec, &argv[1])?.map_or(0, |z| z.len()) as i64
-    ))
+    Ok(Frame::Integer(read(exec, &argv[1])?.map_or(0, |z| z.len()) as i64))
 }
 
 fn zscore(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -392,14 +341,7 @@ fn zscore(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 
 fn zmscore(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let z = read(exec, &argv[1])?;
-    let scores = argv[2..]
-        .iter()
-        .map(|m| {
-            z.as_ref()
-                .and_then(|z| z.score(m))
-                .map_or(Frame::Null, Frame::Double)
-        })
-        .collect();
+    let scores = argv[2..].iter().map(|m| z.as_ref().and_then(|z| z.score(m)).map_or(Frame::Null, Frame::Double)).collect();
     Ok(Frame::Array(scores))
 }
 
@@ -415,16 +357,12 @@ fn zrevrank(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 
 fn zcount(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let (min, max) = (score_bound(&argv[2])?, score_bound(&argv[3])?);
-    Ok(Frame::Integer(
-        read(exec, &argv[1])?.map_or(0, |z| z.count_by_score(min, max)) as i64,
-    ))
+    Ok(Frame::Integer(read(exec, &argv[1])?.map_or(0, |z| z.count_by_score(min, max)) as i64))
 }
 
 fn zlexcount(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let (min, max) = (lex_bound(&argv[2])?, lex_bound(&argv[3])?);
-    Ok(Frame::Integer(
-        read(exec, &argv[1])?.map_or(0, |z| z.range_by_lex(&min, &max).count()) as i64,
-    ))
+    Ok(Frame::Integer(read(exec, &argv[1])?.map_or(0, |z| z.range_by_lex(&min, &max).count()) as i64))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -461,14 +399,7 @@ fn rank_range(z: &SortedSet, start: i64, stop: i64, rev: bool) -> Vec<(Bytes, f6
 /// Redis's `zrangeGenericCommand`: `<src> <min> <max> [BYSCORE|BYLEX] [REV] [WITHSCORES]
 /// [LIMIT offset count]` starting at `argv[src_idx]`; `dst` makes it ZRANGESTORE. `by` and
 /// `rev` are fixed by the legacy commands and `Auto`/`None` for ZRANGE.
-fn zrange_generic(
-    exec: &mut Exec,
-    argv: &[Bytes],
-    src_idx: usize,
-    dst: Option<&Bytes>,
-    mut by: By,
-    mut rev: Option<bool>,
-) -> Reply {
+fn zrange_generic(exec: &mut Exec, argv: &[Bytes], src_idx: usize, dst: Option<&Bytes>, mut by: By, mut rev: Option<bool>) -> Reply {
     let mut withscores = false;
     let (mut offset, mut limit) = (0i64, -1i64);
     let mut j = src_idx + 3;
@@ -497,21 +428,13 @@ fn zrange_generic(
         by = By::Rank;
     }
     if limit != -1 && by == By::Rank {
-        return Err(CmdError::err(
-            "syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
-        ));
+        return Err(CmdError::err("syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX"));
     }
     if withscores && by == By::Lex {
-        return Err(CmdError::err(
-            "syntax error, WITHSCORES not supported in combination with BYLEX",
-        ));
+        return Err(CmdError::err("syntax error, WITHSCORES not supported in combination with BYLEX"));
     }
     // Reversed score and lex ranges are given as `max min`.
-    let (lo, hi) = if rev && by != By::Rank {
-        (&argv[src_idx + 2], &argv[src_idx + 1])
-    } else {
-        (&argv[src_idx + 1], &argv[src_idx + 2])
-    };
+    let (lo, hi) = if rev && by != By::Rank { (&argv[src_idx + 2], &argv[src_idx + 1]) } else { (&argv[src_idx + 1], &argv[src_idx + 2]) };
     let range = match by {
         By::Score => Range::Score(score_bound(lo)?, score_bound(hi)?),
         By::Lex => Range::Lex(lex_bound(lo)?, lex_bound(hi)?),
@@ -523,9 +446,7 @@ fn zrange_generic(
         None => Vec::new(),
         Some(z) => match &range {
             Range::Rank(start, stop) => rank_range(z, *start, *stop, rev),
-            Range::Score(min, max) if rev => {
-                window(z.range_by_score(*min, *max).rev(), offset, limit)
-            }
+            Range::Score(min, max) if rev => window(z.range_by_score(*min, *max).rev(), offset, limit),
             Range::Score(min, max) => window(z.range_by_score(*min, *max), offset, limit),
             Range::Lex(min, max) if rev => window(z.range_by_lex(min, max).rev(), offset, limit),
             Range::Lex(min, max) => window(z.range_by_lex(min, max), offset, limit),
@@ -594,11 +515,7 @@ fn zrangestore(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 // ZREMRANGEBY*
 
 /// Removes the members `select` picks from the set at `argv[1]`; replies with their count.
-fn zremrange(
-    exec: &mut Exec,
-    argv: &[Bytes],
-    select: impl FnOnce(&SortedSet) -> Vec<Bytes>,
-) -> Reply {
+fn zremrange(exec: &mut Exec, argv: &[Bytes], select: impl FnOnce(&SortedSet) -> Vec<Bytes>) -> Reply {
     let key = &argv[1];
     let Some(v) = edit_version(exec, key)? else {
         return Ok(Frame::Integer(0));
@@ -618,26 +535,17 @@ fn zremrange(
 
 fn zremrangebyrank(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let (start, stop) = (int(&argv[2])?, int(&argv[3])?);
-    zremrange(exec, argv, |z| {
-        rank_range(z, start, stop, false)
-            .into_iter()
-            .map(|(m, _)| m)
-            .collect()
-    })
+    zremrange(exec, argv, |z| rank_range(z, start, stop, false).into_iter().map(|(m, _)| m).collect())
 }
 
 fn zremrangebyscore(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let (min, max) = (score_bound(&argv[2])?, score_bound(&argv[3])?);
-    zremrange(exec, argv, |z| {
-        z.range_by_score(min, max).map(|(m, _)| m.clone()).collect()
-    })
+    zremrange(exec, argv, |z| z.range_by_score(min, max).map(|(m, _)| m.clone()).collect())
 }
 
 fn zremrangebylex(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let (min, max) = (lex_bound(&argv[2])?, lex_bound(&argv[3])?);
-    zremrange(exec, argv, |z| {
-        z.range_by_lex(&min, &max).map(|(m, _)| m.clone()).collect()
-    })
+    zremrange(exec, argv, |z| z.range_by_lex(&min, &max).map(|(m, _)| m.clone()).collect())
 }
 
 // ---------------------------------------------------------------------------------------
@@ -715,20 +623,11 @@ fn lookup_map(items: &[(Bytes, f64)]) -> FieldMap<f64> {
 
 /// Redis's `zunionInterDiffGenericCommand`: `numkeys key... [WEIGHTS w...] [AGGREGATE
 /// SUM|MIN|MAX] [WITHSCORES]` from `argv[numkeys_idx]`, `[LIMIT n]` for ZINTERCARD.
-fn setop_generic(
-    exec: &mut Exec,
-    argv: &[Bytes],
-    dst: Option<&Bytes>,
-    numkeys_idx: usize,
-    op: SetOp,
-    card_only: bool,
-) -> Reply {
+fn setop_generic(exec: &mut Exec, argv: &[Bytes], dst: Option<&Bytes>, numkeys_idx: usize, op: SetOp, card_only: bool) -> Reply {
     let setnum = int(&argv[numkeys_idx])?;
     if setnum < 1 {
         let name = String::from_utf8_lossy(&argv[0]).to_ascii_lowercase();
-        return Err(CmdError::err(format!(
-            "at least 1 input key is needed for '{name}' command"
-        )));
+        return Err(CmdError::err(format!("at least 1 input key is needed for '{name}' command")));
     }
     let first = numkeys_idx + 1;
     if setnum > (argv.len() - first) as i64 {
@@ -737,10 +636,7 @@ fn setop_generic(
     let setnum = setnum as usize;
     let mut sources = Vec::with_capacity(setnum);
     for key in &argv[first..first + setnum] {
-        sources.push(Source {
-            items: read_source(exec, key)?,
-            weight: 1.0,
-        });
+        sources.push(Source { items: read_source(exec, key)?, weight: 1.0 });
     }
 
     let (mut how, mut withscores, mut limit) = (Aggregate::Sum, false, 0usize);
@@ -751,15 +647,10 @@ fn setop_generic(
         if op != SetOp::Diff && !card_only && remaining > setnum && eq_ignore_case(a, "weights") {
             j += 1;
             for source in sources.iter_mut() {
-                source.weight = parse_float(&argv[j])
-                    .ok_or_else(|| CmdError::err("weight value is not a float"))?;
+                source.weight = parse_float(&argv[j]).ok_or_else(|| CmdError::err("weight value is not a float"))?;
                 j += 1;
             }
-        } else if op != SetOp::Diff
-            && !card_only
-            && remaining >= 2
-            && eq_ignore_case(a, "aggregate")
-        {
+        } else if op != SetOp::Diff && !card_only && remaining >= 2 && eq_ignore_case(a, "aggregate") {
             let b = &argv[j + 1];
             how = if eq_ignore_case(b, "sum") {
                 Aggregate::Sum
@@ -793,10 +684,7 @@ fn setop_generic(
     let mut result = SortedSet::default();
     match op {
         SetOp::Inter => {
-            let others: Vec<(FieldMap<f64>, f64)> = sources[1..]
-                .iter()
-                .map(|s| (lookup_map(&s.items), s.weight))
-                .collect();
+            let others: Vec<(FieldMap<f64>, f64)> = sources[1..].iter().map(|s| (lookup_map(&s.items), s.weight)).collect();
             let mut cardinality = 0usize;
             'members: for (m, s) in &sources[0].items {
                 let mut score = weighted(*s, sources[0].weight);
@@ -852,11 +740,7 @@ fn setop_generic(
     }
     match dst {
         Some(dst) => Ok(Frame::Integer(store_set(exec, dst, result) as i64)),
-        None => Ok(scored_reply(
-            owned(result.iter()),
-            withscores,
-            exec.client.resp,
-        )),
+        None => Ok(scored_reply(owned(result.iter()), withscores, exec.client.resp)),
     }
 }
 
@@ -894,12 +778,7 @@ fn zintercard(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 /// Pops up to `count` lowest-scoring (`max == false`) or highest-scoring members from the
 /// sorted set at `key`, in pop order. A missing key (or `count == 0`) pops nothing; a key of
 /// another type is WRONGTYPE. Deletes the key when it empties, wakes waiters, bumps dirty.
-pub(crate) fn zpop(
-    exec: &mut Exec,
-    key: &[u8],
-    max: bool,
-    count: usize,
-) -> Result<Vec<(Bytes, f64)>, CmdError> {
+pub(crate) fn zpop(exec: &mut Exec, key: &[u8], max: bool, count: usize) -> Result<Vec<(Bytes, f64)>, CmdError> {
     match exec.ctx.kind(key) {
         None => return Ok(Vec::new()),
         Some(Kind::ZSet) => {}
@@ -960,9 +839,7 @@ pub(crate) struct ZmpopArgs {
 pub(crate) fn zmpop_args(argv: &[Bytes], numkeys_idx: usize) -> Result<ZmpopArgs, CmdError> {
     let numkeys = int_at_least(&argv[numkeys_idx], 1, "numkeys should be greater than 0")?;
     let first = numkeys_idx + 1;
-    let where_idx = usize::try_from(numkeys)
-        .unwrap_or(usize::MAX)
-        .saturating_add(first);
+    let where_idx = usize::try_from(numkeys).unwrap_or(usize::MAX).saturating_add(first);
     if where_idx >= argv.len() {
         return Err(CmdError::Syntax);
     }
@@ -983,19 +860,12 @@ pub(crate) fn zmpop_args(argv: &[Bytes], numkeys_idx: usize) -> Result<ZmpopArgs
             return Err(CmdError::Syntax);
         }
     }
-    Ok(ZmpopArgs {
-        keys: first..where_idx,
-        max,
-        count: count.unwrap_or(1),
-    })
+    Ok(ZmpopArgs { keys: first..where_idx, max, count: count.unwrap_or(1) })
 }
 
 /// `[key, [[member, score], ...]]`, the ZMPOP/BZMPOP reply in both protocols.
 pub(crate) fn zmpop_reply(key: &[u8], popped: Vec<(Bytes, f64)>) -> Frame {
-    Frame::Array(vec![
-        Frame::bulk(key),
-        Frame::Array(scored_pairs(popped, true)),
-    ])
+    Frame::Array(vec![Frame::bulk(key), Frame::Array(scored_pairs(popped, true))])
 }
 
 fn zmpop(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -1022,19 +892,10 @@ fn zrandmember(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             return Ok(Frame::Null);
         };
         let pick = rand::rng().random_range(0..z.len());
-        return Ok(z
-            .iter()
-            .nth(pick)
-            .map_or(Frame::Null, |(m, _)| Frame::Bulk(m.clone())));
+        return Ok(z.iter().nth(pick).map_or(Frame::Null, |(m, _)| Frame::Bulk(m.clone())));
     }
     let l = match parse_i64(&argv[2]) {
-        Some(i64::MIN) => {
-            return Err(CmdError::err(format!(
-                "value is out of range, value must between {} and {}",
-                -i64::MAX,
-                i64::MAX
-            )))
-        }
+        Some(i64::MIN) => return Err(CmdError::err(format!("value is out of range, value must between {} and {}", -i64::MAX, i64::MAX))),
         Some(n) => n,
         None => return Err(CmdError::NotInteger),
     };
@@ -1061,9 +922,7 @@ fn zrandmember(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             return Err(CmdError::err("value is out of range"));
         }
         let all = owned(z.iter());
-        (0..count)
-            .map(|_| all[rng.random_range(0..size)].clone())
-            .collect()
+        (0..count).map(|_| all[rng.random_range(0..size)].clone()).collect()
     } else if l as u64 >= size as u64 {
         owned(z.iter())
     } else {
@@ -1101,11 +960,7 @@ fn zscan(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let opts = opts?;
     let mut out = Vec::new();
     for (m, s) in z.iter() {
-        if opts
-            .pattern
-            .as_ref()
-            .is_some_and(|p| !glob_match(p, m, false))
-        {
+        if opts.pattern.as_ref().is_some_and(|p| !glob_match(p, m, false)) {
             continue;
         }
         out.push(Frame::Bulk(m.clone()));

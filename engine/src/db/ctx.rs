@@ -27,13 +27,7 @@ pub struct Ctx<'a> {
 
 impl<'a> Ctx<'a> {
     pub fn new(store: &'a Store, db: usize, now_ms: u64, locks: Locks<'a>) -> Ctx<'a> {
-        Ctx {
-            store,
-            db,
-            now_ms,
-            locks,
-            ready_keys: Vec::new(),
-        }
+        Ctx { store, db, now_ms, locks, ready_keys: Vec::new() }
     }
 
     fn parts(&mut self, db: usize, key: &[u8]) -> (&'a Db, &mut Shard) {
@@ -43,12 +37,7 @@ impl<'a> Ctx<'a> {
 
     /// Runs `f` on one shard: the held lock inside a transaction, else a lock taken just for
     /// this call (whole-database commands walk shards one at a time).
-    pub fn with_shard<R>(
-        &mut self,
-        db: usize,
-        shard: usize,
-        f: impl FnOnce(&Db, &mut Shard) -> R,
-    ) -> R {
+    pub fn with_shard<R>(&mut self, db: usize, shard: usize, f: impl FnOnce(&Db, &mut Shard) -> R) -> R {
         let dbref = self.store.db(db);
         if self.locks.holds(db, shard) {
             f(dbref, self.locks.get(db, shard))
@@ -86,11 +75,7 @@ impl<'a> Ctx<'a> {
     pub fn lookup_read(&mut self, key: &[u8]) -> Option<&mut Entry> {
         let stats = &self.store.stats;
         let found = self.get(key);
-        let counter = if found.is_some() {
-            &stats.keyspace_hits
-        } else {
-            &stats.keyspace_misses
-        };
+        let counter = if found.is_some() { &stats.keyspace_hits } else { &stats.keyspace_misses };
         counter.fetch_add(1, Ordering::Relaxed);
         found
     }
@@ -116,19 +101,14 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn put_in(&mut self, db: usize, key: &[u8], value: Value, keep_ttl: bool) -> Version {
-        let stored = self
-            .get_in(db, key)
-            .map(|e| (e.version(), e.expiry.clone()));
+        let stored = self.get_in(db, key).map(|e| (e.version(), e.expiry.clone()));
         let version = self.store.stamp(stored.as_ref().map(|s| s.0));
         let mut entry = Entry::new(value, version);
         if let Some((_, expiry)) = stored {
             entry.expiry = match expiry {
                 Some(e) if keep_ttl => Some(e),
                 // Dropping a TTL is itself a write to the expiry register.
-                Some(_) => Some(Box::new(Expiry {
-                    deadline_ms: 0,
-                    version,
-                })),
+                Some(_) => Some(Box::new(Expiry { deadline_ms: 0, version })),
                 None => None,
             };
         }
@@ -188,14 +168,7 @@ impl<'a> Ctx<'a> {
         let stored = self.get_in(db, key).map(|e| e.version());
         let version = self.store.stamp(stored);
         let (dbref, shard) = self.parts(db, key);
-        shard.set_expiry(
-            dbref,
-            key,
-            Some(Expiry {
-                deadline_ms,
-                version,
-            }),
-        );
+        shard.set_expiry(dbref, key, Some(Expiry { deadline_ms, version }));
         shard.touch(key);
         self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
     }
@@ -209,9 +182,7 @@ impl<'a> Ctx<'a> {
         match self.lookup_read(key).map(|e| &e.value) {
             None => Ok(None),
             Some(Value::Str(s)) => Ok(Some(Bytes::copy_from_slice(s))),
-            Some(Value::Int(n)) => Ok(Some(Bytes::copy_from_slice(
-                itoa::Buffer::new().format(*n).as_bytes(),
-            ))),
+            Some(Value::Int(n)) => Ok(Some(Bytes::copy_from_slice(itoa::Buffer::new().format(*n).as_bytes()))),
             Some(_) => Err(CmdError::WrongType),
         }
     }
@@ -236,11 +207,7 @@ macro_rules! collection_accessors {
                         let version = self.store.stamp(None);
                         let db = self.db;
                         let (dbref, shard) = self.parts(db, key);
-                        shard.insert(
-                            dbref,
-                            key,
-                            Entry::new(Value::$variant(Box::new($new)), version),
-                        );
+                        shard.insert(dbref, key, Entry::new(Value::$variant(Box::new($new)), version));
                     }
                     Some(kind) if kind == $kind => {}
                     Some(_) => return Err(CmdError::WrongType),
@@ -254,35 +221,7 @@ macro_rules! collection_accessors {
     };
 }
 
-collection_accessors!(
-    hash,
-    hash_or_create,
-    Hash,
-    Kind::Hash,
-    FieldMap<Field>,
-    FieldMap::default()
-);
-collection_accessors!(
-    set,
-    set_or_create,
-    Set,
-    Kind::Set,
-    FieldMap<Version>,
-    FieldMap::default()
-);
-collection_accessors!(
-    zset,
-    zset_or_create,
-    ZSet,
-    Kind::ZSet,
-    SortedSet,
-    SortedSet::default()
-);
-collection_accessors!(
-    list,
-    list_or_create,
-    List,
-    Kind::List,
-    VecDeque<Bytes>,
-    VecDeque::new()
-);
+collection_accessors!(hash, hash_or_create, Hash, Kind::Hash, FieldMap<Field>, FieldMap::default());
+collection_accessors!(set, set_or_create, Set, Kind::Set, FieldMap<Version>, FieldMap::default());
+collection_accessors!(zset, zset_or_create, ZSet, Kind::ZSet, SortedSet, SortedSet::default());
+collection_accessors!(list, list_or_create, List, Kind::List, VecDeque<Bytes>, VecDeque::new());

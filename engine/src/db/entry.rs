@@ -132,21 +132,12 @@ impl Value {
 
 impl Entry {
     pub fn new(value: Value, version: Version) -> Entry {
-        Entry {
-            value,
-            hlc: version.hlc,
-            node: version.node,
-            access: 0,
-            expiry: None,
-        }
+        Entry { value, hlc: version.hlc, node: version.node, access: 0, expiry: None }
     }
 
     /// Version of the last write to this key (whole-key LWW, and creation).
     pub fn version(&self) -> Version {
-        Version {
-            hlc: self.hlc,
-            node: self.node,
-        }
+        Version { hlc: self.hlc, node: self.node }
     }
 
     pub fn set_version(&mut self, version: Version) {
@@ -156,10 +147,7 @@ impl Entry {
 
     /// The deadline in ms, if the key is volatile.
     pub fn deadline(&self) -> Option<u64> {
-        self.expiry
-            .as_ref()
-            .map(|e| e.deadline_ms)
-            .filter(|&d| d != 0)
+        self.expiry.as_ref().map(|e| e.deadline_ms).filter(|&d| d != 0)
     }
 
     pub fn is_expired(&self, now_ms: u64) -> bool {

@@ -42,13 +42,7 @@ impl Policy {
     }
 
     fn volatile_only(self) -> bool {
-        matches!(
-            self,
-            Policy::VolatileLru
-                | Policy::VolatileLfu
-                | Policy::VolatileTtl
-                | Policy::VolatileRandom
-        )
+        matches!(self, Policy::VolatileLru | Policy::VolatileLfu | Policy::VolatileTtl | Policy::VolatileRandom)
     }
 
     fn lfu(self) -> bool {
@@ -133,15 +127,7 @@ pub fn make_room(store: &Store, maxmemory: u64, samples: usize) -> bool {
 fn evict_one(store: &Store, policy: Policy, samples: usize) -> bool {
     let mut rng = rand::rng();
     let now = store.hlc.wall_ms();
-    let candidates: Vec<usize> = (0..store.databases())
-        .filter(|&db| {
-            if policy.volatile_only() {
-                store.volatile_keys(db) > 0
-            } else {
-                true
-            }
-        })
-        .collect();
+    let candidates: Vec<usize> = (0..store.databases()).filter(|&db| if policy.volatile_only() { store.volatile_keys(db) > 0 } else { true }).collect();
     if candidates.is_empty() {
         return false;
     }

@@ -33,10 +33,7 @@ pub fn expire_cycle(store: &Store, now_ms: u64) -> usize {
             }
         }
     }
-    store
-        .stats
-        .expired_keys
-        .fetch_add(deleted as u64, Ordering::Relaxed);
+    store.stats.expired_keys.fetch_add(deleted as u64, Ordering::Relaxed);
     deleted
 }
 

@@ -10,6 +10,7 @@ pub mod ctx;
 pub mod entry;
 pub mod evict;
 pub mod expire;
+pub mod table;
 pub mod zset;
 
 use std::collections::{BTreeSet, HashMap};
@@ -45,7 +46,7 @@ pub struct KeyspaceStats {
 /// One shard of one database.
 #[derive(Debug, Default)]
 pub struct Shard {
-    map: Map<Key, Entry>,
+    map: table::KeyTable,
     /// `(deadline_ms, key)` for every volatile key, so active expiry finds due keys directly.
     expiry_index: BTreeSet<(u64, Key)>,
     watchers: Map<Key, Vec<WatchFlag>>,
@@ -69,12 +70,7 @@ pub struct Store {
 impl Store {
     pub fn new(databases: usize, hlc: Hlc, node_id: crate::hlc::NodeId) -> Store {
         let dbs = (0..databases)
-            .map(|_| Db {
-                shards: (0..SHARDS_PER_DB)
-                    .map(|_| Mutex::new(Shard::default()))
-                    .collect(),
-                volatile_keys: AtomicUsize::new(0),
-            })
+            .map(|_| Db { shards: (0..SHARDS_PER_DB).map(|_| Mutex::new(Shard::default())).collect(), volatile_keys: AtomicUsize::new(0) })
             .collect();
         Store {
             dbs,
@@ -104,19 +100,14 @@ impl Store {
     pub fn lock_many(&self, mut wanted: Vec<(usize, usize)>) -> Locks<'_> {
         wanted.sort_unstable();
         wanted.dedup();
-        let guards = wanted
-            .into_iter()
-            .map(|(db, shard)| ((db, shard), self.lock_shard(db, shard)))
-            .collect();
+        let guards = wanted.into_iter().map(|(db, shard)| ((db, shard), self.lock_shard(db, shard))).collect();
         Locks { guards }
     }
 
     /// Locks every shard of every database (for `EXEC` blocks that contain whole-keyspace
     /// commands).
     pub fn lock_all(&self) -> Locks<'_> {
-        let wanted = (0..self.dbs.len())
-            .flat_map(|db| (0..SHARDS_PER_DB).map(move |s| (db, s)))
-            .collect();
+        let wanted = (0..self.dbs.len()).flat_map(|db| (0..SHARDS_PER_DB).map(move |s| (db, s))).collect();
         self.lock_many(wanted)
     }
 
@@ -126,10 +117,7 @@ impl Store {
             Some(v) => self.hlc.now_after(v.hlc),
             None => self.hlc.now(),
         };
-        Version {
-            hlc,
-            node: self.node_id,
-        }
+        Version { hlc, node: self.node_id }
     }
 
     pub fn volatile_keys(&self, db: usize) -> usize {
@@ -138,9 +126,7 @@ impl Store {
 
     /// Live keys in `db`, one shard at a time.
     pub fn dbsize(&self, db: usize) -> usize {
-        (0..SHARDS_PER_DB)
-            .map(|s| self.lock_shard(db, s).len())
-            .sum()
+        (0..SHARDS_PER_DB).map(|s| self.lock_shard(db, s).len()).sum()
     }
 }
 
@@ -155,17 +141,13 @@ impl<'a> Locks<'a> {
     }
 
     pub fn holds(&self, db: usize, shard: usize) -> bool {
-        self.guards
-            .binary_search_by(|(k, _)| k.cmp(&(db, shard)))
-            .is_ok()
+        self.guards.binary_search_by(|(k, _)| k.cmp(&(db, shard))).is_ok()
     }
 
     /// Two different locked shards at once (`SWAPDB`).
     pub fn pair(&mut self, a: (usize, usize), b: (usize, usize)) -> (&mut Shard, &mut Shard) {
         let find = |guards: &Vec<((usize, usize), MutexGuard<'a, Shard>)>, k| {
-            guards
-                .binary_search_by(|(g, _)| g.cmp(&k))
-                .unwrap_or_else(|_| panic!("shard {k:?} used without being locked"))
+            guards.binary_search_by(|(g, _)| g.cmp(&k)).unwrap_or_else(|_| panic!("shard {k:?} used without being locked"))
         };
         let (i, j) = (find(&self.guards, a), find(&self.guards, b));
         assert_ne!(i, j, "pair needs two different shards");
@@ -183,9 +165,7 @@ impl<'a> Locks<'a> {
     pub fn get(&mut self, db: usize, shard: usize) -> &mut Shard {
         match self.guards.binary_search_by(|(k, _)| k.cmp(&(db, shard))) {
             Ok(i) => &mut self.guards[i].1,
-            Err(_) => panic!(
-                "shard ({db}, {shard}) used without being locked; fix the command's key spec"
-            ),
+            Err(_) => panic!("shard ({db}, {shard}) used without being locked; fix the command's key spec"),
         }
     }
 }
@@ -219,7 +199,7 @@ impl Shard {
     /// Inserts or replaces a key's entry, keeping the expiry index in step.
     pub fn insert(&mut self, db: &Db, key: &[u8], entry: Entry) -> Option<Entry> {
         let new_deadline = entry.deadline();
-        let old = self.map.insert(key.into(), entry);
+        let old = self.map.insert(key, entry);
         let old_deadline = old.as_ref().and_then(Entry::deadline);
         self.reindex(db, key, old_deadline, new_deadline);
         old
@@ -258,19 +238,13 @@ impl Shard {
 
     /// Keys whose deadline has passed, earliest first, at most `limit`.
     pub fn due_keys(&self, now_ms: u64, limit: usize) -> Vec<Key> {
-        self.expiry_index
-            .iter()
-            .take_while(|(d, _)| *d <= now_ms)
-            .take(limit)
-            .map(|(_, k)| k.clone())
-            .collect()
+        self.expiry_index.iter().take_while(|(d, _)| *d <= now_ms).take(limit).map(|(_, k)| k.clone()).collect()
     }
 
     pub fn clear(&mut self, db: &Db) -> usize {
         let n = self.map.len();
-        db.volatile_keys
-            .fetch_sub(self.expiry_index.len(), Ordering::Relaxed);
-        self.map = Map::default();
+        db.volatile_keys.fetch_sub(self.expiry_index.len(), Ordering::Relaxed);
+        self.map = table::KeyTable::default();
         self.expiry_index = BTreeSet::new();
         n
     }

@@ -25,9 +25,7 @@ impl Ord for Score {
     /// IEEE order (so `-0` and `0` compare equal, as in Redis), falling back to the total
     /// order only for NaN, which is never stored.
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0
-            .partial_cmp(&other.0)
-            .unwrap_or_else(|| self.0.total_cmp(&other.0))
+        self.0.partial_cmp(&other.0).unwrap_or_else(|| self.0.total_cmp(&other.0))
     }
 }
 
@@ -74,9 +72,7 @@ impl SortedSet {
 
     /// Inserts or re-scores a member. Returns the previous score.
     pub fn insert(&mut self, member: Bytes, score: f64, version: Version) -> Option<f64> {
-        let previous = self
-            .members
-            .insert(member.clone(), Member { score, version });
+        let previous = self.members.insert(member.clone(), Member { score, version });
         if let Some(old) = previous {
             if old.score.to_bits() == score.to_bits() {
                 return Some(old.score);
@@ -100,19 +96,11 @@ impl SortedSet {
 
     pub fn rank(&self, member: &[u8]) -> Option<usize> {
         let score = self.score(member)?;
-        Some(
-            self.order
-                .range(..(Score(score), Bytes::copy_from_slice(member)))
-                .count(),
-        )
+        Some(self.order.range(..(Score(score), Bytes::copy_from_slice(member))).count())
     }
 
     /// Members whose score lies within `[min, max]` (honouring exclusive ends), ascending.
-    pub fn range_by_score(
-        &self,
-        min: ScoreBound,
-        max: ScoreBound,
-    ) -> impl DoubleEndedIterator<Item = (&Bytes, f64)> + '_ {
+    pub fn range_by_score(&self, min: ScoreBound, max: ScoreBound) -> impl DoubleEndedIterator<Item = (&Bytes, f64)> + '_ {
         let empty = min.value.is_nan()
             || max.value.is_nan()
             || min.value > max.value
@@ -123,11 +111,7 @@ impl SortedSet {
             None
         } else {
             // Every member sorts after `(score, "")`, so the empty member marks "all of this score".
-            let lower_score = if min.exclusive {
-                next_up(min.value)
-            } else {
-                min.value
-            };
+            let lower_score = if min.exclusive { next_up(min.value) } else { min.value };
             let lower: Bound<(Score, Bytes)> = Bound::Included((Score(lower_score), Bytes::new()));
             let upper: Bound<(Score, Bytes)> = if max.exclusive {
                 Bound::Excluded((Score(max.value), Bytes::new()))
@@ -143,39 +127,29 @@ impl SortedSet {
 
     /// Members within a lex range, ascending (meaningful when all scores are equal). When
     /// they are, the range is found in the index directly; otherwise every member is tested.
-    pub fn range_by_lex<'a>(
-        &'a self,
-        min: &'a LexBound,
-        max: &'a LexBound,
-    ) -> impl DoubleEndedIterator<Item = (&'a Bytes, f64)> + 'a {
+    pub fn range_by_lex<'a>(&'a self, min: &'a LexBound, max: &'a LexBound) -> impl DoubleEndedIterator<Item = (&'a Bytes, f64)> + 'a {
         let same_score = match (self.order.first(), self.order.last()) {
             (Some(first), Some(last)) => first.0 == last.0,
             _ => true,
         };
-        let iter: Box<dyn DoubleEndedIterator<Item = (&'a Bytes, f64)> + 'a> =
-            if lex_range_is_empty(min, max) {
-                Box::new(std::iter::empty())
-            } else if same_score {
-                let score = self.order.first().map_or(Score(0.0), |f| f.0);
-                let lower = match min {
-                    LexBound::Inclusive(b) => Bound::Included((score, b.clone())),
-                    LexBound::Exclusive(b) => Bound::Excluded((score, b.clone())),
-                    _ => Bound::Unbounded,
-                };
-                let upper = match max {
-                    LexBound::Inclusive(b) => Bound::Included((score, b.clone())),
-                    LexBound::Exclusive(b) => Bound::Excluded((score, b.clone())),
-                    _ => Bound::Unbounded,
-                };
-                Box::new(self.order.range((lower, upper)).map(|(s, m)| (m, s.0)))
-            } else {
-                Box::new(
-                    self.order
-                        .iter()
-                        .filter(move |(_, m)| lex_above_min(m, min) && lex_below_max(m, max))
-                        .map(|(s, m)| (m, s.0)),
-                )
+        let iter: Box<dyn DoubleEndedIterator<Item = (&'a Bytes, f64)> + 'a> = if lex_range_is_empty(min, max) {
+            Box::new(std::iter::empty())
+        } else if same_score {
+            let score = self.order.first().map_or(Score(0.0), |f| f.0);
+            let lower = match min {
+                LexBound::Inclusive(b) => Bound::Included((score, b.clone())),
+                LexBound::Exclusive(b) => Bound::Excluded((score, b.clone())),
+                _ => Bound::Unbounded,
             };
+            let upper = match max {
+                LexBound::Inclusive(b) => Bound::Included((score, b.clone())),
+                LexBound::Exclusive(b) => Bound::Excluded((score, b.clone())),
+                _ => Bound::Unbounded,
+            };
+            Box::new(self.order.range((lower, upper)).map(|(s, m)| (m, s.0)))
+        } else {
+            Box::new(self.order.iter().filter(move |(_, m)| lex_above_min(m, min) && lex_below_max(m, max)).map(|(s, m)| (m, s.0)))
+        };
         iter
     }
 
@@ -185,11 +159,7 @@ impl SortedSet {
 
     /// The lowest-ranked member (`max == false`) or the highest.
     pub fn first(&self, max: bool) -> Option<(Bytes, f64)> {
-        let item = if max {
-            self.order.last()
-        } else {
-            self.order.first()
-        };
+        let item = if max { self.order.last() } else { self.order.first() };
         item.map(|(s, m)| (m.clone(), s.0))
     }
 
@@ -209,27 +179,11 @@ impl SortedSet {
         let end = end.min(len - 1);
         let n = end - start + 1;
         // Ascending ranks lo..=hi hold the result.
-        let (lo, hi) = if rev {
-            (len - 1 - end, len - 1 - start)
-        } else {
-            (start, end)
-        };
+        let (lo, hi) = if rev { (len - 1 - end, len - 1 - start) } else { (start, end) };
         let mut out: Vec<(Bytes, f64)> = if lo <= len - 1 - hi {
-            self.order
-                .iter()
-                .skip(lo)
-                .take(n)
-                .map(|(s, m)| (m.clone(), s.0))
-                .collect()
+            self.order.iter().skip(lo).take(n).map(|(s, m)| (m.clone(), s.0)).collect()
         } else {
-            let mut v: Vec<(Bytes, f64)> = self
-                .order
-                .iter()
-                .rev()
-                .skip(len - 1 - hi)
-                .take(n)
-                .map(|(s, m)| (m.clone(), s.0))
-                .collect();
+            let mut v: Vec<(Bytes, f64)> = self.order.iter().rev().skip(len - 1 - hi).take(n).map(|(s, m)| (m.clone(), s.0)).collect();
             v.reverse();
             v
         };
@@ -263,10 +217,7 @@ pub fn lex_range_is_empty(min: &LexBound, max: &LexBound) -> bool {
         (LexBound::PosInf, _) | (_, LexBound::NegInf) => true,
         (LexBound::NegInf, _) | (_, LexBound::PosInf) => false,
         (LexBound::Inclusive(a), LexBound::Inclusive(b)) => a > b,
-        (
-            LexBound::Inclusive(a) | LexBound::Exclusive(a),
-            LexBound::Inclusive(b) | LexBound::Exclusive(b),
-        ) => a >= b,
+        (LexBound::Inclusive(a) | LexBound::Exclusive(a), LexBound::Inclusive(b) | LexBound::Exclusive(b)) => a >= b,
     }
 }
 
@@ -305,10 +256,7 @@ mod tests {
         let mut z = set(&[("a", 1.0), ("b", 2.0)]);
         z.insert(Bytes::from_static(b"a"), 3.0, Version::ZERO);
         let order: Vec<_> = z.iter().map(|(m, _)| m.clone()).collect();
-        assert_eq!(
-            order,
-            vec![Bytes::from_static(b"b"), Bytes::from_static(b"a")]
-        );
+        assert_eq!(order, vec![Bytes::from_static(b"b"), Bytes::from_static(b"a")]);
         assert_eq!(z.rank(b"a"), Some(1));
         assert_eq!(z.len(), 2);
     }
@@ -316,44 +264,22 @@ mod tests {
     #[test]
     fn score_ranges_honour_exclusive_ends() {
         let z = set(&[("a", 1.0), ("b", 2.0), ("c", 3.0)]);
-        let inc = |v| ScoreBound {
-            value: v,
-            exclusive: false,
-        };
-        let exc = |v| ScoreBound {
-            value: v,
-            exclusive: true,
-        };
+        let inc = |v| ScoreBound { value: v, exclusive: false };
+        let exc = |v| ScoreBound { value: v, exclusive: true };
         assert_eq!(z.count_by_score(inc(1.0), inc(3.0)), 3);
         assert_eq!(z.count_by_score(exc(1.0), exc(3.0)), 1);
         assert_eq!(z.count_by_score(inc(2.0), exc(2.0)), 0);
-        assert_eq!(
-            z.count_by_score(inc(f64::NEG_INFINITY), inc(f64::INFINITY)),
-            3
-        );
-        assert_eq!(
-            z.count_by_score(exc(f64::NEG_INFINITY), exc(f64::INFINITY)),
-            3
-        );
+        assert_eq!(z.count_by_score(inc(f64::NEG_INFINITY), inc(f64::INFINITY)), 3);
+        assert_eq!(z.count_by_score(exc(f64::NEG_INFINITY), exc(f64::INFINITY)), 3);
         assert_eq!(z.count_by_score(inc(3.0), inc(1.0)), 0);
-        let down: Vec<_> = z
-            .range_by_score(inc(1.0), exc(3.0))
-            .rev()
-            .map(|(m, _)| m.clone())
-            .collect();
-        assert_eq!(
-            down,
-            vec![Bytes::from_static(b"b"), Bytes::from_static(b"a")]
-        );
+        let down: Vec<_> = z.range_by_score(inc(1.0), exc(3.0)).rev().map(|(m, _)| m.clone()).collect();
+        assert_eq!(down, vec![Bytes::from_static(b"b"), Bytes::from_static(b"a")]);
     }
 
     #[test]
     fn negative_zero_equals_zero() {
         let z = set(&[("a", -0.0), ("b", 0.0)]);
-        let inc = |v| ScoreBound {
-            value: v,
-            exclusive: false,
-        };
+        let inc = |v| ScoreBound { value: v, exclusive: false };
         assert_eq!(z.count_by_score(inc(0.0), inc(0.0)), 2);
         assert_eq!(z.rank(b"b"), Some(1));
     }
@@ -361,41 +287,13 @@ mod tests {
     #[test]
     fn lex_ranges_with_equal_and_mixed_scores() {
         let b = |s: &str| Bytes::copy_from_slice(s.as_bytes());
-        let names = |z: &SortedSet, min: &LexBound, max: &LexBound| -> Vec<Bytes> {
-            z.range_by_lex(min, max).map(|(m, _)| m.clone()).collect()
-        };
-        for z in [
-            set(&[("a", 0.0), ("b", 0.0), ("c", 0.0), ("d", 0.0)]),
-            set(&[("a", 1.0), ("b", 2.0), ("c", 3.0), ("d", 4.0)]),
-        ] {
-            assert_eq!(
-                names(
-                    &z,
-                    &LexBound::Inclusive(b("b")),
-                    &LexBound::Exclusive(b("d"))
-                ),
-                vec![b("b"), b("c")]
-            );
-            assert_eq!(
-                names(&z, &LexBound::Exclusive(b("a")), &LexBound::PosInf),
-                vec![b("b"), b("c"), b("d")]
-            );
-            assert_eq!(
-                names(&z, &LexBound::NegInf, &LexBound::Inclusive(b("a"))),
-                vec![b("a")]
-            );
-            assert!(names(
-                &z,
-                &LexBound::Exclusive(b("b")),
-                &LexBound::Exclusive(b("b"))
-            )
-            .is_empty());
-            assert!(names(
-                &z,
-                &LexBound::Inclusive(b("c")),
-                &LexBound::Inclusive(b("b"))
-            )
-            .is_empty());
+        let names = |z: &SortedSet, min: &LexBound, max: &LexBound| -> Vec<Bytes> { z.range_by_lex(min, max).map(|(m, _)| m.clone()).collect() };
+        for z in [set(&[("a", 0.0), ("b", 0.0), ("c", 0.0), ("d", 0.0)]), set(&[("a", 1.0), ("b", 2.0), ("c", 3.0), ("d", 4.0)])] {
+            assert_eq!(names(&z, &LexBound::Inclusive(b("b")), &LexBound::Exclusive(b("d"))), vec![b("b"), b("c")]);
+            assert_eq!(names(&z, &LexBound::Exclusive(b("a")), &LexBound::PosInf), vec![b("b"), b("c"), b("d")]);
+            assert_eq!(names(&z, &LexBound::NegInf, &LexBound::Inclusive(b("a"))), vec![b("a")]);
+            assert!(names(&z, &LexBound::Exclusive(b("b")), &LexBound::Exclusive(b("b"))).is_empty());
+            assert!(names(&z, &LexBound::Inclusive(b("c")), &LexBound::Inclusive(b("b"))).is_empty());
             assert!(names(&z, &LexBound::PosInf, &LexBound::PosInf).is_empty());
         }
     }

@@ -15,10 +15,7 @@ pub struct Server {
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
 }
 
 impl Server {
@@ -27,32 +24,16 @@ impl Server {
         let port = free_port();
         let metrics_port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_keymesh-server"))
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--metrics-port",
-                &metrics_port.to_string(),
-                "--loglevel",
-                "warning",
-            ])
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--metrics-port", &metrics_port.to_string(), "--loglevel", "warning"])
             .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("keymesh-server starts");
-        let server = Server {
-            port,
-            metrics_port,
-            child,
-        };
+        let server = Server { port, metrics_port, child };
         let deadline = Instant::now() + Duration::from_secs(10);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "keymesh-server did not start listening on {port}"
-            );
+            assert!(Instant::now() < deadline, "keymesh-server did not start listening on {port}");
             std::thread::sleep(Duration::from_millis(20));
         }
         server
@@ -68,51 +49,30 @@ impl Server {
 
     /// Resident memory of the server process, in bytes.
     pub fn rss(&self) -> u64 {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map_or(0, |kb| kb * 1024)
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
+        status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).map_or(0, |kb| kb * 1024)
     }
 
     /// Sends SIGTERM and waits for a clean exit.
     pub fn terminate(mut self) -> std::process::ExitStatus {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(status) = self.child.try_wait().expect("wait works") {
                 return status;
             }
-            assert!(
-                Instant::now() < deadline,
-                "server did not exit after SIGTERM"
-            );
+            assert!(Instant::now() < deadline, "server did not exit after SIGTERM");
             std::thread::sleep(Duration::from_millis(20));
         }
     }
 
     pub fn http_get(&self, path: &str) -> (u16, String) {
         let mut s = TcpStream::connect(("127.0.0.1", self.metrics_port)).expect("metrics port");
-        write!(
-            s,
-            "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
         let mut text = String::new();
         s.read_to_string(&mut text).unwrap();
-        let status = text
-            .split_whitespace()
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
+        let status = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
         (status, body)
     }
 }
@@ -179,13 +139,8 @@ pub fn encode(args: &[&[u8]]) -> Vec<u8> {
 impl Conn {
     pub fn connect(port: u16) -> Conn {
         let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        Conn {
-            reader: BufReader::new(stream.try_clone().unwrap()),
-            writer: stream,
-        }
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        Conn { reader: BufReader::new(stream.try_clone().unwrap()), writer: stream }
     }
 
     pub fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {

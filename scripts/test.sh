@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Runs every test: builds the workspace, runs the Rust tests (unit, property and black-box, via
+# cargo-nextest), checks formatting and clippy, then drives a freshly started keymesh-server with
+# unmodified clients (redis-py over RESP2 and RESP3, redis-cli) and with Redis's own Tcl suite.
+#
+#   scripts/test.sh [--no-cargo]
+#
+# --no-cargo skips the cargo stages and tests an already built binary ($KEYMESH_SERVER, default
+# target/release/keymesh-server). Each stage is timed; a failed stage does not stop the later
+# ones (except a failed build), and the exit status is non-zero if any stage failed. The last
+# line, `N passed, N failed`, counts the non-cargo stages. No server is left running.
+# Needs scripts/install-deps.sh to have run (redis-cli, redis-py, the Tcl suite).
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo_root"
+run_cargo=1
+while (($#)); do
+  case "$1" in
+    --no-cargo) run_cargo=0; shift ;;
+    -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+
+target_dir="${CARGO_TARGET_DIR:-$repo_root/target}"
+export KEYMESH_SERVER="${KEYMESH_SERVER:-$target_dir/release/keymesh-server}"
+
+server_pid=""
+cleanup() {
+  if [[ -n "$server_pid" ]]; then
+    kill "$server_pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+    server_pid=""
+  fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+summary=()
+cargo_failed=0
+clients_passed=0
+clients_failed=0
+
+# stage KIND NAME COMMAND...: runs one stage, times it, records the result.
+# KIND is "cargo" or "clients" (the latter are the ones the final line counts).
+stage() {
+  local kind="$1" name="$2"; shift 2
+  local t0=$SECONDS rc=0
+  echo
+  echo "==> $name"
+  "$@" || rc=$?
+  local secs=$((SECONDS - t0)) result=ok
+  ((rc == 0)) || result="FAILED (exit $rc)"
+  echo "<== $name: $result in ${secs}s"
+  summary+=("$(printf '%-34s %-18s %5ss' "$name" "$result" "$secs")")
+  if [[ "$kind" == cargo ]]; then
+    ((rc == 0)) || cargo_failed=1
+  elif ((rc == 0)); then
+    clients_passed=$((clients_passed + 1))
+  else
+    clients_failed=$((clients_failed + 1))
+  fi
+  return "$rc"
+}
+
+print_summary() {
+  echo
+  echo "Summary:"
+  for line in "${summary[@]}"; do echo "  $line"; done
+  echo "$clients_passed passed, $clients_failed failed"
+}
+
+if ((run_cargo)); then
+  locked=()
+  [[ -f Cargo.lock ]] && locked=(--locked)
+  if ! stage cargo "cargo build --release" cargo build --release --workspace "${locked[@]}"; then
+    print_summary
+    exit 1
+  fi
+  if cargo nextest --version >/dev/null 2>&1; then
+    stage cargo "cargo nextest run --release" cargo nextest run --workspace --release "${locked[@]}" || true
+  else
+    echo "test.sh: cargo-nextest is not installed; running cargo test instead" >&2
+    stage cargo "cargo test --release" cargo test --workspace --release "${locked[@]}" || true
+  fi
+  stage cargo "cargo fmt --check" cargo fmt --all -- --check || true
+  stage cargo "cargo clippy -D warnings" cargo clippy --all-targets --release "${locked[@]}" -- -D warnings || true
+fi
+
+if [[ ! -x "$KEYMESH_SERVER" ]]; then
+  echo "test.sh: no keymesh-server binary at $KEYMESH_SERVER" >&2
+  print_summary
+  exit 1
+fi
+
+# A loopback port whose +10000 neighbour (the engine's mesh port) is free too.
+free_port() {
+  python3 - <<'EOF'
+import socket
+for _ in range(200):
+    with socket.socket() as a:
+        a.bind(("127.0.0.1", 0))
+        port = a.getsockname()[1]
+        if port + 10000 > 65535:
+            continue
+        try:
+            with socket.socket() as b:
+                b.bind(("127.0.0.1", port + 10000))
+        except OSError:
+            continue
+    print(port)
+    break
+else:
+    raise SystemExit("no free port pair")
+EOF
+}
+
+server_log="$(mktemp /tmp/keymesh-test-server.XXXXXX.log)"
+start_keymesh() {
+  cleanup
+  port="$(free_port)"
+  "$KEYMESH_SERVER" --port "$port" --bind 127.0.0.1 --server-threads 2 >"$server_log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 100); do
+    if ! kill -0 "$server_pid" 2>/dev/null; then
+      echo "test.sh: keymesh-server exited at start-up; log:" >&2; tail -20 "$server_log" >&2
+      server_pid=""; return 1
+    fi
+    [[ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" == PONG ]] && return 0
+    sleep 0.1
+  done
+  echo "test.sh: keymesh-server did not answer PING on 127.0.0.1:$port" >&2
+  return 1
+}
+
+# Each client workload gets a fresh server, so one's leftovers cannot fail the other.
+client_stage() {
+  start_keymesh || return 1
+  local rc=0
+  "$@" 127.0.0.1 "$port" || rc=$?
+  if ! kill -0 "$server_pid" 2>/dev/null; then
+    echo "test.sh: keymesh-server died during the run; log:" >&2; tail -30 "$server_log" >&2
+    rc=1
+  fi
+  cleanup
+  return "$rc"
+}
+
+stage clients "redis-py workload (RESP2, RESP3)" client_stage python3 e2e/clients/web_workload.py || true
+stage clients "redis-cli workload" client_stage e2e/clients/redis_cli_workload.sh || true
+stage clients "Redis Tcl suite (external mode)" scripts/redis-tcl-suite.sh --server keymesh || true
+rm -f "$server_log"
+
+print_summary
+((cargo_failed == 0 && clients_failed == 0))
