@@ -94,9 +94,12 @@ impl Waiter {
     }
 }
 
+/// Waiters per `(db, key)`, first come first served.
+type WaitQueues = HashMap<(usize, Key), VecDeque<Arc<Waiter>>>;
+
 #[derive(Default)]
 pub struct Blocking {
-    queues: Mutex<HashMap<(usize, Key), VecDeque<Arc<Waiter>>>>,
+    queues: Mutex<WaitQueues>,
     by_client: Mutex<HashMap<u64, Arc<Waiter>>>,
 }
 

@@ -117,8 +117,10 @@ pub struct ClientHandle {
     pub lib_name: Mutex<Option<Bytes>>,
     pub lib_ver: Mutex<Option<Bytes>>,
     pub db: AtomicUsize,
-    pub last_command: Mutex<&'static str>,
-    pub last_active: Mutex<Instant>,
+    /// Index + 1 of the last command in the command table (0: none yet).
+    pub last_command: AtomicUsize,
+    /// Milliseconds after `created` of the last request.
+    pub last_active_ms: AtomicU64,
     pub subscriptions: AtomicUsize,
     pub in_multi: AtomicBool,
     pub blocked: AtomicBool,
@@ -133,6 +135,11 @@ pub struct ClientHandle {
 }
 
 impl ClientHandle {
+    /// Notes activity now (for `CLIENT LIST` idle times).
+    pub fn touch(&self) {
+        self.last_active_ms.store(self.created.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
     pub fn kill(&self) {
         self.killed.store(true, Ordering::Release);
         self.kill_signal.notify_one();
@@ -144,7 +151,11 @@ impl ClientHandle {
         let lib_name = self.lib_name.lock().as_ref().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
         let lib_ver = self.lib_ver.lock().as_ref().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
         let age = self.created.elapsed().as_secs();
-        let idle = self.last_active.lock().elapsed().as_secs();
+        let idle = age.saturating_sub(self.last_active_ms.load(Ordering::Relaxed) / 1000);
+        let cmd = match self.last_command.load(Ordering::Relaxed) {
+            0 => "NULL",
+            n => crate::cmd::TABLE.specs[n - 1].name,
+        };
         let subs = self.subscriptions.load(Ordering::Relaxed);
         let mut flags = String::new();
         if self.in_multi.load(Ordering::Relaxed) {
@@ -170,7 +181,7 @@ impl ClientHandle {
             flags,
             self.db.load(Ordering::Relaxed),
             subs,
-            self.last_command.lock(),
+            cmd,
             self.resp.load(Ordering::Relaxed),
             lib_name,
             lib_ver,
@@ -198,8 +209,8 @@ impl ClientRegistry {
             lib_name: Mutex::new(None),
             lib_ver: Mutex::new(None),
             db: AtomicUsize::new(0),
-            last_command: Mutex::new("NULL"),
-            last_active: Mutex::new(Instant::now()),
+            last_command: AtomicUsize::new(0),
+            last_active_ms: AtomicU64::new(0),
             subscriptions: AtomicUsize::new(0),
             in_multi: AtomicBool::new(false),
             blocked: AtomicBool::new(false),

@@ -9,7 +9,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -83,7 +83,7 @@ pub async fn serve(server: Arc<Server>, socket: TcpStream, addr: SocketAddr) {
             if argv.is_empty() {
                 continue;
             }
-            *handle.last_active.lock() = Instant::now();
+            handle.touch();
             let mode_before = client.reply_mode;
             let reply = crate::cmd::dispatch(&server, &mut client, argv);
             let suppress = match (mode_before, client.reply_mode) {
@@ -159,7 +159,7 @@ async fn sleep_or_forever(limit: Option<Duration>) {
 }
 
 fn take_args(input: &mut BytesMut, request: Request) -> Vec<Bytes> {
-    let raw = input.split_to(request.len()).freeze();
+    let raw = input.split_to(request.consumed()).freeze();
     match request {
         Request::Multibulk { args, .. } => args.into_iter().map(|r| raw.slice(r)).collect(),
         Request::Inline { args, .. } => args.into_iter().map(Bytes::from).collect(),

@@ -1,8 +1,9 @@
 //! Prometheus metrics, in one struct that registers everything it owns.
 //!
-//! The per-command counters are resolved once per command at start-up, so counting a
-//! command is one atomic add. Values the keyspace already tracks (keys, expired, evicted,
-//! memory, clients) are copied in when `/metrics` is scraped.
+//! Commands are counted once, in the command table's own atomics (which `INFO commandstats`
+//! also reads); those and the values the keyspace tracks (keys, expired, evicted, memory,
+//! clients) are copied into the Prometheus counters when `/metrics` is scraped. Only the
+//! latency histogram is observed on the hot path.
 
 use std::sync::atomic::Ordering;
 
@@ -72,14 +73,6 @@ impl Metrics {
         }
     }
 
-    pub fn command(&self, index: usize, failed: bool, seconds: f64) {
-        self.commands[index].inc();
-        if failed {
-            self.failed[index].inc();
-        }
-        self.latency.observe(seconds);
-    }
-
     pub fn connection_accepted(&self) {
         self.connections.inc();
     }
@@ -94,6 +87,10 @@ impl Metrics {
         self.clients.set(server.clients.count() as i64);
         self.blocked_clients.set(server.blocking.blocked_clients() as i64);
         self.keys.set((0..store.databases()).map(|db| store.dbsize(db)).sum::<usize>() as i64);
+        for (i, stats) in TABLE.stats.iter().enumerate() {
+            sync_counter(&self.commands[i], stats.calls.load(Ordering::Relaxed));
+            sync_counter(&self.failed[i], stats.failed.load(Ordering::Relaxed));
+        }
         sync_counter(&self.expired, store.stats.expired_keys.load(Ordering::Relaxed));
         sync_counter(&self.evicted, store.stats.evicted_keys.load(Ordering::Relaxed));
         self.memory_used.set(crate::memory::refresh() as i64);

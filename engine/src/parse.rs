@@ -56,7 +56,8 @@ pub enum Request {
 }
 
 impl Request {
-    pub fn len(&self) -> usize {
+    /// Bytes of the buffer this request used.
+    pub fn consumed(&self) -> usize {
         match self {
             Request::Multibulk { len, .. } | Request::Inline { len, .. } => *len,
         }
@@ -280,7 +281,7 @@ mod tests {
     fn parses_multibulk_and_inline() {
         let buf = b"*2\r\n$3\r\nGET\r\n$1\r\nk\r\n";
         let req = parse_request(buf, &Limits::default()).unwrap().unwrap();
-        assert_eq!(req.len(), buf.len());
+        assert_eq!(req.consumed(), buf.len());
         assert_eq!(args_of(buf, &req), vec![b"GET".to_vec(), b"k".to_vec()]);
 
         let buf = b"set k \"a b\\x41\"\r\n";
@@ -320,7 +321,7 @@ mod tests {
                 prop_assert_eq!(parse_request(&buf[..cut], &limits), Ok(None));
             }
             let req = parse_request(&buf, &limits).unwrap().unwrap();
-            prop_assert_eq!(req.len(), buf.len());
+            prop_assert_eq!(req.consumed(), buf.len());
             prop_assert_eq!(args_of(&buf, &req), args);
         }
 
@@ -328,7 +329,7 @@ mod tests {
         #[test]
         fn garbage_never_panics(buf in proptest::collection::vec(any::<u8>(), 0..200)) {
             if let Ok(Some(req)) = parse_request(&buf, &Limits::default()) {
-                prop_assert!(req.len() <= buf.len());
+                prop_assert!(req.consumed() <= buf.len());
             }
         }
     }

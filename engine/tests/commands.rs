@@ -1,6 +1,8 @@
 //! Black-box tests of every command family over TCP: one test per family, each checking the
 //! replies Redis gives (the Redis Tcl suite, run by scripts/test.sh, covers them in depth).
 
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::time::Duration;

@@ -1,6 +1,8 @@
 //! Black-box tests of the wire protocol: malformed input gets Redis's error and a closed
 //! connection, never a crash, a hang or unbounded memory, and other clients keep being served.
 
+#![allow(clippy::unwrap_used)]
+
 mod support;
 
 use std::io::{Read, Write};

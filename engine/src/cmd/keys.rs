@@ -189,7 +189,7 @@ fn move_key(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 fn shard_keys(exec: &mut Exec, shard: usize, pattern: Option<&[u8]>, kind: Option<&[u8]>) -> Vec<Frame> {
     let now = exec.ctx.now_ms;
     let db = exec.ctx.db;
-    let kind = kind.map(|k| Kind::from_name(k));
+    let kind = kind.map(Kind::from_name);
     exec.ctx.with_shard(db, shard, |_, s| {
         s.iter()
             .filter(|(k, e)| !e.is_expired(now) && pattern.is_none_or(|p| glob_match(p, k, false)) && kind.is_none_or(|t| Some(e.value.kind()) == t))

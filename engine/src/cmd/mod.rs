@@ -68,6 +68,9 @@ pub mod flags {
     ];
 }
 
+/// Given the arguments and the client's database, the `(db, argument position)` of each key.
+pub type CrossDbKeys = fn(&[Bytes], usize) -> Vec<(usize, usize)>;
+
 /// Where a command's keys are, so the dispatcher can lock their shards before it runs.
 #[derive(Clone, Copy)]
 pub enum Keys {
@@ -79,7 +82,7 @@ pub enum Keys {
     Custom(fn(&[Bytes]) -> Vec<usize>),
     /// Keys in other databases too (`MOVE`, `COPY ... DB`): `(db, argument position)`
     /// pairs, given the client's current database.
-    CrossDb(fn(&[Bytes], usize) -> Vec<(usize, usize)>),
+    CrossDb(CrossDbKeys),
     /// Walks whole databases one shard at a time (KEYS, SCAN, FLUSHDB).
     Whole,
     /// Locks every shard of the client's database for the whole command (SORT, whose BY/GET
@@ -223,17 +226,19 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
     let reply = (spec.run)(&mut exec, argv);
     let ready = std::mem::take(&mut exec.ctx.ready_keys);
     drop(exec);
-    record(index, started, &reply);
+    let elapsed = started.elapsed();
+    record(index, elapsed, &reply);
+    server.metrics.latency.observe(elapsed.as_secs_f64());
     if !ready.is_empty() {
         server.blocking.wake(server, ready);
     }
     reply.unwrap_or_else(Frame::from)
 }
 
-pub fn record(index: usize, started: Instant, reply: &Reply) {
+pub fn record(index: usize, elapsed: std::time::Duration, reply: &Reply) {
     let stats = &TABLE.stats[index];
     stats.calls.fetch_add(1, Ordering::Relaxed);
-    stats.usec.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    stats.usec.fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
     if matches!(reply, Err(_) | Ok(Frame::Error(_))) {
         stats.failed.fetch_add(1, Ordering::Relaxed);
     }
@@ -246,7 +251,7 @@ pub fn dispatch(server: &Server, client: &mut ClientState, argv: Vec<Bytes>) -> 
     match check(server, client, &argv) {
         Ok(index) => {
             let spec = TABLE.specs[index];
-            *client.handle.last_command.lock() = spec.name;
+            client.handle.last_command.store(index + 1, Ordering::Relaxed);
             if client.multi.is_some() && spec.flags & flags::NO_MULTI == 0 {
                 if let Some(multi) = client.multi.as_mut() {
                     multi.queue.push((index, argv));
@@ -254,10 +259,7 @@ pub fn dispatch(server: &Server, client: &mut ClientState, argv: Vec<Bytes>) -> 
                 return Frame::Simple("QUEUED");
             }
             client.would_block = false;
-            let started = Instant::now();
-            let frame = run_command(server, client, index, &argv);
-            server.metrics.command(index, frame.is_error(), started.elapsed().as_secs_f64());
-            frame
+            run_command(server, client, index, &argv)
         }
         Err((index, e)) => {
             if let Some(i) = index {

@@ -59,7 +59,7 @@ fn watch(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     }
     let db = exec.client.db;
     for key in &argv[1..] {
-        if exec.client.watched.iter().any(|w| w.db == db && &w.key[..] == &key[..]) {
+        if exec.client.watched.iter().any(|w| w.db == db && w.key[..] == key[..]) {
             continue;
         }
         // Looking the key up expires it if it is stale, so a stale key counts as absent.
@@ -108,7 +108,7 @@ fn exec_queue(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     for (index, argv) in &multi.queue {
         let started = Instant::now();
         let reply = (TABLE.specs[*index].run)(&mut inner, argv);
-        record(*index, started, &reply);
+        record(*index, started.elapsed(), &reply);
         replies.push(reply.unwrap_or_else(Frame::from));
     }
     let ready = std::mem::take(&mut inner.ctx.ready_keys);

@@ -256,7 +256,7 @@ fn command_info(spec: &CommandSpec) -> Frame {
     let flags = super::flags::NAMES.iter().filter(|(bit, _)| spec.flags & bit != 0).map(|(_, n)| Frame::Simple(n)).collect();
     let (first, last, step) = match spec.keys {
         super::Keys::Range(f, l, s) => (f as i64, l as i64, s as i64),
-        super::Keys::Custom(_) | super::Keys::CrossDb(_) => (1, 1, 1),
+        super::Keys::Custom(_) | super::Keys::CrossDb(_) | super::Keys::Database => (1, 1, 1),
         _ => (0, 0, 0),
     };
     Frame::Array(vec![

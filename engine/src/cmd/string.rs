@@ -347,6 +347,9 @@ fn setrange(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     Ok(Frame::Integer(len as i64))
 }
 
+/// A common run: its `[start, end]` in the first string and in the second.
+type MatchRange = ((usize, usize), (usize, usize));
+
 /// `LCS k1 k2 [LEN] [IDX] [MINMATCHLEN n] [WITHMATCHLEN]`, by dynamic programming as Redis.
 fn lcs(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let (mut want_len, mut want_idx, mut with_len, mut min_len) = (false, false, false, 0usize);
@@ -388,8 +391,8 @@ fn lcs(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let mut result = vec![0u8; total];
     let mut matches = Vec::new();
     let (mut i, mut j, mut k) = (n, m, total);
-    let mut range: Option<((usize, usize), (usize, usize))> = None;
-    let flush = |range: &mut Option<((usize, usize), (usize, usize))>, matches: &mut Vec<Frame>| {
+    let mut range: Option<MatchRange> = None;
+    let flush = |range: &mut Option<MatchRange>, matches: &mut Vec<Frame>| {
         if let Some(((a0, a1), (b0, b1))) = range.take() {
             let len = a1 - a0 + 1;
             if len >= min_len {

@@ -1,6 +1,7 @@
 //! Test support: start a real `keymesh-server` process on free loopback ports, and a tiny
 //! blocking RESP client that reads replies into a `Reply` tree.
 
+#![allow(clippy::unwrap_used)]
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
