@@ -227,11 +227,11 @@ fn randomkey(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     for step in 0..SHARDS_PER_DB {
         let shard = (first + step) % SHARDS_PER_DB;
         let found = exec.ctx.with_shard(db, shard, |_, s| {
-            let live: Vec<_> = s.iter().filter(|(_, e)| !e.is_expired(now)).map(|(k, _)| k.clone()).collect();
+            let live: Vec<&[u8]> = s.iter().filter(|(_, e)| !e.is_expired(now)).map(|(k, _)| k).collect();
             if live.is_empty() {
                 None
             } else {
-                Some(live[rand::rng().random_range(0..live.len())].clone())
+                Some(Bytes::copy_from_slice(live[rand::rng().random_range(0..live.len())]))
             }
         });
         if let Some(key) = found {

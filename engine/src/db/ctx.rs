@@ -56,12 +56,14 @@ impl<'a> Ctx<'a> {
         let now = self.now_ms;
         let store = self.store;
         let (dbref, shard) = self.parts(db, key);
-        if shard.raw(key)?.is_expired(now) {
+        let expired = shard.raw_mut(key)?.is_expired(now);
+        if expired {
             shard.remove(dbref, key);
             shard.touch(key);
             store.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
             return None;
         }
+        // The key is live: this second lookup hits the cache lines the first one loaded.
         let entry = shard.raw_mut(key)?;
         super::evict::on_access(entry, now);
         Some(entry)
@@ -101,22 +103,56 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn put_in(&mut self, db: usize, key: &[u8], value: Value, keep_ttl: bool) -> Version {
-        let stored = self.get_in(db, key).map(|e| (e.version(), e.expiry.clone()));
-        let version = self.store.stamp(stored.as_ref().map(|s| s.0));
-        let mut entry = Entry::new(value, version);
-        if let Some((_, expiry)) = stored {
-            entry.expiry = match expiry {
-                Some(e) if keep_ttl => Some(e),
-                // Dropping a TTL is itself a write to the expiry register.
-                Some(_) => Some(Box::new(Expiry { deadline_ms: 0, version })),
-                None => None,
-            };
+        /// What the single lookup found.
+        enum Found {
+            Live { version: Version, drop_ttl: bool },
+            Expired(Version),
+            Missing(Version),
         }
-        self.note_ready(db, key, &entry.value);
+        self.note_ready(db, key, &value);
+        let (store, now) = (self.store, self.now_ms);
         let (dbref, shard) = self.parts(db, key);
-        shard.insert(dbref, key, entry);
+        // The common case, overwriting a live key, updates it in place with one lookup.
+        let found = match shard.raw_mut(key) {
+            Some(entry) if !entry.is_expired(now) => {
+                let version = store.stamp(Some(entry.version()));
+                entry.value = value;
+                entry.set_version(version);
+                Found::Live { version, drop_ttl: entry.expiry.is_some() && !keep_ttl }
+            }
+            Some(entry) => {
+                let old = entry.version();
+                entry.value = value;
+                Found::Expired(old)
+            }
+            None => {
+                let version = store.stamp(None);
+                shard.insert(dbref, key, Entry::new(value, version));
+                Found::Missing(version)
+            }
+        };
+        let version = match found {
+            Found::Live { version, drop_ttl } => {
+                if drop_ttl {
+                    // Dropping a TTL is itself a write to the expiry register.
+                    shard.set_expiry(dbref, key, Some(Expiry { deadline_ms: 0, version }));
+                }
+                version
+            }
+            Found::Expired(old) => {
+                // The stale entry expired before this write: count it, then start afresh.
+                store.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
+                let version = store.stamp(Some(old));
+                let value = shard.remove(dbref, key).map(|e| e.value);
+                if let Some(value) = value {
+                    shard.insert(dbref, key, Entry::new(value, version));
+                }
+                version
+            }
+            Found::Missing(version) => version,
+        };
         shard.touch(key);
-        self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+        store.stats.dirty.fetch_add(1, Ordering::Relaxed);
         version
     }
 

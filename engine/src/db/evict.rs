@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use rand::Rng;
 
-use super::{Entry, Store, SHARDS_PER_DB};
+use super::{Entry, Key, Store, SHARDS_PER_DB};
 use crate::memory;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,7 +141,7 @@ fn evict_one(store: &Store, policy: Policy, samples: usize) -> bool {
             .filter(|(_, e)| !policy.volatile_only() || e.deadline().is_some())
             .take(samples)
             .min_by_key(|(_, e)| score(e, policy, now))
-            .map(|(k, e)| (k.clone(), k.len() + e.value.approx_size() + 64));
+            .map(|(k, e)| (Key::from(k), k.len() + e.value.approx_size() + 64));
         if let Some((key, size)) = victim {
             shard.remove(store.db(db), &key);
             shard.touch(&key);

@@ -188,11 +188,11 @@ impl Shard {
         self.map.get_mut(key)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&Key, &Entry)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
         self.map.iter()
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = &Key> {
+    pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
         self.map.keys()
     }
 
