@@ -14,9 +14,12 @@ if ((${#need_apt[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
-# Debian's redis-server package starts a daemon on 6379; the tests start their own servers.
-if command -v systemctl >/dev/null 2>&1; then systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
-pkill -x redis-server >/dev/null 2>&1 || true
+# Debian's redis-server package may start its own daemon on 6379; the tests start their own
+# servers, so stop only that daemon (by its pid file), never other redis-server processes.
+if [ -f /run/redis/redis-server.pid ]; then
+  if command -v systemctl >/dev/null 2>&1; then systemctl disable --now redis-server >/dev/null 2>&1 || true; fi
+  service redis-server stop >/dev/null 2>&1 || kill "$(cat /run/redis/redis-server.pid)" 2>/dev/null || true
+fi
 
 # Redis's own test suite, from the Debian source package of the installed version.
 if [ ! -x "$cache/redis-src/runtest" ]; then

@@ -122,7 +122,8 @@ server_log="$(mktemp /tmp/keymesh-test-server.XXXXXX.log)"
 start_keymesh() {
   cleanup
   port="$(free_port)"
-  "$KEYMESH_SERVER" --port "$port" --bind 127.0.0.1 --server-threads 2 >"$server_log" 2>&1 &
+  # --metrics-port 0: the fixed default (9121) would collide with any other engine on the machine.
+  "$KEYMESH_SERVER" --port "$port" --bind 127.0.0.1 --server-threads 2 --metrics-port 0 >"$server_log" 2>&1 &
   server_pid=$!
   for _ in $(seq 100); do
     if ! kill -0 "$server_pid" 2>/dev/null; then

@@ -3,7 +3,8 @@
 
 /// Does `pattern` match all of `s`?
 pub fn glob_match(pattern: &[u8], s: &[u8], nocase: bool) -> bool {
-    match_from(pattern, s, nocase, 0)
+    let mut skip_longer = false;
+    match_impl(pattern, s, nocase, &mut skip_longer, 0)
 }
 
 fn eq(a: u8, b: u8, nocase: bool) -> bool {
@@ -14,12 +15,15 @@ fn eq(a: u8, b: u8, nocase: bool) -> bool {
     }
 }
 
-fn match_from(mut p: &[u8], mut s: &[u8], nocase: bool, depth: usize) -> bool {
+/// A transcription of Redis 7.0's `stringmatchlen_impl`, including `skip_longer`: once the
+/// rest of a pattern after a `*` matched nowhere in the remaining string, no earlier `*` can
+/// help either, which keeps patterns like `a*a*a*a*...b` from taking exponential time.
+fn match_impl(mut p: &[u8], mut s: &[u8], nocase: bool, skip_longer: &mut bool, nesting: usize) -> bool {
     // Redis bounds recursion the same way, so hostile patterns cannot exhaust the stack.
-    if depth > 1000 {
+    if nesting > 1000 {
         return false;
     }
-    while !p.is_empty() {
+    while !p.is_empty() && !s.is_empty() {
         match p[0] {
             b'*' => {
                 while p.len() > 1 && p[1] == b'*' {
@@ -28,23 +32,20 @@ fn match_from(mut p: &[u8], mut s: &[u8], nocase: bool, depth: usize) -> bool {
                 if p.len() == 1 {
                     return true;
                 }
-                for i in 0..=s.len() {
-                    if match_from(&p[1..], &s[i..], nocase, depth + 1) {
+                while !s.is_empty() {
+                    if match_impl(&p[1..], s, nocase, skip_longer, nesting + 1) {
                         return true;
                     }
+                    if *skip_longer {
+                        return false;
+                    }
+                    s = &s[1..];
                 }
+                *skip_longer = true;
                 return false;
             }
-            b'?' => {
-                if s.is_empty() {
-                    return false;
-                }
-                s = &s[1..];
-            }
+            b'?' => s = &s[1..],
             b'[' => {
-                if s.is_empty() {
-                    return false;
-                }
                 p = &p[1..];
                 let negate = p.first() == Some(&b'^');
                 if negate {
@@ -89,19 +90,18 @@ fn match_from(mut p: &[u8], mut s: &[u8], nocase: bool, depth: usize) -> bool {
                 }
                 s = &s[1..];
                 if p.is_empty() {
-                    // Unterminated class: Redis treats the end of pattern as the end.
-                    return s.is_empty();
+                    // An unterminated class ends the pattern.
+                    break;
                 }
-            }
-            b'\\' if p.len() >= 2 => {
-                p = &p[1..];
-                if s.is_empty() || !eq(p[0], s[0], nocase) {
-                    return false;
-                }
-                s = &s[1..];
             }
             c => {
-                if s.is_empty() || !eq(c, s[0], nocase) {
+                let c = if c == b'\\' && p.len() >= 2 {
+                    p = &p[1..];
+                    p[0]
+                } else {
+                    c
+                };
+                if !eq(c, s[0], nocase) {
                     return false;
                 }
                 s = &s[1..];
@@ -125,7 +125,10 @@ mod tests {
     #[test]
     fn redis_glob_rules() {
         let m = |p: &str, s: &str| glob_match(p.as_bytes(), s.as_bytes(), false);
-        assert!(m("*", ""));
+        // As in Redis, an empty string matches only an empty pattern.
+        assert!(!m("*", ""));
+        assert!(m("", ""));
+        assert!(!m("a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*a*b", &"a".repeat(60)));
         assert!(m("h?llo", "hello"));
         assert!(m("h*llo", "heeeello"));
         assert!(m("h[ae]llo", "hallo"));

@@ -25,13 +25,13 @@ macro_rules! spec {
 }
 
 pub const COMMANDS: &[CommandSpec] = &[
-    spec!("hello", -1, NO_AUTH | FAST | NO_MULTI, hello, "Handshakes with the Redis server."),
-    spec!("auth", -2, NO_AUTH | FAST | NO_MULTI, auth, "Authenticates the connection."),
+    spec!("hello", -1, NO_AUTH | FAST, hello, "Handshakes with the Redis server."),
+    spec!("auth", -2, NO_AUTH | FAST, auth, "Authenticates the connection."),
     spec!("ping", -1, FAST, ping, "Returns the server's liveliness response."),
     spec!("echo", 2, FAST, echo, "Returns the given string."),
     spec!("select", 2, FAST | CROSS_DB, select, "Changes the selected database."),
-    spec!("quit", -1, NO_AUTH | FAST | NO_MULTI, quit, "Closes the connection."),
-    spec!("reset", 1, NO_AUTH | FAST | NO_MULTI, reset, "Resets the connection."),
+    spec!("quit", -1, NO_AUTH | FAST | IMMEDIATE, quit, "Closes the connection."),
+    spec!("reset", 1, NO_AUTH | FAST | IMMEDIATE, reset, "Resets the connection."),
     spec!("client", -2, 0, client, "A container for client connection commands."),
 ];
 

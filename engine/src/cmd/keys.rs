@@ -170,7 +170,7 @@ fn move_keys(argv: &[Bytes], db: usize) -> Vec<(usize, usize)> {
 
 fn move_key(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let db = exec.ctx.db;
-    let target = int(&argv[2]).map_err(|_| CmdError::err("value is out of range"))?;
+    let target = int(&argv[2])?;
     if target < 0 || target as usize >= exec.server.store.databases() {
         return Err(CmdError::err("DB index is out of range"));
     }

@@ -46,8 +46,10 @@ pub mod flags {
     /// Allowed before authentication.
     pub const NO_AUTH: u32 = 1 << 6;
     pub const BLOCKING: u32 = 1 << 7;
-    /// Handled by the connection itself (MULTI/EXEC state, QUIT): never queued.
+    /// Refused inside `MULTI` ("Command not allowed inside a transaction").
     pub const NO_MULTI: u32 = 1 << 8;
+    /// Runs at once even inside `MULTI` (MULTI, EXEC, DISCARD, WATCH, QUIT, RESET).
+    pub const IMMEDIATE: u32 = 1 << 12;
     /// Changes the client's database mid-transaction (SELECT, MOVE, SWAPDB, COPY ... DB).
     pub const CROSS_DB: u32 = 1 << 9;
     pub const LOADING: u32 = 1 << 10;
@@ -252,7 +254,7 @@ pub fn dispatch(server: &Server, client: &mut ClientState, argv: Vec<Bytes>) -> 
         Ok(index) => {
             let spec = TABLE.specs[index];
             client.handle.last_command.store(index + 1, Ordering::Relaxed);
-            if client.multi.is_some() && spec.flags & flags::NO_MULTI == 0 {
+            if client.multi.is_some() && spec.flags & flags::IMMEDIATE == 0 {
                 if let Some(multi) = client.multi.as_mut() {
                     multi.queue.push((index, argv));
                 }
@@ -290,6 +292,9 @@ fn check(server: &Server, client: &ClientState, argv: &[Bytes]) -> Result<usize,
             Some(index),
             CmdError::err(format!("Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context", spec.name)),
         ));
+    }
+    if client.multi.is_some() && spec.flags & flags::NO_MULTI != 0 {
+        return Err((Some(index), CmdError::err("Command not allowed inside a transaction")));
     }
     if spec.flags & flags::DENYOOM != 0 {
         let maxmemory = server.hot.maxmemory.load(Ordering::Relaxed);

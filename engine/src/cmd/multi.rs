@@ -28,10 +28,10 @@ macro_rules! spec {
 }
 
 pub const COMMANDS: &[CommandSpec] = &[
-    spec!("multi", 1, FAST | NO_MULTI, Keys::None, multi, "Starts a transaction."),
-    spec!("exec", 1, NO_MULTI, Keys::None, exec_queue, "Executes all commands in a transaction."),
-    spec!("discard", 1, FAST | NO_MULTI, Keys::None, discard, "Discards a transaction."),
-    spec!("watch", -2, FAST | NO_MULTI, Keys::Range(1, -1, 1), watch, "Monitors changes to keys to determine the execution of a transaction."),
+    spec!("multi", 1, FAST | IMMEDIATE, Keys::None, multi, "Starts a transaction."),
+    spec!("exec", 1, IMMEDIATE, Keys::None, exec_queue, "Executes all commands in a transaction."),
+    spec!("discard", 1, FAST | IMMEDIATE, Keys::None, discard, "Discards a transaction."),
+    spec!("watch", -2, FAST | IMMEDIATE, Keys::Range(1, -1, 1), watch, "Monitors changes to keys to determine the execution of a transaction."),
     spec!("unwatch", 1, FAST, Keys::None, unwatch, "Forgets about watched keys of a transaction."),
 ];
 

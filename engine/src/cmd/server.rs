@@ -31,7 +31,9 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec!("time", 1, FAST | LOADING | STALE, Keys::None, time, "Returns the server time."),
     spec!("object", -2, READONLY, Keys::Custom(object_key), object, "A container for object introspection commands."),
     spec!("memory", -2, READONLY, Keys::Custom(object_key), memory, "A container for memory diagnostics commands."),
-    spec!("function", -2, NO_MULTI, Keys::None, function, "A container for function commands."),
+    spec!("save", 1, ADMIN | NO_MULTI, Keys::None, save, "Synchronously saves the database(s) to disk."),
+    spec!("bgsave", -1, ADMIN, Keys::None, save, "Asynchronously saves the database(s) to disk."),
+    spec!("function", -2, 0, Keys::None, function, "A container for function commands."),
     spec!(
         "shutdown",
         -1,
@@ -171,6 +173,12 @@ fn memory(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     }
     let key_len = argv[2].len();
     Ok(exec.ctx.get(&argv[2]).map_or(Frame::Null, |e| Frame::Integer((key_len + e.value.approx_size() + 64) as i64)))
+}
+
+/// KeyMesh keeps data in memory and survives node loss by replication (`save ""` is the only
+/// accepted setting), so snapshot commands are refused rather than pretending to persist.
+fn save(_exec: &mut Exec, _argv: &[Bytes]) -> Reply {
+    Err(CmdError::err("KeyMesh does not persist to disk (save \"\"): data survives restarts through replication"))
 }
 
 /// Functions and scripts are out of scope (DESIGN.md: no Lua). The library is therefore always
