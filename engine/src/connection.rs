@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tracing::debug;
 
@@ -101,7 +101,7 @@ pub async fn serve(server: Arc<Server>, socket: TcpStream, addr: SocketAddr) {
                     cancel_block(&server, &block);
                     break 'connection;
                 }
-                let Some(frame) = wait_blocked(&server, &client, block).await else {
+                let Some(frame) = wait_blocked(&server, &client, block, &mut reader, &mut input).await else {
                     break 'connection;
                 };
                 frame.encode(client.resp, &mut output);
@@ -199,9 +199,10 @@ async fn flush(server: &Server, writer: &mut OwnedWriteHalf, output: &mut BytesM
     Ok(())
 }
 
-/// Waits for a blocking command's reply: served by `blocking::wake`, timed out, or
-/// cancelled by kill or shutdown (`None`: close the connection).
-async fn wait_blocked(server: &Server, client: &ClientState, mut block: BlockRequest) -> Option<Frame> {
+/// Waits for a blocking command's reply: served by `blocking::wake`, timed out, or cancelled
+/// by a disconnect, kill or shutdown (`None`: close the connection). Requests the client
+/// pipelines meanwhile are buffered in `input` and run after the reply, as in Redis.
+async fn wait_blocked(server: &Server, client: &ClientState, mut block: BlockRequest, reader: &mut OwnedReadHalf, input: &mut BytesMut) -> Option<Frame> {
     enum Outcome {
         Served(Option<Frame>),
         TimedOut,
@@ -210,11 +211,21 @@ async fn wait_blocked(server: &Server, client: &ClientState, mut block: BlockReq
     let handle = &client.handle;
     handle.blocked.store(true, Ordering::Relaxed);
     let mut shutdown = server.shutdown_signal();
-    let outcome = tokio::select! {
-        reply = &mut block.reply => Outcome::Served(reply.ok()),
-        _ = sleep_or_forever(block.timeout) => Outcome::TimedOut,
-        _ = handle.kill_signal.notified() => Outcome::Closed,
-        _ = shutdown.changed() => Outcome::Closed,
+    let timeout = sleep_or_forever(block.timeout);
+    tokio::pin!(timeout);
+    let outcome = loop {
+        tokio::select! {
+            reply = &mut block.reply => break Outcome::Served(reply.ok()),
+            _ = &mut timeout => break Outcome::TimedOut,
+            _ = handle.kill_signal.notified() => break Outcome::Closed,
+            _ = shutdown.changed() => break Outcome::Closed,
+            read = reader.read_buf(input) => match read {
+                // A client that goes away stops waiting: nothing may be popped on its behalf.
+                Ok(0) | Err(_) => break Outcome::Closed,
+                Ok(_) if input.len() > server.hot.query_buffer_limit.load(Ordering::Relaxed) => break Outcome::Closed,
+                Ok(_) => {}
+            },
+        }
     };
     let result = match outcome {
         Outcome::Served(reply) => reply,
