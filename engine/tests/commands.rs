@@ -192,6 +192,14 @@ fn blocking_pops_wake_in_order_and_time_out() {
     assert_eq!(pusher.cmd(&["LPUSH", "src", "x"]), int(1));
     assert_eq!(first.read(), Some(bulk("x")));
     assert_eq!(pusher.cmd(&["LRANGE", "dst", "0", "-1"]), Reply::Array(vec![bulk("x")]));
+    // A blocked client that disconnects stops waiting: the next push is not popped for it.
+    let mut quitter = server.connect();
+    quitter.send(&["BLPOP", "gone", "0"]);
+    std::thread::sleep(Duration::from_millis(100));
+    drop(quitter);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(pusher.cmd(&["RPUSH", "gone", "kept"]), int(1));
+    assert_eq!(pusher.cmd(&["LRANGE", "gone", "0", "-1"]), Reply::Array(vec![bulk("kept")]));
     second.send(&["BZPOPMIN", "zq", "0"]);
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(pusher.cmd(&["ZADD", "zq", "1", "m"]), int(1));
