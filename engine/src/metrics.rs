@@ -73,6 +73,11 @@ impl Metrics {
         }
     }
 
+    /// The registry, for subsystems that register their own metrics (the mesh).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     pub fn connection_accepted(&self) {
         self.connections.inc();
     }
@@ -95,6 +100,7 @@ impl Metrics {
         sync_counter(&self.evicted, store.stats.evicted_keys.load(Ordering::Relaxed));
         self.memory_used.set(crate::memory::refresh() as i64);
         self.memory_rss.set(crate::memory::rss_bytes() as i64);
+        server.mesh.refresh_metrics();
         let mut out = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
         String::from_utf8_lossy(&out).into_owned()

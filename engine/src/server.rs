@@ -21,6 +21,7 @@ use crate::config::Config;
 use crate::db::evict::{self, Policy};
 use crate::db::Store;
 use crate::hlc::{node_id_from_name, Hlc, OffsetClock, WallClock};
+use crate::mesh::{Identity, Mesh};
 use crate::metrics::Metrics;
 use crate::parse::Limits;
 use crate::pubsub::PubSub;
@@ -58,6 +59,10 @@ pub struct HotConfig {
 
 pub struct Server {
     pub store: Arc<Store>,
+    /// This node's replication backlog (effects of local writes).
+    pub repl_log: Arc<crate::repl::log::ReplLog>,
+    /// The replication mesh: peer links, the mesh and admin gRPC services, readiness.
+    pub mesh: Arc<Mesh>,
     pub config: RwLock<Config>,
     pub hot: HotConfig,
     pub clients: ClientRegistry,
@@ -74,8 +79,11 @@ pub struct Server {
 
 impl Server {
     pub fn new(config: Config) -> Result<Arc<Server>, ServerError> {
-        if !config.replicaof.is_empty() {
-            return Err(ServerError::Config("replicaof: this build has no replication yet; remove the replicaof lines".into()));
+        let mesh_mode = config.flag("active-replica") && config.flag("multi-master");
+        if !config.replicaof.is_empty() && !mesh_mode {
+            return Err(ServerError::Config(
+                "replicaof needs 'active-replica yes' and 'multi-master yes': KeyMesh has no read-only replicas, every node is a master of a mesh".into(),
+            ));
         }
         let node_name = match config.get("node-name") {
             "" => std::env::var("HOSTNAME").unwrap_or_else(|_| format!("keymesh-{}", config.get("port"))),
@@ -85,16 +93,31 @@ impl Server {
         let hlc = Hlc::new(clock, config.int("max-clock-skew-ms") as u64);
         let store = Arc::new(Store::new(config.int("databases") as usize, hlc, node_id_from_name(&node_name)));
         let (shutdown, _) = watch::channel(false);
-        let server = Arc::new(Server {
+        let run_id = new_run_id();
+        if config.flag("active-replica") || !config.replicaof.is_empty() {
+            store.enable_replication();
+        }
+        let repl_log = Arc::new(crate::repl::log::ReplLog::new(config.int("repl-backlog-size") as u64));
+        let node_id = store.node_id;
+        let metrics = Metrics::new();
+        let server = Arc::new_cyclic(|weak| Server {
+            mesh: Arc::new(Mesh::new(
+                weak.clone(),
+                store.clone(),
+                repl_log.clone(),
+                Identity { node_name: node_name.clone(), node_id, run_id: run_id.clone() },
+                metrics.registry(),
+            )),
             store,
+            repl_log,
             config: RwLock::new(config),
             hot: HotConfig::default(),
             clients: ClientRegistry::default(),
             pubsub: PubSub::default(),
             blocking: Blocking::default(),
-            metrics: Metrics::new(),
+            metrics,
             stats: ServerStats::default(),
-            run_id: new_run_id(),
+            run_id,
             node_name,
             started: Instant::now(),
             port: AtomicUsize::new(0),
@@ -118,18 +141,20 @@ impl Server {
         hot.has_password.store(!config.get("requirepass").is_empty(), Ordering::Relaxed);
         evict::set_policy(Policy::from_name(config.get("maxmemory-policy")).unwrap_or(Policy::NoEviction));
         self.store.hlc.set_max_skew_ms(config.int("max-clock-skew-ms") as u64);
+        self.repl_log.set_capacity(config.int("repl-backlog-size") as u64);
     }
 
     pub fn parse_limits(&self) -> Limits {
         Limits { max_bulk_len: self.hot.proto_max_bulk_len.load(Ordering::Relaxed), max_multibulk_len: 1024 * 1024 }
     }
 
-    /// Ready to receive client traffic? Without replication a serving node is ready.
+    /// Ready to receive client traffic? A serving node is ready once the mesh says so
+    /// (DESIGN.md, "Readiness": synced from a peer, no peers, or none reachable in time).
     pub fn readiness(&self) -> Result<(), String> {
         if *self.shutdown.borrow() {
             return Err("shutting down".into());
         }
-        Ok(())
+        self.mesh.readiness()
     }
 
     pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
@@ -194,6 +219,14 @@ pub async fn bind(server: &Server) -> Result<(Vec<TcpListener>, Option<TcpListen
         return Err(ServerError::Config(format!("bind '{bind}' names no usable address")));
     }
     server.port.store(actual_port as usize, Ordering::Relaxed);
+    let mesh_port = match server.config.read().int("mesh-port") as u16 {
+        0 => actual_port
+            .checked_add(crate::mesh::MESH_PORT_OFFSET)
+            .ok_or_else(|| ServerError::Config(format!("mesh-port: client port {actual_port} + 10000 is not a valid port; set mesh-port explicitly")))?,
+        port => port,
+    };
+    let bound: Vec<SocketAddr> = listeners.iter().filter_map(|l| l.local_addr().ok()).collect();
+    server.mesh.bind(&bound, mesh_port).map_err(|(addr, source)| ServerError::Bind { what: "mesh port", addr: addr.to_string(), source })?;
     let metrics = if metrics_port == 0 {
         None
     } else {
@@ -223,6 +256,8 @@ pub async fn run(server: Arc<Server>, listeners: Vec<TcpListener>, metrics: Opti
             }
         });
     }
+    let peers: Vec<_> = server.config.read().replicaof.iter().filter_map(|(h, p)| crate::mesh::PeerAddr::from_client_port(h, *p).ok()).collect();
+    server.mesh.start(&server, peers);
     // Bounds concurrent connections; extra ones get Redis's error and are closed.
     let slots = Arc::new(Semaphore::new(Semaphore::MAX_PERMITS));
     for listener in listeners {

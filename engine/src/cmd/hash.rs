@@ -136,7 +136,7 @@ fn hdel(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let Some(hash) = exec.ctx.hash(key)? else {
         return Ok(Frame::Integer(0));
     };
-    let deleted = argv[2..].iter().filter(|f| hash.remove(*f).is_some()).count();
+    let deleted = argv[2..].iter().filter(|f| hash.remove(f).is_some()).count();
     if deleted > 0 {
         exec.ctx.written(key, v);
     }

@@ -315,7 +315,8 @@ fn ltrim(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let v = exec.ctx.next_version(key);
     if let Some(list) = exec.ctx.list(key)? {
         list.drain(..head);
-        list.truncate(list.len() - tail);
+        let keep = list.len() - tail;
+        list.truncate(keep);
     }
     exec.ctx.written(key, v);
     Ok(OK)

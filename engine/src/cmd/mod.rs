@@ -15,6 +15,7 @@ pub mod keys;
 pub mod list;
 pub mod multi;
 pub mod pubsub;
+pub mod replication;
 pub mod server;
 pub mod set;
 pub mod sort;
@@ -134,6 +135,7 @@ pub static TABLE: LazyLock<CommandTable> = LazyLock::new(|| {
         blocking::COMMANDS,
         multi::COMMANDS,
         pubsub::COMMANDS,
+        replication::COMMANDS,
     ];
     let specs: Vec<&'static CommandSpec> = families.iter().flat_map(|f| f.iter()).collect();
     let by_name = specs.iter().enumerate().map(|(i, s)| (s.name, i)).collect();
@@ -227,7 +229,11 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
     let mut exec = Exec { ctx, server, client };
     let reply = (spec.run)(&mut exec, argv);
     let ready = std::mem::take(&mut exec.ctx.ready_keys);
+    let effects = std::mem::take(&mut exec.ctx.effects);
     drop(exec);
+    if !effects.is_empty() {
+        server.repl_log.append(effects);
+    }
     let elapsed = started.elapsed();
     record(index, elapsed, &reply);
     server.metrics.latency.observe(elapsed.as_secs_f64());

@@ -112,7 +112,11 @@ fn exec_queue(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
         replies.push(reply.unwrap_or_else(Frame::from));
     }
     let ready = std::mem::take(&mut inner.ctx.ready_keys);
+    let effects = std::mem::take(&mut inner.ctx.effects);
     drop(inner);
+    if !effects.is_empty() {
+        server.repl_log.append(effects);
+    }
     exec.client.in_exec = false;
     unwatch_all(server, exec.client);
     if !ready.is_empty() {

@@ -104,6 +104,8 @@ pub fn unsubscribe_all(server: &Server, client: &mut ClientState) {
 }
 
 fn publish(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    // Subscribers on every node of the mesh receive it; the count is this node's, as in KeyDB.
+    exec.ctx.emit_publish(&argv[1], &argv[2]);
     Ok(Frame::Integer(exec.server.pubsub.publish(&argv[1], &argv[2]) as i64))
 }
 

@@ -418,7 +418,7 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         );
     }
     if want("replication") {
-        out.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_repl_offset:0\r\n\r\n");
+        out.push_str(&server.mesh.info_replication());
     }
     if want("cpu") {
         out.push_str("# CPU\r\nused_cpu_sys:0.000000\r\nused_cpu_user:0.000000\r\n\r\n");

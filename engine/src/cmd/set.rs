@@ -10,7 +10,7 @@ use rand::seq::{IndexedRandom, IteratorRandom};
 use super::args::{count, cursor, eq_ignore_case, int, scan_options};
 use super::flags::*;
 use super::{CommandSpec, Exec, Keys};
-use crate::db::entry::FieldMap;
+use crate::db::entry::{Collection, FieldMap};
 use crate::db::{Kind, Value};
 use crate::error::{CmdError, Reply};
 use crate::frame::Frame;
@@ -128,7 +128,7 @@ fn srem(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let Some(set) = exec.ctx.set(key)? else {
         return Ok(Frame::Integer(0));
     };
-    let removed = argv[2..].iter().filter(|m| set.remove(*m).is_some()).count();
+    let removed = argv[2..].iter().filter(|m| set.remove(m).is_some()).count();
     if removed > 0 {
         exec.ctx.written(key, v);
     }
@@ -190,7 +190,7 @@ fn spop_many(exec: &mut Exec, key: &[u8], n: usize) -> Reply {
         return Ok(Frame::Set(Vec::new()));
     }
     let popped: Vec<Bytes> = if n >= set.len() {
-        set.drain().map(|(m, _)| m).collect()
+        set.drain().into_iter().map(|(m, _)| m).collect()
     } else {
         let picks: Vec<Bytes> = set.keys().choose_multiple(&mut rand::rng(), n).into_iter().cloned().collect();
         for m in &picks {
@@ -323,12 +323,9 @@ fn store(exec: &mut Exec, dst: &[u8], members: Members) -> Reply {
         exec.ctx.del(dst);
         return Ok(Frame::Integer(0));
     }
-    let map: FieldMap<Version> = members.into_iter().map(|m| (m, Version::ZERO)).collect();
-    let v = exec.ctx.put(dst, Value::Set(Box::new(map)), false);
-    // A whole-value write: every member is as new as the key's version, like an edit's.
-    if let Some(set) = exec.ctx.set(dst)? {
-        set.values_mut().for_each(|mv| *mv = v);
-    }
+    // A whole-value write: `put` stamps every member with the write's version.
+    let set: Collection<Version> = members.into_iter().map(|m| (m, Version::ZERO)).collect();
+    exec.ctx.put(dst, Value::Set(Box::new(set)), false);
     Ok(Frame::Integer(len as i64))
 }
 

@@ -206,7 +206,7 @@ fn sort_generic(exec: &mut Exec, argv: &[Bytes], readonly: bool) -> Reply {
         }
     }
     if outputlen > 0 {
-        ctx.put(dest, Value::List(Box::new(list)), false);
+        ctx.put(dest, Value::List(Box::new(crate::db::entry::ListValue { items: list, cleared: Default::default() })), false);
     } else {
         ctx.del(dest);
     }

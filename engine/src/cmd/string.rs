@@ -231,15 +231,17 @@ fn current_int(exec: &mut Exec, key: &[u8]) -> Result<i64, CmdError> {
         None => Ok(0),
         Some(Value::Int(n)) => Ok(*n),
         Some(Value::Str(s)) => crate::parse::parse_i64(s).ok_or(CmdError::NotInteger),
+        Some(Value::Counter(c)) => c.value().ok_or(CmdError::Overflow),
         Some(_) => Err(CmdError::WrongType),
     }
 }
 
+/// The INCR family keeps the key as a PN-counter (concurrent increments on different nodes
+/// all count; see `db::counter`).
 fn add(exec: &mut Exec, key: &[u8], delta: i64) -> Reply {
     let current = current_int(exec, key)?;
-    let next = current.checked_add(delta).ok_or(CmdError::Overflow)?;
-    exec.ctx.put(key, Value::Int(next), true);
-    Ok(Frame::Integer(next))
+    current.checked_add(delta).ok_or(CmdError::Overflow)?;
+    Ok(Frame::Integer(exec.ctx.incr(key, delta)?))
 }
 
 fn incr(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -270,6 +272,7 @@ fn incrbyfloat(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         None => 0.0,
         Some(Value::Int(n)) => *n as f64,
         Some(Value::Str(s)) => super::args::parse_float(s).ok_or(CmdError::NotFloat)?,
+        Some(Value::Counter(c)) => c.value().unwrap_or(0) as f64,
         Some(_) => return Err(CmdError::WrongType),
     };
     let next = current + delta;
@@ -302,6 +305,7 @@ fn strlen(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         None => Ok(Frame::Integer(0)),
         Some(Value::Str(s)) => Ok(Frame::Integer(s.len() as i64)),
         Some(Value::Int(n)) => Ok(Frame::Integer(itoa::Buffer::new().format(*n).len() as i64)),
+        Some(Value::Counter(c)) => Ok(Frame::Integer(c.value().unwrap_or(0).to_string().len() as i64)),
         Some(_) => Err(CmdError::WrongType),
     }
 }

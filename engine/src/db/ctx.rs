@@ -5,16 +5,18 @@
 //! expiry index and watchers in step, delete collections that became empty, and note keys
 //! that blocked clients may be waiting on.
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 
-use super::entry::{Field, FieldMap};
+use keymesh_proto as pb;
+
+use super::entry::{Collection, Field, ListValue};
 use super::zset::SortedSet;
 use super::{Db, Entry, Expiry, Key, Kind, Locks, Shard, Store, Value};
 use crate::error::CmdError;
 use crate::hlc::Version;
+use crate::repl::effects;
 
 pub struct Ctx<'a> {
     pub store: &'a Store,
@@ -23,11 +25,29 @@ pub struct Ctx<'a> {
     pub locks: Locks<'a>,
     /// `(db, key)` of lists and sorted sets that gained elements: blocked clients wake on them.
     pub ready_keys: Vec<(usize, Key)>,
+    /// The replicated effects of this command's writes (only while replicating).
+    pub effects: Vec<pb::Op>,
 }
 
 impl<'a> Ctx<'a> {
     pub fn new(store: &'a Store, db: usize, now_ms: u64, locks: Locks<'a>) -> Ctx<'a> {
-        Ctx { store, db, now_ms, locks, ready_keys: Vec::new() }
+        Ctx { store, db, now_ms, locks, ready_keys: Vec::new(), effects: Vec::new() }
+    }
+
+    fn emit(&mut self, op: impl FnOnce() -> pb::Op) {
+        if self.store.replicating() {
+            self.effects.push(op());
+        }
+    }
+
+    /// Emits a published message for every node's subscribers.
+    pub fn emit_publish(&mut self, channel: &[u8], message: &[u8]) {
+        self.emit(|| effects::publish(channel, message));
+    }
+
+    /// The key tombstone, if the key was deleted (replication only).
+    fn tombstone(&mut self, db: usize, key: &[u8]) -> Version {
+        self.parts(db, key).1.tombstones.get(key).copied().unwrap_or(Version::ZERO)
     }
 
     fn parts(&mut self, db: usize, key: &[u8]) -> (&'a Db, &mut Shard) {
@@ -109,6 +129,12 @@ impl<'a> Ctx<'a> {
             Expired(Version),
             Missing(Version),
         }
+        // A counter copied or renamed starts a new base: it travels as its value.
+        let value = match value {
+            Value::Counter(c) => Value::Int(c.value().unwrap_or(0)),
+            other => other,
+        };
+        let is_collection = matches!(value, Value::Hash(_) | Value::Set(_) | Value::ZSet(_));
         self.note_ready(db, key, &value);
         let (store, now) = (self.store, self.now_ms);
         let (dbref, shard) = self.parts(db, key);
@@ -151,8 +177,32 @@ impl<'a> Ctx<'a> {
             }
             Found::Missing(version) => version,
         };
+        let dropped_ttl = matches!(found, Found::Live { drop_ttl: true, .. });
+        let entry = shard.raw_mut(key);
+        if let (true, Some(entry)) = (is_collection, entry) {
+            // A whole-value write: every field and member is as new as the key.
+            restamp(&mut entry.value, version);
+        }
         shard.touch(key);
         store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+        if store.replicating() {
+            let (_, shard) = self.parts(db, key);
+            if let Some(entry) = shard.raw(key) {
+                let names = all_names(&entry.value);
+                // A whole-value write replaces whatever the key held: an implicit delete.
+                if is_collection {
+                    self.effects.push(effects::delete(db, key, version));
+                }
+                let (_, shard) = self.parts(db, key);
+                if let Some(entry) = shard.raw(key) {
+                    let op = effects::value_effect(db, key, &entry.value, version, &names);
+                    self.effects.push(op);
+                }
+                if dropped_ttl {
+                    self.effects.push(effects::expire(db, key, 0, version));
+                }
+            }
+        }
         version
     }
 
@@ -162,11 +212,16 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn del_in(&mut self, db: usize, key: &[u8]) -> Option<Entry> {
-        self.get_in(db, key)?;
+        let stored = self.get_in(db, key)?.version();
         let (dbref, shard) = self.parts(db, key);
         let old = shard.remove(dbref, key);
         shard.touch(key);
         self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+        if self.store.replicating() {
+            let version = self.store.stamp(Some(stored));
+            self.parts(db, key).1.tombstones.insert(key.into(), version);
+            self.effects.push(effects::delete(db, key, version));
+        }
         old
     }
 
@@ -174,19 +229,67 @@ impl<'a> Ctx<'a> {
     /// an empty collection, touches watchers, and wakes blocked clients.
     pub fn written(&mut self, key: &[u8], version: Version) {
         let db = self.db;
+        let replicating = self.store.replicating();
         let (dbref, shard) = self.parts(db, key);
         let Some(entry) = shard.raw_mut(key) else {
             return;
         };
         entry.set_version(version);
-        if entry.value.is_empty_collection() {
+        let names = take_touched(&mut entry.value, version);
+        let op = replicating.then(|| effects::value_effect(db, key, &entry.value, version, &names));
+        let emptied = entry.value.is_empty_collection();
+        if emptied {
             shard.remove(dbref, key);
         } else if matches!(entry.value, Value::List(_) | Value::ZSet(_)) {
             self.ready_keys.push((db, key.into()));
         }
         let (_, shard) = self.parts(db, key);
         shard.touch(key);
+        if replicating && emptied {
+            // Redis deletes an emptied collection; replicate exactly that, so peers drop the
+            // same concurrent older fields and converge.
+            shard.tombstones.insert(key.into(), version);
+            self.effects.push(effects::delete(db, key, version));
+        } else if let Some(op) = op {
+            self.effects.push(op);
+        }
         self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Increments the counter at `key` by `delta`, creating it or converting an integer
+    /// string as `INCR` does. Returns the new value.
+    pub fn incr(&mut self, key: &[u8], delta: i64) -> Result<i64, CmdError> {
+        let db = self.db;
+        let version = self.next_version(key);
+        let origin = self.store.node_id;
+        let existing = match self.get(key).map(|e| (&e.value, e.version())) {
+            None => None,
+            Some((Value::Counter(_), _)) => Some(None),
+            Some((Value::Int(n), v)) => Some(Some((*n, v))),
+            Some((Value::Str(s), v)) => Some(Some((crate::parse::parse_i64(s).ok_or(CmdError::NotInteger)?, v))),
+            Some(_) => return Err(CmdError::WrongType),
+        };
+        match existing {
+            None => {
+                let cleared = self.tombstone(db, key);
+                let counter = Value::Counter(Box::new(super::counter::Counter::new(0, cleared)));
+                let (dbref, shard) = self.parts(db, key);
+                shard.insert(dbref, key, Entry::new(counter, version));
+            }
+            // An integer string becomes the counter's base (its SET is the base version).
+            Some(Some((n, v))) => {
+                if let Some(e) = self.get(key) {
+                    e.value = Value::Counter(Box::new(super::counter::Counter::new(n, v)));
+                }
+            }
+            Some(None) => {}
+        }
+        let Some(Value::Counter(c)) = self.get(key).map(|e| &mut e.value) else {
+            return Err(CmdError::WrongType);
+        };
+        let next = c.add(origin, delta, version).ok_or(CmdError::Overflow)?;
+        self.written(key, version);
+        Ok(next)
     }
 
     fn note_ready(&mut self, db: usize, key: &[u8], value: &Value) {
@@ -207,6 +310,7 @@ impl<'a> Ctx<'a> {
         shard.set_expiry(dbref, key, Some(Expiry { deadline_ms, version }));
         shard.touch(key);
         self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+        self.emit(|| effects::expire(db, key, deadline_ms, version));
     }
 
     pub fn deadline(&mut self, key: &[u8]) -> Option<u64> {
@@ -219,6 +323,7 @@ impl<'a> Ctx<'a> {
             None => Ok(None),
             Some(Value::Str(s)) => Ok(Some(Bytes::copy_from_slice(s))),
             Some(Value::Int(n)) => Ok(Some(Bytes::copy_from_slice(itoa::Buffer::new().format(*n).as_bytes()))),
+            Some(Value::Counter(c)) => Ok(Some(Bytes::from(c.value().unwrap_or(0).to_string()))),
             Some(_) => Err(CmdError::WrongType),
         }
     }
@@ -242,8 +347,16 @@ macro_rules! collection_accessors {
                     None => {
                         let version = self.store.stamp(None);
                         let db = self.db;
+                        // Older writes than the key's last delete stay dead after re-creation.
+                        let cleared = self.tombstone(db, key);
+                        #[allow(clippy::field_reassign_with_default)]
+                        let fresh = {
+                            let mut fresh = $new;
+                            fresh.cleared = cleared;
+                            fresh
+                        };
                         let (dbref, shard) = self.parts(db, key);
-                        shard.insert(dbref, key, Entry::new(Value::$variant(Box::new($new)), version));
+                        shard.insert(dbref, key, Entry::new(Value::$variant(Box::new(fresh)), version));
                     }
                     Some(kind) if kind == $kind => {}
                     Some(_) => return Err(CmdError::WrongType),
@@ -257,7 +370,61 @@ macro_rules! collection_accessors {
     };
 }
 
-collection_accessors!(hash, hash_or_create, Hash, Kind::Hash, FieldMap<Field>, FieldMap::default());
-collection_accessors!(set, set_or_create, Set, Kind::Set, FieldMap<Version>, FieldMap::default());
+collection_accessors!(hash, hash_or_create, Hash, Kind::Hash, Collection<Field>, Collection::<Field>::default());
+collection_accessors!(set, set_or_create, Set, Kind::Set, Collection<Version>, Collection::<Version>::default());
 collection_accessors!(zset, zset_or_create, ZSet, Kind::ZSet, SortedSet, SortedSet::default());
-collection_accessors!(list, list_or_create, List, Kind::List, VecDeque<Bytes>, VecDeque::new());
+collection_accessors!(list, list_or_create, List, Kind::List, ListValue, ListValue::default());
+
+/// Every field or member name of a collection (for a whole-value effect).
+fn all_names(value: &Value) -> Vec<Bytes> {
+    match value {
+        Value::Hash(h) => h.keys().cloned().collect(),
+        Value::Set(s) => s.keys().cloned().collect(),
+        Value::ZSet(z) => z.iter().map(|(m, _)| m.clone()).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Stamps every field or member of a freshly written collection with the write's version.
+fn restamp(value: &mut Value, version: Version) {
+    match value {
+        Value::Hash(h) => {
+            h.live_mut().values_mut().for_each(|f| f.version = version);
+            h.cleared = version;
+            h.take_touched();
+        }
+        Value::Set(s) => {
+            s.live_mut().values_mut().for_each(|v| *v = version);
+            s.cleared = version;
+            s.take_touched();
+        }
+        Value::ZSet(z) => z.restamp(version),
+        _ => {}
+    }
+}
+
+/// The names an in-place edit changed; removed ones get tombstones at `version`.
+fn take_touched(value: &mut Value, version: Version) -> Vec<Bytes> {
+    match value {
+        Value::Hash(h) => {
+            let names = h.take_touched();
+            for n in &names {
+                if !h.contains_key(n) {
+                    h.removed.insert(n.clone(), version);
+                }
+            }
+            names
+        }
+        Value::Set(s) => {
+            let names = s.take_touched();
+            for n in &names {
+                if !s.contains_key(n) {
+                    s.removed.insert(n.clone(), version);
+                }
+            }
+            names
+        }
+        Value::ZSet(z) => z.take_touched(version),
+        _ => Vec::new(),
+    }
+}

@@ -38,10 +38,117 @@ pub enum Value {
     Str(Box<[u8]>),
     /// Integer fast path for strings that are canonical decimal integers.
     Int(i64),
-    Hash(Box<FieldMap<Field>>),
-    Set(Box<FieldMap<Version>>),
+    Hash(Box<Collection<Field>>),
+    Set(Box<Collection<Version>>),
     ZSet(Box<SortedSet>),
-    List(Box<VecDeque<Bytes>>),
+    List(Box<ListValue>),
+    /// A string that `INCR` and friends keep as a PN-counter (see `db::counter`).
+    Counter(Box<super::counter::Counter>),
+}
+
+/// A list's items and its key-level tombstone (lists replicate as whole values).
+#[derive(Debug, Clone, Default)]
+pub struct ListValue {
+    pub items: VecDeque<Bytes>,
+    pub cleared: Version,
+}
+
+impl std::ops::Deref for ListValue {
+    type Target = VecDeque<Bytes>;
+    fn deref(&self) -> &VecDeque<Bytes> {
+        &self.items
+    }
+}
+
+impl std::ops::DerefMut for ListValue {
+    fn deref_mut(&mut self) -> &mut VecDeque<Bytes> {
+        &mut self.items
+    }
+}
+
+/// A hash's fields or a set's members, plus what replication needs to merge them: the
+/// versions of removed names (tombstones), the names changed since the last effect was
+/// emitted, and the key-level tombstone everything older than which is dead.
+///
+/// Reads go through `Deref` to the live map; every change goes through `insert`/`remove`/
+/// `drain`, which note the name, so a command cannot change a collection without its effect
+/// being replicated (see `Ctx::written`).
+#[derive(Debug, Clone)]
+pub struct Collection<V> {
+    live: FieldMap<V>,
+    pub removed: FieldMap<Version>,
+    touched: Vec<Bytes>,
+    pub cleared: Version,
+}
+
+impl<V> Default for Collection<V> {
+    fn default() -> Self {
+        Collection { live: FieldMap::default(), removed: FieldMap::default(), touched: Vec::new(), cleared: Version::ZERO }
+    }
+}
+
+impl<V> std::ops::Deref for Collection<V> {
+    type Target = FieldMap<V>;
+    fn deref(&self) -> &FieldMap<V> {
+        &self.live
+    }
+}
+
+impl<V> FromIterator<(Bytes, V)> for Collection<V> {
+    fn from_iter<I: IntoIterator<Item = (Bytes, V)>>(iter: I) -> Self {
+        Collection { live: iter.into_iter().collect(), ..Collection::default() }
+    }
+}
+
+impl<V> Collection<V> {
+    pub fn insert(&mut self, name: Bytes, value: V) -> Option<V> {
+        self.removed.remove(&name[..]);
+        self.touched.push(name.clone());
+        self.live.insert(name, value)
+    }
+
+    pub fn remove(&mut self, name: &[u8]) -> Option<V> {
+        let (name, old) = self.live.remove_entry(name)?;
+        self.touched.push(name);
+        Some(old)
+    }
+
+    pub fn drain(&mut self) -> Vec<(Bytes, V)> {
+        let all: Vec<(Bytes, V)> = self.live.drain().collect();
+        self.touched.extend(all.iter().map(|(k, _)| k.clone()));
+        all
+    }
+
+    pub fn get_mut(&mut self, name: &[u8]) -> Option<&mut V> {
+        if let Some((k, _)) = self.live.get_key_value(name) {
+            self.touched.push(k.clone());
+        }
+        self.live.get_mut(name)
+    }
+
+    /// Names changed since the last call.
+    pub fn take_touched(&mut self) -> Vec<Bytes> {
+        let mut names = std::mem::take(&mut self.touched);
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
+    /// Replication: sets a name without noting it as a local change.
+    pub fn merge_insert(&mut self, name: Bytes, value: V) {
+        self.removed.remove(&name[..]);
+        self.live.insert(name, value);
+    }
+
+    /// Replication: removes a name (recording its tombstone) without noting a local change.
+    pub fn merge_remove(&mut self, name: Bytes, version: Version) {
+        self.live.remove(&name[..]);
+        self.removed.insert(name, version);
+    }
+
+    pub fn live_mut(&mut self) -> &mut FieldMap<V> {
+        &mut self.live
+    }
 }
 
 /// A hash field: its value and the version that wrote it.
@@ -88,7 +195,7 @@ impl Kind {
 impl Value {
     pub fn kind(&self) -> Kind {
         match self {
-            Value::Str(_) | Value::Int(_) => Kind::String,
+            Value::Str(_) | Value::Int(_) | Value::Counter(_) => Kind::String,
             Value::Hash(_) => Kind::Hash,
             Value::Set(_) => Kind::Set,
             Value::ZSet(_) => Kind::ZSet,
@@ -109,7 +216,7 @@ impl Value {
     /// True for a collection that lost its last element: Redis deletes such keys.
     pub fn is_empty_collection(&self) -> bool {
         match self {
-            Value::Str(_) | Value::Int(_) => false,
+            Value::Str(_) | Value::Int(_) | Value::Counter(_) => false,
             Value::Hash(h) => h.is_empty(),
             Value::Set(s) => s.is_empty(),
             Value::ZSet(z) => z.is_empty(),
@@ -122,6 +229,7 @@ impl Value {
         match self {
             Value::Str(s) => s.len(),
             Value::Int(_) => 0,
+            Value::Counter(c) => c.totals.len() * 32,
             Value::Hash(h) => h.iter().map(|(k, f)| k.len() + f.value.len() + 64).sum(),
             Value::Set(s) => s.keys().map(|k| k.len() + 48).sum(),
             Value::ZSet(z) => z.len() * 96,

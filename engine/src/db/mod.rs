@@ -6,6 +6,7 @@
 //! no lock is held across an `.await`. Commands that walk a whole database (`KEYS`, `SCAN`,
 //! `DBSIZE`) take one shard at a time, so they never stall the others.
 
+pub mod counter;
 pub mod ctx;
 pub mod entry;
 pub mod evict;
@@ -50,10 +51,18 @@ pub struct Shard {
     /// `(deadline_ms, key)` for every volatile key, so active expiry finds due keys directly.
     expiry_index: BTreeSet<(u64, Key)>,
     watchers: Map<Key, Vec<WatchFlag>>,
+    /// Replication: versions of deleted keys (key tombstones), so an older write arriving
+    /// later cannot resurrect them. Kept at most `tombstone-gc-seconds`.
+    pub tombstones: Map<Key, Version>,
+    /// Replication: expiry registers that arrived before the key they belong to.
+    pub orphan_expiry: Map<Key, Expiry>,
 }
 
 pub struct Db {
     shards: Box<[Mutex<Shard>]>,
+    /// Replication: the version of the last FLUSHDB/FLUSHALL, which dominates every older
+    /// entry and write in this database.
+    pub flushed: Mutex<Version>,
     /// Keys with a deadline, so the expiry cycle skips databases without any.
     volatile_keys: AtomicUsize,
 }
@@ -65,12 +74,18 @@ pub struct Store {
     pub node_id: crate::hlc::NodeId,
     pub stats: KeyspaceStats,
     shard_hasher: foldhash::fast::FixedState,
+    /// Whether local writes record their effects (a mesh is or was configured).
+    replicating: AtomicBool,
 }
 
 impl Store {
     pub fn new(databases: usize, hlc: Hlc, node_id: crate::hlc::NodeId) -> Store {
         let dbs = (0..databases)
-            .map(|_| Db { shards: (0..SHARDS_PER_DB).map(|_| Mutex::new(Shard::default())).collect(), volatile_keys: AtomicUsize::new(0) })
+            .map(|_| Db {
+                shards: (0..SHARDS_PER_DB).map(|_| Mutex::new(Shard::default())).collect(),
+                flushed: Mutex::new(Version::ZERO),
+                volatile_keys: AtomicUsize::new(0),
+            })
             .collect();
         Store {
             dbs,
@@ -80,7 +95,17 @@ impl Store {
             // A seed distinct from the shard maps' own hashers, so the keys of one shard do not
             // all share the low bits their map indexes by.
             shard_hasher: foldhash::fast::FixedState::with_seed(0x6b65_796d_6573_6801),
+            replicating: AtomicBool::new(false),
         }
+    }
+
+    pub fn replicating(&self) -> bool {
+        self.replicating.load(Ordering::Relaxed)
+    }
+
+    /// Turns on effect recording (never off again: a peer may come back for a partial resync).
+    pub fn enable_replication(&self) {
+        self.replicating.store(true, Ordering::Relaxed);
     }
 
     pub fn databases(&self) -> usize {

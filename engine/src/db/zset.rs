@@ -39,6 +39,12 @@ pub struct Member {
 pub struct SortedSet {
     members: FieldMap<Member>,
     order: BTreeSet<(Score, Bytes)>,
+    /// Replication: removed members and the version that removed them.
+    pub removed: FieldMap<Version>,
+    /// Replication: the key-level tombstone; older members are dead.
+    pub cleared: Version,
+    /// Members changed since the last effect was emitted.
+    touched: Vec<Bytes>,
 }
 
 /// One end of a score range (`(1.5`, `-inf`, ...).
@@ -70,8 +76,18 @@ impl SortedSet {
         self.members.get(member).map(|m| m.score)
     }
 
+    pub fn member(&self, member: &[u8]) -> Option<Member> {
+        self.members.get(member).copied()
+    }
+
     /// Inserts or re-scores a member. Returns the previous score.
     pub fn insert(&mut self, member: Bytes, score: f64, version: Version) -> Option<f64> {
+        self.removed.remove(&member[..]);
+        self.touched.push(member.clone());
+        self.insert_quietly(member, score, version)
+    }
+
+    fn insert_quietly(&mut self, member: Bytes, score: f64, version: Version) -> Option<f64> {
         let previous = self.members.insert(member.clone(), Member { score, version });
         if let Some(old) = previous {
             if old.score.to_bits() == score.to_bits() {
@@ -85,8 +101,49 @@ impl SortedSet {
 
     pub fn remove(&mut self, member: &[u8]) -> Option<f64> {
         let (key, old) = self.members.remove_entry(member)?;
+        self.touched.push(key.clone());
         self.order.remove(&(Score(old.score), key));
         Some(old.score)
+    }
+
+    /// Replication: members changed since the last call; removed ones get tombstones at
+    /// `version`.
+    pub fn take_touched(&mut self, version: Version) -> Vec<Bytes> {
+        let mut names = std::mem::take(&mut self.touched);
+        names.sort_unstable();
+        names.dedup();
+        for n in &names {
+            if !self.members.contains_key(n) {
+                self.removed.insert(n.clone(), version);
+            }
+        }
+        names
+    }
+
+    /// A whole-value write: every member is as new as the key.
+    pub fn restamp(&mut self, version: Version) {
+        self.members.values_mut().for_each(|m| m.version = version);
+        self.cleared = version;
+        self.touched.clear();
+    }
+
+    /// Replication: sets a member without noting a local change.
+    pub fn merge_insert(&mut self, member: Bytes, score: f64, version: Version) {
+        self.removed.remove(&member[..]);
+        self.insert_quietly(member, score, version);
+    }
+
+    /// Replication: removes a member, recording its tombstone, without noting a local change.
+    pub fn merge_remove(&mut self, member: Bytes, version: Version) {
+        if let Some((key, old)) = self.members.remove_entry(&member[..]) {
+            self.order.remove(&(Score(old.score), key));
+        }
+        self.removed.insert(member, version);
+    }
+
+    /// Members as `(name, member)` pairs, unordered.
+    pub fn members(&self) -> impl Iterator<Item = (&Bytes, &Member)> {
+        self.members.iter()
     }
 
     /// Members in ascending order.

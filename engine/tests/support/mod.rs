@@ -19,11 +19,30 @@ pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
 }
 
+/// A free client port whose mesh port (client port + 10000) is free too.
+pub fn free_mesh_port() -> u16 {
+    for _ in 0..200 {
+        let port = free_port();
+        if port <= 55535 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free client port with a free mesh port (port + 10000)");
+}
+
 impl Server {
     /// Starts the server with extra `--directive value` flags and waits until it accepts.
+    /// The mesh port is a free port too (client port + 10000 may be taken or too large).
     pub fn start(extra: &[&str]) -> Server {
-        let port = free_port();
-        let metrics_port = free_port();
+        let mesh_port = free_port().to_string();
+        let mut args = vec!["--mesh-port", mesh_port.as_str()];
+        args.extend_from_slice(extra);
+        Server::start_on(free_port(), free_port(), &args)
+    }
+
+    /// Starts the server on the given client and metrics ports (a restart on the same
+    /// address) and waits until it accepts.
+    pub fn start_on(port: u16, metrics_port: u16, extra: &[&str]) -> Server {
         let child = Command::new(env!("CARGO_BIN_EXE_keymesh-server"))
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--metrics-port", &metrics_port.to_string(), "--loglevel", "warning"])
             .args(extra)
@@ -52,6 +71,18 @@ impl Server {
     pub fn rss(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap_or_default();
         status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).map_or(0, |kb| kb * 1024)
+    }
+
+    /// Sends a signal (`STOP`, `CONT`, `KILL`, ...) to the server process.
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill").args([&format!("-{name}"), &self.child.id().to_string()]).status().expect("kill runs");
+        assert!(status.success(), "kill -{name} failed");
+    }
+
+    /// Kills the process at once (no shutdown) and waits for it.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// Sends SIGTERM and waits for a clean exit.

@@ -1,0 +1,231 @@
+//! Partition tests of the replication mesh (DESIGN.md testing ladder, item 3): real servers in
+//! private network namespaces, faults injected with `ip`, and after every heal all nodes must
+//! hold the same keyspace, equal to what the acknowledged writes imply (see `model`).
+//!
+//! Knobs (environment): `KEYMESH_E2E_TRIALS` (randomized trials, default 5),
+//! `KEYMESH_E2E_OPS` (writes per partition phase, default 25), `KEYMESH_E2E_SEED` (default:
+//! time-based, always printed), `KEYMESH_E2E_CONVERGE_SECS` (how long to wait for convergence
+//! after a heal, default 30), `KEYMESH_E2E_SPACING_MS` (pause between writes, default 3; must
+//! stay >= 2 so acknowledgement order is HLC order), `KEYMESH_SERVER` (the binary).
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use keymesh_e2e::model::{random_op, Model, Op};
+use keymesh_e2e::{require_netns, MeshCluster};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// Expiry deadlines are stamped by the model at acknowledgement, by the server at execution.
+const TTL_TOLERANCE_MS: i64 = 2000;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn converge_timeout() -> Duration {
+    Duration::from_secs(env_u64("KEYMESH_E2E_CONVERGE_SECS", 30))
+}
+
+fn spacing() -> Duration {
+    Duration::from_millis(env_u64("KEYMESH_E2E_SPACING_MS", 3).max(2))
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Issues writes, records them in the model and in a log that failures print.
+struct Driver<'a> {
+    cluster: &'a MeshCluster,
+    model: Model,
+    log: Vec<String>,
+    started: Instant,
+}
+
+impl<'a> Driver<'a> {
+    fn new(cluster: &'a MeshCluster) -> Self {
+        Driver { cluster, model: Model::new(), log: Vec::new(), started: Instant::now() }
+    }
+
+    fn note(&mut self, line: String) {
+        self.log.push(format!("{:>7.3}s {line}", self.started.elapsed().as_secs_f64()));
+    }
+
+    /// Runs `op` on node `node`, records it, then waits the write spacing.
+    fn write(&mut self, node: usize, op: Op) {
+        let command: Vec<String> = op.command().iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        match self.cluster.call(node, &op.command()) {
+            Ok(reply) => {
+                self.model.apply(&op, &reply, now_ms());
+                self.note(format!("n{node} {} -> {reply:?}", command.join(" ")));
+            }
+            Err(e) => {
+                self.model.unknown(&op);
+                self.note(format!("n{node} {} -> outcome unknown: {e}", command.join(" ")));
+            }
+        }
+        std::thread::sleep(spacing());
+    }
+
+    /// Waits until every node's keys under `prefix` are identical and match the model; panics
+    /// with the difference and the write log otherwise.
+    fn assert_converges(&mut self, prefix: &str, context: &str) -> Duration {
+        let t = Instant::now();
+        let model = &self.model;
+        let result = self.cluster.wait_converged_matching(&format!("{prefix}*"), converge_timeout(), |ks| model.check(ks, TTL_TOLERANCE_MS));
+        if let Err(e) = result {
+            panic!(
+                "{context}: {e}\n--- writes ({} acknowledged, indeterminate keys {:?}) ---\n{}",
+                self.model.applied(),
+                self.indeterminate(),
+                self.log.join("\n")
+            );
+        }
+        t.elapsed()
+    }
+
+    fn indeterminate(&self) -> Vec<String> {
+        self.model.indeterminate().iter().map(|(k, why)| format!("{} ({why:?})", String::from_utf8_lossy(k))).collect()
+    }
+}
+
+fn start(n: usize) -> MeshCluster {
+    MeshCluster::start(n).unwrap_or_else(|e| panic!("failed to start a {n}-node mesh: {e}"))
+}
+
+/// Proves KeyDB issue #366 is fixed: two nodes that both write one key while partitioned
+/// converge after the heal on the newer write (A's), never swap values or stay diverged; both
+/// for a route partition and for a cut link.
+#[test]
+fn keydb_366_partition_then_heal() {
+    require_netns!();
+    let cluster = start(2);
+    let mut d = Driver::new(&cluster);
+    d.write(0, Op::Set { key: b"k366:base".to_vec(), value: b"mesh-up".to_vec() });
+    d.assert_converges("k366:", "the mesh did not replicate a write before any fault");
+    for fault in ["routes", "link"] {
+        let key = format!("k366:{fault}").into_bytes();
+        match fault {
+            "routes" => cluster.net().partition(&[0], &[1]).expect("partition"),
+            _ => cluster.net().cut(1).expect("cut n1"),
+        }
+        d.note(format!("fault: {fault}"));
+        d.write(1, Op::Set { key: key.clone(), value: b"older-from-b".to_vec() });
+        std::thread::sleep(Duration::from_millis(5));
+        d.write(0, Op::Set { key: key.clone(), value: b"newer-from-a".to_vec() });
+        assert_eq!(cluster.get(1, &key).expect("GET on B"), Some(b"older-from-b".to_vec()), "B must keep serving its own write while partitioned");
+        cluster.net().heal_all().expect("heal");
+        d.note("healed".into());
+        d.assert_converges("k366:", &format!("after healing the {fault} partition"));
+        for node in 0..2 {
+            assert_eq!(cluster.get(node, &key).expect("GET"), Some(b"newer-from-a".to_vec()), "n{node} after the {fault} heal");
+        }
+    }
+}
+
+/// Applies a random fault to a 3-node (or larger) network; returns what it did.
+fn random_fault(rng: &mut StdRng, cluster: &MeshCluster) -> String {
+    let net = cluster.net();
+    let n = cluster.len();
+    let a = rng.random_range(0..n);
+    let b = (a + rng.random_range(1..n)) % n;
+    match rng.random_range(0..4) {
+        0 => {
+            net.isolate(a).expect("isolate");
+            format!("isolate n{a} (routes)")
+        }
+        1 => {
+            net.cut(a).expect("cut");
+            format!("cut n{a}'s link")
+        }
+        2 => {
+            net.partition(&[a], &[b]).expect("partition pair");
+            format!("partition n{a} | n{b} only (others still reach both)")
+        }
+        _ => {
+            (0..n).try_for_each(|i| net.isolate(i)).expect("isolate all");
+            "every node alone".to_owned()
+        }
+    }
+}
+
+/// Proves partition safety for the mixed workload: over many trials of random partitions (of
+/// several kinds, switched mid-trial) with random writes of every type on every side, after the
+/// heal all nodes hold identical keyspaces equal to the model of the acknowledged writes (LWW
+/// by acknowledgement order, counters summing every side's increments, deletes never undone).
+#[test]
+fn randomized_partitions_converge_to_the_model() {
+    require_netns!();
+    let trials = env_u64("KEYMESH_E2E_TRIALS", 5);
+    let ops = env_u64("KEYMESH_E2E_OPS", 25);
+    let seed = env_u64("KEYMESH_E2E_SEED", now_ms() as u64);
+    eprintln!("randomized partitions: KEYMESH_E2E_SEED={seed} KEYMESH_E2E_TRIALS={trials} KEYMESH_E2E_OPS={ops}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let cluster = start(3);
+    for trial in 0..trials {
+        let prefix = format!("t{trial}:");
+        let mut d = Driver::new(&cluster);
+        for _ in 0..ops / 2 {
+            let op = random_op(&mut rng, &prefix, &d.model);
+            d.write(rng.random_range(0..cluster.len()), op);
+        }
+        for _ in 0..rng.random_range(1..=2) {
+            cluster.net().heal_all().expect("heal before the next fault");
+            let fault = random_fault(&mut rng, &cluster);
+            d.note(format!("fault: {fault}"));
+            for _ in 0..ops {
+                let op = random_op(&mut rng, &prefix, &d.model);
+                d.write(rng.random_range(0..cluster.len()), op);
+            }
+        }
+        cluster.net().heal_all().expect("heal");
+        d.note("healed".into());
+        let took = d.assert_converges(&prefix, &format!("seed {seed}, trial {trial}"));
+        eprintln!("trial {trial}: {} writes acknowledged, converged {took:?} after the heal, unchecked keys {:?}", d.model.applied(), d.indeterminate());
+    }
+}
+
+/// Proves a node that restarts empty while cut off (new run id: its peers' backlogs cannot
+/// resume it) takes a full sync after the heal without losing or resurrecting anything: the
+/// peers' writes and deletes made while it was away and its own writes made after the restart
+/// all survive, and counter increments from before and after its restart all count.
+#[test]
+fn restart_full_sync_under_partition_heal() {
+    require_netns!();
+    let cluster = start(3);
+    let mut d = Driver::new(&cluster);
+    let k = |s: &str| format!("rs:{s}").into_bytes();
+    let v = |s: &str| s.as_bytes().to_vec();
+    for i in 0..6 {
+        d.write(i % 3, Op::Set { key: k(&format!("s{i}")), value: v(&format!("first-{i}")) });
+    }
+    for node in 0..3 {
+        d.write(node, Op::IncrBy { key: k("ctr"), by: 10 });
+        d.write(node, Op::HSet { key: k("hash"), field: v(&format!("f{node}")), value: v("x") });
+        d.write(node, Op::SAdd { key: k("set"), member: v(&format!("m{node}")) });
+    }
+    d.assert_converges("rs:", "before the fault");
+
+    cluster.net().cut(2).expect("cut n2");
+    d.note("fault: cut n2".into());
+    d.write(0, Op::Del { key: k("s0") });
+    d.write(1, Op::Set { key: k("s1"), value: v("peers-while-n2-away") });
+    d.write(0, Op::HDel { key: k("hash"), field: v("f2") });
+    d.write(1, Op::SRem { key: k("set"), member: v("m0") });
+    d.write(0, Op::IncrBy { key: k("ctr"), by: 5 });
+    d.write(1, Op::Expire { key: k("s4"), secs: 5000 });
+
+    cluster.restart(2).expect("restart n2 while cut off");
+    d.note("restarted n2 (empty keyspace)".into());
+    d.write(2, Op::Set { key: k("s2"), value: v("n2-after-restart") });
+    d.write(2, Op::IncrBy { key: k("ctr"), by: 100 });
+    d.write(2, Op::SAdd { key: k("set"), member: v("m9") });
+    d.write(2, Op::Set { key: k("fresh"), value: v("only-on-n2") });
+
+    cluster.net().heal(2).expect("heal n2");
+    d.note("healed".into());
+    d.assert_converges("rs:", "after n2's restart and heal");
+    assert!(d.model.indeterminate().is_empty(), "every key of this scenario is determinate: {:?}", d.indeterminate());
+    assert_eq!(cluster.get(2, k("ctr")).expect("GET ctr"), Some(v("135")), "3*10 + 5 + 100: no increment lost");
+    assert_eq!(cluster.get(2, k("s0")).expect("GET s0"), None, "the delete made while n2 was away stays deleted");
+}

@@ -1,0 +1,9 @@
+//! Compiles `proto/keymesh.proto` with protox (a pure-Rust protobuf compiler), so building
+//! needs no `protoc` on the machine.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto/keymesh.proto");
+    let descriptors = protox::compile(["keymesh.proto"], ["proto"])?;
+    tonic_prost_build::configure().build_server(true).build_client(true).compile_fds(descriptors)?;
+    Ok(())
+}

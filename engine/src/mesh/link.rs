@@ -1,0 +1,459 @@
+//! `PeerLink`: this node's subscription to one peer's writes.
+//!
+//! One task per configured peer. At every (re)connect it resolves the peer's DNS name afresh
+//! (pod IPs change; nothing is cached), opens a gRPC stream with a connect timeout, and sends
+//! `Hello` with the origin run it last completed a sync from and the next sequence it needs.
+//! The origin answers with a partial resync (the live stream from that sequence) or a full
+//! sync (snapshot batches, `SyncDone`, then the live stream). Every op is merged with
+//! `repl::merge::apply_op` (shard locks are taken briefly inside it, never across an await);
+//! every batch and heartbeat HLC goes through `hlc.receive`. Acks go back at most every
+//! `ACK_INTERVAL` while ops arrive, and at least every `ACK_KEEPALIVE` so the origin can tell
+//! a live subscriber from a dead one. On any error the link backs off (100 ms doubling to 2 s)
+//! and reconnects, forever, until the link is removed (its task is aborted).
+//!
+//! A link detects a silent origin (a stopped process, a partition that drops packets) when
+//! nothing arrived for `repl-timeout` seconds, although the origin sends heartbeats every
+//! 200 ms.
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use keymesh_proto as pb;
+use keymesh_proto::mesh_client::MeshClient;
+use keymesh_proto::origin_message::Body;
+use parking_lot::Mutex;
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+use tracing::{debug, info, warn};
+
+use super::{Identity, Mesh, PeerAddr, MAX_MESSAGE_BYTES};
+use crate::repl::merge::{apply_op, ApplyOutcome};
+use crate::server::Server;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// From connecting to the origin's `Welcome` (covers a peer whose process is stopped: the
+/// kernel accepts the connection but nobody answers).
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+const ACK_INTERVAL: Duration = Duration::from_millis(50);
+const ACK_EVERY_OPS: u64 = 1024;
+const ACK_KEEPALIVE: Duration = Duration::from_secs(1);
+/// Batches larger than this are merged on a blocking thread, off the async workers.
+const INLINE_APPLY_OPS: usize = 32;
+
+/// Where a link is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LinkPhase {
+    #[default]
+    Connecting,
+    /// Receiving a full sync's snapshot.
+    Syncing,
+    /// Streaming live writes.
+    Connected,
+    /// Failed; waiting to reconnect.
+    Down,
+}
+
+impl LinkPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkPhase::Connecting => "connecting",
+            LinkPhase::Syncing => "syncing",
+            LinkPhase::Connected => "connected",
+            LinkPhase::Down => "down",
+        }
+    }
+
+    pub const ALL: [LinkPhase; 4] = [LinkPhase::Connecting, LinkPhase::Syncing, LinkPhase::Connected, LinkPhase::Down];
+}
+
+/// Everything a link knows, for `INFO`, `Status` and metrics.
+#[derive(Debug, Clone, Default)]
+pub struct LinkStatus {
+    pub phase: LinkPhase,
+    /// The origin's node name and current run id (from its last `Welcome`).
+    pub node_name: String,
+    pub run_id: String,
+    /// The origin run this node holds a complete sync from (empty: needs a full sync).
+    pub synced_run_id: String,
+    /// Highest origin sequence merged here (meaningful with `synced_run_id`).
+    pub applied_seq: u64,
+    /// Highest sequence the origin reported.
+    pub origin_last_seq: u64,
+    pub last_ack: Option<Instant>,
+    pub last_io: Option<Instant>,
+    /// Origin wall clock minus ours, from the last heartbeat.
+    pub skew_ms: i64,
+    pub initial_sync_done: bool,
+    pub partial_resyncs: u64,
+    pub full_resyncs: u64,
+    pub full_sync_bytes: u64,
+    pub stream_bytes: u64,
+    pub ops_applied: u64,
+    pub ops_superseded: u64,
+    /// HLCs from this origin too far ahead of our wall clock to move our clock.
+    pub skewed_receives: u64,
+    pub last_error: String,
+    pub down_since: Option<Instant>,
+    pub sync_keys: u64,
+}
+
+impl LinkStatus {
+    pub fn lag(&self) -> u64 {
+        self.origin_last_seq.saturating_sub(self.applied_seq)
+    }
+
+    /// Milliseconds since this node last acknowledged the origin's writes (0 if never).
+    pub fn last_ack_age_ms(&self) -> u64 {
+        self.last_ack.map_or(0, |t| t.elapsed().as_millis() as u64)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum LinkError {
+    #[error("failed to resolve {0}: {1}")]
+    Resolve(String, String),
+    #[error("failed to connect to {0}: {1}")]
+    Connect(String, String),
+    #[error("authentication failed: {0}")]
+    Auth(String),
+    #[error("origin refused the stream: {0}")]
+    Refused(String),
+    #[error("origin stream failed: {0}")]
+    Stream(String),
+    #[error("origin closed the stream")]
+    Closed,
+    #[error("no answer from the origin for {0:?}")]
+    Timeout(Duration),
+    #[error("protocol error: {0}")]
+    Protocol(&'static str),
+    #[error("server is shutting down")]
+    Stopped,
+}
+
+/// A running link; dropping it does not stop it, `stop` does.
+pub struct PeerLink {
+    status: Arc<Mutex<LinkStatus>>,
+    task: JoinHandle<()>,
+}
+
+impl PeerLink {
+    /// Starts a link; `previous` is the final status of an earlier link to the same peer,
+    /// whose position (origin run id, applied sequence) and counters it continues.
+    pub fn start(mesh: &Mesh, peer: PeerAddr, previous: Option<LinkStatus>) -> PeerLink {
+        let mut status = previous.unwrap_or_default();
+        status.phase = LinkPhase::Connecting;
+        status.down_since = Some(Instant::now());
+        status.last_ack = None;
+        let status = Arc::new(Mutex::new(status));
+        let ctx = LinkCtx { server: mesh.server.clone(), identity: mesh.identity.clone(), peer, status: status.clone() };
+        PeerLink { status, task: tokio::spawn(ctx.run()) }
+    }
+
+    pub fn status(&self) -> LinkStatus {
+        self.status.lock().clone()
+    }
+
+    /// Stops the link (its stream closes) and returns where it got to.
+    pub fn stop(self) -> LinkStatus {
+        self.task.abort();
+        self.status()
+    }
+}
+
+struct LinkCtx {
+    server: Weak<Server>,
+    identity: Identity,
+    peer: PeerAddr,
+    status: Arc<Mutex<LinkStatus>>,
+}
+
+impl LinkCtx {
+    async fn run(self) {
+        let mut backoff = MIN_BACKOFF;
+        loop {
+            self.status.lock().phase = LinkPhase::Connecting;
+            let mut welcomed = false;
+            let error = self.session(&mut welcomed).await;
+            if matches!(error, LinkError::Stopped) {
+                return;
+            }
+            if welcomed {
+                backoff = MIN_BACKOFF;
+            }
+            {
+                let mut s = self.status.lock();
+                if s.phase != LinkPhase::Down {
+                    s.down_since = Some(Instant::now());
+                }
+                s.phase = LinkPhase::Down;
+                s.last_error = error.to_string();
+            }
+            if welcomed {
+                warn!(peer = %self.peer.label(), error = %error, "mesh link lost; reconnecting");
+            } else {
+                debug!(peer = %self.peer.label(), error = %error, "mesh link failed");
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    async fn connect(&self) -> Result<MeshClient<Channel>, LinkError> {
+        let label = self.peer.label();
+        // Resolved at every connect: a restarted pod comes back with a new IP.
+        let addrs = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::lookup_host((self.peer.host.as_str(), self.peer.mesh_port)))
+            .await
+            .map_err(|_| LinkError::Resolve(label.clone(), "timed out".into()))?
+            .map_err(|e| LinkError::Resolve(label.clone(), e.to_string()))?;
+        let mut last = LinkError::Resolve(label.clone(), "no addresses".into());
+        for addr in addrs {
+            let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+                .map_err(|e| LinkError::Connect(label.clone(), e.to_string()))?
+                .connect_timeout(CONNECT_TIMEOUT)
+                .tcp_nodelay(true)
+                .http2_keep_alive_interval(Duration::from_secs(10))
+                .keep_alive_while_idle(true);
+            match endpoint.connect().await {
+                Ok(channel) => return Ok(MeshClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES)),
+                Err(e) => last = LinkError::Connect(format!("{label} ({addr})"), error_chain(&e)),
+            }
+        }
+        Err(last)
+    }
+
+    /// One connection: handshake, then merge until the stream fails. Returns why it ended.
+    async fn session(&self, welcomed: &mut bool) -> LinkError {
+        let Some(server) = self.server.upgrade() else { return LinkError::Stopped };
+        match self.stream(&server, welcomed).await {
+            Ok(()) => LinkError::Closed,
+            Err(e) => e,
+        }
+    }
+
+    async fn stream(&self, server: &Arc<Server>, welcomed: &mut bool) -> Result<(), LinkError> {
+        let (masterauth, repl_timeout) = {
+            let c = server.config.read();
+            (c.get("masterauth").to_string(), Duration::from_secs(c.int("repl-timeout").max(1) as u64))
+        };
+        let (origin_run_id, next_seq) = {
+            let s = self.status.lock();
+            (s.synced_run_id.clone(), s.applied_seq + 1)
+        };
+        let hello = pb::Hello {
+            node_name: self.identity.node_name.clone(),
+            node_id: self.identity.node_id,
+            password: masterauth,
+            origin_run_id: origin_run_id.clone(),
+            next_seq,
+        };
+        let (up, up_rx) = mpsc::channel(8);
+        let _ = up.try_send(pb::SubscriberMessage { body: Some(pb::subscriber_message::Body::Hello(hello)) });
+        let handshake = async {
+            let mut client = self.connect().await?;
+            let response = client.subscribe(ReceiverStream::new(up_rx)).await.map_err(|status| match status.code() {
+                tonic::Code::Unauthenticated => LinkError::Auth(status.message().to_string()),
+                tonic::Code::Unavailable | tonic::Code::Unknown => LinkError::Connect(self.peer.label(), status.message().to_string()),
+                _ => LinkError::Refused(status.message().to_string()),
+            })?;
+            let mut down = response.into_inner();
+            match down.message().await {
+                Ok(Some(pb::OriginMessage { body: Some(Body::Welcome(w)) })) => Ok((down, w)),
+                Ok(_) => Err(LinkError::Protocol("expected Welcome first")),
+                Err(status) => Err(LinkError::Stream(status.message().to_string())),
+            }
+        };
+        let (mut down, welcome) = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await.map_err(|_| LinkError::Timeout(HANDSHAKE_TIMEOUT))??;
+        *welcomed = true;
+        let full_sync = welcome.full_sync;
+        {
+            let mut s = self.status.lock();
+            s.node_name = welcome.node_name.clone();
+            s.run_id = welcome.run_id.clone();
+            s.last_io = Some(Instant::now());
+            s.last_error.clear();
+            if full_sync {
+                s.phase = LinkPhase::Syncing;
+                s.full_resyncs += 1;
+                // Until SyncDone this node holds no complete sync of this run.
+                s.synced_run_id.clear();
+            } else {
+                s.phase = LinkPhase::Connected;
+                s.partial_resyncs += 1;
+                s.down_since = None;
+            }
+        }
+        info!(peer = %self.peer.label(), origin = %welcome.node_name, full_sync, start_seq = welcome.start_seq, "mesh link established");
+        let mut session = Session {
+            server: server.clone(),
+            status: self.status.clone(),
+            up,
+            expected_seq: welcome.start_seq,
+            syncing: full_sync,
+            start_seq: welcome.start_seq,
+            run_id: welcome.run_id,
+            acked_seq: 0,
+            acked_at: Instant::now(),
+            last_io: Instant::now(),
+        };
+        let mut tick = tokio::time::interval(ACK_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                message = down.message() => match message {
+                    Ok(Some(m)) => session.handle(m).await?,
+                    Ok(None) => return Ok(()),
+                    Err(status) => return Err(LinkError::Stream(format!("{}: {}", status.code(), status.message()))),
+                },
+                _ = tick.tick() => {
+                    if session.last_io.elapsed() > repl_timeout {
+                        return Err(LinkError::Timeout(repl_timeout));
+                    }
+                    session.maybe_ack();
+                }
+            }
+        }
+    }
+}
+
+/// One established stream's state.
+struct Session {
+    server: Arc<Server>,
+    status: Arc<Mutex<LinkStatus>>,
+    up: mpsc::Sender<pb::SubscriberMessage>,
+    /// The sequence the next live batch must start at.
+    expected_seq: u64,
+    syncing: bool,
+    start_seq: u64,
+    run_id: String,
+    acked_seq: u64,
+    acked_at: Instant,
+    last_io: Instant,
+}
+
+impl Session {
+    async fn handle(&mut self, message: pb::OriginMessage) -> Result<(), LinkError> {
+        self.last_io = Instant::now();
+        let size = message.encoded_len() as u64;
+        match message.body {
+            Some(Body::Batch(batch)) => self.batch(batch, size).await?,
+            Some(Body::Heartbeat(hb)) => {
+                let skewed = !self.server.store.hlc.receive(hb.hlc);
+                let skew = hb.wall_ms as i64 - self.server.store.hlc.wall_ms() as i64;
+                let mut s = self.status.lock();
+                s.skew_ms = skew;
+                s.skewed_receives += skewed as u64;
+                s.origin_last_seq = s.origin_last_seq.max(hb.last_seq);
+                s.last_io = Some(self.last_io);
+            }
+            Some(Body::SyncDone(done)) => {
+                if !self.syncing {
+                    return Err(LinkError::Protocol("SyncDone outside a full sync"));
+                }
+                self.syncing = false;
+                let mut s = self.status.lock();
+                s.phase = LinkPhase::Connected;
+                s.initial_sync_done = true;
+                s.synced_run_id = self.run_id.clone();
+                s.applied_seq = self.start_seq.saturating_sub(1);
+                s.origin_last_seq = s.origin_last_seq.max(s.applied_seq);
+                s.sync_keys = done.keys;
+                s.down_since = None;
+                info!(origin = %s.node_name, keys = done.keys, bytes = done.bytes, "full sync finished");
+            }
+            Some(Body::Welcome(_)) => return Err(LinkError::Protocol("a second Welcome")),
+            None => {}
+        }
+        self.maybe_ack();
+        Ok(())
+    }
+
+    async fn batch(&mut self, batch: pb::Batch, size: u64) -> Result<(), LinkError> {
+        let snapshot = batch.first_seq == 0;
+        if snapshot && !self.syncing {
+            return Err(LinkError::Protocol("snapshot batch outside a full sync"));
+        }
+        if !snapshot && batch.first_seq != self.expected_seq {
+            return Err(LinkError::Protocol("live batch does not continue the stream"));
+        }
+        if !snapshot && self.syncing {
+            return Err(LinkError::Protocol("live batch before SyncDone"));
+        }
+        let skewed = !self.server.store.hlc.receive(batch.hlc);
+        let count = batch.ops.len() as u64;
+        let (applied, superseded) = if batch.ops.len() <= INLINE_APPLY_OPS {
+            apply_all(&self.server, &batch.ops)
+        } else {
+            let server = self.server.clone();
+            let ops = batch.ops;
+            tokio::task::spawn_blocking(move || apply_all(&server, &ops)).await.map_err(|_| LinkError::Stopped)?
+        };
+        let mut s = self.status.lock();
+        s.skewed_receives += skewed as u64;
+        s.ops_applied += applied;
+        s.ops_superseded += superseded;
+        s.last_io = Some(self.last_io);
+        if snapshot {
+            s.full_sync_bytes += size;
+        } else {
+            s.stream_bytes += size;
+            if count > 0 {
+                self.expected_seq = batch.first_seq + count;
+                s.applied_seq = self.expected_seq - 1;
+                s.origin_last_seq = s.origin_last_seq.max(s.applied_seq);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends an Ack when progress was made (at most every `ACK_INTERVAL`, or after
+    /// `ACK_EVERY_OPS`), and a keepalive Ack every `ACK_KEEPALIVE` regardless.
+    fn maybe_ack(&mut self) {
+        let applied = if self.syncing { 0 } else { self.status.lock().applied_seq };
+        let since = self.acked_at.elapsed();
+        let progressed = applied > self.acked_seq;
+        let due = (progressed && (since >= ACK_INTERVAL || applied - self.acked_seq >= ACK_EVERY_OPS)) || since >= ACK_KEEPALIVE;
+        if !due {
+            return;
+        }
+        let ack = pb::Ack { applied_seq: applied, hlc: self.server.store.hlc.now() };
+        // Never block merging on the ack channel: a full channel just skips this ack.
+        if self.up.try_send(pb::SubscriberMessage { body: Some(pb::subscriber_message::Body::Ack(ack)) }).is_ok() {
+            self.acked_seq = applied;
+            self.acked_at = Instant::now();
+            self.status.lock().last_ack = Some(self.acked_at);
+        }
+    }
+}
+
+/// Merges ops into the keyspace; returns (applied, superseded).
+fn apply_all(server: &Server, ops: &[pb::Op]) -> (u64, u64) {
+    let (mut applied, mut superseded) = (0, 0);
+    for op in ops {
+        match apply_op(&server.store, op) {
+            ApplyOutcome::Applied => applied += 1,
+            ApplyOutcome::Superseded => superseded += 1,
+            ApplyOutcome::Publish { channel, message } => {
+                server.pubsub.publish(&channel, &message);
+                applied += 1;
+            }
+        }
+    }
+    (applied, superseded)
+}
+
+/// An error with its sources ("transport error: connection refused").
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

@@ -1,0 +1,115 @@
+//! The mesh's Prometheus metrics, registered on the server's registry and refreshed from the
+//! links' and subscribers' state when `/metrics` is scraped (nothing on the hot path).
+
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
+
+use super::{LinkPhase, Mesh};
+
+pub struct MeshMetrics {
+    lag: IntGaugeVec,
+    link_state: IntGaugeVec,
+    last_ack_age: IntGaugeVec,
+    skew: IntGaugeVec,
+    resyncs: IntCounterVec,
+    received_bytes: IntCounterVec,
+    skewed_receives: IntCounter,
+    subscribers: IntGauge,
+    backlog_bytes: IntGauge,
+    ready: IntGauge,
+}
+
+fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: T) -> T {
+    registry.register(Box::new(metric.clone())).expect("mesh metric names are unique");
+    metric
+}
+
+fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    register(registry, IntGaugeVec::new(Opts::new(name, help), labels).expect("static metric"))
+}
+
+fn counter_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    register(registry, IntCounterVec::new(Opts::new(name, help), labels).expect("static metric"))
+}
+
+impl MeshMetrics {
+    pub fn new(registry: &Registry) -> MeshMetrics {
+        MeshMetrics {
+            lag: gauge_vec(registry, "keymesh_mesh_peer_lag_ops", "Ops the peer originated that this node has not merged yet.", &["peer"]),
+            link_state: gauge_vec(
+                registry,
+                "keymesh_mesh_peer_link_state",
+                "1 for the link's current state (connecting, syncing, connected, down).",
+                &["peer", "state"],
+            ),
+            last_ack_age: gauge_vec(
+                registry,
+                "keymesh_mesh_peer_last_ack_age_ms",
+                "Milliseconds since this node last acknowledged the peer's writes.",
+                &["peer"],
+            ),
+            skew: gauge_vec(registry, "keymesh_mesh_peer_clock_skew_ms", "The peer's wall clock minus this node's, from its last heartbeat.", &["peer"]),
+            resyncs: counter_vec(
+                registry,
+                "keymesh_mesh_resyncs_total",
+                "Streams established with a peer, by kind (partial: resumed from the backlog; full: snapshot).",
+                &["peer", "kind"],
+            ),
+            received_bytes: counter_vec(
+                registry,
+                "keymesh_mesh_received_bytes_total",
+                "Bytes received from a peer, by kind (full: snapshot; stream: live and partial-resync batches).",
+                &["peer", "kind"],
+            ),
+            skewed_receives: register(
+                registry,
+                IntCounter::new(
+                    "keymesh_clock_skewed_receives_total",
+                    "Remote HLC timestamps too far ahead of this node's wall clock to move its clock (max-clock-skew-ms).",
+                )
+                .expect("static metric"),
+            ),
+            subscribers: register(registry, IntGauge::new("keymesh_mesh_subscribers", "Peers streaming this node's writes.").expect("static metric")),
+            backlog_bytes: register(registry, IntGauge::new("keymesh_mesh_backlog_bytes", "Bytes held in the replication backlog.").expect("static metric")),
+            ready: register(registry, IntGauge::new("keymesh_ready", "1 when the node is ready for client traffic (see /readyz).").expect("static metric")),
+        }
+    }
+
+    pub fn refresh(&self, mesh: &Mesh) {
+        for (peer, s) in mesh.link_statuses() {
+            let label = peer.label();
+            let l = label.as_str();
+            self.lag.with_label_values(&[l]).set(s.lag() as i64);
+            self.last_ack_age.with_label_values(&[l]).set(s.last_ack_age_ms() as i64);
+            self.skew.with_label_values(&[l]).set(s.skew_ms);
+            for phase in LinkPhase::ALL {
+                self.link_state.with_label_values(&[l, phase.as_str()]).set((phase == s.phase) as i64);
+            }
+            sync(&self.resyncs.with_label_values(&[l, "partial"]), s.partial_resyncs);
+            sync(&self.resyncs.with_label_values(&[l, "full"]), s.full_resyncs);
+            sync(&self.received_bytes.with_label_values(&[l, "full"]), s.full_sync_bytes);
+            sync(&self.received_bytes.with_label_values(&[l, "stream"]), s.stream_bytes);
+        }
+        sync(&self.skewed_receives, mesh.store.hlc.skewed_receives());
+        self.subscribers.set(mesh.subscriber_infos().len() as i64);
+        self.backlog_bytes.set(mesh.log.held_bytes() as i64);
+        self.ready.set(mesh.readiness().is_ok() as i64);
+    }
+
+    /// Drops a removed peer's gauges. Its counters stay: a re-added peer continues them
+    /// (the mesh keeps a removed link's totals).
+    pub fn forget_peer(&self, label: &str) {
+        let _ = self.lag.remove_label_values(&[label]);
+        let _ = self.last_ack_age.remove_label_values(&[label]);
+        let _ = self.skew.remove_label_values(&[label]);
+        for phase in LinkPhase::ALL {
+            let _ = self.link_state.remove_label_values(&[label, phase.as_str()]);
+        }
+    }
+}
+
+fn sync(counter: &IntCounter, total: u64) {
+    let current = counter.get();
+    if total > current {
+        counter.inc_by(total - current);
+    }
+}

@@ -1,0 +1,318 @@
+//! The replication mesh's transport: the gRPC `Mesh` service other nodes subscribe to
+//! (`origin`), one `PeerLink` per configured peer that subscribes to that peer's writes
+//! (`link`), and the operator's `Admin` service (`admin`). The data side — the backlog, the
+//! merges, the snapshot — lives in `crate::repl`.
+//!
+//! `Mesh` owns the peer links, keyed by `(host, mesh port)`; `set_peers` replaces the whole
+//! list, `add_peer`/`clear_peers` serve `REPLICAOF`. It answers readiness (DESIGN.md,
+//! "Readiness"), `INFO replication`, `ROLE` and the admin `Status`.
+//!
+//! Guarantees: a removed link's task is aborted (its stream closes); the position it reached
+//! (origin run id and applied sequence) is remembered per peer, so re-adding a peer resumes by
+//! partial resync while the origin's backlog still holds what it missed.
+
+pub mod admin;
+mod info;
+pub mod link;
+mod metrics;
+pub mod origin;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use keymesh_proto as pb;
+use parking_lot::Mutex;
+use tokio::net::TcpListener;
+use tracing::{info, warn};
+
+use crate::db::Store;
+use crate::hlc::NodeId;
+use crate::repl::log::ReplLog;
+use crate::server::Server;
+pub use link::{LinkPhase, LinkStatus, PeerLink};
+pub use metrics::MeshMetrics;
+pub use origin::SubscriberInfo;
+
+/// How long a starting node waits for a configured peer to answer before it declares itself
+/// ready without a sync (the cold start of a whole cluster: nobody has data to give). A peer
+/// that answers within the grace period must finish its sync before the node is ready.
+pub const STARTUP_GRACE: Duration = Duration::from_secs(10);
+
+/// By convention (as Redis Cluster's bus) a node's mesh port is its client port + 10000.
+pub const MESH_PORT_OFFSET: u16 = 10000;
+
+/// The largest message a link accepts from an origin: snapshot batches carry whole keys.
+pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
+
+/// A peer: where its mesh port is. `client_port` is what `REPLICAOF` named, for `INFO`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PeerAddr {
+    pub host: String,
+    pub mesh_port: u16,
+}
+
+impl PeerAddr {
+    /// The peer named by `REPLICAOF host port` (its client port).
+    pub fn from_client_port(host: &str, port: u16) -> Result<PeerAddr, String> {
+        let mesh_port = port.checked_add(MESH_PORT_OFFSET).ok_or_else(|| format!("port {port} + {MESH_PORT_OFFSET} is not a valid mesh port"))?;
+        Ok(PeerAddr { host: host.to_string(), mesh_port })
+    }
+
+    /// The client port by convention (mesh port − 10000), for `INFO` and `ROLE`.
+    pub fn client_port(&self) -> u16 {
+        self.mesh_port.checked_sub(MESH_PORT_OFFSET).unwrap_or(self.mesh_port)
+    }
+
+    pub fn label(&self) -> String {
+        format!("{}:{}", self.host, self.mesh_port)
+    }
+}
+
+/// Who this node is on the mesh.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub node_name: String,
+    pub node_id: NodeId,
+    pub run_id: String,
+}
+
+pub struct Mesh {
+    pub identity: Identity,
+    pub store: Arc<Store>,
+    pub log: Arc<ReplLog>,
+    server: Weak<Server>,
+    links: Mutex<BTreeMap<PeerAddr, PeerLink>>,
+    /// The last status of removed links: where they got to (for a partial resync when the
+    /// peer is added again) and their counters.
+    removed: Mutex<BTreeMap<PeerAddr, LinkStatus>>,
+    pub(crate) subscribers: Mutex<Vec<Arc<SubscriberInfo>>>,
+    listeners: Mutex<Vec<TcpListener>>,
+    /// When the current peer list was first configured (the grace period runs from here).
+    peers_since: Mutex<Instant>,
+    /// Latched once the node has been ready: losing peers later does not take it out of
+    /// service (every node holds all data and accepts writes).
+    ready_latched: AtomicBool,
+    started: AtomicBool,
+    pub metrics: MeshMetrics,
+}
+
+impl Mesh {
+    pub fn new(server: Weak<Server>, store: Arc<Store>, log: Arc<ReplLog>, identity: Identity, registry: &prometheus::Registry) -> Mesh {
+        Mesh {
+            identity,
+            store,
+            log,
+            server,
+            links: Mutex::new(BTreeMap::new()),
+            removed: Mutex::new(BTreeMap::new()),
+            subscribers: Mutex::new(Vec::new()),
+            listeners: Mutex::new(Vec::new()),
+            peers_since: Mutex::new(Instant::now()),
+            ready_latched: AtomicBool::new(false),
+            started: AtomicBool::new(false),
+            metrics: MeshMetrics::new(registry),
+        }
+    }
+
+    pub(crate) fn server(&self) -> Option<Arc<Server>> {
+        self.server.upgrade()
+    }
+
+    /// Binds the mesh port on every address the client port is bound to (`server::bind`).
+    pub fn bind(&self, addrs: &[SocketAddr], mesh_port: u16) -> Result<u16, (SocketAddr, std::io::Error)> {
+        let mut listeners = Vec::new();
+        let mut port = mesh_port;
+        for addr in addrs {
+            let addr = SocketAddr::new(addr.ip(), port);
+            let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() };
+            let listener = socket.and_then(|s| {
+                s.set_reuseaddr(true)?;
+                s.bind(addr)?;
+                s.listen(511)
+            });
+            let listener = listener.map_err(|e| (addr, e))?;
+            port = listener.local_addr().map(|a| a.port()).unwrap_or(port);
+            listeners.push(listener);
+        }
+        *self.listeners.lock() = listeners;
+        Ok(port)
+    }
+
+    /// Serves the Mesh and Admin services on the bound listeners and starts the links of the
+    /// configured peers. Called once, from `server::run`.
+    pub fn start(self: &Arc<Self>, server: &Arc<Server>, peers: Vec<PeerAddr>) {
+        if self.started.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        for listener in std::mem::take(&mut *self.listeners.lock()) {
+            let local = listener.local_addr().ok();
+            let routes = tonic::service::Routes::new(origin::service(self.clone())).add_service(admin::service(server.clone()));
+            let mut stop = server.shutdown_signal();
+            tokio::spawn(async move {
+                use tokio_stream::StreamExt;
+                let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|s| {
+                    if let Ok(s) = &s {
+                        let _ = s.set_nodelay(true);
+                    }
+                    s
+                });
+                let mut builder = tonic::transport::Server::builder().http2_keepalive_interval(Some(Duration::from_secs(10)));
+                let serve = builder.add_routes(routes).serve_with_incoming_shutdown(incoming, async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                });
+                if let Err(e) = serve.await {
+                    warn!(addr = ?local, error = %e, "mesh port stopped serving");
+                }
+            });
+            info!(addr = ?local, "mesh port listening");
+        }
+        self.set_peers(peers);
+    }
+
+    /// Replaces the whole peer list: starts links to new peers, stops removed ones.
+    pub fn set_peers(&self, peers: Vec<PeerAddr>) -> Vec<PeerAddr> {
+        let wanted: std::collections::BTreeSet<PeerAddr> = peers.into_iter().collect();
+        let mut links = self.links.lock();
+        if links.is_empty() && !wanted.is_empty() {
+            *self.peers_since.lock() = Instant::now();
+        }
+        let removed: Vec<PeerAddr> = links.keys().filter(|p| !wanted.contains(*p)).cloned().collect();
+        for peer in removed {
+            if let Some(link) = links.remove(&peer) {
+                self.forget_link(&peer, link);
+            }
+        }
+        let added: Vec<PeerAddr> = wanted.iter().filter(|p| !links.contains_key(*p)).cloned().collect();
+        if !added.is_empty() {
+            self.store.enable_replication();
+        }
+        for peer in added {
+            let previous = self.removed.lock().remove(&peer);
+            info!(peer = %peer.label(), "adding mesh peer");
+            links.insert(peer.clone(), PeerLink::start(self, peer, previous));
+        }
+        links.keys().cloned().collect()
+    }
+
+    pub fn add_peer(&self, peer: PeerAddr) {
+        let mut peers = self.peers();
+        if !peers.contains(&peer) {
+            peers.push(peer);
+            self.set_peers(peers);
+        }
+    }
+
+    pub fn clear_peers(&self) {
+        self.set_peers(Vec::new());
+    }
+
+    pub fn peers(&self) -> Vec<PeerAddr> {
+        self.links.lock().keys().cloned().collect()
+    }
+
+    fn forget_link(&self, peer: &PeerAddr, link: PeerLink) {
+        info!(peer = %peer.label(), "removing mesh peer");
+        self.removed.lock().insert(peer.clone(), link.stop());
+        self.metrics.forget_peer(&peer.label());
+    }
+
+    /// Snapshots of every link's status, in peer order.
+    pub fn link_statuses(&self) -> Vec<(PeerAddr, LinkStatus)> {
+        self.links.lock().iter().map(|(p, l)| (p.clone(), l.status())).collect()
+    }
+
+    /// DESIGN.md, "Readiness": ready once the node has finished its initial sync from at least
+    /// one configured peer, or has no peers, or none of them answered within `STARTUP_GRACE`
+    /// (and none is syncing now). Once ready it stays ready.
+    pub fn readiness(&self) -> Result<(), String> {
+        if self.ready_latched.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let statuses = self.link_statuses();
+        let ready = if statuses.is_empty() || statuses.iter().any(|(_, s)| s.initial_sync_done) {
+            Ok(())
+        } else {
+            let waited = self.peers_since.lock().elapsed();
+            let syncing = statuses.iter().filter(|(_, s)| s.phase == LinkPhase::Syncing).count();
+            if waited >= STARTUP_GRACE && syncing == 0 {
+                Ok(())
+            } else if syncing > 0 {
+                Err(format!("initial sync in progress from {syncing} of {} peers", statuses.len()))
+            } else {
+                Err(format!(
+                    "waiting for an initial sync from one of {} peers ({}s grace left)",
+                    statuses.len(),
+                    STARTUP_GRACE.saturating_sub(waited).as_secs()
+                ))
+            }
+        };
+        if ready.is_ok() {
+            self.ready_latched.store(true, Ordering::Relaxed);
+        }
+        ready
+    }
+
+    /// Has the node finished an initial sync from some peer (or needs none)?
+    pub fn synced(&self) -> bool {
+        let statuses = self.link_statuses();
+        statuses.is_empty() || statuses.iter().any(|(_, s)| s.initial_sync_done)
+    }
+
+    /// The admin API's view of this node.
+    pub fn status(&self) -> pb::NodeStatus {
+        let peers = self
+            .link_statuses()
+            .into_iter()
+            .map(|(peer, s)| pb::PeerStatus {
+                peer: Some(pb::Peer { host: peer.host.clone(), port: peer.mesh_port as u32 }),
+                node_name: s.node_name.clone(),
+                run_id: s.run_id.clone(),
+                link: s.phase.as_str().to_string(),
+                lag_ops: s.lag(),
+                last_ack_age_ms: s.last_ack_age_ms(),
+                clock_skew_ms: s.skew_ms,
+                initial_sync_done: s.initial_sync_done,
+            })
+            .collect();
+        let store = &self.store;
+        pb::NodeStatus {
+            node_name: self.identity.node_name.clone(),
+            run_id: self.identity.run_id.clone(),
+            ready: self.readiness().is_ok(),
+            synced: self.synced(),
+            peers,
+            keys: (0..store.databases()).map(|db| store.dbsize(db) as u64).sum(),
+            used_memory: crate::memory::used_memory(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            skewed_receives: store.hlc.skewed_receives(),
+        }
+    }
+
+    /// The origin side: who subscribes to this node's writes.
+    pub fn subscriber_infos(&self) -> Vec<Arc<SubscriberInfo>> {
+        self.subscribers.lock().clone()
+    }
+
+    /// Copies link and subscriber state into the Prometheus metrics (before a scrape).
+    pub fn refresh_metrics(&self) {
+        self.metrics.refresh(self);
+    }
+
+    /// The `# Replication` section of `INFO`, with KeyDB's fields.
+    pub fn info_replication(&self) -> String {
+        info::replication(self)
+    }
+
+    /// The `ROLE` reply, as KeyDB gives it.
+    pub fn role(&self) -> crate::frame::Frame {
+        info::role(self)
+    }
+
+    pub(crate) fn repl_timeout(&self) -> Duration {
+        let secs = self.server().map_or(60, |s| s.config.read().int("repl-timeout").max(1) as u64);
+        Duration::from_secs(secs)
+    }
+}

@@ -1,0 +1,258 @@
+//! The origin side of the mesh: the gRPC `Mesh` service that streams this node's own writes
+//! to each subscriber.
+//!
+//! A subscriber sends `Hello`; the origin checks `requirepass`, then answers `Welcome` and
+//! either resumes from the sequence asked for (same run id, still in the backlog: a partial
+//! resync) or runs a full sync: note the log's next sequence *before* scanning, stream the
+//! fuzzy snapshot (`Batch` with `first_seq` 0), `SyncDone`, then the live stream from the
+//! noted sequence. Because merging is idempotent, ops that land in both the snapshot and the
+//! live stream are harmless, and nothing written after the noted sequence is missed.
+//!
+//! Backpressure: every message goes through a bounded channel, so a slow subscriber slows
+//! its own stream (and, if it falls out of the backlog, gets an error and full-syncs on
+//! reconnect) instead of growing memory. A subscriber that sends nothing (Acks are sent at
+//! least every second) for `repl-timeout` is dropped.
+
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use keymesh_proto as pb;
+use keymesh_proto::mesh_server::MeshServer;
+use keymesh_proto::origin_message::Body;
+use parking_lot::Mutex;
+use prost::Message;
+use tokio::sync::{mpsc, Notify};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+use tracing::{debug, info};
+
+use super::Mesh;
+use crate::repl::log::Resume;
+
+/// Live batches carry at most this many ops.
+const BATCH_OPS: usize = 512;
+/// Snapshot batches are cut to at most this many ops.
+const SNAPSHOT_BATCH_OPS: usize = 512;
+/// Heartbeats go out this often while the subscriber is caught up.
+pub const HEARTBEAT: Duration = Duration::from_millis(200);
+/// Messages buffered per subscriber before the stream waits for it.
+const CHANNEL_DEPTH: usize = 16;
+/// How long a new stream may take to send its Hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One subscriber of this node's writes, as the origin sees it.
+#[derive(Debug)]
+pub struct SubscriberInfo {
+    pub id: u64,
+    pub node_name: String,
+    pub node_id: u32,
+    pub addr: Option<SocketAddr>,
+    pub connected_at: Instant,
+    pub full_sync: bool,
+    /// Still sending the snapshot.
+    pub syncing: AtomicBool,
+    /// Highest sequence the subscriber acknowledged.
+    pub applied_seq: AtomicU64,
+    pub last_ack: Mutex<Instant>,
+    /// The subscriber's HLC wall time minus ours, from its last Ack.
+    pub skew_ms: AtomicI64,
+    /// Set when its Ack stream ended or went silent.
+    gone: Notify,
+}
+
+impl SubscriberInfo {
+    pub fn last_ack_age(&self) -> Duration {
+        self.last_ack.lock().elapsed()
+    }
+}
+
+pub fn service(mesh: Arc<Mesh>) -> MeshServer<OriginService> {
+    MeshServer::new(OriginService { mesh }).max_decoding_message_size(4 << 20)
+}
+
+pub struct OriginService {
+    mesh: Arc<Mesh>,
+}
+
+static NEXT_SUBSCRIBER: AtomicU64 = AtomicU64::new(1);
+
+type OriginStream = ReceiverStream<Result<pb::OriginMessage, Status>>;
+
+#[tonic::async_trait]
+impl pb::mesh_server::Mesh for OriginService {
+    type SubscribeStream = OriginStream;
+
+    async fn subscribe(&self, request: Request<Streaming<pb::SubscriberMessage>>) -> Result<Response<OriginStream>, Status> {
+        let addr = request.remote_addr();
+        let mut inbound = request.into_inner();
+        let hello = match tokio::time::timeout(HELLO_TIMEOUT, inbound.message()).await {
+            Ok(Ok(Some(pb::SubscriberMessage { body: Some(pb::subscriber_message::Body::Hello(h)) }))) => h,
+            Ok(Ok(_)) => return Err(Status::invalid_argument("the first message must be Hello")),
+            Ok(Err(status)) => return Err(status),
+            Err(_) => return Err(Status::deadline_exceeded("no Hello received")),
+        };
+        let mesh = &self.mesh;
+        let requirepass = mesh.server().map(|s| s.config.read().get("requirepass").to_string()).unwrap_or_default();
+        if !requirepass.is_empty() && !constant_time_eq(hello.password.as_bytes(), requirepass.as_bytes()) {
+            info!(subscriber = %hello.node_name, ?addr, "mesh subscriber refused: wrong masterauth");
+            return Err(Status::unauthenticated("invalid password: the subscriber's masterauth must equal this node's requirepass"));
+        }
+        // Record our writes from now on, before noting where the stream starts.
+        mesh.store.enable_replication();
+        let resume = if hello.origin_run_id == mesh.identity.run_id { mesh.log.resume(hello.next_seq) } else { Resume::FullSync(0) };
+        let (full_sync, start_seq) = match resume {
+            Resume::From(seq) => (false, seq),
+            // Noted before the scan starts: everything from here on is streamed live.
+            Resume::FullSync(_) => (true, mesh.log.next_seq()),
+        };
+        let info = Arc::new(SubscriberInfo {
+            id: NEXT_SUBSCRIBER.fetch_add(1, Ordering::Relaxed),
+            node_name: hello.node_name.clone(),
+            node_id: hello.node_id,
+            addr,
+            connected_at: Instant::now(),
+            full_sync,
+            syncing: AtomicBool::new(full_sync),
+            applied_seq: AtomicU64::new(if full_sync { 0 } else { start_seq.saturating_sub(1) }),
+            last_ack: Mutex::new(Instant::now()),
+            skew_ms: AtomicI64::new(0),
+            gone: Notify::new(),
+        });
+        info!(subscriber = %hello.node_name, ?addr, full_sync, start_seq, "mesh subscriber connected");
+        let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
+        let welcome = pb::Welcome {
+            run_id: mesh.identity.run_id.clone(),
+            node_name: mesh.identity.node_name.clone(),
+            node_id: mesh.identity.node_id,
+            full_sync,
+            start_seq,
+        };
+        let _ = tx.try_send(Ok(message(Body::Welcome(welcome))));
+        mesh.subscribers.lock().push(info.clone());
+        let acks = tokio::spawn(read_acks(mesh.clone(), inbound, info.clone()));
+        let mesh = mesh.clone();
+        tokio::spawn(async move {
+            let ended = stream_to(&mesh, &info, &tx, full_sync, start_seq).await;
+            acks.abort();
+            mesh.subscribers.lock().retain(|s| s.id != info.id);
+            if let Err(status) = ended {
+                let _ = tx.send(Err(status)).await;
+            }
+            info!(subscriber = %info.node_name, "mesh subscriber disconnected");
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+fn message(body: Body) -> pb::OriginMessage {
+    pb::OriginMessage { body: Some(body) }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Records Acks; wakes the stream task when the subscriber goes away or goes silent.
+async fn read_acks(mesh: Arc<Mesh>, mut inbound: Streaming<pb::SubscriberMessage>, info: Arc<SubscriberInfo>) {
+    let timeout = mesh.repl_timeout();
+    loop {
+        match tokio::time::timeout(timeout, inbound.message()).await {
+            Ok(Ok(Some(pb::SubscriberMessage { body: Some(pb::subscriber_message::Body::Ack(ack)) }))) => {
+                info.applied_seq.fetch_max(ack.applied_seq, Ordering::Relaxed);
+                *info.last_ack.lock() = Instant::now();
+                let skew = crate::hlc::physical_ms(ack.hlc) as i64 - mesh.store.hlc.wall_ms() as i64;
+                info.skew_ms.store(skew, Ordering::Relaxed);
+            }
+            Ok(Ok(Some(_))) => {}
+            Ok(Ok(None)) | Ok(Err(_)) => break,
+            Err(_) => {
+                debug!(subscriber = %info.node_name, "subscriber silent for repl-timeout; dropping it");
+                break;
+            }
+        }
+    }
+    info.gone.notify_one();
+}
+
+/// Streams the snapshot (if any), then live ops until the subscriber goes away. An `Err` is
+/// sent to the subscriber as the stream's status.
+async fn stream_to(
+    mesh: &Arc<Mesh>,
+    info: &Arc<SubscriberInfo>,
+    tx: &mpsc::Sender<Result<pb::OriginMessage, Status>>,
+    full_sync: bool,
+    start_seq: u64,
+) -> Result<(), Status> {
+    if full_sync {
+        let done = send_snapshot(mesh, tx.clone()).await?;
+        if tx.send(Ok(message(Body::SyncDone(done)))).await.is_err() {
+            return Ok(());
+        }
+        info.syncing.store(false, Ordering::Relaxed);
+    }
+    let log = &mesh.log;
+    let mut seq = start_seq;
+    let mut last_heartbeat = Instant::now() - HEARTBEAT;
+    let mut gone = pin!(info.gone.notified());
+    loop {
+        // Registered before reading, so an append between the read and the wait wakes us.
+        let mut appended = pin!(log.appended.notified());
+        appended.as_mut().enable();
+        let Some(ops) = log.read(seq, BATCH_OPS) else {
+            return Err(Status::out_of_range(format!("sequence {seq} fell out of the backlog (repl-backlog-size); reconnect for a full sync")));
+        };
+        if let Some(&(last, _)) = ops.last() {
+            let batch = pb::Batch { first_seq: seq, ops: ops.into_iter().map(|(_, op)| op).collect(), hlc: mesh.store.hlc.now() };
+            seq = last + 1;
+            if tx.send(Ok(message(Body::Batch(batch)))).await.is_err() {
+                return Ok(());
+            }
+        }
+        if last_heartbeat.elapsed() >= HEARTBEAT {
+            last_heartbeat = Instant::now();
+            let hb = pb::Heartbeat { hlc: mesh.store.hlc.now(), last_seq: log.next_seq().saturating_sub(1), wall_ms: mesh.store.hlc.wall_ms() };
+            if tx.send(Ok(message(Body::Heartbeat(hb)))).await.is_err() {
+                return Ok(());
+            }
+        }
+        if seq < log.next_seq() {
+            continue;
+        }
+        tokio::select! {
+            _ = &mut appended => {}
+            _ = tokio::time::sleep(HEARTBEAT.saturating_sub(last_heartbeat.elapsed())) => {}
+            _ = &mut gone => return Ok(()),
+            _ = tx.closed() => return Ok(()),
+        }
+    }
+}
+
+/// Runs the fuzzy keyspace scan on a blocking thread, sending batches as it goes.
+async fn send_snapshot(mesh: &Arc<Mesh>, tx: mpsc::Sender<Result<pb::OriginMessage, Status>>) -> Result<pb::SyncDone, Status> {
+    let store = mesh.store.clone();
+    let scan = tokio::task::spawn_blocking(move || {
+        let mut bytes = 0u64;
+        let mut open = true;
+        let (keys, _ops) = crate::repl::snapshot::snapshot(&store, &mut |ops: Vec<pb::Op>| {
+            if !open {
+                return;
+            }
+            let mut ops = ops.into_iter().peekable();
+            while ops.peek().is_some() {
+                let chunk: Vec<pb::Op> = ops.by_ref().take(SNAPSHOT_BATCH_OPS).collect();
+                let batch = pb::Batch { first_seq: 0, ops: chunk, hlc: store.hlc.now() };
+                bytes += batch.encoded_len() as u64;
+                // The subscriber went away: finish the scan cheaply without sending.
+                if tx.blocking_send(Ok(message(Body::Batch(batch)))).is_err() {
+                    open = false;
+                    return;
+                }
+            }
+        });
+        pb::SyncDone { keys, bytes }
+    });
+    scan.await.map_err(|e| Status::internal(format!("snapshot failed: {e}")))
+}

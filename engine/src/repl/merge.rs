@@ -1,0 +1,403 @@
+//! Merging a peer's effect into the keyspace.
+//!
+//! Every key is a lattice: a key tombstone (`cleared`: everything older is dead), plus the
+//! register or per-field/per-member registers of its type, each ordered by `Version`. Merging
+//! an effect takes the newer of each register, so `apply_op` is commutative, associative and
+//! idempotent: peers that receive the same effects in any order, with duplicates, converge
+//! (property-tested in `tests`). The rules, from DESIGN.md's merge table:
+//! - a whole-key write (string, list, whole collection, delete, flush) at version v kills every
+//!   older field, member, counter contribution and value of any type;
+//! - when two types meet, the newer key write wins whole;
+//! - fields and members merge one by one, tombstones included;
+//! - counters merge per-origin totals by maximum over the same base;
+//! - expiry is its own LWW register (deadline, version).
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use keymesh_proto as pb;
+
+use super::effects::from_pb;
+use crate::db::counter::Counter;
+use crate::db::entry::{Collection, Field, ListValue};
+use crate::db::zset::SortedSet;
+use crate::db::{Entry, Expiry, Shard, Store, Value, SHARDS_PER_DB};
+use crate::hlc::Version;
+
+/// What merging one effect did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApplyOutcome {
+    /// It changed the keyspace.
+    Applied,
+    /// Everything in it was older than what the node holds.
+    Superseded,
+    /// A published message: the caller delivers it to this node's subscribers.
+    Publish { channel: Bytes, message: Bytes },
+}
+
+/// Merges one effect from a peer.
+pub fn apply_op(store: &Store, op: &pb::Op) -> ApplyOutcome {
+    use pb::op::Effect;
+    let Some(effect) = &op.effect else { return ApplyOutcome::Superseded };
+    let db = op.db as usize;
+    if db >= store.databases() {
+        return ApplyOutcome::Superseded;
+    }
+    if let Effect::Publish(p) = effect {
+        return ApplyOutcome::Publish { channel: Bytes::from(p.channel.clone()), message: Bytes::from(p.message.clone()) };
+    }
+    if let Effect::FlushDb(f) = effect {
+        return flush_db(store, db, from_pb(f.version.as_ref()));
+    }
+    let flushed = *store.db(db).flushed.lock();
+    let key = &op.key[..];
+    let mut shard = store.lock_shard(db, store.shard_of(key));
+    let changed = match effect {
+        Effect::StringSet(s) => whole_write(store, db, &mut shard, key, Value::string(&s.value), from_pb(s.version.as_ref()), flushed),
+        Effect::List(l) => {
+            let list = ListValue { items: l.items.iter().map(|i| Bytes::copy_from_slice(i)).collect(), cleared: Version::ZERO };
+            whole_write(store, db, &mut shard, key, Value::List(Box::new(list)), from_pb(l.version.as_ref()), flushed)
+        }
+        Effect::Delete(d) => delete(store, db, &mut shard, key, from_pb(d.version.as_ref()), flushed),
+        Effect::Expire(e) => expire(store, db, &mut shard, key, e.deadline_ms, from_pb(e.version.as_ref())),
+        Effect::Hash(h) => merge_fields(store, db, &mut shard, key, flushed, FieldsOp::Hash(h)),
+        Effect::Set(s) => merge_fields(store, db, &mut shard, key, flushed, FieldsOp::Set(s)),
+        Effect::Zset(z) => merge_fields(store, db, &mut shard, key, flushed, FieldsOp::ZSet(z)),
+        Effect::Counter(c) => merge_counter(store, db, &mut shard, key, c, flushed),
+        Effect::KeyState(_) | Effect::Publish(_) | Effect::FlushDb(_) => false,
+    };
+    if changed {
+        shard.touch(key);
+        store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+        ApplyOutcome::Applied
+    } else {
+        ApplyOutcome::Superseded
+    }
+}
+
+/// The newest write a value holds (its key version, or its newest field).
+fn newest(entry: &Entry) -> Version {
+    match &entry.value {
+        Value::Counter(c) => c.newest().max(entry.version()),
+        _ => entry.version(),
+    }
+}
+
+fn tombstone(shard: &Shard, key: &[u8]) -> Version {
+    shard.tombstones.get(key).copied().unwrap_or(Version::ZERO)
+}
+
+/// Kills everything in `entry` older than `v`. Returns true if nothing remains.
+fn clear_older(entry: &mut Entry, v: Version) -> bool {
+    match &mut entry.value {
+        Value::Hash(h) => {
+            h.cleared = h.cleared.max(v);
+            h.live_mut().retain(|_, f| f.version >= v);
+            h.removed.retain(|_, rv| *rv >= v);
+            h.is_empty()
+        }
+        Value::Set(s) => {
+            s.cleared = s.cleared.max(v);
+            s.live_mut().retain(|_, mv| *mv >= v);
+            s.removed.retain(|_, rv| *rv >= v);
+            s.is_empty()
+        }
+        Value::ZSet(z) => {
+            let dead: Vec<Bytes> = z.members().filter(|(_, m)| m.version < v).map(|(n, _)| n.clone()).collect();
+            for n in dead {
+                z.merge_remove(n.clone(), v);
+                z.removed.remove(&n[..]);
+            }
+            z.cleared = z.cleared.max(v);
+            z.removed.retain(|_, rv| *rv >= v);
+            z.is_empty()
+        }
+        Value::Counter(c) => {
+            c.totals.retain(|t| t.version >= v);
+            if c.base_version < v {
+                c.base = 0;
+                c.base_version = v;
+            }
+            c.totals.is_empty()
+        }
+        _ => entry.version() < v,
+    }
+}
+
+/// Applies a pending expiry register to a newly created key.
+fn adopt_orphan_expiry(store: &Store, db: usize, shard: &mut Shard, key: &[u8]) {
+    if let Some(e) = shard.orphan_expiry.remove(key) {
+        if e.version >= shard.raw(key).map_or(Version::ZERO, Entry::version) || e.deadline_ms != 0 {
+            shard.set_expiry(store.db(db), key, Some(e));
+        }
+    }
+}
+
+/// A string or list write at `v`: replaces an older key of any type, and kills older fields
+/// of a newer collection.
+fn whole_write(store: &Store, db: usize, shard: &mut Shard, key: &[u8], value: Value, v: Version, flushed: Version) -> bool {
+    if v <= flushed || v <= tombstone(shard, key) {
+        return false;
+    }
+    let dbref = store.db(db);
+    match shard.raw_mut(key) {
+        Some(entry) if newest(entry) >= v => {
+            // The key holds newer data; the write still clears what is older than it.
+            let emptied = clear_older(entry, v);
+            if emptied {
+                shard.remove(dbref, key);
+            }
+            false
+        }
+        Some(entry) => {
+            entry.value = value;
+            entry.set_version(v);
+            true
+        }
+        None => {
+            shard.insert(dbref, key, Entry::new(value, v));
+            adopt_orphan_expiry(store, db, shard, key);
+            true
+        }
+    }
+}
+
+fn delete(store: &Store, db: usize, shard: &mut Shard, key: &[u8], v: Version, flushed: Version) -> bool {
+    if v <= flushed || v <= tombstone(shard, key) {
+        return false;
+    }
+    shard.tombstones.insert(key.into(), v);
+    let dbref = store.db(db);
+    if let Some(entry) = shard.raw_mut(key) {
+        if clear_older(entry, v) {
+            shard.remove(dbref, key);
+        }
+    }
+    true
+}
+
+fn expire(store: &Store, db: usize, shard: &mut Shard, key: &[u8], deadline_ms: u64, v: Version) -> bool {
+    let register = Expiry { deadline_ms, version: v };
+    match shard.raw(key) {
+        Some(entry) => {
+            if entry.expiry.as_ref().is_some_and(|e| e.version >= v) {
+                return false;
+            }
+            shard.set_expiry(store.db(db), key, Some(register));
+            true
+        }
+        None => {
+            // The write that created the key is still on its way from another origin.
+            let newer = shard.orphan_expiry.get(key).is_none_or(|e| e.version < v);
+            if newer {
+                shard.orphan_expiry.insert(key.into(), register);
+            }
+            newer
+        }
+    }
+}
+
+enum FieldsOp<'a> {
+    Hash(&'a pb::HashFields),
+    Set(&'a pb::SetMembers),
+    ZSet(&'a pb::ZSetMembers),
+}
+
+impl FieldsOp<'_> {
+    fn newest(&self) -> Version {
+        let versions: Vec<Version> = match self {
+            FieldsOp::Hash(h) => h.fields.iter().map(|f| from_pb(f.version.as_ref())).collect(),
+            FieldsOp::Set(s) => s.members.iter().map(|f| from_pb(f.version.as_ref())).collect(),
+            FieldsOp::ZSet(z) => z.members.iter().map(|f| from_pb(f.version.as_ref())).collect(),
+        };
+        versions.into_iter().max().unwrap_or(Version::ZERO)
+    }
+
+    fn empty_value(&self, cleared: Version) -> Value {
+        match self {
+            FieldsOp::Hash(_) => {
+                let mut h = Collection::<Field>::default();
+                h.cleared = cleared;
+                Value::Hash(Box::new(h))
+            }
+            FieldsOp::Set(_) => {
+                let mut s = Collection::<Version>::default();
+                s.cleared = cleared;
+                Value::Set(Box::new(s))
+            }
+            FieldsOp::ZSet(_) => {
+                let mut z = SortedSet::default();
+                z.cleared = cleared;
+                Value::ZSet(Box::new(z))
+            }
+        }
+    }
+
+    fn same_kind(&self, value: &Value) -> bool {
+        matches!((self, value), (FieldsOp::Hash(_), Value::Hash(_)) | (FieldsOp::Set(_), Value::Set(_)) | (FieldsOp::ZSet(_), Value::ZSet(_)))
+    }
+}
+
+/// Per-field (or per-member) LWW with tombstones.
+fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u8], flushed: Version, op: FieldsOp) -> bool {
+    let dbref = store.db(db);
+    let floor = flushed.max(tombstone(shard, key));
+    let op_newest = op.newest();
+    // Strictly older: a whole-collection write replicates as a delete and fields at the same
+    // version, and those fields survive it.
+    if op_newest < floor {
+        return false;
+    }
+    let created = match shard.raw_mut(key) {
+        Some(entry) if op.same_kind(&entry.value) => false,
+        Some(entry) => {
+            // Another type: the newer key write wins whole.
+            if newest(entry) >= op_newest {
+                return false;
+            }
+            let cleared = newest(entry);
+            entry.value = op.empty_value(cleared);
+            false
+        }
+        None => {
+            shard.insert(dbref, key, Entry::new(op.empty_value(floor), op_newest));
+            true
+        }
+    };
+    let Some(entry) = shard.raw_mut(key) else { return false };
+    let mut changed = false;
+    match (&op, &mut entry.value) {
+        (FieldsOp::Hash(h), Value::Hash(map)) => {
+            for f in &h.fields {
+                let v = from_pb(f.version.as_ref());
+                let current = map.get(&f.name[..]).map(|x| x.version).or_else(|| map.removed.get(&f.name[..]).copied());
+                if v < map.cleared.max(floor) || current.is_some_and(|c| c >= v) {
+                    continue;
+                }
+                let name = Bytes::copy_from_slice(&f.name);
+                match &f.value {
+                    Some(value) => map.merge_insert(name, Field { value: Bytes::copy_from_slice(value), version: v }),
+                    None => map.merge_remove(name, v),
+                }
+                changed = true;
+            }
+        }
+        (FieldsOp::Set(s), Value::Set(set)) => {
+            for m in &s.members {
+                let v = from_pb(m.version.as_ref());
+                let current = set.get(&m.name[..]).copied().or_else(|| set.removed.get(&m.name[..]).copied());
+                if v < set.cleared.max(floor) || current.is_some_and(|c| c >= v) {
+                    continue;
+                }
+                let name = Bytes::copy_from_slice(&m.name);
+                if m.value.is_some() {
+                    set.merge_insert(name, v);
+                } else {
+                    set.merge_remove(name, v);
+                }
+                changed = true;
+            }
+        }
+        (FieldsOp::ZSet(z), Value::ZSet(zset)) => {
+            for m in &z.members {
+                let v = from_pb(m.version.as_ref());
+                let current = zset.member(&m.name).map(|x| x.version).or_else(|| zset.removed.get(&m.name[..]).copied());
+                if v < zset.cleared.max(floor) || current.is_some_and(|c| c >= v) {
+                    continue;
+                }
+                let name = Bytes::copy_from_slice(&m.name);
+                match m.score {
+                    Some(score) => zset.merge_insert(name, score, v),
+                    None => zset.merge_remove(name, v),
+                }
+                changed = true;
+            }
+        }
+        _ => {}
+    }
+    if changed && op_newest > entry.version() {
+        entry.set_version(op_newest);
+    }
+    if entry.value.is_empty_collection() {
+        shard.remove(dbref, key);
+    } else if created {
+        adopt_orphan_expiry(store, db, shard, key);
+    }
+    changed
+}
+
+fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[u8], d: &pb::CounterDelta, flushed: Version) -> bool {
+    let dbref = store.db(db);
+    let base = from_pb(d.base.as_ref());
+    let v = from_pb(d.version.as_ref());
+    if v <= flushed.max(tombstone(shard, key)) || base < flushed {
+        return false;
+    }
+    let fresh = || {
+        let mut c = Counter::new(d.base_value, base);
+        c.merge_delta(d);
+        Value::Counter(Box::new(c))
+    };
+    match shard.raw_mut(key) {
+        None => {
+            shard.insert(dbref, key, Entry::new(fresh(), v));
+            adopt_orphan_expiry(store, db, shard, key);
+            true
+        }
+        Some(entry) => {
+            let (entry_newest, entry_version) = (newest(entry), entry.version());
+            let plain = matches!(entry.value, Value::Int(_) | Value::Str(_));
+            let changed = match &mut entry.value {
+                Value::Counter(c) if c.base_version == base => {
+                    let before = c.clone();
+                    c.merge_delta(d);
+                    *c != before
+                }
+                Value::Counter(c) if c.base_version < base => {
+                    entry.value = fresh();
+                    true
+                }
+                Value::Counter(_) => false,
+                // The counter's base is exactly this string write: continue from its value.
+                Value::Int(_) | Value::Str(_) if entry_version == base => {
+                    entry.value = fresh();
+                    true
+                }
+                _ if entry_newest < base || (entry_newest < v && !plain) => {
+                    entry.value = fresh();
+                    true
+                }
+                _ => false,
+            };
+            if changed && v > entry.version() {
+                entry.set_version(v);
+            }
+            changed
+        }
+    }
+}
+
+/// `FLUSHDB`/`FLUSHALL` from a peer: everything older than `v` in the database dies.
+fn flush_db(store: &Store, db: usize, v: Version) -> ApplyOutcome {
+    {
+        let mut flushed = store.db(db).flushed.lock();
+        if *flushed >= v {
+            return ApplyOutcome::Superseded;
+        }
+        *flushed = v;
+    }
+    let dbref = store.db(db);
+    for s in 0..SHARDS_PER_DB {
+        let mut shard = store.lock_shard(db, s);
+        let dead: Vec<Bytes> = shard.iter().map(|(k, _)| Bytes::copy_from_slice(k)).collect();
+        for key in dead {
+            let emptied = shard.raw_mut(&key).is_some_and(|e| clear_older(e, v));
+            if emptied {
+                shard.remove(dbref, &key);
+                shard.touch(&key);
+            }
+        }
+        shard.tombstones.retain(|_, t| *t > v);
+    }
+    ApplyOutcome::Applied
+}

@@ -1,0 +1,248 @@
+//! Black-box tests of the replication mesh: real `keymesh-server` processes on loopback,
+//! wired by `replicaof`, talking RESP, `/readyz` and `/metrics`.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::{free_mesh_port, free_port, Conn, Server};
+
+const DEADLINE: Duration = Duration::from_secs(15);
+
+/// A mesh node: its client port (the mesh port is client port + 10000) and metrics port.
+#[derive(Clone, Copy)]
+struct Node {
+    port: u16,
+    metrics_port: u16,
+}
+
+impl Node {
+    fn new() -> Node {
+        Node { port: free_mesh_port(), metrics_port: free_port() }
+    }
+
+    /// Starts this node as an active replica of `peers`, with extra flags.
+    fn start(&self, name: &str, peers: &[Node], extra: &[&str]) -> Server {
+        let mut args: Vec<String> = ["--node-name", name, "--active-replica", "yes", "--multi-master", "yes"].iter().map(|s| s.to_string()).collect();
+        for p in peers {
+            args.extend(["--replicaof".to_string(), "127.0.0.1".to_string(), p.port.to_string()]);
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Server::start_on(self.port, self.metrics_port, &args)
+    }
+}
+
+/// Polls `check` every 20 ms until it returns true; panics with `what` after `DEADLINE`.
+fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out after {DEADLINE:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn get(conn: &mut Conn, key: &str) -> String {
+    conn.cmd(&["GET", key]).text()
+}
+
+fn info_replication(conn: &mut Conn) -> String {
+    conn.cmd(&["INFO", "replication"]).text()
+}
+
+fn info_field(info: &str, field: &str) -> Option<String> {
+    info.lines().find_map(|l| l.strip_prefix(&format!("{field}:")).map(|v| v.trim().to_string()))
+}
+
+/// The value of a Prometheus sample whose line starts with `prefix` (name and labels).
+fn metric(server: &Server, prefix: &str) -> u64 {
+    let (status, body) = server.http_get("/metrics");
+    assert_eq!(status, 200);
+    body.lines().find(|l| l.starts_with(prefix)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+fn resyncs(server: &Server, origin: Node, kind: &str) -> u64 {
+    metric(server, &format!("keymesh_mesh_resyncs_total{{kind=\"{kind}\",peer=\"127.0.0.1:{}\"}}", origin.port + 10000))
+}
+
+fn link_connected(conn: &mut Conn) -> bool {
+    let info = info_replication(conn);
+    info_field(&info, "master_global_link_status").as_deref() == Some("up")
+}
+
+#[test]
+fn a_write_on_any_of_three_nodes_reaches_all_of_them() {
+    // Proves the full mesh: each node streams the writes it originated to both others, so a
+    // SET, an HSET and a DEL issued on any node become visible on every node.
+    let nodes = [Node::new(), Node::new(), Node::new()];
+    let servers: Vec<Server> = (0..3)
+        .map(|i| {
+            let peers: Vec<Node> = (0..3).filter(|&j| j != i).map(|j| nodes[j]).collect();
+            nodes[i].start(&format!("node-{i}"), &peers, &[])
+        })
+        .collect();
+    let mut conns: Vec<Conn> = servers.iter().map(Server::connect).collect();
+    for conn in conns.iter_mut() {
+        wait_for("every link up", || link_connected(conn));
+    }
+    for i in 0..3 {
+        assert_eq!(conns[i].cmd(&["SET", &format!("from-{i}"), &format!("value-{i}")]).text(), "OK");
+        conns[i].cmd(&["HSET", "shared-hash", &format!("field-{i}"), &i.to_string()]);
+    }
+    for (n, conn) in conns.iter_mut().enumerate() {
+        for i in 0..3 {
+            wait_for(&format!("from-{i} on node {n}"), || get(conn, &format!("from-{i}")) == format!("value-{i}"));
+        }
+        wait_for(&format!("all hash fields on node {n}"), || conn.cmd(&["HLEN", "shared-hash"]).text() == "3");
+    }
+    conns[2].cmd(&["DEL", "from-0"]);
+    for (n, conn) in conns.iter_mut().enumerate() {
+        wait_for(&format!("delete of from-0 on node {n}"), || conn.cmd(&["EXISTS", "from-0"]).text() == "0");
+    }
+    let info = info_replication(&mut conns[0]);
+    assert_eq!(info_field(&info, "role").as_deref(), Some("active-replica"), "{info}");
+    assert_eq!(info_field(&info, "connected_slaves").as_deref(), Some("2"), "{info}");
+    assert!(info_field(&info, "master_1_host").is_some(), "second master block missing: {info}");
+}
+
+#[test]
+fn a_restarted_node_is_not_ready_until_it_has_full_synced() {
+    // Proves sync-gated readiness: a node restarted with a new run id answers 503 on /readyz
+    // while its peers cannot serve it, then full-syncs, and the first moment it reports ready
+    // it already holds every key the mesh held.
+    let (a, b, c) = (Node::new(), Node::new(), Node::new());
+    let sa = a.start("a", &[b, c], &[]);
+    let sb = b.start("b", &[a, c], &[]);
+    let sc = c.start("c", &[a, b], &[]);
+    let (mut ca, mut cb) = (sa.connect(), sb.connect());
+    wait_for("a linked", || link_connected(&mut ca));
+    wait_for("b linked", || link_connected(&mut cb));
+    for i in 0..300 {
+        let conn = if i % 2 == 0 { &mut ca } else { &mut cb };
+        conn.cmd(&["SET", &format!("key-{i}"), &format!("v{i}")]);
+    }
+    sc.kill();
+    for i in 300..400 {
+        ca.cmd(&["SET", &format!("key-{i}"), &format!("v{i}")]);
+    }
+    wait_for("a and b converged", || get(&mut ca, "key-299") == "v299" && get(&mut cb, "key-399") == "v399");
+
+    // While neither peer can answer, the restarted node must not report ready.
+    sa.signal("STOP");
+    sb.signal("STOP");
+    let sc = c.start("c", &[a, b], &[]);
+    let watched_until = Instant::now() + Duration::from_millis(1500);
+    let mut not_ready_seen = 0;
+    while Instant::now() < watched_until {
+        let (status, body) = sc.http_get("/readyz");
+        if status != 503 {
+            sa.signal("CONT");
+            sb.signal("CONT");
+            panic!("restarted node reported ready before syncing: {status} {body}");
+        }
+        not_ready_seen += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    sa.signal("CONT");
+    sb.signal("CONT");
+    assert!(not_ready_seen > 5);
+    wait_for("restarted node ready", || sc.http_get("/readyz").0 == 200);
+    // No waiting from here on: ready means the data is there.
+    let mut cc = sc.connect();
+    for i in 0..400 {
+        assert_eq!(get(&mut cc, &format!("key-{i}")), format!("v{i}"), "key-{i} missing right after /readyz turned 200");
+    }
+    let info = info_replication(&mut cc);
+    assert!(info.contains("_full_resyncs:1"), "restarted node should have full-synced: {info}");
+}
+
+#[test]
+fn re_adding_a_peer_resumes_by_partial_resync() {
+    // Proves partial resync: a subscriber that drops its link (REPLICAOF NO ONE) and re-adds
+    // the same origin resumes from the origin's backlog — the writes made meanwhile arrive and
+    // the metrics count a partial resync, not a second full one.
+    let (a, b) = (Node::new(), Node::new());
+    let sa = a.start("a", &[b], &[]);
+    let sb = b.start("b", &[a], &[]);
+    let (mut ca, mut cb) = (sa.connect(), sb.connect());
+    wait_for("b linked to a", || link_connected(&mut cb));
+    ca.cmd(&["SET", "before", "1"]);
+    wait_for("before on b", || get(&mut cb, "before") == "1");
+    let (partial0, full0) = (resyncs(&sb, a, "partial"), resyncs(&sb, a, "full"));
+    assert_eq!(full0, 1, "the first link does a full sync");
+
+    assert_eq!(cb.cmd(&["REPLICAOF", "NO", "ONE"]).text(), "OK");
+    assert_eq!(info_field(&info_replication(&mut cb), "role").as_deref(), Some("master"));
+    for i in 0..50 {
+        ca.cmd(&["SET", &format!("during-{i}"), &i.to_string()]);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(get(&mut cb, "during-0"), "Nil", "b should not receive writes while unlinked");
+    assert_eq!(cb.cmd(&["REPLICAOF", "127.0.0.1", &a.port.to_string()]).text(), "OK");
+    for i in 0..50 {
+        wait_for(&format!("during-{i} on b"), || get(&mut cb, &format!("during-{i}")) == i.to_string());
+    }
+    assert_eq!(resyncs(&sb, a, "partial"), partial0 + 1, "re-adding the peer should resume by partial resync");
+    assert_eq!(resyncs(&sb, a, "full"), full0, "re-adding the peer must not full-sync");
+}
+
+#[test]
+fn a_stalled_origin_is_resumed_by_partial_resync() {
+    // Proves that a short outage of an origin (its process stopped longer than repl-timeout,
+    // then continued) ends in a partial resync, with the writes made around it delivered.
+    let (a, b) = (Node::new(), Node::new());
+    let sa = a.start("a", &[b], &["--repl-timeout", "1"]);
+    let sb = b.start("b", &[a], &["--repl-timeout", "1"]);
+    let (mut ca, mut cb) = (sa.connect(), sb.connect());
+    wait_for("b linked to a", || link_connected(&mut cb));
+    ca.cmd(&["SET", "k", "before"]);
+    wait_for("k on b", || get(&mut cb, "k") == "before");
+    let (partial0, full0) = (resyncs(&sb, a, "partial"), resyncs(&sb, a, "full"));
+
+    sa.signal("STOP");
+    wait_for("b to notice the stalled origin", || !link_connected(&mut cb));
+    sa.signal("CONT");
+    ca.cmd(&["SET", "k", "after"]);
+    wait_for("k=after on b", || get(&mut cb, "k") == "after");
+    wait_for("b linked again", || link_connected(&mut cb));
+    assert!(resyncs(&sb, a, "partial") > partial0, "the reconnect should be a partial resync");
+    assert_eq!(resyncs(&sb, a, "full"), full0, "the reconnect must not full-sync");
+}
+
+#[test]
+fn a_wrong_masterauth_keeps_the_link_down_and_info_says_why() {
+    // Proves stream authentication: with requirepass on the origin, a subscriber with the
+    // wrong masterauth gets no data and INFO shows the link down with the reason; fixing
+    // masterauth live brings the link up.
+    let (a, b) = (Node::new(), Node::new());
+    let sa = a.start("a", &[], &["--requirepass", "s3cret"]);
+    let sb = b.start("b", &[a], &["--masterauth", "wrong"]);
+    let mut ca = sa.connect();
+    assert_eq!(ca.cmd(&["AUTH", "s3cret"]).text(), "OK");
+    ca.cmd(&["SET", "secret-key", "v"]);
+    let mut cb = sb.connect();
+    wait_for("INFO to report the auth failure", || {
+        let info = info_replication(&mut cb);
+        info_field(&info, "master_link_status").as_deref() == Some("down")
+            && info_field(&info, "master_last_error").is_some_and(|e| e.contains("authentication failed"))
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(get(&mut cb, "secret-key"), "Nil", "no data may flow without the password");
+    assert_eq!(info_field(&info_replication(&mut ca), "connected_slaves").as_deref(), Some("0"));
+
+    assert_eq!(cb.cmd(&["CONFIG", "SET", "masterauth", "s3cret"]).text(), "OK");
+    wait_for("secret-key on b once masterauth is right", || get(&mut cb, "secret-key") == "v");
+}
+
+#[test]
+fn replicaof_needs_active_replica_and_multi_master() {
+    // Proves KeyMesh refuses single-master replication instead of silently dropping data.
+    let server = Server::start(&[]);
+    let mut conn = server.connect();
+    let reply = conn.cmd(&["REPLICAOF", "127.0.0.1", "6379"]);
+    assert!(reply.is_error() && reply.text().contains("active-replica"), "{reply:?}");
+    assert_eq!(conn.cmd(&["REPLICAOF", "NO", "ONE"]).text(), "OK");
+    assert_eq!(conn.cmd(&["ROLE"]).texts()[0], "master");
+}
