@@ -2,7 +2,7 @@
 //! private network namespaces, faults injected with `ip`, and after every heal all nodes must
 //! hold the same keyspace, equal to what the acknowledged writes imply (see `model`).
 //!
-//! Knobs (environment): `KEYMESH_E2E_TRIALS` (randomized trials, default 5),
+//! Knobs (environment): `KEYMESH_E2E_TRIALS` (randomized trials, default 12),
 //! `KEYMESH_E2E_OPS` (writes per partition phase, default 25), `KEYMESH_E2E_SEED` (default:
 //! time-based, always printed), `KEYMESH_E2E_CONVERGE_SECS` (how long to wait for convergence
 //! after a heal, default 30), `KEYMESH_E2E_SPACING_MS` (pause between writes, default 3; must
@@ -156,7 +156,7 @@ fn random_fault(rng: &mut StdRng, cluster: &MeshCluster) -> String {
 #[test]
 fn randomized_partitions_converge_to_the_model() {
     require_netns!();
-    let trials = env_u64("KEYMESH_E2E_TRIALS", 5);
+    let trials = env_u64("KEYMESH_E2E_TRIALS", 12);
     let ops = env_u64("KEYMESH_E2E_OPS", 25);
     let seed = env_u64("KEYMESH_E2E_SEED", now_ms() as u64);
     eprintln!("randomized partitions: KEYMESH_E2E_SEED={seed} KEYMESH_E2E_TRIALS={trials} KEYMESH_E2E_OPS={ops}");

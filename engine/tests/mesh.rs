@@ -87,9 +87,9 @@ fn a_write_on_any_of_three_nodes_reaches_all_of_them() {
     for conn in conns.iter_mut() {
         wait_for("every link up", || link_connected(conn));
     }
-    for i in 0..3 {
-        assert_eq!(conns[i].cmd(&["SET", &format!("from-{i}"), &format!("value-{i}")]).text(), "OK");
-        conns[i].cmd(&["HSET", "shared-hash", &format!("field-{i}"), &i.to_string()]);
+    for (i, conn) in conns.iter_mut().enumerate() {
+        assert_eq!(conn.cmd(&["SET", &format!("from-{i}"), &format!("value-{i}")]).text(), "OK");
+        conn.cmd(&["HSET", "shared-hash", &format!("field-{i}"), &i.to_string()]);
     }
     for (n, conn) in conns.iter_mut().enumerate() {
         for i in 0..3 {

@@ -47,7 +47,7 @@ impl<'a> Ctx<'a> {
 
     /// The key tombstone, if the key was deleted (replication only).
     fn tombstone(&mut self, db: usize, key: &[u8]) -> Version {
-        self.parts(db, key).1.tombstones.get(key).copied().unwrap_or(Version::ZERO)
+        self.parts(db, key).1.tombstones.get(key).map_or(Version::ZERO, |g| g.cleared)
     }
 
     fn parts(&mut self, db: usize, key: &[u8]) -> (&'a Db, &mut Shard) {
@@ -201,6 +201,10 @@ impl<'a> Ctx<'a> {
                 if dropped_ttl {
                     self.effects.push(effects::expire(db, key, 0, version));
                 }
+                // A kept TTL travels re-stamped: peers drop registers older than a whole write.
+                if keep_ttl {
+                    self.restamp_ttl(db, key, version);
+                }
             }
         }
         version
@@ -219,7 +223,7 @@ impl<'a> Ctx<'a> {
         self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
         if self.store.replicating() {
             let version = self.store.stamp(Some(stored));
-            self.parts(db, key).1.tombstones.insert(key.into(), version);
+            self.parts(db, key).1.tombstones.insert(key.into(), super::Ghost::deleted(version));
             self.effects.push(effects::delete(db, key, version));
         }
         old
@@ -239,21 +243,37 @@ impl<'a> Ctx<'a> {
         let op = replicating.then(|| effects::value_effect(db, key, &entry.value, version, &names));
         let emptied = entry.value.is_empty_collection();
         if emptied {
-            shard.remove(dbref, key);
+            // Redis deletes an emptied collection. Replication keeps its field tombstones (a
+            // ghost), so a concurrent field added on another node survives, as per-field LWW says.
+            if replicating {
+                shard.bury(dbref, key);
+            } else {
+                shard.remove(dbref, key);
+            }
         } else if matches!(entry.value, Value::List(_) | Value::ZSet(_)) {
             self.ready_keys.push((db, key.into()));
         }
         let (_, shard) = self.parts(db, key);
         shard.touch(key);
-        if replicating && emptied {
-            // Redis deletes an emptied collection; replicate exactly that, so peers drop the
-            // same concurrent older fields and converge.
-            shard.tombstones.insert(key.into(), version);
-            self.effects.push(effects::delete(db, key, version));
-        } else if let Some(op) = op {
+        if let Some(op) = op {
+            let whole = matches!(op.effect, Some(pb::op::Effect::List(_)));
             self.effects.push(op);
+            if whole {
+                self.restamp_ttl(db, key, version);
+            }
         }
         self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// After a whole-value write that keeps the key's TTL: the register takes the write's
+    /// version, locally and on peers.
+    fn restamp_ttl(&mut self, db: usize, key: &[u8], version: Version) {
+        let (dbref, shard) = self.parts(db, key);
+        let Some(deadline) = shard.raw(key).and_then(|e| e.expiry.as_ref()).map(|e| e.deadline_ms) else {
+            return;
+        };
+        shard.set_expiry(dbref, key, Some(Expiry { deadline_ms: deadline, version }));
+        self.effects.push(effects::expire(db, key, deadline, version));
     }
 
     /// Increments the counter at `key` by `delta`, creating it or converting an integer
@@ -261,7 +281,7 @@ impl<'a> Ctx<'a> {
     pub fn incr(&mut self, key: &[u8], delta: i64) -> Result<i64, CmdError> {
         let db = self.db;
         let version = self.next_version(key);
-        let origin = self.store.node_id;
+        let origin = self.store.counter_origin;
         let existing = match self.get(key).map(|e| (&e.value, e.version())) {
             None => None,
             Some((Value::Counter(_), _)) => Some(None),

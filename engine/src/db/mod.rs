@@ -44,6 +44,40 @@ pub struct KeyspaceStats {
     pub dirty: AtomicU64,
 }
 
+/// What replication keeps of a key that is gone: its key-level tombstone (`cleared`: every
+/// older write of any type is dead) and, for a collection emptied by removals, the
+/// tombstones of its fields or members (a concurrent older field on another node must still
+/// lose to them, whether it arrives before or after the collection emptied).
+#[derive(Debug, Clone, Default)]
+pub struct Ghost {
+    pub cleared: Version,
+    pub kind: Option<Kind>,
+    pub removed: Map<bytes::Bytes, Version>,
+}
+
+impl Ghost {
+    pub fn deleted(at: Version) -> Ghost {
+        Ghost { cleared: at, kind: None, removed: Map::default() }
+    }
+
+    /// The newest write the ghost remembers.
+    pub fn newest(&self) -> Version {
+        self.removed.values().copied().fold(self.cleared, Version::max)
+    }
+
+    /// Absorbs a key-level delete at `v`.
+    pub fn clear(&mut self, v: Version) {
+        if v > self.cleared {
+            self.cleared = v;
+            self.removed.retain(|_, r| *r >= v);
+            if self.removed.is_empty() {
+                // Only the key tombstone is left, and it dominates every type alike.
+                self.kind = None;
+            }
+        }
+    }
+}
+
 /// One shard of one database.
 #[derive(Debug, Default)]
 pub struct Shard {
@@ -51,9 +85,9 @@ pub struct Shard {
     /// `(deadline_ms, key)` for every volatile key, so active expiry finds due keys directly.
     expiry_index: BTreeSet<(u64, Key)>,
     watchers: Map<Key, Vec<WatchFlag>>,
-    /// Replication: versions of deleted keys (key tombstones), so an older write arriving
-    /// later cannot resurrect them. Kept at most `tombstone-gc-seconds`.
-    pub tombstones: Map<Key, Version>,
+    /// Replication: what remains of deleted keys and of collections emptied by removals, so an
+    /// older write arriving later cannot resurrect them. Kept at most `tombstone-gc-seconds`.
+    pub tombstones: Map<Key, Ghost>,
     /// Replication: expiry registers that arrived before the key they belong to.
     pub orphan_expiry: Map<Key, Expiry>,
 }
@@ -76,6 +110,9 @@ pub struct Store {
     shard_hasher: foldhash::fast::FixedState,
     /// Whether local writes record their effects (a mesh is or was configured).
     replicating: AtomicBool,
+    /// This run's identity for counter contributions: a restarted node that has not synced
+    /// yet must not overwrite its previous run's increments (totals merge by maximum).
+    pub counter_origin: crate::hlc::NodeId,
 }
 
 impl Store {
@@ -96,6 +133,7 @@ impl Store {
             // all share the low bits their map indexes by.
             shard_hasher: foldhash::fast::FixedState::with_seed(0x6b65_796d_6573_6801),
             replicating: AtomicBool::new(false),
+            counter_origin: rand::random(),
         }
     }
 
@@ -283,6 +321,32 @@ impl Shard {
         db.volatile_keys.fetch_sub(mine, Ordering::Relaxed);
         other_db.volatile_keys.fetch_add(mine, Ordering::Relaxed);
         other_db.volatile_keys.fetch_sub(theirs, Ordering::Relaxed);
+    }
+
+    /// Removes an entry that became empty (or was superseded whole), leaving a ghost with its
+    /// key-level and field tombstones for replication.
+    pub fn bury(&mut self, db: &Db, key: &[u8]) {
+        let Some(entry) = self.remove(db, key) else { return };
+        // The expiry register outlives the value: a write of a later incarnation may adopt it.
+        if let Some(e) = entry.expiry.as_deref() {
+            if self.orphan_expiry.get(key).is_none_or(|o| o.version < e.version) {
+                self.orphan_expiry.insert(key.into(), *e);
+            }
+        }
+        let mut ghost = self.tombstones.remove(key).unwrap_or_default();
+        ghost.kind = Some(entry.value.kind());
+        let (cleared, removed) = match &entry.value {
+            Value::Hash(h) => (h.cleared, Some(&h.removed)),
+            Value::Set(s) => (s.cleared, Some(&s.removed)),
+            Value::ZSet(z) => (z.cleared, Some(&z.removed)),
+            // A plain value dies only by a newer delete or write, which records itself.
+            _ => (Version::ZERO, None),
+        };
+        ghost.cleared = ghost.cleared.max(cleared);
+        if let Some(removed) = removed {
+            ghost.removed.extend(removed.iter().map(|(k, v)| (k.clone(), *v)));
+        }
+        self.tombstones.insert(key.into(), ghost);
     }
 
     pub fn watch(&mut self, key: &[u8], flag: WatchFlag) {

@@ -75,16 +75,49 @@ pub fn apply_op(store: &Store, op: &pb::Op) -> ApplyOutcome {
     }
 }
 
-/// The newest write a value holds (its key version, or its newest field).
+/// The version a key competes with when another type or a whole write meets it: its last
+/// write, except for a counter, whose increments are bound to its base (the SET it counts
+/// from), so a newer SET replaces the counter even if increments on the old base came later.
 fn newest(entry: &Entry) -> Version {
+    let removed_max = |r: &crate::db::entry::FieldMap<Version>| r.values().copied().fold(Version::ZERO, Version::max);
     match &entry.value {
-        Value::Counter(c) => c.newest().max(entry.version()),
+        Value::Counter(c) => c.base_version,
+        // A removal is a write too: a collection whose newest write removed a field is that new.
+        Value::Hash(h) => entry.version().max(removed_max(&h.removed)),
+        Value::Set(s) => entry.version().max(removed_max(&s.removed)),
+        Value::ZSet(z) => entry.version().max(removed_max(&z.removed)),
         _ => entry.version(),
     }
 }
 
+/// The version of the key's last whole-key write or delete: expiry registers older than it
+/// are dead (a `SET` without `KEEPTTL` clears a TTL; keeping one re-stamps it).
+fn whole_version(entry: &Entry) -> Version {
+    match &entry.value {
+        Value::Hash(h) => h.cleared,
+        Value::Set(s) => s.cleared,
+        Value::ZSet(z) => z.cleared,
+        Value::Counter(c) => c.base_version,
+        _ => entry.version(),
+    }
+}
+
+/// Drops expiry registers (the key's, or an orphan) older than a whole write at `v`.
+fn drop_older_expiry(store: &Store, db: usize, shard: &mut Shard, key: &[u8], v: Version) {
+    if shard.raw(key).and_then(|e| e.expiry.as_ref()).is_some_and(|e| e.version < v) {
+        shard.set_expiry(store.db(db), key, None);
+    }
+    if shard.orphan_expiry.get(key).is_some_and(|e| e.version < v) {
+        shard.orphan_expiry.remove(key);
+    }
+}
+
 fn tombstone(shard: &Shard, key: &[u8]) -> Version {
-    shard.tombstones.get(key).copied().unwrap_or(Version::ZERO)
+    shard.tombstones.get(key).map_or(Version::ZERO, |g| g.cleared)
+}
+
+fn bury(store: &Store, db: usize, shard: &mut Shard, key: &[u8]) {
+    shard.bury(store.db(db), key);
 }
 
 /// Kills everything in `entry` older than `v`. Returns true if nothing remains.
@@ -112,22 +145,16 @@ fn clear_older(entry: &mut Entry, v: Version) -> bool {
             z.removed.retain(|_, rv| *rv >= v);
             z.is_empty()
         }
-        Value::Counter(c) => {
-            c.totals.retain(|t| t.version >= v);
-            if c.base_version < v {
-                c.base = 0;
-                c.base_version = v;
-            }
-            c.totals.is_empty()
-        }
+        Value::Counter(c) => c.base_version < v,
         _ => entry.version() < v,
     }
 }
 
-/// Applies a pending expiry register to a newly created key.
+/// Applies a pending expiry register to a newly created key, unless the key's creating
+/// write is newer (and so cleared it).
 fn adopt_orphan_expiry(store: &Store, db: usize, shard: &mut Shard, key: &[u8]) {
     if let Some(e) = shard.orphan_expiry.remove(key) {
-        if e.version >= shard.raw(key).map_or(Version::ZERO, Entry::version) || e.deadline_ms != 0 {
+        if shard.raw(key).is_some_and(|entry| e.version >= whole_version(entry)) {
             shard.set_expiry(store.db(db), key, Some(e));
         }
     }
@@ -140,21 +167,32 @@ fn whole_write(store: &Store, db: usize, shard: &mut Shard, key: &[u8], value: V
         return false;
     }
     let dbref = store.db(db);
+    if let Some(ghost) = shard.tombstones.get_mut(key) {
+        if ghost.newest() > v {
+            // A removed field is newer: the write loses, but still clears what is older.
+            ghost.clear(v);
+            drop_older_expiry(store, db, shard, key, v);
+            return false;
+        }
+    }
     match shard.raw_mut(key) {
         Some(entry) if newest(entry) >= v => {
             // The key holds newer data; the write still clears what is older than it.
             let emptied = clear_older(entry, v);
             if emptied {
-                shard.remove(dbref, key);
+                bury(store, db, shard, key);
             }
+            drop_older_expiry(store, db, shard, key, v);
             false
         }
         Some(entry) => {
             entry.value = value;
             entry.set_version(v);
+            drop_older_expiry(store, db, shard, key, v);
             true
         }
         None => {
+            shard.tombstones.remove(key);
             shard.insert(dbref, key, Entry::new(value, v));
             adopt_orphan_expiry(store, db, shard, key);
             true
@@ -166,13 +204,13 @@ fn delete(store: &Store, db: usize, shard: &mut Shard, key: &[u8], v: Version, f
     if v <= flushed || v <= tombstone(shard, key) {
         return false;
     }
-    shard.tombstones.insert(key.into(), v);
-    let dbref = store.db(db);
     if let Some(entry) = shard.raw_mut(key) {
         if clear_older(entry, v) {
-            shard.remove(dbref, key);
+            bury(store, db, shard, key);
         }
     }
+    shard.tombstones.entry(key.into()).or_default().clear(v);
+    drop_older_expiry(store, db, shard, key, v);
     true
 }
 
@@ -180,7 +218,7 @@ fn expire(store: &Store, db: usize, shard: &mut Shard, key: &[u8], deadline_ms: 
     let register = Expiry { deadline_ms, version: v };
     match shard.raw(key) {
         Some(entry) => {
-            if entry.expiry.as_ref().is_some_and(|e| e.version >= v) {
+            if v < whole_version(entry) || entry.expiry.as_ref().is_some_and(|e| e.version >= v) {
                 return false;
             }
             shard.set_expiry(store.db(db), key, Some(register));
@@ -188,7 +226,7 @@ fn expire(store: &Store, db: usize, shard: &mut Shard, key: &[u8], deadline_ms: 
         }
         None => {
             // The write that created the key is still on its way from another origin.
-            let newer = shard.orphan_expiry.get(key).is_none_or(|e| e.version < v);
+            let newer = v >= tombstone(shard, key) && shard.orphan_expiry.get(key).is_none_or(|e| e.version < v);
             if newer {
                 shard.orphan_expiry.insert(key.into(), register);
             }
@@ -238,6 +276,15 @@ impl FieldsOp<'_> {
     }
 }
 
+fn restore_removed(value: &mut Value, removed: crate::db::entry::FieldMap<Version>) {
+    match value {
+        Value::Hash(h) => h.removed = removed,
+        Value::Set(s) => s.removed = removed,
+        Value::ZSet(z) => z.removed = removed,
+        _ => {}
+    }
+}
+
 /// Per-field (or per-member) LWW with tombstones.
 fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u8], flushed: Version, op: FieldsOp) -> bool {
     let dbref = store.db(db);
@@ -251,20 +298,46 @@ fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u8], flushed
     let created = match shard.raw_mut(key) {
         Some(entry) if op.same_kind(&entry.value) => false,
         Some(entry) => {
-            // Another type: the newer key write wins whole.
+            // Another type: the newer key write wins whole; the older one still ends the
+            // incarnation before it (what the winner held from before it dies).
             if newest(entry) >= op_newest {
+                if clear_older(entry, op_newest) {
+                    bury(store, db, shard, key);
+                }
+                drop_older_expiry(store, db, shard, key, op_newest);
                 return false;
             }
             let cleared = newest(entry);
             entry.value = op.empty_value(cleared);
+            entry.set_version(op_newest);
+            // A new incarnation: expiry registers older than it died with the old one.
+            drop_older_expiry(store, db, shard, key, cleared);
             false
         }
         None => {
-            shard.insert(dbref, key, Entry::new(op.empty_value(floor), op_newest));
+            let mut value = op.empty_value(floor);
+            match shard.tombstones.remove(key) {
+                // The key died as another type: that type's newest write competes whole.
+                Some(ghost) if ghost.kind.is_some_and(|k| k != value.kind()) => {
+                    if ghost.newest() > op_newest {
+                        let mut ghost = ghost;
+                        ghost.clear(op_newest);
+                        shard.tombstones.insert(key.into(), ghost);
+                        return false;
+                    }
+                    value = op.empty_value(floor.max(ghost.newest()));
+                }
+                // Re-created as the same type: its removed fields keep their tombstones.
+                Some(ghost) => restore_removed(&mut value, ghost.removed),
+                None => {}
+            }
+            shard.insert(dbref, key, Entry::new(value, op_newest));
             true
         }
     };
-    let Some(entry) = shard.raw_mut(key) else { return false };
+    let Some(entry) = shard.raw_mut(key) else {
+        return false;
+    };
     let mut changed = false;
     match (&op, &mut entry.value) {
         (FieldsOp::Hash(h), Value::Hash(map)) => {
@@ -319,7 +392,7 @@ fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u8], flushed
         entry.set_version(op_newest);
     }
     if entry.value.is_empty_collection() {
-        shard.remove(dbref, key);
+        bury(store, db, shard, key);
     } else if created {
         adopt_orphan_expiry(store, db, shard, key);
     }
@@ -330,7 +403,10 @@ fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[u8], d: &pb
     let dbref = store.db(db);
     let base = from_pb(d.base.as_ref());
     let v = from_pb(d.version.as_ref());
-    if v <= flushed.max(tombstone(shard, key)) || base < flushed {
+    // Increments count from their base: a base older than the key's last delete (or flush)
+    // died with it.
+    let ghost_newest = shard.tombstones.get(key).map_or(Version::ZERO, |g| g.newest());
+    if v <= flushed.max(tombstone(shard, key)) || base < flushed.max(ghost_newest) {
         return false;
     }
     let fresh = || {
@@ -345,7 +421,7 @@ fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[u8], d: &pb
             true
         }
         Some(entry) => {
-            let (entry_newest, entry_version) = (newest(entry), entry.version());
+            let entry_newest = newest(entry);
             let plain = matches!(entry.value, Value::Int(_) | Value::Str(_));
             let changed = match &mut entry.value {
                 Value::Counter(c) if c.base_version == base => {
@@ -358,12 +434,9 @@ fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[u8], d: &pb
                     true
                 }
                 Value::Counter(_) => false,
-                // The counter's base is exactly this string write: continue from its value.
-                Value::Int(_) | Value::Str(_) if entry_version == base => {
-                    entry.value = fresh();
-                    true
-                }
-                _ if entry_newest < base || (entry_newest < v && !plain) => {
+                // The counter's base is exactly this string write (continue from its value),
+                // or newer than whatever the key holds.
+                _ if (plain && entry_newest == base) || entry_newest < base => {
                     entry.value = fresh();
                     true
                 }
@@ -393,11 +466,14 @@ fn flush_db(store: &Store, db: usize, v: Version) -> ApplyOutcome {
         for key in dead {
             let emptied = shard.raw_mut(&key).is_some_and(|e| clear_older(e, v));
             if emptied {
-                shard.remove(dbref, &key);
+                bury(store, db, &mut shard, &key);
                 shard.touch(&key);
+            } else if shard.raw(&key).and_then(|e| e.expiry.as_ref()).is_some_and(|e| e.version < v) {
+                shard.set_expiry(dbref, &key, None);
             }
         }
-        shard.tombstones.retain(|_, t| *t > v);
+        shard.tombstones.values_mut().for_each(|g| g.clear(v));
+        shard.orphan_expiry.retain(|_, e| e.version > v);
     }
     ApplyOutcome::Applied
 }

@@ -14,3 +14,6 @@ pub mod effects;
 pub mod log;
 pub mod merge;
 pub mod snapshot;
+
+#[cfg(test)]
+mod laws;

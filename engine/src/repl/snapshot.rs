@@ -28,8 +28,8 @@ pub fn snapshot(store: &Store, sink: &mut dyn FnMut(Vec<pb::Op>)) -> (u64, u64) 
                     keys += 1;
                     key_state(db, key, entry, &mut batch);
                 }
-                for (key, v) in &shard.tombstones {
-                    batch.push(effects::delete(db, key, *v));
+                for (key, ghost) in &shard.tombstones {
+                    ghost_state(db, key, ghost, &mut batch);
                 }
                 for (key, e) in &shard.orphan_expiry {
                     batch.push(effects::expire(db, key, e.deadline_ms, e.version));
@@ -79,4 +79,24 @@ pub fn key_state(db: usize, key: &[u8], entry: &Entry, out: &mut Vec<pb::Op>) {
     if let Some(e) = &entry.expiry {
         out.push(effects::expire(db, key, e.deadline_ms, e.version));
     }
+}
+
+/// The effects that recreate a ghost (a deleted key, or an emptied collection's tombstones).
+fn ghost_state(db: usize, key: &[u8], ghost: &crate::db::Ghost, out: &mut Vec<pb::Op>) {
+    if ghost.cleared > Version::ZERO {
+        out.push(effects::delete(db, key, ghost.cleared));
+    }
+    if ghost.removed.is_empty() {
+        return;
+    }
+    let dead = |n: &Bytes, v: &Version| pb::FieldState { name: n.to_vec(), value: None, version: effects::version(*v) };
+    let effect = match ghost.kind {
+        Some(crate::db::Kind::Hash) => pb::op::Effect::Hash(pb::HashFields { fields: ghost.removed.iter().map(|(n, v)| dead(n, v)).collect() }),
+        Some(crate::db::Kind::Set) => pb::op::Effect::Set(pb::SetMembers { members: ghost.removed.iter().map(|(n, v)| dead(n, v)).collect() }),
+        Some(crate::db::Kind::ZSet) => pb::op::Effect::Zset(pb::ZSetMembers {
+            members: ghost.removed.iter().map(|(n, v)| pb::ZSetMember { name: n.to_vec(), score: None, version: effects::version(*v) }).collect(),
+        }),
+        _ => return,
+    };
+    out.push(pb::Op { db: db as u32, key: key.to_vec(), effect: Some(effect) });
 }

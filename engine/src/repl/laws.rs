@@ -1,0 +1,235 @@
+//! Property tests of the merge lattice: for random effects from three origins, applying them
+//! in any order, with duplicates and with any grouping, leaves every replica in the same
+//! state — i.e. `apply_op` is commutative, idempotent and associative on the keyspace.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use keymesh_proto as pb;
+use proptest::prelude::*;
+
+use super::effects::{self, version};
+use super::merge::apply_op;
+use crate::db::{Store, Value, SHARDS_PER_DB};
+use crate::hlc::{Hlc, SystemClock, Version};
+
+fn store() -> Store {
+    let s = Store::new(2, Hlc::new(Arc::new(SystemClock), 500), 9);
+    s.enable_replication();
+    s
+}
+
+/// Everything a client could observe, plus the expiry register: the state replicas must agree on.
+fn observe(store: &Store) -> BTreeMap<(usize, Vec<u8>), String> {
+    let mut out = BTreeMap::new();
+    for db in 0..store.databases() {
+        for s in 0..SHARDS_PER_DB {
+            let shard = store.lock_shard(db, s);
+            for (key, entry) in shard.iter() {
+                let value = match &entry.value {
+                    Value::Str(v) => format!("str {}", String::from_utf8_lossy(v)),
+                    Value::Int(n) => format!("str {n}"),
+                    Value::Counter(c) => format!("str {:?}", c.value()),
+                    Value::Hash(h) => format!("hash {:?}", h.iter().map(|(k, f)| (k.clone(), f.value.clone())).collect::<BTreeMap<_, _>>()),
+                    Value::Set(st) => format!("set {:?}", st.keys().cloned().collect::<std::collections::BTreeSet<_>>()),
+                    Value::ZSet(z) => format!("zset {:?}", z.iter().map(|(m, sc)| (m.clone(), sc.to_bits())).collect::<BTreeMap<_, _>>()),
+                    Value::List(l) => format!("list {:?}", l.items.iter().map(|i| String::from_utf8_lossy(i).into_owned()).collect::<Vec<_>>()),
+                };
+                out.insert((db, key.to_vec()), format!("{value} ttl={:?}", entry.deadline()));
+            }
+        }
+    }
+    out
+}
+
+fn v(hlc: u64, node: u32) -> Version {
+    Version { hlc, node }
+}
+
+/// One random effect. `hlc` values are unique per generated op (a version is one write).
+fn effect(kind: u8, key: u8, hlc: u64, node: u32, a: u8, b: u8) -> Vec<pb::Op> {
+    let key = [b'k', b'0' + key % 3];
+    let ver = v(hlc, node);
+    let name = |x: u8| vec![b'f', b'0' + x % 4];
+    match kind % 9 {
+        0 => vec![effects::value_effect(0, &key, &Value::string(&[b'v', a]), ver, &[])],
+        1 => vec![effects::delete(0, &key, ver)],
+        2 => vec![effects::expire(0, &key, if a % 2 == 0 { 0 } else { 4_000_000_000_000 + a as u64 }, ver)],
+        3 => vec![pb::Op {
+            db: 0,
+            key: key.to_vec(),
+            effect: Some(pb::op::Effect::Hash(pb::HashFields {
+                fields: vec![pb::FieldState { name: name(a), value: (b % 3 != 0).then(|| vec![b]), version: version(ver) }],
+            })),
+        }],
+        4 => vec![pb::Op {
+            db: 0,
+            key: key.to_vec(),
+            effect: Some(pb::op::Effect::Set(pb::SetMembers {
+                members: vec![pb::FieldState { name: name(a), value: (b % 3 != 0).then(Vec::new), version: version(ver) }],
+            })),
+        }],
+        5 => vec![pb::Op {
+            db: 0,
+            key: key.to_vec(),
+            effect: Some(pb::op::Effect::Zset(pb::ZSetMembers {
+                members: vec![pb::ZSetMember { name: name(a), score: (b % 3 != 0).then_some(b as f64), version: version(ver) }],
+            })),
+        }],
+        6 => vec![effects::counter(
+            0,
+            &key,
+            pb::CounterDelta {
+                origin: node,
+                incr_total: a as i64,
+                decr_total: b as i64 % 3,
+                base: version(Version::ZERO),
+                version: version(ver),
+                base_value: 0,
+            },
+        )],
+        7 => vec![pb::Op {
+            db: 0,
+            key: key.to_vec(),
+            effect: Some(pb::op::Effect::List(pb::ListValue { items: vec![vec![a], vec![b]], version: version(ver) })),
+        }],
+        // A whole-collection write: a delete and members at the same version.
+        _ => vec![
+            effects::delete(0, &key, ver),
+            pb::Op {
+                db: 0,
+                key: key.to_vec(),
+                effect: Some(pb::op::Effect::Set(pb::SetMembers {
+                    members: vec![pb::FieldState { name: name(a), value: Some(Vec::new()), version: version(ver) }],
+                })),
+            },
+        ],
+    }
+}
+
+fn ops_strategy() -> impl Strategy<Value = Vec<pb::Op>> {
+    proptest::collection::vec((any::<u8>(), any::<u8>(), 1u32..4, any::<u8>(), any::<u8>()), 1..40).prop_map(|raw| {
+        raw.into_iter()
+            .enumerate()
+            .flat_map(|(i, (kind, key, node, a, b))| effect(kind, key, 100 + i as u64 * 7 % 97 * 3 + (i as u64 / 97) * 1000, node, a, b))
+            .collect()
+    })
+}
+
+fn apply_all(store: &Store, ops: &[pb::Op]) {
+    for op in ops {
+        apply_op(store, op);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    /// Any order, with duplicates, converges to the same state (commutative and idempotent).
+    #[test]
+    fn replicas_converge_under_reordering_and_duplicates(ops in ops_strategy(), seed in any::<u64>()) {
+        let reference = store();
+        apply_all(&reference, &ops);
+        let mut shuffled = ops.clone();
+        let mut rng = seed;
+        for i in (1..shuffled.len()).rev() {
+            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            shuffled.swap(i, (rng >> 33) as usize % (i + 1));
+        }
+        // Duplicate a prefix: replays after a reconnect.
+        let dupes: Vec<pb::Op> = shuffled.iter().take(shuffled.len() / 2).cloned().collect();
+        shuffled.extend(dupes);
+        let replica = store();
+        apply_all(&replica, &shuffled);
+        prop_assert_eq!(observe(&reference), observe(&replica));
+    }
+
+    /// Three origins' streams interleaved differently, and merged via an intermediate replica
+    /// (grouping), still converge (associativity in practice: A+(B+C) = (A+B)+C).
+    #[test]
+    fn grouping_does_not_matter(a in ops_strategy(), b in ops_strategy(), c in ops_strategy()) {
+        // Give each origin its own version space so versions stay unique.
+        let shift = |ops: Vec<pb::Op>, by: u64| -> Vec<pb::Op> {
+            ops.into_iter().map(|mut op| { bump(&mut op, by); op }).collect()
+        };
+        let (a, b, c) = (shift(a, 0), shift(b, 100_000), shift(c, 200_000));
+        let left = store();
+        apply_all(&left, &a);
+        let bc = store();
+        apply_all(&bc, &b);
+        apply_all(&bc, &c);
+        let mut snap = Vec::new();
+        super::snapshot::snapshot(&bc, &mut |batch| snap.extend(batch));
+        apply_all(&left, &snap);
+        let right = store();
+        apply_all(&right, &c);
+        apply_all(&right, &a);
+        apply_all(&right, &b);
+        prop_assert_eq!(observe(&left), observe(&right));
+    }
+}
+
+fn bump(op: &mut pb::Op, by: u64) {
+    use pb::op::Effect;
+    let shift = |v: &mut Option<pb::Version>| {
+        if let Some(v) = v {
+            v.hlc += by;
+        }
+    };
+    match &mut op.effect {
+        Some(Effect::StringSet(s)) => shift(&mut s.version),
+        Some(Effect::Delete(d)) => shift(&mut d.version),
+        Some(Effect::Expire(e)) => shift(&mut e.version),
+        Some(Effect::Hash(h)) => h.fields.iter_mut().for_each(|f| shift(&mut f.version)),
+        Some(Effect::Set(s)) => s.members.iter_mut().for_each(|f| shift(&mut f.version)),
+        Some(Effect::Zset(z)) => z.members.iter_mut().for_each(|f| shift(&mut f.version)),
+        Some(Effect::Counter(c)) => shift(&mut c.version),
+        Some(Effect::List(l)) => shift(&mut l.version),
+        _ => {}
+    }
+}
+
+#[test]
+fn keydb_366_newer_write_wins_on_both_sides() {
+    // KeyDB #366: after a partition, the older write on B and the newer on A must leave both
+    // nodes with A's value, whichever order the effects arrive in.
+    let (a, b) = (store(), store());
+    let older = effects::value_effect(0, b"k", &Value::string(b"from-b"), v(10, 2), &[]);
+    let newer = effects::value_effect(0, b"k", &Value::string(b"from-a"), v(20, 1), &[]);
+    apply_all(&a, &[newer.clone(), older.clone()]);
+    apply_all(&b, &[older, newer]);
+    assert_eq!(observe(&a), observe(&b));
+    assert!(observe(&a).values().next().is_some_and(|s| s.contains("from-a")));
+}
+
+#[test]
+fn deletes_do_not_resurrect_and_later_writes_survive() {
+    // A delete dominates every older write of the key, in any order; a newer write survives it.
+    let s = store();
+    let field = |hlc| pb::Op {
+        db: 0,
+        key: b"h".to_vec(),
+        effect: Some(pb::op::Effect::Hash(pb::HashFields {
+            fields: vec![pb::FieldState { name: b"f".to_vec(), value: Some(b"x".to_vec()), version: version(v(hlc, 1)) }],
+        })),
+    };
+    apply_all(&s, &[effects::delete(0, b"h", v(20, 2)), field(10)]);
+    assert!(observe(&s).is_empty(), "an older field resurrected a deleted key");
+    apply_all(&s, &[field(30)]);
+    assert_eq!(observe(&s).len(), 1);
+}
+
+#[test]
+fn concurrent_increments_from_three_origins_all_count() {
+    // Each origin's running totals merge by maximum, so every acknowledged increment counts.
+    let s = store();
+    let delta = |origin, incr, hlc| {
+        effects::counter(
+            0,
+            b"c",
+            pb::CounterDelta { origin, incr_total: incr, decr_total: 0, base: version(Version::ZERO), version: version(v(hlc, origin)), base_value: 0 },
+        )
+    };
+    apply_all(&s, &[delta(1, 2, 5), delta(2, 3, 6), delta(1, 1, 4), delta(3, 4, 7), delta(2, 3, 6)]);
+    assert!(observe(&s).values().next().is_some_and(|x| x.contains("Some(9)")), "{:?}", observe(&s));
+}
