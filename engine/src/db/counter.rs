@@ -1,7 +1,12 @@
-//! The PN-counter behind `INCR`/`DECR`/`INCRBY`/`DECRBY`: a base (set by the last whole-value
-//! write of the key, LWW) plus, per origin node, running totals of its increments and
-//! decrements since that base. Totals only grow, so merging takes the per-origin maximum and
-//! concurrent increments on both sides of a partition all count.
+//! The PN-counter behind `INCR`/`DECR`/`INCRBY`/`DECRBY`: a base register (the value of the
+//! last `SET`, LWW by version) plus, per origin, running totals of its increments and
+//! decrements with the version of its latest one. Totals only grow, so merging takes the
+//! per-origin maximum and concurrent increments on both sides of a partition all count. A
+//! `SET` or `DEL` at version v dominates the contributions older than v; later ones survive.
+//!
+//! Documented limitation: totals are cumulative per origin, so an origin that incremented both
+//! before and after a concurrent `DEL`/`SET` it had not seen yet keeps its earlier increments
+//! too (its contribution's version is that of its latest increment).
 
 use keymesh_proto as pb;
 
@@ -78,13 +83,48 @@ impl Counter {
         }
     }
 
-    /// Merges a contribution for the same base (the caller handles a different base).
+    /// Merges a peer's contribution (and the base it saw, LWW).
     pub fn merge_delta(&mut self, d: &pb::CounterDelta) {
+        let base = from_pb(d.base.as_ref());
+        if base > self.base_version {
+            self.base = d.base_value;
+            self.base_version = base;
+        }
         let v = from_pb(d.version.as_ref());
-        let slot = self.slot(d.origin);
-        slot.incr = slot.incr.max(d.incr_total);
-        slot.decr = slot.decr.max(d.decr_total);
-        slot.version = slot.version.max(v);
+        if v >= self.base_version {
+            let slot = self.slot(d.origin);
+            slot.incr = slot.incr.max(d.incr_total);
+            slot.decr = slot.decr.max(d.decr_total);
+            slot.version = slot.version.max(v);
+        }
+        self.prune();
+    }
+
+    /// A `SET` of an integer at `v`: the new base; older contributions die.
+    pub fn rebase(&mut self, value: i64, v: Version) {
+        if v > self.base_version {
+            self.base = value;
+            self.base_version = v;
+            self.prune();
+        }
+    }
+
+    /// A `DEL` at `v`: older contributions die. Returns true if nothing is left.
+    pub fn clear_older(&mut self, v: Version) -> bool {
+        self.totals.retain(|t| t.version >= v);
+        if self.base_version < v {
+            if self.totals.is_empty() {
+                return true;
+            }
+            self.base = 0;
+            self.base_version = v;
+        }
+        false
+    }
+
+    fn prune(&mut self) {
+        let floor = self.base_version;
+        self.totals.retain(|t| t.version >= floor);
     }
 
     /// The newest write this counter holds.

@@ -81,8 +81,9 @@ fn effect(kind: u8, key: u8, hlc: u64, node: u32, a: u8, b: u8) -> Vec<pb::Op> {
             &key,
             pb::CounterDelta {
                 origin: node,
-                incr_total: a as i64,
-                decr_total: b as i64 % 3,
+                // An origin's totals only grow with its versions, as a real origin's do.
+                incr_total: hlc as i64 / 3,
+                decr_total: hlc as i64 / 5,
                 base: version(Version::ZERO),
                 version: version(ver),
                 base_value: 0,
@@ -183,7 +184,13 @@ fn bump(op: &mut pb::Op, by: u64) {
         Some(Effect::Hash(h)) => h.fields.iter_mut().for_each(|f| shift(&mut f.version)),
         Some(Effect::Set(s)) => s.members.iter_mut().for_each(|f| shift(&mut f.version)),
         Some(Effect::Zset(z)) => z.members.iter_mut().for_each(|f| shift(&mut f.version)),
-        Some(Effect::Counter(c)) => shift(&mut c.version),
+        Some(Effect::Counter(c)) => {
+            shift(&mut c.version);
+            // Keep each origin's totals growing with its versions, as the generator does.
+            let hlc = c.version.as_ref().map_or(0, |v| v.hlc) as i64;
+            c.incr_total = hlc / 3;
+            c.decr_total = hlc / 5;
+        }
         Some(Effect::List(l)) => shift(&mut l.version),
         _ => {}
     }

@@ -75,13 +75,12 @@ pub fn apply_op(store: &Store, op: &pb::Op) -> ApplyOutcome {
     }
 }
 
-/// The version a key competes with when another type or a whole write meets it: its last
-/// write, except for a counter, whose increments are bound to its base (the SET it counts
-/// from), so a newer SET replaces the counter even if increments on the old base came later.
+/// The version a key competes with when another type or a whole write meets it: its newest
+/// write (for a collection, removals included; for a counter, its latest contribution).
 fn newest(entry: &Entry) -> Version {
     let removed_max = |r: &crate::db::entry::FieldMap<Version>| r.values().copied().fold(Version::ZERO, Version::max);
     match &entry.value {
-        Value::Counter(c) => c.base_version,
+        Value::Counter(c) => c.newest(),
         // A removal is a write too: a collection whose newest write removed a field is that new.
         Value::Hash(h) => entry.version().max(removed_max(&h.removed)),
         Value::Set(s) => entry.version().max(removed_max(&s.removed)),
@@ -145,7 +144,7 @@ fn clear_older(entry: &mut Entry, v: Version) -> bool {
             z.removed.retain(|_, rv| *rv >= v);
             z.is_empty()
         }
-        Value::Counter(c) => c.base_version < v,
+        Value::Counter(c) => c.clear_older(v),
         _ => entry.version() < v,
     }
 }
@@ -177,7 +176,15 @@ fn whole_write(store: &Store, db: usize, shard: &mut Shard, key: &[u8], value: V
     }
     match shard.raw_mut(key) {
         Some(entry) if newest(entry) >= v => {
-            // The key holds newer data; the write still clears what is older than it.
+            // The key holds newer data; the write still clears what is older than it (and an
+            // integer SET becomes the base of a counter with newer increments).
+            let int = match &value {
+                Value::Int(n) => Some(*n),
+                _ => None,
+            };
+            if let (Value::Counter(c), Some(n)) = (&mut entry.value, int) {
+                c.rebase(n, v);
+            }
             let emptied = clear_older(entry, v);
             if emptied {
                 bury(store, db, shard, key);
@@ -226,6 +233,8 @@ fn expire(store: &Store, db: usize, shard: &mut Shard, key: &[u8], deadline_ms: 
         }
         None => {
             // The write that created the key is still on its way from another origin.
+            // Kept if newer than the key's delete; whether the next incarnation adopts it is
+            // decided when it is created (a different type starts after the ghost's writes).
             let newer = v >= tombstone(shard, key) && shard.orphan_expiry.get(key).is_none_or(|e| e.version < v);
             if newer {
                 shard.orphan_expiry.insert(key.into(), register);
@@ -401,46 +410,71 @@ fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u8], flushed
 
 fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[u8], d: &pb::CounterDelta, flushed: Version) -> bool {
     let dbref = store.db(db);
-    let base = from_pb(d.base.as_ref());
     let v = from_pb(d.version.as_ref());
-    // Increments count from their base: a base older than the key's last delete (or flush)
-    // died with it.
+    let floor = flushed.max(tombstone(shard, key));
     let ghost_newest = shard.tombstones.get(key).map_or(Version::ZERO, |g| g.newest());
-    if v <= flushed.max(tombstone(shard, key)) || base < flushed.max(ghost_newest) {
+    if v <= floor.max(ghost_newest) {
+        // A losing counter write still ends the incarnation before it.
+        if let Some(ghost) = shard.tombstones.get_mut(key) {
+            if ghost.kind != Some(crate::db::Kind::String) {
+                ghost.clear(v);
+            }
+        }
         return false;
     }
-    let fresh = || {
-        let mut c = Counter::new(d.base_value, base);
+    let fresh = |base: i64, base_version: Version| {
+        let mut c = Counter::new(base, base_version);
         c.merge_delta(d);
+        c.clear_older(floor);
         Value::Counter(Box::new(c))
     };
     match shard.raw_mut(key) {
         None => {
-            shard.insert(dbref, key, Entry::new(fresh(), v));
+            // A counter after a ghost starts a new incarnation after everything the ghost holds.
+            shard.tombstones.remove(key);
+            shard.insert(dbref, key, Entry::new(fresh(0, floor.max(ghost_newest)), v));
             adopt_orphan_expiry(store, db, shard, key);
             true
         }
         Some(entry) => {
-            let entry_newest = newest(entry);
-            let plain = matches!(entry.value, Value::Int(_) | Value::Str(_));
+            let (entry_newest, entry_version) = (newest(entry), entry.version());
             let changed = match &mut entry.value {
-                Value::Counter(c) if c.base_version == base => {
+                Value::Counter(c) => {
                     let before = c.clone();
                     c.merge_delta(d);
+                    if c.base_version > before.base_version {
+                        // A newer base (a SET, or a restart after a delete) ends older registers.
+                        let base = c.base_version;
+                        drop_older_expiry(store, db, shard, key, base);
+                        return true;
+                    }
                     *c != before
                 }
-                Value::Counter(c) if c.base_version < base => {
-                    entry.value = fresh();
-                    true
+                // An integer string: the counter continues from it (it is the base register);
+                // any other older value is replaced by a counter that starts after it.
+                _ if entry_newest < v => {
+                    let counter = match &entry.value {
+                        Value::Int(n) => fresh(*n, entry_version),
+                        Value::Str(s) => fresh(crate::parse::parse_i64(s).unwrap_or(0), entry_version),
+                        _ => fresh(0, entry_newest),
+                    };
+                    let base = match &counter {
+                        Value::Counter(c) => c.base_version,
+                        _ => entry_newest,
+                    };
+                    entry.value = counter;
+                    // A new incarnation: registers older than its base died with the old one.
+                    drop_older_expiry(store, db, shard, key, base);
+                    return true;
                 }
-                Value::Counter(_) => false,
-                // The counter's base is exactly this string write (continue from its value),
-                // or newer than whatever the key holds.
-                _ if (plain && entry_newest == base) || entry_newest < base => {
-                    entry.value = fresh();
-                    true
+                // Another, newer type: the counter loses whole but still ends what is older.
+                _ => {
+                    if clear_older(entry, v) {
+                        bury(store, db, shard, key);
+                    }
+                    drop_older_expiry(store, db, shard, key, v);
+                    return false;
                 }
-                _ => false,
             };
             if changed && v > entry.version() {
                 entry.set_version(v);
