@@ -94,6 +94,11 @@ pub enum Unchecked {
     /// A container with an expiry lost its last member: whether the old expiry applies when
     /// the key is re-created depends on how the engine keeps expiry registers.
     EmptiedWithExpiry,
+    /// A node incremented a counter both before and after another node's DEL/SET of it. The
+    /// engine's per-origin totals are cumulative (README, "Replication"): if that node had not
+    /// seen the DEL yet, its earlier increments still count. Nodes must agree; the value is
+    /// not checked.
+    CounterSpansDelete,
 }
 
 #[derive(Debug, Clone)]
@@ -108,6 +113,10 @@ pub struct Model {
     keys: BTreeMap<Vec<u8>, ModelEntry>,
     indeterminate: BTreeMap<Vec<u8>, Unchecked>,
     applied: usize,
+    /// Per counter key: nodes that incremented it before its last DEL/SET (by another node),
+    /// and nodes that incremented it since.
+    incr_before: BTreeMap<Vec<u8>, BTreeSet<usize>>,
+    incr_since: BTreeMap<Vec<u8>, BTreeSet<usize>>,
 }
 
 impl Model {
@@ -117,12 +126,13 @@ impl Model {
 
     /// Records a write that node answered with `reply`, acknowledged at `acked_at_ms` (Unix ms).
     /// An error reply means the write did not happen.
-    pub fn apply(&mut self, op: &Op, reply: &Reply, acked_at_ms: i64) {
+    pub fn apply(&mut self, node: usize, op: &Op, reply: &Reply, acked_at_ms: i64) {
         if reply.is_error() {
             return;
         }
         self.applied += 1;
         let key = op.key().to_vec();
+        self.track_counter_epochs(node, op, &key);
         let predicted = self.predicted_count(op);
         let got = reply.as_int();
         let disagrees = match (predicted, got) {
@@ -189,6 +199,23 @@ impl Model {
             self.indeterminate.insert(key, Unchecked::ReplyDisagreed);
         } else if dominates {
             self.indeterminate.remove(&key);
+        }
+    }
+
+    fn track_counter_epochs(&mut self, node: usize, op: &Op, key: &[u8]) {
+        match op {
+            Op::Del { .. } | Op::Set { .. } => {
+                let mut since = self.incr_since.remove(key).unwrap_or_default();
+                since.remove(&node);
+                self.incr_before.insert(key.to_vec(), since);
+            }
+            Op::IncrBy { .. } => {
+                if self.incr_before.get(key).is_some_and(|b| b.contains(&node)) {
+                    self.indeterminate.insert(key.to_vec(), Unchecked::CounterSpansDelete);
+                }
+                self.incr_since.entry(key.to_vec()).or_default().insert(node);
+            }
+            _ => {}
         }
     }
 

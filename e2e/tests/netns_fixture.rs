@@ -141,7 +141,7 @@ fn model_and_dump_agree_with_a_single_server() {
         let reply = cluster.call(0, &op.command()).expect("write");
         assert!(!reply.is_error(), "{op:?} -> {reply:?}");
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as i64;
-        model.apply(&op, &reply, now);
+        model.apply(0, &op, &reply, now);
     }
     cluster.set(0, "other", "not under the prefix").expect("SET");
     let dump = cluster.dump_matching(0, "solo:*").expect("dump");
