@@ -88,26 +88,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() {
-  python3 - <<'EOF'
-import socket
-for _ in range(200):
-    with socket.socket() as a:
-        a.bind(("127.0.0.1", 0))
-        port = a.getsockname()[1]
-        if port + 10000 > 65535:
-            continue
-        try:
-            with socket.socket() as b:
-                b.bind(("127.0.0.1", port + 10000))
-        except OSError:
-            continue
-    print(port)
-    break
-else:
-    raise SystemExit("no free port pair")
-EOF
-}
+# shellcheck source=scripts/lib.sh
+source "$repo_root/scripts/lib.sh"
 
 # start_server KIND: a fresh server on a free loopback port; sets server_pid and port.
 start_server() {

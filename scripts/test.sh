@@ -96,27 +96,8 @@ if [[ ! -x "$KEYMESH_SERVER" ]]; then
   exit 1
 fi
 
-# A loopback port whose +10000 neighbour (the engine's mesh port) is free too.
-free_port() {
-  python3 - <<'EOF'
-import socket
-for _ in range(200):
-    with socket.socket() as a:
-        a.bind(("127.0.0.1", 0))
-        port = a.getsockname()[1]
-        if port + 10000 > 65535:
-            continue
-        try:
-            with socket.socket() as b:
-                b.bind(("127.0.0.1", port + 10000))
-        except OSError:
-            continue
-    print(port)
-    break
-else:
-    raise SystemExit("no free port pair")
-EOF
-}
+# shellcheck source=scripts/lib.sh
+source "$repo_root/scripts/lib.sh"
 
 server_log="$(mktemp /tmp/keymesh-test-server.XXXXXX.log)"
 start_keymesh() {

@@ -10,9 +10,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::args::eq_ignore_case;
 use super::flags::*;
-use super::list::{lmpop_args, lmpop_reply, move_element, pop_from};
+use super::list::{lmpop_args, lmpop_reply, move_element, pop_from, side};
 use super::zset::{numkeys_positions, zmpop_args, zmpop_reply, zpop};
 use super::{CommandSpec, Exec, Keys, TABLE};
 use crate::blocking::Waiter;
@@ -137,16 +136,6 @@ fn bmove(exec: &mut Exec, argv: &[Bytes], from_left: bool, to_left: bool, wait: 
 fn brpoplpush(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let wait = timeout(&argv[3])?;
     bmove(exec, argv, false, true, wait)
-}
-
-fn side(arg: &[u8]) -> Result<bool, CmdError> {
-    if eq_ignore_case(arg, "left") {
-        Ok(true)
-    } else if eq_ignore_case(arg, "right") {
-        Ok(false)
-    } else {
-        Err(CmdError::Syntax)
-    }
 }
 
 fn blmove(exec: &mut Exec, argv: &[Bytes]) -> Reply {

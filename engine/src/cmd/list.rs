@@ -96,7 +96,7 @@ fn index_in(index: i64, len: usize) -> Option<usize> {
 }
 
 /// `LEFT` (true) or `RIGHT`.
-fn side(arg: &[u8]) -> Result<bool, CmdError> {
+pub(crate) fn side(arg: &[u8]) -> Result<bool, CmdError> {
     if eq_ignore_case(arg, "left") {
         Ok(true)
     } else if eq_ignore_case(arg, "right") {
