@@ -280,9 +280,13 @@ fn maxmemory_noeviction_refuses_and_allkeys_lru_evicts() {
 fn client_limits_maxclients_and_idle_timeout() {
     // Past maxclients new connections get Redis's error; idle clients are closed after timeout.
     let server = Server::start(&["--maxclients", "2", "--timeout", "1"]);
-    // Let the start-up probe's connection close, so it does not count against maxclients.
-    std::thread::sleep(Duration::from_millis(200));
     let mut a = server.connect();
+    // Wait until the start-up probe's connection is gone, so it does not count against maxclients.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !a.cmd(&["INFO", "clients"]).text().contains("connected_clients:1\r\n") {
+        assert!(std::time::Instant::now() < deadline, "the start-up probe connection never closed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let _b = server.connect();
     assert_reply!(a, ["PING"], "PONG");
     let mut c = server.connect();

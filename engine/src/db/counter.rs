@@ -13,13 +13,20 @@ use keymesh_proto as pb;
 use crate::hlc::{NodeId, Version};
 use crate::repl::effects::{from_pb, version};
 
+/// One origin's running totals within one epoch: the base version it counted from. A node
+/// that sees a DEL or SET starts a new epoch, so its fresh totals never mix (by maximum) with
+/// its totals from before, which peers may still hold until the DEL reaches them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Contribution {
     pub origin: NodeId,
+    pub epoch: Version,
     pub incr: i64,
     pub decr: i64,
     pub version: Version,
 }
+
+/// The origin id of a delta that carries only the base register.
+pub const BASE_ONLY: NodeId = 0;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Counter {
@@ -39,11 +46,11 @@ impl Counter {
         self.totals.iter().try_fold(self.base, |acc, c| acc.checked_add(c.incr)?.checked_sub(c.decr))
     }
 
-    fn slot(&mut self, origin: NodeId) -> &mut Contribution {
-        let i = match self.totals.iter().position(|c| c.origin == origin) {
+    fn slot(&mut self, origin: NodeId, epoch: Version) -> &mut Contribution {
+        let i = match self.totals.iter().position(|c| c.origin == origin && c.epoch == epoch) {
             Some(i) => i,
             None => {
-                self.totals.push(Contribution { origin, incr: 0, decr: 0, version: Version::ZERO });
+                self.totals.push(Contribution { origin, epoch, incr: 0, decr: 0, version: Version::ZERO });
                 self.totals.len() - 1
             }
         };
@@ -54,7 +61,8 @@ impl Counter {
     /// changes nothing) if it would overflow.
     pub fn add(&mut self, origin: NodeId, delta: i64, v: Version) -> Option<i64> {
         let next = self.value()?.checked_add(delta)?;
-        let slot = self.slot(origin);
+        let epoch = self.base_version;
+        let slot = self.slot(origin, epoch);
         if delta >= 0 {
             slot.incr = slot.incr.checked_add(delta)?;
         } else {
@@ -69,18 +77,30 @@ impl Counter {
         self.last_origin
     }
 
-    /// The effect of `origin`'s contribution.
+    /// The effect of `origin`'s contribution in the current epoch (after a local increment).
     pub fn delta_of(&self, origin: NodeId, v: Version) -> pb::CounterDelta {
-        let c = self.totals.iter().find(|c| c.origin == origin).copied();
-        let c = c.unwrap_or(Contribution { origin, incr: 0, decr: 0, version: v });
+        let c = self.totals.iter().find(|c| c.origin == origin && c.epoch == self.base_version).copied();
+        self.delta_of_slot(&c.unwrap_or(Contribution { origin, epoch: self.base_version, incr: 0, decr: 0, version: v }))
+    }
+
+    /// The effect that recreates the base register (full sync).
+    pub fn base_delta(&self) -> pb::CounterDelta {
         pb::CounterDelta {
-            origin,
-            incr_total: c.incr,
-            decr_total: c.decr,
+            origin: BASE_ONLY,
+            incr_total: 0,
+            decr_total: 0,
             base: version(self.base_version),
-            version: version(c.version),
+            version: version(self.base_version),
             base_value: self.base,
         }
+    }
+
+    /// The effect that recreates one contribution (full sync).
+    pub fn delta_of_slot(&self, c: &Contribution) -> pb::CounterDelta {
+        // The epoch travels as the delta's base; its value is the base register's when the
+        // epoch is the current one (older epochs' base values are dominated anyway).
+        let base_value = if c.epoch == self.base_version { self.base } else { 0 };
+        pb::CounterDelta { origin: c.origin, incr_total: c.incr, decr_total: c.decr, base: version(c.epoch), version: version(c.version), base_value }
     }
 
     /// Merges a peer's contribution (and the base it saw, LWW).
@@ -91,8 +111,9 @@ impl Counter {
             self.base_version = base;
         }
         let v = from_pb(d.version.as_ref());
-        if v >= self.base_version {
-            let slot = self.slot(d.origin);
+        // Origin 0 carries only the base register (full sync), no contribution.
+        if d.origin != BASE_ONLY && v >= self.base_version {
+            let slot = self.slot(d.origin, base);
             slot.incr = slot.incr.max(d.incr_total);
             slot.decr = slot.decr.max(d.decr_total);
             slot.version = slot.version.max(v);

@@ -154,6 +154,7 @@ impl<'a> Ctx<'a> {
             None => {
                 let version = store.stamp(None);
                 shard.insert(dbref, key, Entry::new(value, version));
+                shard.orphan_expiry.remove(key);
                 Found::Missing(version)
             }
         };
@@ -172,6 +173,7 @@ impl<'a> Ctx<'a> {
                 let value = shard.remove(dbref, key).map(|e| e.value);
                 if let Some(value) = value {
                     shard.insert(dbref, key, Entry::new(value, version));
+                    shard.orphan_expiry.remove(key);
                 }
                 version
             }
@@ -246,7 +248,14 @@ impl<'a> Ctx<'a> {
             // Redis deletes an emptied collection. Replication keeps its field tombstones (a
             // ghost), so a concurrent field added on another node survives, as per-field LWW says.
             if replicating {
+                let had_ttl = shard.raw(key).is_some_and(|e| e.expiry.is_some());
                 shard.bury(dbref, key);
+                if had_ttl {
+                    // Redis drops an emptied key's TTL: say so with a newer register, so a
+                    // member added concurrently elsewhere does not revive the old one.
+                    shard.orphan_expiry.insert(key.into(), Expiry { deadline_ms: 0, version });
+                    self.effects.push(effects::expire(db, key, 0, version));
+                }
             } else {
                 shard.remove(dbref, key);
             }
@@ -295,6 +304,7 @@ impl<'a> Ctx<'a> {
                 let counter = Value::Counter(Box::new(super::counter::Counter::new(0, cleared)));
                 let (dbref, shard) = self.parts(db, key);
                 shard.insert(dbref, key, Entry::new(counter, version));
+                shard.adopt_orphan_expiry(dbref, key, cleared);
             }
             // An integer string becomes the counter's base (its SET is the base version).
             Some(Some((n, v))) => {
@@ -377,6 +387,7 @@ macro_rules! collection_accessors {
                         };
                         let (dbref, shard) = self.parts(db, key);
                         shard.insert(dbref, key, Entry::new(Value::$variant(Box::new(fresh)), version));
+                        shard.adopt_orphan_expiry(dbref, key, cleared);
                     }
                     Some(kind) if kind == $kind => {}
                     Some(_) => return Err(CmdError::WrongType),

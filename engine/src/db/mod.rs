@@ -133,7 +133,8 @@ impl Store {
             // all share the low bits their map indexes by.
             shard_hasher: foldhash::fast::FixedState::with_seed(0x6b65_796d_6573_6801),
             replicating: AtomicBool::new(false),
-            counter_origin: rand::random(),
+            // Never 0: that id marks a base-only counter delta.
+            counter_origin: rand::random::<crate::hlc::NodeId>() | 1,
         }
     }
 
@@ -325,9 +326,12 @@ impl Shard {
 
     /// Removes an entry that became empty (or was superseded whole), leaving a ghost with its
     /// key-level and field tombstones for replication.
+    /// The expiry register outlives the value (as an orphan): whether a later incarnation keeps
+    /// it is decided by versions — a delete or whole write drops older registers, and a
+    /// collection emptied by a local removal writes a "no TTL" register (see `Ctx::written`) —
+    /// never by the order in which a replica happened to see the writes.
     pub fn bury(&mut self, db: &Db, key: &[u8]) {
         let Some(entry) = self.remove(db, key) else { return };
-        // The expiry register outlives the value: a write of a later incarnation may adopt it.
         if let Some(e) = entry.expiry.as_deref() {
             if self.orphan_expiry.get(key).is_none_or(|o| o.version < e.version) {
                 self.orphan_expiry.insert(key.into(), *e);
@@ -347,6 +351,17 @@ impl Shard {
             ghost.removed.extend(removed.iter().map(|(k, v)| (k.clone(), *v)));
         }
         self.tombstones.insert(key.into(), ghost);
+    }
+
+    /// A key re-created by a field, member or counter write takes a pending expiry register
+    /// that is not older than its key tombstone (`cleared`), as a replica merging the same
+    /// write would.
+    pub fn adopt_orphan_expiry(&mut self, db: &Db, key: &[u8], cleared: Version) {
+        if let Some(e) = self.orphan_expiry.remove(key) {
+            if e.version >= cleared {
+                self.set_expiry(db, key, Some(e));
+            }
+        }
     }
 
     pub fn watch(&mut self, key: &[u8], flag: WatchFlag) {

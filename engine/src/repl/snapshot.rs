@@ -67,11 +67,9 @@ pub fn key_state(db: usize, key: &[u8], entry: &Entry, out: &mut Vec<pb::Op>) {
     }
     match &entry.value {
         Value::Counter(c) => {
-            if c.totals.is_empty() {
-                out.push(effects::counter(db, key, c.delta_of(0, c.base_version)));
-            }
+            out.push(effects::counter(db, key, c.base_delta()));
             for t in &c.totals {
-                out.push(effects::counter(db, key, c.delta_of(t.origin, t.version)));
+                out.push(effects::counter(db, key, c.delta_of_slot(t)));
             }
         }
         value => out.push(effects::value_effect(db, key, value, v, &names(value))),
