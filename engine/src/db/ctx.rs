@@ -155,6 +155,7 @@ impl<'a> Ctx<'a> {
                 let version = store.stamp(None);
                 shard.insert(dbref, key, Entry::new(value, version));
                 shard.orphan_expiry.remove(key);
+                shard.tombstones.remove(key);
                 Found::Missing(version)
             }
         };
@@ -300,7 +301,9 @@ impl<'a> Ctx<'a> {
         };
         match existing {
             None => {
-                let cleared = self.tombstone(db, key);
+                // A counter starts after everything the key's ghost remembers, as on replicas.
+                let (_, shard) = self.parts(db, key);
+                let cleared = shard.tombstones.remove(key).map_or(Version::ZERO, |g| g.newest());
                 let counter = Value::Counter(Box::new(super::counter::Counter::new(0, cleared)));
                 let (dbref, shard) = self.parts(db, key);
                 shard.insert(dbref, key, Entry::new(counter, version));
@@ -377,15 +380,11 @@ macro_rules! collection_accessors {
                     None => {
                         let version = self.store.stamp(None);
                         let db = self.db;
-                        // Older writes than the key's last delete stay dead after re-creation.
-                        let cleared = self.tombstone(db, key);
-                        #[allow(clippy::field_reassign_with_default)]
-                        let fresh = {
-                            let mut fresh = $new;
-                            fresh.cleared = cleared;
-                            fresh
-                        };
                         let (dbref, shard) = self.parts(db, key);
+                        // Re-created from its ghost exactly as a replica merging this write would:
+                        // older writes stay dead, removed fields keep their tombstones.
+                        let mut fresh = $new;
+                        let cleared = super::Ghost::revive(shard.tombstones.remove(key), $kind, &mut fresh);
                         shard.insert(dbref, key, Entry::new(Value::$variant(Box::new(fresh)), version));
                         shard.adopt_orphan_expiry(dbref, key, cleared);
                     }

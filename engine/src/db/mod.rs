@@ -65,6 +65,22 @@ impl Ghost {
         self.removed.values().copied().fold(self.cleared, Version::max)
     }
 
+    /// Prepares a collection re-created at a ghost's key: of the same type it inherits the
+    /// ghost's tombstones; of another type it starts after everything the ghost remembers.
+    /// Returns the new incarnation's key tombstone.
+    pub fn revive(ghost: Option<Ghost>, kind: Kind, fresh: &mut impl Tombstoned) -> Version {
+        let cleared = match ghost {
+            None => Version::ZERO,
+            Some(g) if g.kind.is_none() || g.kind == Some(kind) => {
+                fresh.set_removed(g.removed);
+                g.cleared
+            }
+            Some(g) => g.newest(),
+        };
+        fresh.set_cleared(cleared);
+        cleared
+    }
+
     /// Absorbs a key-level delete at `v`.
     pub fn clear(&mut self, v: Version) {
         if v > self.cleared {
@@ -76,6 +92,37 @@ impl Ghost {
             }
         }
     }
+}
+
+/// A value with replication tombstones (collections and lists).
+pub trait Tombstoned {
+    fn set_cleared(&mut self, cleared: Version);
+    fn set_removed(&mut self, removed: Map<bytes::Bytes, Version>);
+}
+
+impl<V> Tombstoned for entry::Collection<V> {
+    fn set_cleared(&mut self, cleared: Version) {
+        self.cleared = cleared;
+    }
+    fn set_removed(&mut self, removed: Map<bytes::Bytes, Version>) {
+        self.removed = removed;
+    }
+}
+
+impl Tombstoned for zset::SortedSet {
+    fn set_cleared(&mut self, cleared: Version) {
+        self.cleared = cleared;
+    }
+    fn set_removed(&mut self, removed: Map<bytes::Bytes, Version>) {
+        self.removed = removed;
+    }
+}
+
+impl Tombstoned for entry::ListValue {
+    fn set_cleared(&mut self, cleared: Version) {
+        self.cleared = cleared;
+    }
+    fn set_removed(&mut self, _removed: Map<bytes::Bytes, Version>) {}
 }
 
 /// One shard of one database.
