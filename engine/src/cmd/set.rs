@@ -106,17 +106,24 @@ pub(super) fn sample<T: Copy>(items: impl Iterator<Item = T>, len: usize, count:
 fn sadd(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let key = &argv[1];
     let v = exec.ctx.next_version(key);
+    // In a mesh, re-adding a member is a write too (its add version moves on), so it survives a
+    // concurrent SREM or DEL elsewhere that is older, as an LWW element set says.
+    let replicating = exec.ctx.store.replicating();
     let set = exec.ctx.set_or_create(key)?;
     let mut added = 0;
+    let mut restamped = false;
     for m in &argv[2..] {
         if !set.contains_key(m) {
             set.insert(own(m), v);
             added += 1;
+        } else if replicating {
+            set.insert(own(m), v);
+            restamped = true;
         }
     }
-    // A new key always gains a member; an existing one that gained none is untouched (Redis
-    // neither signals WATCH nor counts a change then).
-    if added > 0 {
+    // Standalone, an existing key that gained no member is untouched (Redis neither signals
+    // WATCH nor counts a change then).
+    if added > 0 || restamped {
         exec.ctx.written(key, v);
     }
     Ok(Frame::Integer(added))

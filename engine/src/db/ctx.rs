@@ -45,11 +45,6 @@ impl<'a> Ctx<'a> {
         self.emit(|| effects::publish(channel, message));
     }
 
-    /// The key tombstone, if the key was deleted (replication only).
-    fn tombstone(&mut self, db: usize, key: &[u8]) -> Version {
-        self.parts(db, key).1.tombstones.get(key).map_or(Version::ZERO, |g| g.cleared)
-    }
-
     fn parts(&mut self, db: usize, key: &[u8]) -> (&'a Db, &mut Shard) {
         let shard = self.store.shard_of(key);
         (self.store.db(db), self.locks.get(db, shard))
