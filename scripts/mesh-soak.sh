@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The randomized partition soak (not part of scripts/test.sh while it has a known open failure,
-# see issue 3): 3 engines in network namespaces, random partitions and mixed writes, then the
-# full keyspace of every node is compared with a model of the acknowledged writes.
+# The randomized partition soak (not yet part of scripts/test.sh, see issue 3): 3 engines in
+# network namespaces, random partitions and mixed writes, then the full keyspace of every node
+# is compared with a model of the acknowledged writes.
 #   KEYMESH_E2E_TRIALS=12 KEYMESH_E2E_SEED=<n> scripts/mesh-soak.sh
 # Needs root (network namespaces).
 set -euo pipefail
