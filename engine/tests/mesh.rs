@@ -246,3 +246,31 @@ fn replicaof_needs_active_replica_and_multi_master() {
     assert_eq!(conn.cmd(&["REPLICAOF", "NO", "ONE"]).text(), "OK");
     assert_eq!(conn.cmd(&["ROLE"]).texts()[0], "master");
 }
+
+#[test]
+fn a_node_with_a_fast_clock_still_converges_and_the_skew_is_reported() {
+    // Proves the HLC rules under clock skew: node A's wall clock runs 3 s ahead (beyond
+    // max-clock-skew-ms 500). B applies A's writes without letting A's clock drag its own, and
+    // reports the skew; a write B makes after reading A's value still supersedes it (local writes
+    // stamp max(now, stored + 1)), so both nodes converge on B's later write.
+    let (a, b) = (Node::new(), Node::new());
+    let fast = a.start("fast", &[b], &["--clock-offset-ms", "3000"]);
+    let slow = b.start("slow", &[a], &[]);
+    let (mut ca, mut cb) = (fast.connect(), slow.connect());
+    wait_for("links up", || link_connected(&mut ca) && link_connected(&mut cb));
+    assert_eq!(ca.cmd(&["SET", "k", "from-fast"]).text(), "OK");
+    wait_for("fast's write on slow", || get(&mut cb, "k") == "from-fast");
+    assert_eq!(cb.cmd(&["SET", "k", "from-slow"]).text(), "OK");
+    wait_for("slow's later write on fast", || get(&mut ca, "k") == "from-slow");
+    assert_eq!(get(&mut cb, "k"), "from-slow");
+    // Writes in the other direction converge too.
+    assert_eq!(ca.cmd(&["HSET", "h", "f", "1"]).text(), "1");
+    wait_for("fast's hash on slow", || cb.cmd(&["HGET", "h", "f"]).text() == "1");
+    wait_for("skew reported on slow", || {
+        let info = info_replication(&mut cb);
+        let skew: i64 = info_field(&info, "master_clock_skew_ms").and_then(|v| v.parse().ok()).unwrap_or(0);
+        let skewed: u64 = info_field(&info, "skewed_receives").and_then(|v| v.parse().ok()).unwrap_or(0);
+        skew >= 2500 && skewed > 0
+    });
+    assert!(metric(&slow, "keymesh_clock_skewed_receives_total") > 0);
+}
