@@ -20,6 +20,7 @@ pub struct Metrics {
     clients: IntGauge,
     blocked_clients: IntGauge,
     keys: IntGauge,
+    tombstones: IntGauge,
     expired: IntCounter,
     evicted: IntCounter,
     memory_used: IntGauge,
@@ -63,6 +64,7 @@ impl Metrics {
             clients: gauge(&registry, "keymesh_connected_clients", "Connected clients."),
             blocked_clients: gauge(&registry, "keymesh_blocked_clients", "Clients blocked in BLPOP-style commands."),
             keys: gauge(&registry, "keymesh_keys", "Live keys in all databases."),
+            tombstones: gauge(&registry, "keymesh_tombstones", "Tombstones of deleted keys held for replication."),
             expired: counter(&registry, "keymesh_expired_keys_total", "Keys deleted because their TTL passed."),
             evicted: counter(&registry, "keymesh_evicted_keys_total", "Keys evicted by the maxmemory policy."),
             memory_used: gauge(&registry, "keymesh_memory_used_bytes", "Bytes allocated by the engine."),
@@ -96,6 +98,7 @@ impl Metrics {
             sync_counter(&self.commands[i], stats.calls.load(Ordering::Relaxed));
             sync_counter(&self.failed[i], stats.failed.load(Ordering::Relaxed));
         }
+        self.tombstones.set(store.tombstones_held() as i64);
         sync_counter(&self.expired, store.stats.expired_keys.load(Ordering::Relaxed));
         sync_counter(&self.evicted, store.stats.evicted_keys.load(Ordering::Relaxed));
         self.memory_used.set(crate::memory::refresh() as i64);

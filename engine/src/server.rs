@@ -142,6 +142,7 @@ impl Server {
         evict::set_policy(Policy::from_name(config.get("maxmemory-policy")).unwrap_or(Policy::NoEviction));
         self.store.hlc.set_max_skew_ms(config.int("max-clock-skew-ms") as u64);
         self.repl_log.set_capacity(config.int("repl-backlog-size") as u64);
+        self.store.tombstone_gc_ms.store(config.int("tombstone-gc-seconds") as u64 * 1000, Ordering::Relaxed);
     }
 
     pub fn parse_limits(&self) -> Limits {

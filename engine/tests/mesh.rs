@@ -274,3 +274,18 @@ fn a_node_with_a_fast_clock_still_converges_and_the_skew_is_reported() {
     });
     assert!(metric(&slow, "keymesh_clock_skewed_receives_total") > 0);
 }
+
+#[test]
+fn tombstones_are_kept_for_replication_and_collected_after_the_gc_cap() {
+    // Proves deletes leave a tombstone while replicating (so an older write arriving later
+    // cannot resurrect the key), and that tombstones older than tombstone-gc-seconds are dropped.
+    let node = Node::new();
+    let server = node.start("gc", &[], &["--tombstone-gc-seconds", "1"]);
+    let mut c = server.connect();
+    for i in 0..5 {
+        c.cmd(&["SET", &format!("k{i}"), "v"]);
+        c.cmd(&["DEL", &format!("k{i}")]);
+    }
+    assert_eq!(metric(&server, "keymesh_tombstones"), 5);
+    wait_for("tombstones collected after 1 s", || metric(&server, "keymesh_tombstones") == 0);
+}

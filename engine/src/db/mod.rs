@@ -157,6 +157,8 @@ pub struct Store {
     shard_hasher: foldhash::fast::FixedState,
     /// Whether local writes record their effects (a mesh is or was configured).
     replicating: AtomicBool,
+    /// `tombstone-gc-seconds` in ms: ghosts older than this are dropped.
+    pub tombstone_gc_ms: AtomicU64,
     /// This run's identity for counter contributions: a restarted node that has not synced
     /// yet must not overwrite its previous run's increments (totals merge by maximum).
     pub counter_origin: crate::hlc::NodeId,
@@ -180,6 +182,7 @@ impl Store {
             // all share the low bits their map indexes by.
             shard_hasher: foldhash::fast::FixedState::with_seed(0x6b65_796d_6573_6801),
             replicating: AtomicBool::new(false),
+            tombstone_gc_ms: AtomicU64::new(86_400_000),
             // Never 0: that id marks a base-only counter delta.
             counter_origin: rand::random::<crate::hlc::NodeId>() | 1,
         }
@@ -229,6 +232,11 @@ impl Store {
             None => self.hlc.now(),
         };
         Version { hlc, node: self.node_id }
+    }
+
+    /// Ghosts (tombstones of deleted keys) held, in all databases.
+    pub fn tombstones_held(&self) -> usize {
+        (0..self.databases()).map(|db| (0..SHARDS_PER_DB).map(|s| self.lock_shard(db, s).tombstones.len()).sum::<usize>()).sum()
     }
 
     pub fn volatile_keys(&self, db: usize) -> usize {
