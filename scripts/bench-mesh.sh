@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Replication benchmark (not a test), on loopback:
+#   1. write throughput of a 3-node mesh vs a standalone node, same redis-benchmark SET load
+#      against one node (-n BENCH_N, -r 1000000, -d 100, -c 50, -P 16, --threads 2);
+#   2. a 1M-key full sync: node A holds BENCH_KEYS keys of 100 bytes, node B starts with
+#      `replicaof A`; prints the time until B is ready with every key, and the bytes received.
+# Not measured yet: replication lag percentiles, catch-up after a 30 s partition.
+set -euo pipefail
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$repo_root"
+# shellcheck source=scripts/lib.sh
+source "$repo_root/scripts/lib.sh"
+bin="${KEYMESH_SERVER:-target/release/keymesh-server}"
+n="${BENCH_N:-1000000}"
+keys="${BENCH_KEYS:-1000000}"
+work="$(mktemp -d /tmp/keymesh-bench-mesh.XXXXXX)"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+# start NAME PORT METRICS [flags...]: starts a node; waits for PING.
+start() {
+  local name="$1" port="$2" metrics="$3"; shift 3
+  "$bin" --bind 127.0.0.1 --port "$port" --metrics-port "$metrics" --node-name "$name" "$@" >"$work/$name.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do [[ "$(redis-cli -p "$port" ping 2>/dev/null)" == PONG ]] && return 0; sleep 0.1; done
+  echo "bench-mesh: $name did not start" >&2; exit 1
+}
+stop_all() { cleanup; pids=(); }
+set_rps() { redis-benchmark -p "$1" -t set -n "$n" -r 1000000 -d 100 -c 50 -P 16 --threads 2 -q --csv | awk -F'"' '$2 == "SET" { print $4 }'; }
+metric() { curl -s "localhost:$1/metrics" | awk -v p="$2" 'index($0, p) == 1 { v = $NF } END { print v + 0 }'; }
+
+echo "bench-mesh: standalone SET throughput ..." >&2
+p0="$(free_port)"; m0="$(free_port)"
+start solo "$p0" "$m0"
+solo="$(set_rps "$p0")"
+stop_all
+
+echo "bench-mesh: 3-node mesh SET throughput ..." >&2
+ports=("$(free_port)" "$(free_port)" "$(free_port)"); metrics=("$(free_port)" "$(free_port)" "$(free_port)")
+for i in 0 1 2; do
+  peers=()
+  for j in 0 1 2; do ((i == j)) || peers+=(--replicaof 127.0.0.1 "${ports[$j]}"); done
+  start "mesh$i" "${ports[$i]}" "${metrics[$i]}" --active-replica yes --multi-master yes "${peers[@]}"
+done
+sleep 1
+mesh="$(set_rps "${ports[0]}")"
+# Every node must end with the same keyspace size.
+for _ in $(seq 300); do
+  a="$(redis-cli -p "${ports[0]}" dbsize)"; b="$(redis-cli -p "${ports[1]}" dbsize)"; c="$(redis-cli -p "${ports[2]}" dbsize)"
+  [[ "$a" == "$b" && "$b" == "$c" ]] && break; sleep 0.1
+done
+echo "bench-mesh: after the load, dbsize per node: $a $b $c" >&2
+stop_all
+
+echo "bench-mesh: full sync of $keys keys ..." >&2
+pa="$(free_port)"; ma="$(free_port)"; pb="$(free_port)"; mb="$(free_port)"
+start syncA "$pa" "$ma" --active-replica yes --multi-master yes
+python3 - "$keys" <<'PY' | redis-cli -p "$pa" --pipe >/dev/null
+import sys
+w = sys.stdout.buffer.write
+for i in range(int(sys.argv[1])):
+    k = b"key:%010d" % i
+    w(b"*3\r\n$3\r\nSET\r\n$14\r\n%s\r\n$100\r\n%s\r\n" % (k, b"x" * 100))
+PY
+t0=$(date +%s.%N)
+start syncB "$pb" "$mb" --active-replica yes --multi-master yes --replicaof 127.0.0.1 "$pa"
+until [[ "$(curl -s -o /dev/null -w '%{http_code}' "localhost:$mb/readyz")" == 200 && "$(redis-cli -p "$pb" dbsize)" == "$keys" ]]; do sleep 0.05; done
+t1=$(date +%s.%N)
+bytes="$(metric "$mb" 'keymesh_mesh_received_bytes_total{kind="full"')"
+
+awk -v s="$solo" -v m="$mesh" -v t0="$t0" -v t1="$t1" -v b="$bytes" -v k="$keys" 'BEGIN {
+  printf "\nSET -P 16 ops/s: standalone %.0f, 3-node mesh %.0f, ratio %.2f (target >= 0.70)\n", s, m, m / s
+  printf "full sync of %d keys x 100 B: %.2f s (target < 10 s), %.1f MiB received\n", k, t1 - t0, b / 1048576
+}'
