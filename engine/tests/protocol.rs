@@ -196,3 +196,19 @@ fn sigterm_shuts_down_cleanly() {
     let status = server.terminate();
     assert!(status.success(), "exit status {status:?}");
 }
+
+#[test]
+fn help_version_and_bad_flags() {
+    // --help and --version answer and exit 0; a bad flag or value stops start-up naming it.
+    let bin = env!("CARGO_BIN_EXE_keymesh-server");
+    let run = |args: &[&str]| std::process::Command::new(bin).args(args).output().unwrap();
+    let help = run(&["--help"]);
+    assert!(help.status.success() && String::from_utf8_lossy(&help.stdout).contains("Usage: keymesh-server"));
+    let version = run(&["--version"]);
+    assert!(version.status.success() && String::from_utf8_lossy(&version.stdout).starts_with("keymesh-server "));
+    let bad = run(&["--port", "70000"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("flag --port"), "{}", String::from_utf8_lossy(&bad.stderr));
+    let unknown = run(&["--no-such-directive", "1"]);
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("unknown directive 'no-such-directive'"));
+}
