@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::blocking::Blocking;
@@ -259,10 +259,8 @@ pub async fn run(server: Arc<Server>, listeners: Vec<TcpListener>, metrics: Opti
     }
     let peers: Vec<_> = server.config.read().replicaof.iter().filter_map(|(h, p)| crate::mesh::PeerAddr::from_client_port(h, *p).ok()).collect();
     server.mesh.start(&server, peers);
-    // Bounds concurrent connections; extra ones get Redis's error and are closed.
-    let slots = Arc::new(Semaphore::new(Semaphore::MAX_PERMITS));
     for listener in listeners {
-        tokio::spawn(accept_loop(server.clone(), listener, slots.clone()));
+        tokio::spawn(accept_loop(server.clone(), listener));
     }
     info!(port = server.port.load(Ordering::Relaxed), node = %server.node_name, run_id = %server.run_id, "ready to accept connections");
     let mut stop = server.shutdown_signal();
@@ -291,7 +289,9 @@ async fn signal_received() {
     }
 }
 
-async fn accept_loop(server: Arc<Server>, listener: TcpListener, _slots: Arc<Semaphore>) {
+/// Accepts until shutdown. `maxclients` is enforced per connection (see `connection::serve`),
+/// so a refused client gets Redis's error rather than a silent close.
+async fn accept_loop(server: Arc<Server>, listener: TcpListener) {
     let mut stop = server.shutdown_signal();
     loop {
         let accepted = tokio::select! {
