@@ -205,9 +205,12 @@ impl Model {
     fn track_counter_epochs(&mut self, node: usize, op: &Op, key: &[u8]) {
         match op {
             Op::Del { .. } | Op::Set { .. } => {
-                let mut since = self.incr_since.remove(key).unwrap_or_default();
-                since.remove(&node);
-                self.incr_before.insert(key.to_vec(), since);
+                // Nodes that counted before this or an earlier DEL/SET may still be in that epoch
+                // (they may not have seen any of them); the deleting node has seen its own.
+                let since = self.incr_since.remove(key).unwrap_or_default();
+                let before = self.incr_before.entry(key.to_vec()).or_default();
+                before.extend(since);
+                before.remove(&node);
             }
             Op::IncrBy { .. } => {
                 if self.incr_before.get(key).is_some_and(|b| b.contains(&node)) {
