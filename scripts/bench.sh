@@ -110,14 +110,7 @@ start_server() {
         --dir "$work/redis-dir" >"$log" 2>&1 & ;;
   esac
   server_pid=$!
-  for _ in $(seq 100); do
-    if ! kill -0 "$server_pid" 2>/dev/null; then
-      echo "bench: $kind server exited at start-up:" >&2; tail -20 "$log" >&2; server_pid=""; exit 1
-    fi
-    [[ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" == PONG ]] && return 0
-    sleep 0.1
-  done
-  echo "bench: $kind server did not answer PING on port $port" >&2; exit 1
+  await_ping "$server_pid" "$port" "$log" "bench: $kind server" || { stop_server; exit 1; }
 }
 
 # throughput KIND PIPELINE -> $out/KIND-P<PIPELINE>.csv

@@ -22,3 +22,19 @@ else:
     raise SystemExit("no free port pair")
 PY
 }
+
+# await_ping PID PORT LOG WHAT: waits up to 10 s for the server PID on 127.0.0.1:PORT to answer
+# PING. Returns 1 (after printing why, with the tail of LOG) if it exits or never answers.
+await_ping() {
+  local pid="$1" port="$2" log="$3" what="$4"
+  for _ in $(seq 100); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      echo "$what exited at start-up; log:" >&2; tail -20 "$log" >&2
+      return 1
+    fi
+    [[ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" == PONG ]] && return 0
+    sleep 0.1
+  done
+  echo "$what did not answer PING on 127.0.0.1:$port in 10 s" >&2
+  return 1
+}

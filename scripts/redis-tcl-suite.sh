@@ -146,16 +146,7 @@ start_server() {
       ;;
   esac
   server_pid=$!
-  for _ in $(seq 100); do
-    if ! kill -0 "$server_pid" 2>/dev/null; then
-      echo "redis-tcl-suite: $kind server exited at start-up; log:" >&2; tail -20 "$log" >&2
-      server_pid=""; return 1
-    fi
-    [[ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" == PONG ]] && return 0
-    sleep 0.1
-  done
-  echo "redis-tcl-suite: $kind server did not answer PING on port $port in 10 s" >&2
-  stop_server; return 1
+  await_ping "$server_pid" "$port" "$log" "redis-tcl-suite: $kind server" || { stop_server; return 1; }
 }
 
 # runtest's --skipfile takes exact test names (or /regexps), one per line. Ours adds

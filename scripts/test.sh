@@ -106,16 +106,7 @@ start_keymesh() {
   # --metrics-port 0: the fixed default (9121) would collide with any other engine on the machine.
   "$KEYMESH_SERVER" --port "$port" --bind 127.0.0.1 --server-threads 2 --metrics-port 0 >"$server_log" 2>&1 &
   server_pid=$!
-  for _ in $(seq 100); do
-    if ! kill -0 "$server_pid" 2>/dev/null; then
-      echo "test.sh: keymesh-server exited at start-up; log:" >&2; tail -20 "$server_log" >&2
-      server_pid=""; return 1
-    fi
-    [[ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" == PONG ]] && return 0
-    sleep 0.1
-  done
-  echo "test.sh: keymesh-server did not answer PING on 127.0.0.1:$port" >&2
-  return 1
+  await_ping "$server_pid" "$port" "$server_log" "test.sh: keymesh-server" || { server_pid=""; return 1; }
 }
 
 # Each client workload gets a fresh server, so one's leftovers cannot fail the other.
