@@ -11,7 +11,6 @@ use bytes::{BufMut, Bytes, BytesMut};
 #[derive(Debug, Clone, PartialEq)]
 pub enum Frame {
     Simple(&'static str),
-    SimpleOwned(String),
     Error(String),
     Integer(i64),
     Bulk(Bytes),
@@ -75,7 +74,6 @@ impl Frame {
     pub fn encode(&self, resp: u8, out: &mut BytesMut) {
         match self {
             Frame::Simple(s) => simple(out, b'+', s.as_bytes()),
-            Frame::SimpleOwned(s) => simple(out, b'+', s.as_bytes()),
             Frame::Error(s) => simple(out, b'-', s.as_bytes()),
             Frame::Integer(n) => header(out, b':', *n),
             Frame::Bulk(b) => bulk(out, b),

@@ -119,13 +119,6 @@ impl<V> Collection<V> {
         all
     }
 
-    pub fn get_mut(&mut self, name: &[u8]) -> Option<&mut V> {
-        if let Some((k, _)) = self.live.get_key_value(name) {
-            self.touched.push(k.clone());
-        }
-        self.live.get_mut(name)
-    }
-
     /// Names changed since the last call.
     pub fn take_touched(&mut self) -> Vec<Bytes> {
         let mut names = std::mem::take(&mut self.touched);

@@ -311,10 +311,6 @@ impl Shard {
         self.map.iter()
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
-        self.map.keys()
-    }
-
     /// Inserts or replaces a key's entry, keeping the expiry index in step.
     pub fn insert(&mut self, db: &Db, key: &[u8], entry: Entry) -> Option<Entry> {
         let new_deadline = entry.deadline();

@@ -108,10 +108,6 @@ impl KeyTable {
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
         self.table.iter().map(|n| (n.key.as_bytes(), &n.entry))
     }
-
-    pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
-        self.table.iter().map(|n| n.key.as_bytes())
-    }
 }
 
 #[cfg(test)]
