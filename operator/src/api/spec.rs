@@ -1,0 +1,302 @@
+//! The sections of `CacheClusterSpec`. Each section's `Default` equals what the CRD schema
+//! declares as its default, so an object read by the operator and one defaulted by the API
+//! server mean the same thing.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Affinity, Toleration};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Engine settings that end up in the engine's config file.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineSpec {
+    /// `server-threads`: worker threads of the engine (default: one per CPU the pod sees).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 256))]
+    pub threads: Option<i32>,
+    /// `maxmemory` as the engine reads it (`100mb`, `1gb`, bytes). Exclusive with
+    /// `maxmemoryPercent`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub maxmemory: Option<String>,
+    /// `maxmemory` as a percentage of the container's memory limit. Defaults to 75 when the
+    /// container has a memory limit and `maxmemory` is not set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub maxmemory_percent: Option<i32>,
+    /// `maxmemory-policy`: what the engine evicts once `maxmemory` is reached.
+    #[serde(default)]
+    pub eviction_policy: EvictionPolicy,
+    /// `max-clock-skew-ms`: a peer's clock further ahead than this is reported (ClockSkew
+    /// condition) and does not drag local clocks forward. Engine default: 500.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_clock_skew_ms: Option<i64>,
+    /// `tombstone-gc-seconds`: how long deletes are remembered for peers that were away.
+    /// Engine default: 86400.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub tombstone_gc_seconds: Option<i64>,
+    /// Further engine directives, limited to an allow-list (see the operator README); the
+    /// operator owns ports, auth and the peer list.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra_config: BTreeMap<String, String>,
+}
+
+/// The engine's `maxmemory-policy` values.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum EvictionPolicy {
+    #[default]
+    Noeviction,
+    AllkeysLru,
+    AllkeysLfu,
+    VolatileLru,
+    VolatileLfu,
+    VolatileTtl,
+    AllkeysRandom,
+    VolatileRandom,
+}
+
+impl EvictionPolicy {
+    /// The directive value, as the engine spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvictionPolicy::Noeviction => "noeviction",
+            EvictionPolicy::AllkeysLru => "allkeys-lru",
+            EvictionPolicy::AllkeysLfu => "allkeys-lfu",
+            EvictionPolicy::VolatileLru => "volatile-lru",
+            EvictionPolicy::VolatileLfu => "volatile-lfu",
+            EvictionPolicy::VolatileTtl => "volatile-ttl",
+            EvictionPolicy::AllkeysRandom => "allkeys-random",
+            EvictionPolicy::VolatileRandom => "volatile-random",
+        }
+    }
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ImagePullPolicy {
+    Always,
+    IfNotPresent,
+    Never,
+}
+
+impl ImagePullPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ImagePullPolicy::Always => "Always",
+            ImagePullPolicy::IfNotPresent => "IfNotPresent",
+            ImagePullPolicy::Never => "Never",
+        }
+    }
+}
+
+/// Client and mesh authentication. Without `secretRef` the operator generates a Secret
+/// `<name>-auth` with a random password once and never rotates it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthSpec {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<SecretRef>,
+}
+
+/// A key of a Secret in the cluster's namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretRef {
+    pub name: String,
+    #[serde(default = "default_secret_key")]
+    pub key: String,
+}
+
+fn default_secret_key() -> String {
+    "password".to_string()
+}
+
+/// TLS for clients and the mesh. Not supported yet: the engine has no TLS.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    #[serde(default)]
+    pub enabled: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub secret_name: Option<String>,
+}
+
+/// Persistent volumes. Not supported: the engine keeps data in memory and replicates it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PersistenceSpec {
+    #[serde(default)]
+    pub enabled: bool,
+}
+
+/// The client Service `<name>`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceSpec {
+    #[serde(default, rename = "type")]
+    pub type_: ServiceType,
+    /// Annotations of the client Service, e.g. for an AWS NLB.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// The client Service's port (the pods listen on 6379).
+    #[serde(default = "default_service_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+}
+
+impl Default for ServiceSpec {
+    fn default() -> Self {
+        ServiceSpec { type_: ServiceType::default(), annotations: BTreeMap::new(), port: default_service_port() }
+    }
+}
+
+fn default_service_port() -> i32 {
+    6379
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ServiceType {
+    #[default]
+    ClusterIP,
+    NodePort,
+    LoadBalancer,
+}
+
+impl ServiceType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceType::ClusterIP => "ClusterIP",
+            ServiceType::NodePort => "NodePort",
+            ServiceType::LoadBalancer => "LoadBalancer",
+        }
+    }
+}
+
+/// How the pods spread over zones and hosts.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopologySpec {
+    #[serde(default = "preferred")]
+    pub zone_spread: SpreadMode,
+    #[serde(default = "preferred")]
+    pub host_spread: SpreadMode,
+}
+
+impl Default for TopologySpec {
+    fn default() -> Self {
+        TopologySpec { zone_spread: SpreadMode::Preferred, host_spread: SpreadMode::Preferred }
+    }
+}
+
+fn preferred() -> SpreadMode {
+    SpreadMode::Preferred
+}
+
+/// `Preferred` schedules anyway when the spread cannot be kept; `Required` leaves pods
+/// pending instead.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum SpreadMode {
+    Disabled,
+    Preferred,
+    Required,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodDisruptionBudgetSpec {
+    #[serde(default = "enabled")]
+    pub enabled: bool,
+    #[serde(default = "one")]
+    #[schemars(range(min = 1))]
+    pub max_unavailable: i32,
+}
+
+impl Default for PodDisruptionBudgetSpec {
+    fn default() -> Self {
+        PodDisruptionBudgetSpec { enabled: true, max_unavailable: 1 }
+    }
+}
+
+fn enabled() -> bool {
+    true
+}
+
+fn one() -> i32 {
+    1
+}
+
+/// Node kernel tuning by a privileged DaemonSet (not supported yet by this operator version).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeTuningSpec {
+    #[serde(default)]
+    pub enabled: bool,
+    /// Transparent huge pages mode set on the nodes (`never` is what Redis-like engines want).
+    #[serde(default = "thp_never")]
+    pub transparent_huge_pages: String,
+    /// `net.core.somaxconn` inside the pods' network namespace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 128))]
+    pub somaxconn: Option<i32>,
+}
+
+impl Default for NodeTuningSpec {
+    fn default() -> Self {
+        NodeTuningSpec { enabled: false, transparent_huge_pages: thp_never(), somaxconn: None }
+    }
+}
+
+fn thp_never() -> String {
+    "never".to_string()
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeSpec {
+    /// Stop replacing pods for a new version or configuration.
+    #[serde(default)]
+    pub paused: bool,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricsSpec {
+    #[serde(default)]
+    pub service_monitor: ServiceMonitorSpec,
+}
+
+/// A Prometheus-operator ServiceMonitor for the engines' `/metrics`, created when its CRD
+/// exists in the cluster.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ServiceMonitorSpec {
+    #[serde(default)]
+    pub enabled: bool,
+    /// Labels on the ServiceMonitor (so a Prometheus' selector picks it up).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Scrape interval, e.g. `30s`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+}
+
+/// Passed through to the engine pods as given.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodOverrides {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}

@@ -1,0 +1,102 @@
+//! `CacheClusterStatus`: what the operator observed at its last reconcile. Conditions use the
+//! standard `metav1.Condition` shape; `lastTransitionTime` changes only when a condition's
+//! status changes (see `status::conditions`).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The condition types the operator maintains.
+pub mod condition_types {
+    /// Every desired pod is ready (serves clients after its initial sync).
+    pub const READY: &str = "Ready";
+    /// The cluster is being created or scaled.
+    pub const PROGRESSING: &str = "Progressing";
+    /// Pods are not ready, or engines do not answer, on a cluster that was running.
+    pub const DEGRADED: &str = "Degraded";
+    /// Every mesh member streams from every other member.
+    pub const MESH_CONNECTED: &str = "MeshConnected";
+    /// A member sees a peer's clock further ahead than `spec.engine.maxClockSkewMs`.
+    pub const CLOCK_SKEW: &str = "ClockSkew";
+    /// The node-tuning DaemonSet applied its settings (not supported yet).
+    pub const NODE_TUNED: &str = "NodeTuned";
+
+    pub const ALL: [&str; 6] = [READY, PROGRESSING, DEGRADED, MESH_CONNECTED, CLOCK_SKEW, NODE_TUNED];
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CacheClusterStatus {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+    /// The `metadata.generation` this status describes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Engine pods that are ready.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// The engine version the pods report (comma-separated while they differ).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current_version: Option<String>,
+    /// The engine version the spec asks for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<MemberStatus>,
+}
+
+impl CacheClusterStatus {
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+}
+
+/// The cluster's life cycle, for humans and `kubectl get`.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum Phase {
+    /// Nothing created yet.
+    Pending,
+    /// The pods of a new cluster are starting.
+    Creating,
+    /// Every pod is ready and in the mesh.
+    Running,
+    /// Pods are being added to or removed from the mesh.
+    Scaling,
+    /// A cluster that ran has pods that are not ready or not connected.
+    Degraded,
+    /// The spec is invalid; the operator waits for it to change.
+    Failed,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Creating => "Creating",
+            Phase::Running => "Running",
+            Phase::Scaling => "Scaling",
+            Phase::Degraded => "Degraded",
+            Phase::Failed => "Failed",
+        }
+    }
+}
+
+/// One engine pod as the operator last saw it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberStatus {
+    pub pod: String,
+    /// The `topology.kubernetes.io/zone` label of the pod's node.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// The engine reports itself ready (it serves clients).
+    pub ready: bool,
+    /// The engine finished an initial sync from a peer (or needs none).
+    pub synced: bool,
+    /// Peers this engine streams from right now.
+    pub connected_peers: i32,
+    /// The largest replication lag, in operations, over its peers.
+    pub lag_ops: i64,
+}
