@@ -1,0 +1,62 @@
+//! Test fixture: builds children from an inline YAML spec, with the inputs a first reconcile
+//! of that spec would have, and prints objects as YAML in assertion messages.
+
+use super::{build_children, BuildInput, Capabilities, Children, PdbVersion};
+use crate::api::CacheCluster;
+use crate::names::ClusterNames;
+use crate::test_support::cluster;
+use crate::validate::{validate, AuthSource, ValidatedSpec};
+
+pub struct Fixture {
+    pub cluster: CacheCluster,
+    pub spec: ValidatedSpec,
+    pub names: ClusterNames,
+    pub statefulset_replicas: i32,
+    pub config_peers: Vec<u32>,
+    pub password: Option<String>,
+    pub capabilities: Capabilities,
+}
+
+impl Fixture {
+    pub fn new(spec_yaml: &str) -> Fixture {
+        let cluster = cluster(spec_yaml);
+        let spec = validate(&cluster).unwrap_or_else(|e| panic!("fixture spec is invalid: {e}\n{spec_yaml}"));
+        let replicas = spec.replicas;
+        let password = matches!(spec.auth, AuthSource::Generated { .. }).then(|| "s3cret-pw".to_string());
+        Fixture {
+            cluster,
+            spec,
+            names: ClusterNames::new("demo", "cache", "cluster.local"),
+            statefulset_replicas: replicas,
+            config_peers: (0..replicas.unsigned_abs()).collect(),
+            password,
+            capabilities: Capabilities { pdb: Some(PdbVersion::V1), service_monitor: true },
+        }
+    }
+
+    pub fn input(&self) -> BuildInput<'_> {
+        BuildInput {
+            cluster: &self.cluster,
+            spec: &self.spec,
+            names: &self.names,
+            statefulset_replicas: self.statefulset_replicas,
+            config_peers: &self.config_peers,
+            generated_password: self.password.as_deref(),
+            capabilities: self.capabilities,
+        }
+    }
+
+    pub fn build(&self) -> Children {
+        build_children(&self.input()).unwrap_or_else(|e| panic!("build failed: {e}"))
+    }
+}
+
+/// Children of a first reconcile of `spec_yaml`.
+pub fn build(spec_yaml: &str) -> Children {
+    Fixture::new(spec_yaml).build()
+}
+
+/// An object as YAML, for assertion messages.
+pub fn yaml<T: serde::Serialize>(object: &T) -> String {
+    serde_yaml::to_string(object).unwrap_or_else(|e| format!("<unprintable: {e}>"))
+}

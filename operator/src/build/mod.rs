@@ -1,0 +1,154 @@
+//! The build step: every child object of a `CacheCluster`, from a `ValidatedSpec` and the scale
+//! plan's decisions, by pure functions (no client, no clock, no randomness).
+//!
+//! Guarantees: every child carries the common labels and a controlling owner reference to its
+//! `CacheCluster` (so deleting the cluster garbage-collects it), and sets no field that a
+//! Kubernetes 1.20 API server does not know (its server-side apply rejects unknown fields).
+
+mod configmap;
+mod pdb;
+mod secret;
+mod servicemonitor;
+mod services;
+mod statefulset;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::DynamicObject;
+use kube::Resource;
+
+use crate::api::CacheCluster;
+use crate::names::ClusterNames;
+use crate::validate::ValidatedSpec;
+
+pub use configmap::{build_config_map, config_hash, engine_config, EngineConfig};
+pub use pdb::{build_pdb, PdbVersion};
+pub use secret::build_secret;
+pub use servicemonitor::{build_service_monitor, service_monitor_resource};
+pub use services::{build_client_service, build_headless_service};
+pub use statefulset::build_statefulset;
+
+/// The field manager of every server-side apply the operator makes.
+pub const FIELD_MANAGER: &str = "keymesh-operator";
+
+/// Labels that select a cluster's pods (the StatefulSet selector; immutable once created).
+pub const SELECTOR_LABELS: [&str; 2] = ["app.kubernetes.io/name", "app.kubernetes.io/instance"];
+
+/// Further labels the operator sets and a user may not override.
+pub const RESERVED_LABELS: [&str; 2] = ["app.kubernetes.io/managed-by", SERVICE_LABEL];
+
+/// Tells the headless Service from the client Service (the ServiceMonitor selects one).
+pub const SERVICE_LABEL: &str = "keymesh.io/service";
+
+/// The pod-template annotation that changes whenever the engine settings change.
+pub const CONFIG_HASH_ANNOTATION: &str = "keymesh.io/config-hash";
+
+/// What the API server offers, found by discovery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// The PodDisruptionBudget version to use; `None` when the server serves neither.
+    pub pdb: Option<PdbVersion>,
+    /// Whether the `monitoring.coreos.com/v1` ServiceMonitor CRD is installed.
+    pub service_monitor: bool,
+}
+
+/// Everything a builder needs.
+#[derive(Debug, Clone)]
+pub struct BuildInput<'a> {
+    pub cluster: &'a CacheCluster,
+    pub spec: &'a ValidatedSpec,
+    pub names: &'a ClusterNames,
+    /// The StatefulSet's replicas now: the scale plan's answer, not always `spec.replicas`.
+    pub statefulset_replicas: i32,
+    /// The ordinals written as `replicaof` lines, so a (re)starting pod knows whom to sync from.
+    pub config_peers: &'a [u32],
+    /// The password of the generated Secret; `None` when the user references a Secret.
+    pub generated_password: Option<&'a str>,
+    pub capabilities: Capabilities,
+}
+
+/// Every child of a cluster. Consumers destructure it without `..`, so adding a child here
+/// fails to compile wherever it would be forgotten.
+#[derive(Debug, Clone)]
+pub struct Children {
+    /// `None` when the user references their own Secret.
+    pub secret: Option<Secret>,
+    pub config_map: ConfigMap,
+    pub headless_service: Service,
+    pub client_service: Service,
+    pub statefulset: StatefulSet,
+    /// `None` when disabled or when the server serves no PodDisruptionBudget API.
+    pub pdb: Option<DynamicObject>,
+    /// `None` when disabled or when the ServiceMonitor CRD is absent.
+    pub service_monitor: Option<DynamicObject>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("failed to build children of CacheCluster {0}: it has no name, namespace or uid yet")]
+    MissingMetadata(String),
+    #[error("failed to build {kind} {name}: {source}")]
+    Serialize { kind: &'static str, name: String, source: serde_json::Error },
+}
+
+/// Builds every child.
+pub fn build_children(input: &BuildInput) -> Result<Children, BuildError> {
+    let config = engine_config(input);
+    Ok(Children {
+        secret: build_secret(input)?,
+        config_map: build_config_map(input, &config)?,
+        headless_service: build_headless_service(input)?,
+        client_service: build_client_service(input)?,
+        statefulset: build_statefulset(input, &config)?,
+        pdb: build_pdb(input)?,
+        service_monitor: build_service_monitor(input)?,
+    })
+}
+
+/// `app.kubernetes.io/name` and `instance`: what selects the cluster's pods.
+pub fn selector_labels(names: &ClusterNames) -> BTreeMap<String, String> {
+    BTreeMap::from([(SELECTOR_LABELS[0].to_string(), "keymesh".to_string()), (SELECTOR_LABELS[1].to_string(), names.name.clone())])
+}
+
+/// The selector labels as a `key=value,...` string, for listing the cluster's pods.
+pub fn pod_selector(names: &ClusterNames) -> String {
+    selector_labels(names).iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+}
+
+/// The labels on every child: the selector labels and `managed-by`.
+pub fn common_labels(names: &ClusterNames) -> BTreeMap<String, String> {
+    let mut labels = selector_labels(names);
+    labels.insert(RESERVED_LABELS[0].to_string(), FIELD_MANAGER.to_string());
+    labels
+}
+
+/// Metadata of a child: name, namespace, common labels and the controlling owner reference.
+fn child_metadata(input: &BuildInput, name: String) -> Result<ObjectMeta, BuildError> {
+    Ok(ObjectMeta {
+        name: Some(name),
+        namespace: Some(input.names.namespace.clone()),
+        labels: Some(common_labels(input.names)),
+        owner_references: Some(vec![owner_reference(input.cluster)?]),
+        ..ObjectMeta::default()
+    })
+}
+
+fn owner_reference(cluster: &CacheCluster) -> Result<OwnerReference, BuildError> {
+    let missing = || BuildError::MissingMetadata(cluster.metadata.name.clone().unwrap_or_default());
+    if cluster.metadata.namespace.is_none() {
+        return Err(missing());
+    }
+    cluster.controller_owner_ref(&()).ok_or_else(missing)
+}
+
+/// Turns a typed object into a `DynamicObject` (for kinds whose version is chosen at run time
+/// or that have no Rust type).
+fn to_dynamic<T: serde::Serialize>(object: &T, kind: &'static str, name: &str) -> Result<DynamicObject, BuildError> {
+    serde_json::to_value(object).and_then(serde_json::from_value).map_err(|source| BuildError::Serialize { kind, name: name.to_string(), source })
+}
+
+#[cfg(test)]
+pub(crate) mod fixture;

@@ -1,0 +1,167 @@
+//! The engines' StatefulSet: stable pod names (`<name>-<ordinal>`, the mesh's peer identities),
+//! all pods started at once (`Parallel`), and `OnDelete` updates so the operator alone decides
+//! when a pod is replaced (DESIGN.md, "Rolling upgrade").
+//!
+//! Its `replicas` is the scale plan's answer, which lags `spec.replicas` on a scale-down until
+//! no remaining member lists a leaving pod.
+
+use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
+use k8s_openapi::api::core::v1::{
+    ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe,
+    SecretKeySelector, TopologySpreadConstraint, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::configmap::{EngineConfig, CONFIG_DIR, CONFIG_FILE};
+use super::services::{CLIENT_PORT_NAME, MESH_PORT_NAME, METRICS_PORT_NAME};
+use super::{child_metadata, common_labels, selector_labels, BuildError, BuildInput, CONFIG_HASH_ANNOTATION};
+use crate::api::SpreadMode;
+use crate::names::{CLIENT_PORT, MESH_PORT, METRICS_PORT};
+
+/// The engine container's name.
+pub const CONTAINER_NAME: &str = "keymesh";
+
+/// Seconds a stopping engine gets to finish in-flight requests and streams.
+pub const TERMINATION_GRACE_SECONDS: i64 = 30;
+
+pub const ZONE_TOPOLOGY_KEY: &str = "topology.kubernetes.io/zone";
+pub const HOST_TOPOLOGY_KEY: &str = "kubernetes.io/hostname";
+
+pub fn build_statefulset(input: &BuildInput, config: &EngineConfig) -> Result<StatefulSet, BuildError> {
+    let names = input.names;
+    Ok(StatefulSet {
+        metadata: child_metadata(input, names.statefulset())?,
+        spec: Some(StatefulSetSpec {
+            replicas: Some(input.statefulset_replicas),
+            service_name: Some(names.headless_service()),
+            pod_management_policy: Some("Parallel".to_string()),
+            update_strategy: Some(StatefulSetUpdateStrategy { type_: Some("OnDelete".to_string()), rolling_update: None }),
+            selector: LabelSelector { match_labels: Some(selector_labels(names)), match_expressions: None },
+            template: pod_template(input, config),
+            ..StatefulSetSpec::default()
+        }),
+        ..StatefulSet::default()
+    })
+}
+
+fn pod_template(input: &BuildInput, config: &EngineConfig) -> PodTemplateSpec {
+    let pod = &input.spec.pod;
+    let mut labels = pod.labels.clone();
+    labels.extend(common_labels(input.names));
+    let mut annotations = pod.annotations.clone();
+    annotations.insert(CONFIG_HASH_ANNOTATION.to_string(), config.hash());
+    let spread = topology_spread(input);
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta { labels: Some(labels), annotations: Some(annotations), ..ObjectMeta::default() }),
+        spec: Some(PodSpec {
+            containers: vec![engine_container(input)],
+            volumes: Some(vec![Volume {
+                name: "config".to_string(),
+                config_map: Some(ConfigMapVolumeSource { name: input.names.config_map(), ..ConfigMapVolumeSource::default() }),
+                ..Volume::default()
+            }]),
+            termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
+            enable_service_links: Some(false),
+            topology_spread_constraints: (!spread.is_empty()).then_some(spread),
+            node_selector: (!pod.node_selector.is_empty()).then(|| pod.node_selector.clone()),
+            tolerations: (!pod.tolerations.is_empty()).then(|| pod.tolerations.clone()),
+            affinity: pod.affinity.clone(),
+            priority_class_name: pod.priority_class_name.clone(),
+            ..PodSpec::default()
+        }),
+    }
+}
+
+fn engine_container(input: &BuildInput) -> Container {
+    let spec = input.spec;
+    let args =
+        [&format!("{CONFIG_DIR}/{CONFIG_FILE}"), "--node-name", "$(POD_NAME)", "--requirepass", "$(KEYMESH_PASSWORD)", "--masterauth", "$(KEYMESH_PASSWORD)"];
+    Container {
+        name: CONTAINER_NAME.to_string(),
+        image: Some(spec.image.clone()),
+        image_pull_policy: spec.image_pull_policy.clone(),
+        command: Some(vec!["keymesh-server".to_string()]),
+        args: Some(args.iter().map(|a| a.to_string()).collect()),
+        env: Some(vec![
+            field_env("POD_NAME", "metadata.name"),
+            field_env("POD_NAMESPACE", "metadata.namespace"),
+            EnvVar {
+                name: "KEYMESH_PASSWORD".to_string(),
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector { name: spec.auth.secret_name().to_string(), key: spec.auth.key().to_string(), optional: None }),
+                    ..EnvVarSource::default()
+                }),
+                ..EnvVar::default()
+            },
+        ]),
+        ports: Some(vec![
+            container_port(CLIENT_PORT_NAME, CLIENT_PORT),
+            container_port(MESH_PORT_NAME, MESH_PORT),
+            container_port(METRICS_PORT_NAME, METRICS_PORT),
+        ]),
+        // Ready means synced (DESIGN.md, "Readiness"): a joining pod stays out of the client
+        // Service until it holds the data.
+        readiness_probe: Some(http_probe("/readyz", 5, 2, 3, None)),
+        // Generous: a full sync of a large keyspace must not look like a hang.
+        liveness_probe: Some(http_probe("/healthz", 10, 5, 6, Some(10))),
+        resources: spec.resources.clone(),
+        volume_mounts: Some(vec![VolumeMount {
+            name: "config".to_string(),
+            mount_path: CONFIG_DIR.to_string(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        }]),
+        ..Container::default()
+    }
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value_from: Some(EnvVarSource { field_ref: Some(ObjectFieldSelector { field_path: path.to_string(), api_version: None }), ..EnvVarSource::default() }),
+        ..EnvVar::default()
+    }
+}
+
+fn container_port(name: &str, port: i32) -> ContainerPort {
+    ContainerPort { name: Some(name.to_string()), container_port: port, protocol: Some("TCP".to_string()), ..ContainerPort::default() }
+}
+
+fn http_probe(path: &str, period: i32, timeout: i32, failures: i32, initial_delay: Option<i32>) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction { path: Some(path.to_string()), port: IntOrString::String(METRICS_PORT_NAME.to_string()), ..HTTPGetAction::default() }),
+        period_seconds: Some(period),
+        timeout_seconds: Some(timeout),
+        failure_threshold: Some(failures),
+        initial_delay_seconds: initial_delay,
+        ..Probe::default()
+    }
+}
+
+/// maxSkew 1 over zones and hosts: `Preferred` schedules anyway when the spread cannot hold,
+/// `Required` leaves the pod pending, `Disabled` adds no constraint.
+fn topology_spread(input: &BuildInput) -> Vec<TopologySpreadConstraint> {
+    let topology = &input.spec.topology;
+    [(topology.zone_spread, ZONE_TOPOLOGY_KEY), (topology.host_spread, HOST_TOPOLOGY_KEY)]
+        .into_iter()
+        .filter_map(|(mode, key)| {
+            let when = match mode {
+                SpreadMode::Disabled => return None,
+                SpreadMode::Preferred => "ScheduleAnyway",
+                SpreadMode::Required => "DoNotSchedule",
+            };
+            Some(TopologySpreadConstraint {
+                max_skew: 1,
+                topology_key: key.to_string(),
+                when_unsatisfiable: when.to_string(),
+                label_selector: Some(LabelSelector { match_labels: Some(selector_labels(input.names)), match_expressions: None }),
+                ..TopologySpreadConstraint::default()
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[path = "statefulset_tests.rs"]
+mod tests;

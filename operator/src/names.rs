@@ -1,0 +1,72 @@
+//! Names of a cluster's children and the stable DNS names of its pods, in one place so the
+//! builders, the mesh wiring and the status agree on them.
+
+/// Ports every engine pod listens on (DESIGN.md, "Engine").
+pub const CLIENT_PORT: i32 = 6379;
+pub const MESH_PORT: i32 = 16379;
+pub const METRICS_PORT: i32 = 9121;
+
+/// The names derived from one `CacheCluster`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterNames {
+    pub name: String,
+    pub namespace: String,
+    pub cluster_domain: String,
+}
+
+impl ClusterNames {
+    pub fn new(name: &str, namespace: &str, cluster_domain: &str) -> Self {
+        ClusterNames { name: name.to_string(), namespace: namespace.to_string(), cluster_domain: cluster_domain.to_string() }
+    }
+
+    /// The StatefulSet, the client Service and the PodDisruptionBudget.
+    pub fn statefulset(&self) -> String {
+        self.name.clone()
+    }
+
+    pub fn client_service(&self) -> String {
+        self.name.clone()
+    }
+
+    pub fn headless_service(&self) -> String {
+        format!("{}-headless", self.name)
+    }
+
+    pub fn config_map(&self) -> String {
+        format!("{}-config", self.name)
+    }
+
+    pub fn generated_secret(&self) -> String {
+        format!("{}-auth", self.name)
+    }
+
+    pub fn pod(&self, ordinal: u32) -> String {
+        format!("{}-{ordinal}", self.name)
+    }
+
+    /// The ordinal of one of this cluster's pods, from its name.
+    pub fn ordinal_of(&self, pod: &str) -> Option<u32> {
+        pod.strip_prefix(&self.name)?.strip_prefix('-')?.parse().ok()
+    }
+
+    /// `<pod>.<name>-headless.<ns>.svc.<domain>`: resolves to the pod's current IP, ready or not
+    /// (the headless Service publishes not-ready addresses), so peers survive pod restarts.
+    pub fn pod_dns(&self, ordinal: u32) -> String {
+        format!("{}.{}.{}.svc.{}", self.pod(ordinal), self.headless_service(), self.namespace, self.cluster_domain)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pod_names_and_dns() {
+        let names = ClusterNames::new("demo", "cache", "cluster.local");
+        assert_eq!(names.pod_dns(2), "demo-2.demo-headless.cache.svc.cluster.local");
+        assert_eq!(names.ordinal_of("demo-12"), Some(12));
+        assert_eq!(names.ordinal_of("demo-x"), None);
+        assert_eq!(names.ordinal_of("demox-1"), None);
+        assert_eq!(names.ordinal_of("other-1"), None);
+    }
+}
