@@ -54,6 +54,9 @@ pub fn apply_op(store: &Store, op: &pb::Op) -> ApplyOutcome {
     let mut shard = store.lock_shard(db, store.shard_of(key));
     let changed = match effect {
         Effect::StringSet(s) => whole_write(store, db, &mut shard, key, Value::string(&s.value), from_pb(s.version.as_ref()), flushed),
+        // Popping a list's last item deletes the key, as in Redis: an empty list at `v` is a
+        // delete at `v` (both dominate everything older), never an empty key.
+        Effect::List(l) if l.items.is_empty() => delete(store, db, &mut shard, key, from_pb(l.version.as_ref()), flushed),
         Effect::List(l) => {
             let list = ListValue { items: l.items.iter().map(|i| Bytes::copy_from_slice(i)).collect(), cleared: Version::ZERO };
             whole_write(store, db, &mut shard, key, Value::List(Box::new(list)), from_pb(l.version.as_ref()), flushed)
