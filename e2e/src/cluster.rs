@@ -265,6 +265,34 @@ impl MeshCluster {
         }
     }
 
+    /// One field of node `i`'s `INFO section` (empty if the field is absent).
+    pub fn info_field(&self, i: usize, section: &str, field: &str) -> Result<String, ClusterError> {
+        let args = ["INFO", section];
+        let text = match self.call_ok(i, &args)? {
+            Reply::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+            reply => return Err(ClusterError::Reply { node: i, command: show_command(&args), reply }),
+        };
+        let wanted = format!("{field}:");
+        Ok(text.lines().find_map(|l| l.strip_prefix(&wanted)).unwrap_or("").trim().to_string())
+    }
+
+    /// Waits until node `i` reports itself ready (`mesh_ready:1`: it finished a sync from a
+    /// peer, or found none within the start-up grace period).
+    pub fn wait_ready(&self, i: usize, timeout: Duration) -> Result<(), ClusterError> {
+        let started = Instant::now();
+        loop {
+            let ready = self.info_field(i, "replication", "mesh_ready");
+            if matches!(&ready, Ok(r) if r == "1") {
+                return Ok(());
+            }
+            if started.elapsed() > timeout {
+                let reason = self.info_field(i, "replication", "mesh_ready_reason").unwrap_or_else(|e| e.to_string());
+                return Err(ClusterError::NotConverged { waited: timeout, report: format!("node {i} not ready: {reason}") });
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// Node `i`'s whole keyspace (database 0).
     pub fn dump(&self, i: usize) -> Result<Keyspace, ClusterError> {
         self.dump_matching(i, "*")

@@ -230,3 +230,58 @@ fn restart_full_sync_under_partition_heal() {
     assert_eq!(cluster.get(2, k("ctr")).expect("GET ctr"), Some(v("135")), "3*10 + 5 + 100: no increment lost");
     assert_eq!(cluster.get(2, k("s0")).expect("GET s0"), None, "the delete made while n2 was away stays deleted");
 }
+
+/// Proves DESIGN.md's rule for a node cut off longer than `tombstone-gc-seconds`: its peers
+/// drop a delete's tombstone by the time cap while it is away, so merging its stale copy would
+/// resurrect the key; instead, at the heal, it wipes and full-syncs. The deleted key stays
+/// deleted on every node, the peers' writes reach it, and its own writes made while it was
+/// cut off are discarded (the documented price of the rule). Small backlogs force full syncs
+/// both ways, the path by which a stale copy would otherwise spread.
+#[test]
+fn a_node_cut_off_longer_than_the_tombstone_cap_wipes_and_resyncs() {
+    require_netns!();
+    let mut opts = keymesh_e2e::ClusterOptions::new(3);
+    opts.extra_args.extend(["--tombstone-gc-seconds", "3", "--repl-backlog-size", "16kb"].map(String::from));
+    let cluster = MeshCluster::start_with(opts).expect("start 3 meshed nodes");
+    for i in 0..3 {
+        cluster.wait_ready(i, Duration::from_secs(30)).expect("ready");
+    }
+    cluster.set(0, "gc:deleted", "old").expect("SET");
+    cluster.set(0, "gc:kept", "v").expect("SET");
+    cluster.wait_converged_matching("gc:*", converge_timeout(), |_| Ok(())).expect("converged before the cut");
+    cluster.net().cut(2).expect("cut n2");
+    cluster.call_ok(0, &["DEL", "gc:deleted"]).expect("DEL on n0");
+    cluster.set(0, "gc:while-away", "from-n0").expect("SET on n0");
+    cluster.set(2, "gc:written-on-the-cut-off-node", "lost").expect("SET on n2");
+    // Overflow every backlog, so every reconnect is a full sync.
+    let filler = "x".repeat(1024);
+    for i in 0..40 {
+        cluster.set(0, format!("fill:{i}"), &filler).expect("fill n0");
+        cluster.set(2, format!("fill2:{i}"), &filler).expect("fill n2");
+    }
+    // Past the cap (3 s) and a GC pass: n0 and n1 have dropped the tombstone, n2 is stale.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cluster.info_field(0, "replication", "mesh_tombstones").expect("INFO") != "0"
+        || cluster.info_field(2, "replication", "mesh_stale").expect("INFO") != "1"
+    {
+        assert!(Instant::now() < deadline, "n0 kept the tombstone or n2 never went stale");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    cluster.net().heal(2).expect("heal n2");
+    let expected = ["gc:kept", "gc:while-away"];
+    let keys_are_expected = |ks: &keymesh_e2e::Keyspace| {
+        let keys: Vec<String> = ks.keys().map(|k| String::from_utf8_lossy(k).into_owned()).collect();
+        if keys == expected {
+            Ok(())
+        } else {
+            Err(format!("keys {keys:?}, expected {expected:?} (the deleted key came back, or the cut-off node's writes spread)"))
+        }
+    };
+    cluster.wait_converged_matching("gc:*", converge_timeout(), keys_are_expected).expect("converged after the heal");
+    // Still so once every link has settled (a late full sync must not bring anything back).
+    std::thread::sleep(Duration::from_secs(3));
+    cluster.wait_converged_matching("gc:*", Duration::from_secs(5), keys_are_expected).expect("still converged");
+    assert_eq!(cluster.get(2, "fill:39").expect("GET"), Some(filler.into_bytes()), "n0's writes reached the wiped node");
+    assert_eq!(cluster.info_field(2, "replication", "mesh_wipes").expect("INFO"), "1");
+    assert_eq!(cluster.info_field(0, "replication", "mesh_wipes").expect("INFO"), "0");
+}

@@ -93,7 +93,7 @@ impl Server {
         let hlc = Hlc::new(clock, config.int("max-clock-skew-ms") as u64);
         let store = Arc::new(Store::new(config.int("databases") as usize, hlc, node_id_from_name(&node_name)));
         let (shutdown, _) = watch::channel(false);
-        let run_id = new_run_id();
+        let run_id = crate::mesh::new_run_id();
         if config.flag("active-replica") || !config.replicaof.is_empty() {
             store.enable_replication();
         }
@@ -169,12 +169,6 @@ impl Server {
     pub fn is_shutting_down(&self) -> bool {
         *self.shutdown.borrow()
     }
-}
-
-fn new_run_id() -> String {
-    use rand::Rng;
-    let mut rng = rand::rng();
-    (0..40).map(|_| char::from_digit(rng.random_range(0..16), 16).unwrap_or('0')).collect()
 }
 
 /// Addresses to listen on: Redis's `bind` syntax, where `-addr` means "skip if unavailable"

@@ -286,6 +286,96 @@ fn tombstones_are_kept_for_replication_and_collected_after_the_gc_cap() {
         c.cmd(&["SET", &format!("k{i}"), "v"]);
         c.cmd(&["DEL", &format!("k{i}")]);
     }
-    assert_eq!(metric(&server, "keymesh_tombstones"), 5);
-    wait_for("tombstones collected after 1 s", || metric(&server, "keymesh_tombstones") == 0);
+    assert_eq!(metric(&server, "keymesh_tombstones "), 5);
+    wait_for("tombstones collected after 1 s", || metric(&server, "keymesh_tombstones ") == 0);
+}
+
+/// Starts `n` nodes, each with a `replicaof` line for every other one, and waits for every link.
+fn full_mesh(n: usize, extra: &[&str]) -> (Vec<Node>, Vec<Server>, Vec<Conn>) {
+    let nodes: Vec<Node> = (0..n).map(|_| Node::new()).collect();
+    let servers: Vec<Server> = (0..n)
+        .map(|i| {
+            let peers: Vec<Node> = (0..n).filter(|&j| j != i).map(|j| nodes[j]).collect();
+            nodes[i].start(&format!("node-{i}"), &peers, extra)
+        })
+        .collect();
+    let mut conns: Vec<Conn> = servers.iter().map(Server::connect).collect();
+    for conn in conns.iter_mut() {
+        wait_for("every link up", || link_connected(conn));
+    }
+    (nodes, servers, conns)
+}
+
+#[test]
+fn a_peer_list_that_names_the_node_itself_ignores_that_entry() {
+    // Proves a node given a peer list with every member, itself included (what the operator's
+    // config file holds), treats its own entry as no peer: it replicates with the others, is
+    // ready, and reports only the real peer.
+    let nodes = [Node::new(), Node::new()];
+    let servers: Vec<Server> = (0..2).map(|i| nodes[i].start(&format!("self-{i}"), &nodes, &[])).collect();
+    let mut conns: Vec<Conn> = servers.iter().map(Server::connect).collect();
+    for conn in conns.iter_mut() {
+        wait_for("the link to the other node up", || link_connected(conn));
+    }
+    conns[0].cmd(&["SET", "from-0", "a"]);
+    conns[1].cmd(&["SET", "from-1", "b"]);
+    wait_for("from-0 on node 1", || get(&mut conns[1], "from-0") == "a");
+    wait_for("from-1 on node 0", || get(&mut conns[0], "from-1") == "b");
+    for (i, server) in servers.iter().enumerate() {
+        assert_eq!(server.http_get("/readyz").0, 200, "node {i} not ready");
+        let info = info_replication(&mut conns[i]);
+        assert_eq!(info_field(&info, "connected_masters").as_deref(), Some("1"), "node {i} counts itself as a peer:\n{info}");
+    }
+}
+
+#[test]
+fn tombstones_are_collected_once_every_peer_is_past_them_and_kept_while_one_is_away() {
+    // Proves DESIGN.md's tombstone rule: with the default one-day cap, the tombstones of
+    // deleted keys and of deleted hash fields are dropped on every node a few seconds after
+    // every node has merged them (the nodes' Acks carry their stable frontiers), and a
+    // tombstone is kept while a peer that has not seen it is unreachable.
+    let (_nodes, mut servers, mut conns) = full_mesh(3, &[]);
+    for i in 0..5 {
+        conns[0].cmd(&["SET", &format!("gone-{i}"), "v"]);
+        conns[0].cmd(&["DEL", &format!("gone-{i}")]);
+    }
+    conns[1].cmd(&["HSET", "h", "f1", "1", "f2", "2"]);
+    conns[1].cmd(&["HDEL", "h", "f1"]);
+    for conn in conns.iter_mut() {
+        wait_for("the deletes everywhere", || conn.cmd(&["EXISTS", "gone-4"]).text() == "0" && conn.cmd(&["HLEN", "h"]).text() == "1");
+    }
+    assert_eq!(metric(&servers[2], "keymesh_tombstones "), 5, "ghosts of the deleted keys are held while replicating");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (i, server) in servers.iter().enumerate() {
+        while metric(server, "keymesh_tombstones ") > 0 || metric(server, "keymesh_tombstones_collected_total") < 6 {
+            assert!(Instant::now() < deadline, "node {i} still holds tombstones every peer is past");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let away = servers.pop().unwrap();
+    away.kill();
+    conns[0].cmd(&["SET", "kept", "v"]);
+    conns[0].cmd(&["DEL", "kept"]);
+    // Longer than the frontier margin plus several heartbeats and Acks.
+    std::thread::sleep(Duration::from_secs(8));
+    for (i, server) in servers.iter().enumerate() {
+        assert_eq!(metric(server, "keymesh_tombstones "), 1, "node {i} dropped a tombstone an unreachable peer has not seen");
+    }
+}
+
+#[test]
+fn a_push_replicated_from_a_peer_serves_a_client_blocked_in_blpop() {
+    // Proves blocking pops see merged writes: a client blocked in BLPOP on one node is served
+    // by an LPUSH on another node, and the pop then replicates back.
+    let (_nodes, _servers, mut conns) = full_mesh(2, &[]);
+    let mut blocked = _servers[0].connect();
+    blocked.send(&["BLPOP", "queue", "10"]);
+    wait_for("the client blocked", || conns[0].cmd(&["INFO", "clients"]).text().contains("blocked_clients:1"));
+    assert_eq!(conns[1].cmd(&["LPUSH", "queue", "job-1"]).text(), "1");
+    blocked.set_timeout(Duration::from_secs(5));
+    let reply = blocked.read().expect("BLPOP answered after a push on the peer");
+    assert_eq!(reply.texts(), vec!["queue", "job-1"]);
+    for conn in conns.iter_mut() {
+        wait_for("the pop replicated", || conn.cmd(&["EXISTS", "queue"]).text() == "0");
+    }
 }

@@ -37,26 +37,24 @@ pub fn expire_cycle(store: &Store, now_ms: u64) -> usize {
     deleted
 }
 
-/// Drops ghosts (and pending expiry registers) older than `tombstone-gc-seconds` by their HLC's
-/// wall-clock part. Returns how many ghosts were dropped.
-///
-/// This is the time cap of DESIGN.md's rule; collecting earlier, once every peer has
-/// acknowledged past a tombstone, and the wipe-and-resync rule for a node cut off longer than
-/// the cap are not implemented yet.
-pub fn collect_tombstones(store: &Store, now_ms: u64) -> usize {
-    let horizon = now_ms.saturating_sub(store.tombstone_gc_ms.load(Ordering::Relaxed));
-    let old = |v: crate::hlc::Version| crate::hlc::physical_ms(v.hlc) < horizon;
+/// Drops the replication tombstones that are no longer needed: ghosts of deleted keys, the
+/// field/member tombstones inside live hashes, sets and sorted sets, and pending expiry
+/// registers. One goes when every peer is past it (its version is at or below `horizon`, see
+/// `mesh::frontier`) or when it is older than `tombstone-gc-seconds` by its HLC's wall-clock
+/// part, whichever comes first (a node cut off longer than the cap wipes and resyncs instead
+/// of merging: `Mesh::wipe_for_resync`). Returns how many were dropped.
+pub fn collect_tombstones(store: &Store, now_ms: u64, horizon: crate::hlc::Timestamp) -> usize {
+    let cap = now_ms.saturating_sub(store.tombstone_gc_ms.load(Ordering::Relaxed));
+    let keep = |v: &crate::hlc::Version| v.hlc > horizon && crate::hlc::physical_ms(v.hlc) >= cap;
     let mut dropped = 0;
     for db in 0..store.databases() {
         for s in 0..SHARDS_PER_DB {
             let mut shard = store.lock_shard(db, s);
-            if shard.tombstones.is_empty() && shard.orphan_expiry.is_empty() {
-                continue;
-            }
             let before = shard.tombstones.len();
-            shard.tombstones.retain(|_, g| !old(g.newest()));
+            shard.tombstones.retain(|_, g| keep(&g.newest()));
             dropped += before - shard.tombstones.len();
-            shard.orphan_expiry.retain(|_, e| !old(e.version));
+            shard.orphan_expiry.retain(|_, e| keep(&e.version));
+            dropped += shard.retain_field_tombstones(&keep);
         }
     }
     dropped
@@ -65,20 +63,11 @@ pub fn collect_tombstones(store: &Store, now_ms: u64) -> usize {
 pub async fn run_active_expiry(store: Arc<Store>) {
     let mut tick = tokio::time::interval(CYCLE);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut cycles: u64 = 0;
     loop {
         tick.tick().await;
-        cycles += 1;
         let now = store.hlc.wall_ms();
         let s = store.clone();
         // The cycle takes locks and does O(due keys) work: keep it off the I/O workers.
-        let _ = tokio::task::spawn_blocking(move || {
-            expire_cycle(&s, now);
-            // Tombstones are collected once a second.
-            if cycles % 10 == 0 && s.replicating() {
-                collect_tombstones(&s, now);
-            }
-        })
-        .await;
+        let _ = tokio::task::spawn_blocking(move || expire_cycle(&s, now)).await;
     }
 }

@@ -234,6 +234,20 @@ impl Store {
         Version { hlc, node: self.node_id }
     }
 
+    /// Drops every key and every replication tombstone, in every database, without recording
+    /// a replicated effect: for a node that must take its whole state from its peers
+    /// (`Mesh::wipe_for_resync`). Returns the keys dropped.
+    pub fn wipe(&self) -> usize {
+        let mut keys = 0;
+        for (i, db) in self.dbs.iter().enumerate() {
+            for s in 0..SHARDS_PER_DB {
+                keys += self.lock_shard(i, s).wipe(db);
+            }
+            *db.flushed.lock() = Version::ZERO;
+        }
+        keys
+    }
+
     /// Ghosts (tombstones of deleted keys) held, in all databases.
     pub fn tombstones_held(&self) -> usize {
         (0..self.databases()).map(|db| (0..SHARDS_PER_DB).map(|s| self.lock_shard(db, s).tombstones.len()).sum::<usize>()).sum()
@@ -354,6 +368,35 @@ impl Shard {
     /// Keys whose deadline has passed, earliest first, at most `limit`.
     pub fn due_keys(&self, now_ms: u64, limit: usize) -> Vec<Key> {
         self.expiry_index.iter().take_while(|(d, _)| *d <= now_ms).take(limit).map(|(_, k)| k.clone()).collect()
+    }
+
+    /// Drops the field/member tombstones of live hashes, sets and sorted sets that `keep`
+    /// rejects (`expire::collect_tombstones`). Returns how many.
+    pub fn retain_field_tombstones(&mut self, keep: &impl Fn(&Version) -> bool) -> usize {
+        let mut dropped = 0;
+        for entry in self.map.entries_mut() {
+            let removed = match &mut entry.value {
+                Value::Hash(c) => &mut c.removed,
+                Value::Set(c) => &mut c.removed,
+                Value::ZSet(z) => &mut z.removed,
+                _ => continue,
+            };
+            if !removed.is_empty() {
+                let before = removed.len();
+                removed.retain(|_, v| keep(v));
+                dropped += before - removed.len();
+            }
+        }
+        dropped
+    }
+
+    /// Forgets everything, replication state included (`Store::wipe`).
+    fn wipe(&mut self, db: &Db) -> usize {
+        self.touch_existing();
+        let n = self.clear(db);
+        self.tombstones = Map::default();
+        self.orphan_expiry = Map::default();
+        n
     }
 
     pub fn clear(&mut self, db: &Db) -> usize {

@@ -108,6 +108,10 @@ impl KeyTable {
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
         self.table.iter().map(|n| (n.key.as_bytes(), &n.entry))
     }
+
+    pub fn entries_mut(&mut self) -> impl Iterator<Item = &mut Entry> {
+        self.table.iter_mut().map(|n| &mut n.entry)
+    }
 }
 
 #[cfg(test)]

@@ -75,14 +75,17 @@ pub fn replication(mesh: &Mesh) -> String {
     let ready = mesh.readiness();
     let _ = write!(
         out,
-        "master_replid:{}\r\nmaster_repl_offset:{}\r\nrepl_backlog_active:1\r\nrepl_backlog_histlen:{}\r\nmesh_ready:{}\r\nmesh_synced:{}\r\nmesh_ready_reason:{}\r\nskewed_receives:{}\r\n\r\n",
-        mesh.identity.run_id,
+        "master_replid:{}\r\nmaster_repl_offset:{}\r\nrepl_backlog_active:1\r\nrepl_backlog_histlen:{}\r\nmesh_ready:{}\r\nmesh_synced:{}\r\nmesh_ready_reason:{}\r\nskewed_receives:{}\r\nmesh_stale:{}\r\nmesh_wipes:{}\r\nmesh_tombstones:{}\r\n\r\n",
+        mesh.run_id(),
         mesh.log.next_seq().saturating_sub(1),
         mesh.log.held_bytes(),
         ready.is_ok() as u8,
         mesh.synced() as u8,
         ready.err().unwrap_or_default(),
         mesh.store.hlc.skewed_receives(),
+        mesh.stale() as u8,
+        mesh.metrics.wipes.get(),
+        mesh.store.tombstones_held(),
     );
     out
 }
@@ -109,7 +112,7 @@ pub fn role(mesh: &Mesh) -> Frame {
                 LinkPhase::Connecting => "connecting",
                 LinkPhase::Syncing => "sync",
                 LinkPhase::Connected => "connected",
-                LinkPhase::Down => "connect",
+                LinkPhase::Down | LinkPhase::Itself => "connect",
             };
             let offset = if s.synced_run_id.is_empty() { -1 } else { s.applied_seq as i64 };
             Frame::Array(vec![

@@ -29,7 +29,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 use tracing::{debug, info, warn};
 
+use super::frontier::OriginFrontier;
 use super::{Identity, Mesh, PeerAddr, MAX_MESSAGE_BYTES};
+use crate::hlc::Timestamp;
 use crate::repl::merge::{apply_op, ApplyOutcome};
 use crate::server::Server;
 
@@ -56,6 +58,9 @@ pub enum LinkPhase {
     Connected,
     /// Failed; waiting to reconnect.
     Down,
+    /// The peer turned out to be this node (a peer list may name every member); the link
+    /// stopped and counts for nothing.
+    Itself,
 }
 
 impl LinkPhase {
@@ -65,10 +70,11 @@ impl LinkPhase {
             LinkPhase::Syncing => "syncing",
             LinkPhase::Connected => "connected",
             LinkPhase::Down => "down",
+            LinkPhase::Itself => "self",
         }
     }
 
-    pub const ALL: [LinkPhase; 4] = [LinkPhase::Connecting, LinkPhase::Syncing, LinkPhase::Connected, LinkPhase::Down];
+    pub const ALL: [LinkPhase; 5] = [LinkPhase::Connecting, LinkPhase::Syncing, LinkPhase::Connected, LinkPhase::Down, LinkPhase::Itself];
 }
 
 /// Everything a link knows, for `INFO`, `Status` and metrics.
@@ -100,6 +106,8 @@ pub struct LinkStatus {
     pub last_error: String,
     pub down_since: Option<Instant>,
     pub sync_keys: u64,
+    /// This node holds every write of the origin stamped at or below this (`mesh::frontier`).
+    pub frontier: Timestamp,
 }
 
 impl LinkStatus {
@@ -133,6 +141,8 @@ enum LinkError {
     Protocol(&'static str),
     #[error("server is shutting down")]
     Stopped,
+    #[error("the peer is this node itself")]
+    Itself,
 }
 
 /// A running link; dropping it does not stop it, `stop` does.
@@ -158,6 +168,16 @@ impl PeerLink {
         self.status.lock().clone()
     }
 
+    /// Forgets where the link got to (after this node wiped its data): the next connect takes
+    /// a full sync, and the frontier starts over.
+    pub fn reset_position(&self) {
+        let mut s = self.status.lock();
+        s.synced_run_id.clear();
+        s.applied_seq = 0;
+        s.frontier = 0;
+        s.initial_sync_done = false;
+    }
+
     /// Stops the link (its stream closes) and returns where it got to.
     pub fn stop(self) -> LinkStatus {
         self.task.abort();
@@ -180,6 +200,11 @@ impl LinkCtx {
             let mut welcomed = false;
             let error = self.session(&mut welcomed).await;
             if matches!(error, LinkError::Stopped) {
+                return;
+            }
+            if matches!(error, LinkError::Itself) {
+                info!(peer = %self.peer.label(), "mesh peer is this node itself; ignoring it");
+                self.status.lock().phase = LinkPhase::Itself;
                 return;
             }
             if welcomed {
@@ -240,9 +265,21 @@ impl LinkCtx {
             let c = server.config.read();
             (c.get("masterauth").to_string(), Duration::from_secs(c.int("repl-timeout").max(1) as u64))
         };
+        // A stream silent for longer than the tombstone cap must not resume when the network
+        // heals: the origin may since have gone stale (`Mesh::stale`), and what it had queued
+        // for us while cut off would bypass the wipe. Such a session ends; the reconnect goes
+        // through Hello/Welcome.
+        let tombstone_cap = Duration::from_millis(server.store.tombstone_gc_ms.load(std::sync::atomic::Ordering::Relaxed));
+        let repl_timeout = repl_timeout.min(tombstone_cap);
+        let stale = server.mesh.stale();
         let (origin_run_id, next_seq) = {
             let s = self.status.lock();
-            (s.synced_run_id.clone(), s.applied_seq + 1)
+            // A stale node will wipe: it needs a full sync, whatever it held.
+            if stale {
+                (String::new(), 0)
+            } else {
+                (s.synced_run_id.clone(), s.applied_seq + 1)
+            }
         };
         let hello = pb::Hello {
             node_name: self.identity.node_name.clone(),
@@ -250,6 +287,7 @@ impl LinkCtx {
             password: masterauth,
             origin_run_id: origin_run_id.clone(),
             next_seq,
+            stale,
         };
         let (up, up_rx) = mpsc::channel(8);
         let _ = up.try_send(pb::SubscriberMessage { body: Some(pb::subscriber_message::Body::Hello(hello)) });
@@ -268,8 +306,14 @@ impl LinkCtx {
             }
         };
         let (mut down, welcome) = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await.map_err(|_| LinkError::Timeout(HANDSHAKE_TIMEOUT))??;
+        if welcome.run_id == server.mesh.run_id() {
+            return Err(LinkError::Itself);
+        }
         *welcomed = true;
         let full_sync = welcome.full_sync;
+        if full_sync && stale {
+            server.mesh.wipe_for_resync();
+        }
         {
             let mut s = self.status.lock();
             s.node_name = welcome.node_name.clone();
@@ -299,6 +343,7 @@ impl LinkCtx {
             acked_seq: 0,
             acked_at: Instant::now(),
             last_io: Instant::now(),
+            frontier: OriginFrontier::default(),
         };
         let mut tick = tokio::time::interval(ACK_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -333,11 +378,13 @@ struct Session {
     acked_seq: u64,
     acked_at: Instant,
     last_io: Instant,
+    frontier: OriginFrontier,
 }
 
 impl Session {
     async fn handle(&mut self, message: pb::OriginMessage) -> Result<(), LinkError> {
         self.last_io = Instant::now();
+        self.server.mesh.note_contact();
         let size = message.encoded_len() as u64;
         match message.body {
             Some(Body::Batch(batch)) => self.batch(batch, size).await?,
@@ -349,6 +396,10 @@ impl Session {
                 s.skewed_receives += skewed as u64;
                 s.origin_last_seq = s.origin_last_seq.max(hb.last_seq);
                 s.last_io = Some(self.last_io);
+                let applied = if self.syncing { 0 } else { s.applied_seq };
+                if let Some(reached) = self.frontier.heartbeat(hb.last_seq, hb.hlc, applied) {
+                    s.frontier = s.frontier.max(reached);
+                }
             }
             Some(Body::SyncDone(done)) => {
                 if !self.syncing {
@@ -363,6 +414,9 @@ impl Session {
                 s.origin_last_seq = s.origin_last_seq.max(s.applied_seq);
                 s.sync_keys = done.keys;
                 s.down_since = None;
+                if let Some(reached) = self.frontier.applied(s.applied_seq) {
+                    s.frontier = s.frontier.max(reached);
+                }
                 info!(origin = %s.node_name, keys = done.keys, bytes = done.bytes, "full sync finished");
             }
             Some(Body::Welcome(_)) => return Err(LinkError::Protocol("a second Welcome")),
@@ -405,6 +459,9 @@ impl Session {
                 self.expected_seq = batch.first_seq + count;
                 s.applied_seq = self.expected_seq - 1;
                 s.origin_last_seq = s.origin_last_seq.max(s.applied_seq);
+                if let Some(reached) = self.frontier.applied(s.applied_seq) {
+                    s.frontier = s.frontier.max(reached);
+                }
             }
         }
         Ok(())
@@ -420,7 +477,7 @@ impl Session {
         if !due {
             return;
         }
-        let ack = pb::Ack { applied_seq: applied, hlc: self.server.store.hlc.now() };
+        let ack = pb::Ack { applied_seq: applied, hlc: self.server.store.hlc.now(), stable_hlc: self.server.mesh.stable_frontier() };
         // Never block merging on the ack channel: a full channel just skips this ack.
         if self.up.try_send(pb::SubscriberMessage { body: Some(pb::subscriber_message::Body::Ack(ack)) }).is_ok() {
             self.acked_seq = applied;
@@ -430,18 +487,29 @@ impl Session {
     }
 }
 
-/// Merges ops into the keyspace; returns (applied, superseded).
+/// Merges ops into the keyspace; returns (applied, superseded). Clients blocked (`BLPOP`,
+/// `BZPOPMIN`, ...) on a key a merge changed are served, as a local push would.
 fn apply_all(server: &Server, ops: &[pb::Op]) -> (u64, u64) {
     let (mut applied, mut superseded) = (0, 0);
+    let watch_blocked = server.blocking.blocked_clients() > 0;
+    let mut ready: Vec<(usize, crate::db::Key)> = Vec::new();
     for op in ops {
         match apply_op(&server.store, op) {
-            ApplyOutcome::Applied => applied += 1,
+            ApplyOutcome::Applied => {
+                applied += 1;
+                if watch_blocked {
+                    ready.push((op.db as usize, op.key.as_slice().into()));
+                }
+            }
             ApplyOutcome::Superseded => superseded += 1,
             ApplyOutcome::Publish { channel, message } => {
                 server.pubsub.publish(&channel, &message);
                 applied += 1;
             }
         }
+    }
+    if !ready.is_empty() {
+        server.blocking.wake(server, ready);
     }
     (applied, superseded)
 }

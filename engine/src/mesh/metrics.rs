@@ -16,6 +16,12 @@ pub struct MeshMetrics {
     subscribers: IntGauge,
     backlog_bytes: IntGauge,
     ready: IntGauge,
+    merges: IntCounterVec,
+    gc_horizon_age: IntGauge,
+    /// Tombstones dropped because every peer was past them or they outlived the cap.
+    pub tombstones_collected: IntCounter,
+    /// Times this node wiped its data to resync after being cut off too long.
+    pub wipes: IntCounter,
 }
 
 fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: T) -> T {
@@ -71,11 +77,41 @@ impl MeshMetrics {
             subscribers: register(registry, IntGauge::new("keymesh_mesh_subscribers", "Peers streaming this node's writes.").expect("static metric")),
             backlog_bytes: register(registry, IntGauge::new("keymesh_mesh_backlog_bytes", "Bytes held in the replication backlog.").expect("static metric")),
             ready: register(registry, IntGauge::new("keymesh_ready", "1 when the node is ready for client traffic (see /readyz).").expect("static metric")),
+            merges: counter_vec(
+                registry,
+                "keymesh_mesh_merges_total",
+                "Replicated ops merged from peers, by outcome (applied: changed this node's state; superseded: this node already held newer).",
+                &["outcome"],
+            ),
+            gc_horizon_age: register(
+                registry,
+                IntGauge::new(
+                    "keymesh_tombstone_gc_horizon_age_ms",
+                    "How far behind this node's clock the tombstone GC horizon is (every peer holds every write older than it); grows while a peer is unreachable.",
+                )
+                .expect("static metric"),
+            ),
+            tombstones_collected: register(
+                registry,
+                IntCounter::new("keymesh_tombstones_collected_total", "Tombstones dropped: every peer was past them, or they outlived tombstone-gc-seconds.")
+                    .expect("static metric"),
+            ),
+            wipes: register(
+                registry,
+                IntCounter::new(
+                    "keymesh_mesh_wipes_total",
+                    "Times this node wiped its data and resynced because it heard from no peer for longer than tombstone-gc-seconds.",
+                )
+                .expect("static metric"),
+            ),
         }
     }
 
     pub fn refresh(&self, mesh: &Mesh) {
+        let (mut applied, mut superseded) = (0, 0);
         for (peer, s) in mesh.link_statuses() {
+            applied += s.ops_applied;
+            superseded += s.ops_superseded;
             let label = peer.label();
             let l = label.as_str();
             self.lag.with_label_values(&[l]).set(s.lag() as i64);
@@ -89,6 +125,10 @@ impl MeshMetrics {
             sync(&self.received_bytes.with_label_values(&[l, "full"]), s.full_sync_bytes);
             sync(&self.received_bytes.with_label_values(&[l, "stream"]), s.stream_bytes);
         }
+        sync(&self.merges.with_label_values(&["applied"]), applied);
+        sync(&self.merges.with_label_values(&["superseded"]), superseded);
+        let horizon_ms = crate::hlc::physical_ms(mesh.gc_horizon());
+        self.gc_horizon_age.set(mesh.store.hlc.wall_ms().saturating_sub(horizon_ms) as i64);
         sync(&self.skewed_receives, mesh.store.hlc.skewed_receives());
         self.subscribers.set(mesh.subscriber_infos().len() as i64);
         self.backlog_bytes.set(mesh.log.held_bytes() as i64);

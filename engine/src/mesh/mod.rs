@@ -12,6 +12,7 @@
 //! partial resync while the origin's backlog still holds what it missed.
 
 pub mod admin;
+pub mod frontier;
 mod info;
 pub mod link;
 mod metrics;
@@ -19,7 +20,7 @@ pub mod origin;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -27,6 +28,8 @@ use keymesh_proto as pb;
 use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tracing::{info, warn};
+
+use crate::hlc::Timestamp;
 
 use crate::db::Store;
 use crate::hlc::NodeId;
@@ -71,13 +74,17 @@ impl PeerAddr {
     }
 }
 
-/// Who this node is on the mesh.
+/// Who this node is on the mesh. `run_id` is the process's; the mesh's current run id
+/// (`Mesh::run_id`) starts equal to it and changes when the node wipes its data to resync.
 #[derive(Debug, Clone)]
 pub struct Identity {
     pub node_name: String,
     pub node_id: NodeId,
     pub run_id: String,
 }
+
+/// How often tombstones are collected.
+const TOMBSTONE_GC_INTERVAL: Duration = Duration::from_secs(1);
 
 pub struct Mesh {
     pub identity: Identity,
@@ -93,16 +100,25 @@ pub struct Mesh {
     /// When the current peer list was first configured (the grace period runs from here).
     peers_since: Mutex<Instant>,
     /// Latched once the node has been ready: losing peers later does not take it out of
-    /// service (every node holds all data and accepts writes).
+    /// service (every node holds all data and accepts writes). Only a wipe unlatches it.
     ready_latched: AtomicBool,
     started: AtomicBool,
+    /// The run id subscribers resume by; a new one after a wipe, so nobody resumes into
+    /// writes this node no longer holds.
+    run_id: Mutex<String>,
+    /// When any peer was last heard from, in ms since `epoch` (see `stale`).
+    last_contact_ms: AtomicU64,
+    epoch: Instant,
+    /// Serialises wipes: concurrent links of a stale node must wipe once, not once each.
+    wipe_lock: Mutex<()>,
+    /// Whether the last check found the node stale (its streams are closed on the change).
+    was_stale: AtomicBool,
     pub metrics: MeshMetrics,
 }
 
 impl Mesh {
     pub fn new(server: Weak<Server>, store: Arc<Store>, log: Arc<ReplLog>, identity: Identity, registry: &prometheus::Registry) -> Mesh {
         Mesh {
-            identity,
             store,
             log,
             server,
@@ -113,8 +129,19 @@ impl Mesh {
             peers_since: Mutex::new(Instant::now()),
             ready_latched: AtomicBool::new(false),
             started: AtomicBool::new(false),
+            run_id: Mutex::new(identity.run_id.clone()),
+            last_contact_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+            wipe_lock: Mutex::new(()),
+            was_stale: AtomicBool::new(false),
+            identity,
             metrics: MeshMetrics::new(registry),
         }
+    }
+
+    /// The run id subscribers must present to resume (see `wipe_for_resync`).
+    pub fn run_id(&self) -> String {
+        self.run_id.lock().clone()
     }
 
     pub(crate) fn server(&self) -> Option<Arc<Server>> {
@@ -170,6 +197,8 @@ impl Mesh {
             info!(addr = ?local, "mesh port listening");
         }
         self.set_peers(peers);
+        let mesh = self.clone();
+        tokio::spawn(async move { mesh.run_tombstone_gc().await });
     }
 
     /// Replaces the whole peer list: starts links to new peers, stops removed ones.
@@ -178,6 +207,8 @@ impl Mesh {
         let mut links = self.links.lock();
         if links.is_empty() && !wanted.is_empty() {
             *self.peers_since.lock() = Instant::now();
+            // A node that ran without peers was not cut off from anyone.
+            self.note_contact();
         }
         let removed: Vec<PeerAddr> = links.keys().filter(|p| !wanted.contains(*p)).cloned().collect();
         for peer in removed {
@@ -219,9 +250,111 @@ impl Mesh {
         self.metrics.forget_peer(&peer.label());
     }
 
-    /// Snapshots of every link's status, in peer order.
+    /// Snapshots of every link's status, in peer order, leaving out links that turned out
+    /// to point at this node itself (a peer list may name every member, this one included).
     pub fn link_statuses(&self) -> Vec<(PeerAddr, LinkStatus)> {
-        self.links.lock().iter().map(|(p, l)| (p.clone(), l.status())).collect()
+        self.links.lock().iter().map(|(p, l)| (p.clone(), l.status())).filter(|(_, s)| s.phase != LinkPhase::Itself).collect()
+    }
+
+    /// Records that a peer was heard from.
+    pub(crate) fn note_contact(&self) {
+        self.last_contact_ms.store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// DESIGN.md, "Merge semantics": a node that heard from none of its peers for longer than
+    /// `tombstone-gc-seconds` may hold keys whose tombstones its peers have since dropped;
+    /// merging its data would resurrect them. Such a node refuses subscribers and, at its
+    /// first reconnect, wipes and takes a full sync instead (`wipe_for_resync`).
+    pub fn stale(&self) -> bool {
+        let cap_ms = self.store.tombstone_gc_ms.load(Ordering::Relaxed);
+        let silent_ms = (self.epoch.elapsed().as_millis() as u64).saturating_sub(self.last_contact_ms.load(Ordering::Relaxed));
+        silent_ms > cap_ms && !self.link_statuses().is_empty()
+    }
+
+    /// A node that just went stale closes every stream it has, both directions: a TCP
+    /// connection that survives a partition would otherwise resume as if nothing happened
+    /// once it heals, carrying this node's stale data out and skipping the wipe. Reconnects
+    /// go through `Hello`/`Welcome`, where the rule is applied.
+    fn close_streams(&self) {
+        warn!("heard from no peer for longer than tombstone-gc-seconds; closing every mesh stream until this node has wiped and resynced");
+        for subscriber in self.subscriber_infos() {
+            subscriber.close();
+        }
+        let mut links = self.links.lock();
+        let peers: Vec<PeerAddr> = links.keys().cloned().collect();
+        for peer in peers {
+            if let Some(link) = links.remove(&peer) {
+                let status = link.stop();
+                links.insert(peer.clone(), PeerLink::start(self, peer, Some(status)));
+            }
+        }
+    }
+
+    /// Called by a link of a stale node that an origin just welcomed for a full sync: drops
+    /// the whole keyspace (without replicating the drop: peers hold the truth), takes a new
+    /// run id so nobody resumes into writes this node no longer holds, forgets every link's
+    /// position and frontier, and is not ready again until a sync finishes. Only the first
+    /// caller wipes. Returns whether this call wiped.
+    pub(crate) fn wipe_for_resync(&self) -> bool {
+        let _once = self.wipe_lock.lock();
+        if !self.stale() {
+            return false;
+        }
+        warn!(
+            cap_s = self.store.tombstone_gc_ms.load(Ordering::Relaxed) / 1000,
+            "no peer was reachable for longer than tombstone-gc-seconds: wiping this node's data and resyncing from the mesh"
+        );
+        let keys = self.store.wipe();
+        *self.run_id.lock() = new_run_id();
+        for link in self.links.lock().values() {
+            link.reset_position();
+        }
+        self.ready_latched.store(false, Ordering::Relaxed);
+        *self.peers_since.lock() = Instant::now();
+        self.note_contact();
+        self.metrics.wipes.inc();
+        info!(keys, "wiped; resyncing");
+        true
+    }
+
+    /// This node's stable frontier (see `frontier`): it holds every write of every origin it
+    /// subscribes to, and its own, stamped at or below it.
+    pub fn stable_frontier(&self) -> Timestamp {
+        let own = frontier::weaken(self.store.hlc.now());
+        self.link_statuses().iter().map(|(_, s)| s.frontier).fold(own, Timestamp::min)
+    }
+
+    /// Tombstones at or below this version can be dropped: this node's stable frontier and
+    /// the one every configured peer last reported in its Acks have passed them. 0 while any
+    /// peer is not subscribed to this node.
+    pub fn gc_horizon(&self) -> Timestamp {
+        let subscribers = self.subscriber_infos();
+        let reported = |name: &str| {
+            subscribers.iter().filter(|s| !name.is_empty() && s.node_name == name).map(|s| s.stable_hlc.load(Ordering::Relaxed)).max().unwrap_or(0)
+        };
+        self.link_statuses().iter().map(|(_, s)| reported(&s.node_name)).fold(self.stable_frontier(), Timestamp::min)
+    }
+
+    /// Once a second, drops the tombstones every peer is past, and those older than the
+    /// `tombstone-gc-seconds` cap.
+    async fn run_tombstone_gc(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(TOMBSTONE_GC_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if !self.store.replicating() {
+                continue;
+            }
+            let stale = self.stale();
+            if stale && !self.was_stale.swap(true, Ordering::Relaxed) {
+                self.close_streams();
+            } else if !stale {
+                self.was_stale.store(false, Ordering::Relaxed);
+            }
+            let (store, horizon, now) = (self.store.clone(), self.gc_horizon(), self.store.hlc.wall_ms());
+            let dropped = tokio::task::spawn_blocking(move || crate::db::expire::collect_tombstones(&store, now, horizon)).await.unwrap_or(0);
+            self.metrics.tombstones_collected.inc_by(dropped as u64);
+        }
     }
 
     /// DESIGN.md, "Readiness": ready once the node has finished its initial sync from at least
@@ -280,7 +413,7 @@ impl Mesh {
         let store = &self.store;
         pb::NodeStatus {
             node_name: self.identity.node_name.clone(),
-            run_id: self.identity.run_id.clone(),
+            run_id: self.run_id(),
             ready: self.readiness().is_ok(),
             synced: self.synced(),
             peers,
@@ -315,4 +448,11 @@ impl Mesh {
         let secs = self.server().map_or(60, |s| s.config.read().int("repl-timeout").max(1) as u64);
         Duration::from_secs(secs)
     }
+}
+
+/// A fresh 40-hex-digit run id, as Redis's.
+pub fn new_run_id() -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..40).map(|_| char::from_digit(rng.random_range(0..16), 16).unwrap_or('0')).collect()
 }

@@ -59,6 +59,8 @@ pub struct SubscriberInfo {
     pub last_ack: Mutex<Instant>,
     /// The subscriber's HLC wall time minus ours, from its last Ack.
     pub skew_ms: AtomicI64,
+    /// The subscriber's stable frontier, from its last Ack (see `mesh::frontier`).
+    pub stable_hlc: AtomicU64,
     /// Set when its Ack stream ended or went silent.
     gone: Notify,
 }
@@ -66,6 +68,11 @@ pub struct SubscriberInfo {
 impl SubscriberInfo {
     pub fn last_ack_age(&self) -> Duration {
         self.last_ack.lock().elapsed()
+    }
+
+    /// Ends the stream to this subscriber (it reconnects with a new `Hello`).
+    pub fn close(&self) {
+        self.gone.notify_one();
     }
 }
 
@@ -100,9 +107,24 @@ impl pb::mesh_server::Mesh for OriginService {
             info!(subscriber = %hello.node_name, ?addr, "mesh subscriber refused: wrong masterauth");
             return Err(Status::unauthenticated("invalid password: the subscriber's masterauth must equal this node's requirepass"));
         }
+        if mesh.stale() {
+            // Our data may hold keys whose tombstones the mesh has dropped: nobody may sync
+            // it until we wiped and resynced. Two isolated nodes would refuse each other
+            // forever, so a stale subscriber with a higher node id is served, and our data
+            // becomes the survivor (we are no longer stale; it wipes).
+            if hello.stale && hello.node_id > mesh.identity.node_id {
+                info!(subscriber = %hello.node_name, "both sides were cut off longer than tombstone-gc-seconds; this node's data survives");
+                mesh.note_contact();
+            } else {
+                return Err(Status::unavailable(
+                    "this node was cut off from its peers for longer than tombstone-gc-seconds; it serves no subscriber until it has wiped and resynced",
+                ));
+            }
+        }
         // Record our writes from now on, before noting where the stream starts.
         mesh.store.enable_replication();
-        let resume = if hello.origin_run_id == mesh.identity.run_id { mesh.log.resume(hello.next_seq) } else { Resume::FullSync(0) };
+        let run_id = mesh.run_id();
+        let resume = if hello.origin_run_id == run_id { mesh.log.resume(hello.next_seq) } else { Resume::FullSync(0) };
         let (full_sync, start_seq) = match resume {
             Resume::From(seq) => (false, seq),
             // Noted before the scan starts: everything from here on is streamed live.
@@ -119,17 +141,12 @@ impl pb::mesh_server::Mesh for OriginService {
             applied_seq: AtomicU64::new(if full_sync { 0 } else { start_seq.saturating_sub(1) }),
             last_ack: Mutex::new(Instant::now()),
             skew_ms: AtomicI64::new(0),
+            stable_hlc: AtomicU64::new(0),
             gone: Notify::new(),
         });
         info!(subscriber = %hello.node_name, ?addr, full_sync, start_seq, "mesh subscriber connected");
         let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
-        let welcome = pb::Welcome {
-            run_id: mesh.identity.run_id.clone(),
-            node_name: mesh.identity.node_name.clone(),
-            node_id: mesh.identity.node_id,
-            full_sync,
-            start_seq,
-        };
+        let welcome = pb::Welcome { run_id, node_name: mesh.identity.node_name.clone(), node_id: mesh.identity.node_id, full_sync, start_seq };
         let _ = tx.try_send(Ok(message(Body::Welcome(welcome))));
         mesh.subscribers.lock().push(info.clone());
         let acks = tokio::spawn(read_acks(mesh.clone(), inbound, info.clone()));
@@ -165,6 +182,7 @@ async fn read_acks(mesh: Arc<Mesh>, mut inbound: Streaming<pb::SubscriberMessage
                 *info.last_ack.lock() = Instant::now();
                 let skew = crate::hlc::physical_ms(ack.hlc) as i64 - mesh.store.hlc.wall_ms() as i64;
                 info.skew_ms.store(skew, Ordering::Relaxed);
+                info.stable_hlc.store(ack.stable_hlc, Ordering::Relaxed);
             }
             Ok(Ok(Some(_))) => {}
             Ok(Ok(None)) | Ok(Err(_)) => break,
