@@ -8,16 +8,21 @@
 //! - [`model`]: the expected keyspace after a sequence of acknowledged writes under KeyMesh's
 //!   merge semantics, for randomized partition tests.
 //! - [`resp`]: a tiny blocking RESP2 client.
+//! - [`control_plane`]: `ControlPlane`, a real Kubernetes 1.20 control plane (etcd,
+//!   kube-apiserver, kube-controller-manager, kube-scheduler) on loopback, with `kubectl` and
+//!   `helm` (testing ladder item 4).
 //!
-//! The tests need root (network namespaces); without it they print why and pass as skipped.
+//! The mesh tests need root (network namespaces); without it they print why and pass as skipped.
 
 pub mod cluster;
+pub mod control_plane;
 pub mod keyspace;
 pub mod model;
 pub mod netns;
 pub mod resp;
 
 pub use cluster::{ClusterError, ClusterOptions, MeshCluster};
+pub use control_plane::{ControlPlane, ControlPlaneError};
 pub use keyspace::{Entry, Keyspace, Value};
 pub use netns::{Host, Network};
 
