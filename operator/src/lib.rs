@@ -2,10 +2,19 @@
 //! pods. See `operator/README.md` for the API, the reconcile pipeline and the scaling rules.
 
 pub mod api;
+pub mod apply;
+pub mod auth;
 pub mod build;
+pub mod controller;
 pub mod crd;
+pub mod discovery;
+pub mod events;
+pub mod mesh;
+pub mod metrics;
 pub mod names;
+pub mod observe;
 pub mod quantity;
+pub mod status;
 pub mod validate;
 
 #[cfg(test)]

@@ -11,3 +11,46 @@ pub fn cluster(spec_yaml: &str) -> CacheCluster {
     );
     serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("test CacheCluster does not parse: {e}\n{yaml}"))
 }
+
+use keymesh_proto::{NodeStatus, PeerStatus};
+
+use crate::mesh::{peer_of, Member, MemberState};
+use crate::names::ClusterNames;
+
+/// The names of the `demo` cluster.
+pub fn names() -> ClusterNames {
+    ClusterNames::new("demo", "cache", "cluster.local")
+}
+
+/// An answering engine at `ordinal` with connected links to `peers`, ready and synced or not.
+pub fn engine(ordinal: u32, peers: &[u32], caught_up: bool) -> MemberState {
+    let names = names();
+    let peers = peers
+        .iter()
+        .map(|&j| PeerStatus {
+            peer: Some(peer_of(&names, j)),
+            node_name: names.pod(j),
+            link: "connected".into(),
+            initial_sync_done: true,
+            ..PeerStatus::default()
+        })
+        .collect();
+    MemberState {
+        member: Member::new(&names, ordinal, Some(&format!("10.0.0.{ordinal}"))),
+        pod_ready: caught_up,
+        zone: Some(format!("zone-{}", ordinal % 3)),
+        status: Ok(NodeStatus { node_name: names.pod(ordinal), ready: caught_up, synced: caught_up, peers, version: "0.1.0".into(), ..NodeStatus::default() }),
+    }
+}
+
+/// A pod whose engine does not answer (with an IP) or that has no IP yet.
+pub fn silent(ordinal: u32, has_ip: bool) -> MemberState {
+    let names = names();
+    let ip = format!("10.0.0.{ordinal}");
+    MemberState { member: Member::new(&names, ordinal, has_ip.then_some(ip.as_str())), pod_ready: false, zone: None, status: Err("unreachable".into()) }
+}
+
+/// Every engine of an `n`-member full mesh, all ready.
+pub fn full_mesh(n: u32) -> Vec<MemberState> {
+    (0..n).map(|i| engine(i, &(0..n).filter(|&j| j != i).collect::<Vec<_>>(), true)).collect()
+}

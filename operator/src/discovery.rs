@@ -1,0 +1,52 @@
+//! What the API server offers, asked once per reconcile with a single `GET /apis`: which
+//! PodDisruptionBudget version it serves (Kubernetes 1.20 serves only `policy/v1beta1`, 1.25+
+//! only `policy/v1`) and whether the ServiceMonitor CRD is installed.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroupList;
+
+use crate::build::{Capabilities, PdbVersion};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    #[error("failed to discover the API server's groups: {0}")]
+    Groups(#[source] kube::Error),
+}
+
+/// Asks the API server.
+pub async fn capabilities(client: &kube::Client) -> Result<Capabilities, DiscoveryError> {
+    let groups = client.list_api_groups().await.map_err(DiscoveryError::Groups)?;
+    Ok(capabilities_from(&groups))
+}
+
+/// Reads the capabilities from an `APIGroupList`.
+pub fn capabilities_from(groups: &APIGroupList) -> Capabilities {
+    let versions = |name: &str| groups.groups.iter().filter(|g| g.name == name).flat_map(|g| g.versions.iter().map(|v| v.version.as_str())).collect::<Vec<_>>();
+    Capabilities { pdb: PdbVersion::from_versions(versions("policy").into_iter()), service_monitor: versions("monitoring.coreos.com").contains(&"v1") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn groups(json: serde_json::Value) -> APIGroupList {
+        serde_json::from_value(json).expect("an APIGroupList")
+    }
+
+    #[test]
+    fn kubernetes_1_20_serves_only_v1beta1_and_no_service_monitors() {
+        let list = groups(serde_json::json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+            {"name": "apps", "versions": [{"groupVersion": "apps/v1", "version": "v1"}]},
+            {"name": "policy", "versions": [{"groupVersion": "policy/v1beta1", "version": "v1beta1"}]}
+        ]}));
+        assert_eq!(capabilities_from(&list), Capabilities { pdb: Some(PdbVersion::V1beta1), service_monitor: false });
+    }
+
+    #[test]
+    fn current_kubernetes_with_prometheus_operator() {
+        let list = groups(serde_json::json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+            {"name": "policy", "versions": [{"groupVersion": "policy/v1", "version": "v1"}]},
+            {"name": "monitoring.coreos.com", "versions": [{"groupVersion": "monitoring.coreos.com/v1", "version": "v1"}]}
+        ]}));
+        assert_eq!(capabilities_from(&list), Capabilities { pdb: Some(PdbVersion::V1), service_monitor: true });
+    }
+}

@@ -1,0 +1,145 @@
+//! Kubernetes Events on transitions: phase changes, scale steps, peer-list changes and invalid
+//! specs. Which events a reconcile causes is decided by a pure function (`transitions`), so it
+//! is testable; publishing is best effort (a failed Event never fails a reconcile).
+
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::Resource;
+use tracing::warn;
+
+use crate::api::{CacheCluster, CacheClusterStatus, Phase};
+use crate::mesh::{ScalePlan, ScaleStep, WiringReport};
+use crate::names::ClusterNames;
+
+/// An Event to publish, before it is attached to its object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub action: &'static str,
+    pub note: String,
+}
+
+fn normal(reason: &'static str, action: &'static str, note: String) -> Transition {
+    Transition { warning: false, reason, action, note }
+}
+
+fn warning(reason: &'static str, action: &'static str, note: String) -> Transition {
+    Transition { warning: true, reason, action, note }
+}
+
+/// The Events a reconcile of a valid spec causes.
+pub fn transitions(
+    names: &ClusterNames,
+    old: Option<&CacheClusterStatus>,
+    new: &CacheClusterStatus,
+    plan: &ScalePlan,
+    wiring: &WiringReport,
+) -> Vec<Transition> {
+    let mut events = Vec::new();
+    match &plan.step {
+        ScaleStep::Create => events.push(normal("Creating", "Create", format!("creating {} engine pods", plan.statefulset_replicas))),
+        ScaleStep::ScaleUp { from, to } => {
+            events.push(normal("ScalingUp", "Scale", format!("StatefulSet grows from {from} to {to} pods; new pods join the mesh once synced")))
+        }
+        ScaleStep::ScaleDown { from, to } => {
+            events.push(normal("ScalingDown", "Scale", format!("no member lists a leaving pod any more: StatefulSet shrinks from {from} to {to} pods")))
+        }
+        _ => {}
+    }
+    for (pod, adds, removes) in &wiring.updated {
+        if !adds.is_empty() {
+            let added: Vec<String> = adds.iter().map(|&i| names.pod(i)).collect();
+            events.push(normal("PeersAdded", "WireMesh", format!("{pod} now streams from {}", added.join(", "))));
+        }
+        if !removes.is_empty() {
+            let removed: Vec<String> = removes.iter().map(|&i| names.pod(i)).collect();
+            events.push(normal("PeersRemoved", "WireMesh", format!("{pod} no longer streams from {}", removed.join(", "))));
+        }
+    }
+    for (pod, error) in &wiring.failed {
+        events.push(warning("PeerUpdateFailed", "WireMesh", format!("failed to set the peer list of {pod}: {error}")));
+    }
+    let old_phase = old.and_then(|s| s.phase);
+    if let Some(phase) = new.phase.filter(|&p| Some(p) != old_phase) {
+        let from = old_phase.map_or("none", Phase::as_str);
+        let note = format!("phase {from} → {}", phase.as_str());
+        events.push(if phase == Phase::Degraded { warning("Degraded", "Reconcile", note) } else { normal("PhaseChanged", "Reconcile", note) });
+    }
+    events
+}
+
+/// The Event for a spec that failed validation, unless the same failure was already reported.
+pub fn invalid_spec(old: Option<&CacheClusterStatus>, new: &CacheClusterStatus) -> Option<Transition> {
+    let message = |s: &CacheClusterStatus| s.condition(crate::api::condition_types::READY).map(|c| c.message.clone());
+    let already = old.is_some_and(|o| o.phase == Some(Phase::Failed) && message(o) == message(new));
+    (!already).then(|| warning("InvalidSpec", "Validate", message(new).unwrap_or_default()))
+}
+
+/// Publishes the Events on the cluster, logging (not returning) failures.
+pub async fn publish(recorder: &Recorder, cluster: &CacheCluster, events: Vec<Transition>) {
+    let reference = cluster.object_ref(&());
+    for t in events {
+        let event = Event {
+            type_: if t.warning { EventType::Warning } else { EventType::Normal },
+            reason: t.reason.into(),
+            note: Some(t.note),
+            action: t.action.into(),
+            secondary: None,
+        };
+        if let Err(e) = recorder.publish(&event, &reference).await {
+            warn!(reason = event.reason, error = %e, "failed to publish an Event");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mesh::{plan, PlanInput};
+    use crate::test_support::{full_mesh, names};
+
+    fn status(phase: Phase) -> CacheClusterStatus {
+        CacheClusterStatus { phase: Some(phase), ..CacheClusterStatus::default() }
+    }
+
+    #[test]
+    fn scale_up_wiring_and_phase_changes_make_events() {
+        let names = names();
+        let members = full_mesh(3);
+        let plan = plan(&PlanInput { names: &names, desired: 5, statefulset_replicas: Some(3), members: &members });
+        let wiring = WiringReport { updated: vec![("demo-0".into(), vec![3], vec![])], failed: vec![("demo-1".into(), "timeout".into())] };
+        let events = transitions(&names, Some(&status(Phase::Running)), &status(Phase::Scaling), &plan, &wiring);
+        let reasons: Vec<&str> = events.iter().map(|e| e.reason).collect();
+        assert_eq!(reasons, ["ScalingUp", "PeersAdded", "PeerUpdateFailed", "PhaseChanged"], "{events:#?}");
+        assert_eq!(events[1].note, "demo-0 now streams from demo-3", "{events:#?}");
+        assert!(events[2].warning, "{events:#?}");
+        assert_eq!(events[3].note, "phase Running → Scaling", "{events:#?}");
+    }
+
+    #[test]
+    fn a_steady_reconcile_makes_no_events() {
+        let names = names();
+        let members = full_mesh(3);
+        let plan = plan(&PlanInput { names: &names, desired: 3, statefulset_replicas: Some(3), members: &members });
+        let events = transitions(&names, Some(&status(Phase::Running)), &status(Phase::Running), &plan, &WiringReport::default());
+        assert!(events.is_empty(), "{events:#?}");
+    }
+
+    #[test]
+    fn an_invalid_spec_is_reported_once() {
+        let failed = |message: &str| {
+            let mut s = status(Phase::Failed);
+            s.conditions = crate::status::conditions::merge(
+                &[],
+                vec![crate::status::conditions::ConditionState::new("Ready", crate::status::conditions::Status::False, "InvalidSpec", message)],
+                Some(1),
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            );
+            s
+        };
+        let event = invalid_spec(Some(&status(Phase::Running)), &failed("spec.tls.enabled: ..."));
+        assert_eq!(event.map(|e| (e.reason, e.warning)), Some(("InvalidSpec", true)));
+        assert_eq!(invalid_spec(Some(&failed("a")), &failed("a")), None, "the same failure again is not a new event");
+        assert!(invalid_spec(Some(&failed("a")), &failed("b")).is_some(), "a different failure is");
+    }
+}

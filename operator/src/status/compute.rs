@@ -1,0 +1,220 @@
+//! The status a reconcile writes, from what it observed, planned and wired. Pure.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::jiff::Timestamp;
+use keymesh_proto::NodeStatus;
+
+use super::conditions::{merge, ConditionState, Status};
+use crate::api::{condition_types as types, CacheCluster, CacheClusterStatus, MemberStatus, Phase};
+use crate::auth::Password;
+use crate::mesh::{peer_of, MemberState, ScalePlan, ScaleStep, WiringReport};
+use crate::names::ClusterNames;
+use crate::validate::{InvalidSpec, ValidatedSpec};
+
+pub struct StatusInput<'a> {
+    pub cluster: &'a CacheCluster,
+    pub names: &'a ClusterNames,
+    pub spec: &'a ValidatedSpec,
+    pub members: &'a [MemberState],
+    pub plan: &'a ScalePlan,
+    pub wiring: &'a WiringReport,
+    pub password: &'a Password,
+    pub now: Timestamp,
+}
+
+/// The status after a reconcile of a valid spec.
+pub fn compute(input: &StatusInput) -> CacheClusterStatus {
+    let previous = input.cluster.status.clone().unwrap_or_default();
+    let desired = input.spec.replicas.unsigned_abs();
+    let ready = input.members.iter().filter(|m| m.member.ordinal < desired && m.pod_ready).count();
+    let all_ready = ready >= desired as usize;
+    let mesh = mesh_connection(input);
+    let phase = phase(input, previous.phase, all_ready, mesh.status == Status::True);
+    let degraded = degraded_reasons(input);
+    let mut states = vec![
+        ConditionState::new(
+            types::READY,
+            Status::from_bool(all_ready),
+            if all_ready { "AllPodsReady" } else { "PodsNotReady" },
+            format!("{ready}/{desired} pods ready"),
+        ),
+        progressing(input.plan, phase),
+    ];
+    states.push(match (phase, degraded.is_empty()) {
+        (Phase::Pending | Phase::Creating, _) => ConditionState::new(types::DEGRADED, Status::False, "Creating", "the cluster has not run yet"),
+        (_, true) => ConditionState::new(types::DEGRADED, Status::False, "Healthy", "every mesh member is ready and answers"),
+        (_, false) => ConditionState::new(types::DEGRADED, Status::True, "MembersUnhealthy", degraded.join("; ")),
+    });
+    states.push(mesh);
+    states.push(clock_skew(input));
+    states.push(node_tuned());
+    CacheClusterStatus {
+        phase: Some(phase),
+        observed_generation: input.cluster.metadata.generation,
+        ready_replicas: i32::try_from(ready).unwrap_or(i32::MAX),
+        current_version: current_version(input.members),
+        target_version: Some(input.spec.target_version.clone()),
+        conditions: merge(&previous.conditions, states, input.cluster.metadata.generation, input.now),
+        members: input.members.iter().map(member_status).collect(),
+    }
+}
+
+/// The status of a spec that failed validation: phase Failed, the messages in the conditions,
+/// the last observed members kept.
+pub fn invalid(cluster: &CacheCluster, invalid: &InvalidSpec, now: Timestamp) -> CacheClusterStatus {
+    let previous = cluster.status.clone().unwrap_or_default();
+    let message = invalid.to_string();
+    let states = vec![
+        ConditionState::new(types::READY, Status::False, "InvalidSpec", message.clone()),
+        ConditionState::new(types::PROGRESSING, Status::False, "InvalidSpec", "waiting for the spec to change"),
+        ConditionState::new(types::DEGRADED, Status::True, "InvalidSpec", message),
+    ];
+    let mut conditions = merge(&previous.conditions, states, cluster.metadata.generation, now);
+    conditions.extend(previous.conditions.iter().filter(|c| ![types::READY, types::PROGRESSING, types::DEGRADED].contains(&c.type_.as_str())).cloned());
+    CacheClusterStatus { phase: Some(Phase::Failed), observed_generation: cluster.metadata.generation, conditions, ..previous }
+}
+
+fn phase(input: &StatusInput, previous: Option<Phase>, all_ready: bool, connected: bool) -> Phase {
+    if all_ready && connected && input.plan.settled() {
+        return Phase::Running;
+    }
+    match previous {
+        None | Some(Phase::Pending | Phase::Creating | Phase::Failed) if input.members.is_empty() => Phase::Pending,
+        None | Some(Phase::Pending | Phase::Creating | Phase::Failed) => Phase::Creating,
+        Some(Phase::Running | Phase::Scaling | Phase::Degraded) if scaling(input.plan) => Phase::Scaling,
+        Some(_) => Phase::Degraded,
+    }
+}
+
+/// Pods are joining or leaving, or the StatefulSet changes size.
+fn scaling(plan: &ScalePlan) -> bool {
+    let resizing =
+        matches!(plan.step, ScaleStep::ScaleUp { .. } | ScaleStep::RemoveLeaving { .. } | ScaleStep::AwaitPeerRemoval { .. } | ScaleStep::ScaleDown { .. });
+    resizing || !plan.joining.is_empty() || !plan.leaving.is_empty()
+}
+
+fn progressing(plan: &ScalePlan, phase: Phase) -> ConditionState {
+    let (reason, message) = match &plan.step {
+        ScaleStep::Create => ("Creating", "creating the StatefulSet".to_string()),
+        ScaleStep::ScaleUp { from, to } => ("ScalingUp", format!("StatefulSet grows from {from} to {to} pods")),
+        ScaleStep::AwaitJoin { pods } if phase == Phase::Creating => ("Creating", format!("waiting for {} to start and sync", pods.join(", "))),
+        ScaleStep::AwaitJoin { pods } => ("AwaitingSync", format!("{} join the mesh once ready and synced", pods.join(", "))),
+        ScaleStep::RemoveLeaving { pods } => ("RemovingLeavingPeers", format!("removing {} from every peer list", pods.join(", "))),
+        ScaleStep::AwaitPeerRemoval { unanswered } => {
+            ("AwaitingPeerRemoval", format!("the StatefulSet shrinks once {} answer and list no leaving pod", unanswered.join(", ")))
+        }
+        ScaleStep::ScaleDown { from, to } => ("ScalingDown", format!("StatefulSet shrinks from {from} to {to} pods")),
+        ScaleStep::Steady if phase == Phase::Creating || phase == Phase::Pending => ("Creating", "waiting for the pods to become ready".to_string()),
+        ScaleStep::Steady if !plan.leaving.is_empty() => {
+            let pods: Vec<String> = plan.leaving.iter().map(u32::to_string).collect();
+            ("ScalingDown", format!("waiting for leaving pods (ordinals {}) to terminate", pods.join(", ")))
+        }
+        ScaleStep::Steady if !plan.peer_updates.is_empty() => ("WiringMesh", "setting peer lists".to_string()),
+        ScaleStep::Steady => return ConditionState::new(types::PROGRESSING, Status::False, "Stable", format!("{} members in the mesh", plan.joined.len())),
+    };
+    ConditionState::new(types::PROGRESSING, Status::True, reason, message)
+}
+
+fn degraded_reasons(input: &StatusInput) -> Vec<String> {
+    let mut reasons = Vec::new();
+    if let Password::Missing { secret, key } = input.password {
+        reasons.push(format!("Secret {secret} has no key {key}"));
+    }
+    for &ordinal in &input.plan.joined {
+        match input.members.iter().find(|m| m.member.ordinal == ordinal) {
+            None => reasons.push(format!("{} does not exist", input.names.pod(ordinal))),
+            Some(m) if !m.pod_ready => reasons.push(format!("{} is not ready", m.member.pod)),
+            Some(MemberState { status: Err(e), .. }) => reasons.push(format!("{} does not answer: {e}", input.names.pod(ordinal))),
+            Some(_) => {}
+        }
+    }
+    reasons.extend(input.wiring.failed.iter().map(|(pod, e)| format!("peer list of {pod} not set: {e}")));
+    reasons
+}
+
+/// True when every joined member streams from every other joined member.
+fn mesh_connection(input: &StatusInput) -> ConditionState {
+    if let Password::Missing { secret, key } = input.password {
+        return ConditionState::new(types::MESH_CONNECTED, Status::Unknown, "NoPassword", format!("Secret {secret} has no key {key}"));
+    }
+    let joined = &input.plan.joined;
+    let mut missing = Vec::new();
+    for &i in joined {
+        let pod = input.names.pod(i);
+        let Some(status) = input.members.iter().find(|m| m.member.ordinal == i).and_then(MemberState::node_status) else {
+            missing.push(format!("{pod} does not answer"));
+            continue;
+        };
+        for &j in joined.iter().filter(|&&j| j != i) {
+            let host = peer_of(input.names, j).host;
+            let link = status
+                .peers
+                .iter()
+                .find(|p| p.peer.as_ref().is_some_and(|p| p.host.trim_end_matches('.').eq_ignore_ascii_case(&host)))
+                .map(|p| p.link.as_str());
+            match link {
+                Some("connected") => {}
+                Some(state) => missing.push(format!("{pod} → {} is {state}", input.names.pod(j))),
+                None => missing.push(format!("{pod} does not list {}", input.names.pod(j))),
+            }
+        }
+    }
+    if joined.is_empty() {
+        ConditionState::new(types::MESH_CONNECTED, Status::Unknown, "NoMembers", "no mesh member answered yet")
+    } else if missing.is_empty() {
+        ConditionState::new(types::MESH_CONNECTED, Status::True, "FullMesh", format!("{} members stream from each other", joined.len()))
+    } else {
+        ConditionState::new(types::MESH_CONNECTED, Status::False, "LinksMissing", missing.join("; "))
+    }
+}
+
+fn clock_skew(input: &StatusInput) -> ConditionState {
+    let max = input.spec.max_clock_skew_ms;
+    let mut skewed = Vec::new();
+    let mut skewed_receives = 0u64;
+    for m in input.members {
+        let Some(status) = m.node_status() else { continue };
+        skewed_receives += status.skewed_receives;
+        for peer in status.peers.iter().filter(|p| p.clock_skew_ms.abs() > max) {
+            let name = if peer.node_name.is_empty() { peer.peer.as_ref().map_or("?", |p| p.host.as_str()) } else { peer.node_name.as_str() };
+            skewed.push(format!("{} sees {name}'s clock {} ms off", m.member.pod, peer.clock_skew_ms));
+        }
+    }
+    if skewed.is_empty() {
+        ConditionState::new(types::CLOCK_SKEW, Status::False, "WithinBounds", format!("every peer clock is within {max} ms"))
+    } else {
+        ConditionState::new(
+            types::CLOCK_SKEW,
+            Status::True,
+            "PeerClockSkewed",
+            format!("{} (max {max} ms; {skewed_receives} writes received from the future)", skewed.join("; ")),
+        )
+    }
+}
+
+fn node_tuned() -> ConditionState {
+    ConditionState::new(types::NODE_TUNED, Status::False, "NotEnabled", "node tuning is not enabled (not supported yet by this operator version)")
+}
+
+fn member_status(m: &MemberState) -> MemberStatus {
+    let status = m.node_status();
+    MemberStatus {
+        pod: m.member.pod.clone(),
+        zone: m.zone.clone(),
+        ready: status.map_or(m.pod_ready, |s| s.ready),
+        synced: status.is_some_and(|s| s.synced),
+        connected_peers: status.map_or(0, |s| i32::try_from(s.peers.iter().filter(|p| p.link == "connected").count()).unwrap_or(i32::MAX)),
+        lag_ops: status.and_then(|s| s.peers.iter().map(|p| p.lag_ops).max()).map_or(0, |lag| i64::try_from(lag).unwrap_or(i64::MAX)),
+    }
+}
+
+fn current_version(members: &[MemberState]) -> Option<String> {
+    let versions: BTreeSet<&str> =
+        members.iter().filter_map(MemberState::node_status).map(|s: &NodeStatus| s.version.as_str()).filter(|v| !v.is_empty()).collect();
+    (!versions.is_empty()).then(|| versions.into_iter().collect::<Vec<_>>().join(","))
+}
+
+#[cfg(test)]
+#[path = "compute_tests.rs"]
+mod tests;

@@ -1,0 +1,142 @@
+use super::*;
+use crate::api::condition_types as types;
+use crate::mesh::{plan, PlanInput};
+use crate::test_support::{cluster, engine, full_mesh, names, silent};
+use crate::validate::validate;
+
+fn at(time: &str) -> Timestamp {
+    time.parse().expect("timestamp")
+}
+
+/// The status a reconcile computes for `cluster` with these members and StatefulSet size.
+fn status_of(cluster: &CacheCluster, members: &[MemberState], statefulset_replicas: Option<u32>, now: Timestamp) -> CacheClusterStatus {
+    let names = names();
+    let spec = validate(cluster).expect("valid spec");
+    let plan = plan(&PlanInput { names: &names, desired: spec.replicas.unsigned_abs(), statefulset_replicas, members });
+    let password = Password::Generated("pw".into());
+    compute(&StatusInput { cluster, names: &names, spec: &spec, members, plan: &plan, wiring: &WiringReport::default(), password: &password, now })
+}
+
+fn condition<'a>(status: &'a CacheClusterStatus, type_: &str) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    status.condition(type_).unwrap_or_else(|| panic!("no {type_} condition in {status:#?}"))
+}
+
+#[test]
+fn a_new_cluster_is_pending_then_creating() {
+    let c = cluster("{}");
+    let status = status_of(&c, &[], None, at("2024-01-01T00:00:00Z"));
+    assert_eq!(status.phase, Some(Phase::Pending), "{status:#?}");
+    assert_eq!(condition(&status, types::PROGRESSING).reason, "Creating", "{status:#?}");
+
+    let mut c = cluster("{}");
+    c.status = Some(status);
+    let status = status_of(&c, &[engine(0, &[1, 2], false), silent(1, false), silent(2, false)], Some(3), at("2024-01-01T00:00:10Z"));
+    assert_eq!(status.phase, Some(Phase::Creating), "{status:#?}");
+    assert_eq!(condition(&status, types::READY).status, "False", "{status:#?}");
+    assert_eq!(condition(&status, types::DEGRADED).status, "False", "a cluster being created is not degraded: {status:#?}");
+    assert_eq!(status.members.len(), 3, "{status:#?}");
+}
+
+#[test]
+fn a_ready_full_mesh_is_running() {
+    let c = cluster("{}");
+    let status = status_of(&c, &full_mesh(3), Some(3), at("2024-01-01T00:00:00Z"));
+    assert_eq!(status.phase, Some(Phase::Running), "{status:#?}");
+    assert_eq!(status.ready_replicas, 3, "{status:#?}");
+    assert_eq!(status.current_version.as_deref(), Some("0.1.0"), "{status:#?}");
+    assert_eq!(status.target_version.as_deref(), Some(crate::api::DEFAULT_VERSION), "{status:#?}");
+    assert_eq!(status.observed_generation, Some(1), "{status:#?}");
+    for (type_, expected) in [
+        (types::READY, "True"),
+        (types::PROGRESSING, "False"),
+        (types::DEGRADED, "False"),
+        (types::MESH_CONNECTED, "True"),
+        (types::CLOCK_SKEW, "False"),
+        (types::NODE_TUNED, "False"),
+    ] {
+        assert_eq!(condition(&status, type_).status, expected, "{type_} in {status:#?}");
+    }
+    let member = &status.members[1];
+    assert_eq!(
+        (member.pod.as_str(), member.zone.as_deref(), member.ready, member.synced, member.connected_peers),
+        ("demo-1", Some("zone-1"), true, true, 2),
+        "{status:#?}"
+    );
+}
+
+#[test]
+fn a_lost_pod_degrades_a_running_cluster_and_transition_times_hold() {
+    let mut c = cluster("{}");
+    let running = status_of(&c, &full_mesh(3), Some(3), at("2024-01-01T00:00:00Z"));
+    c.status = Some(running);
+    let mut members = full_mesh(3);
+    members[1] = silent(1, true);
+    let degraded = status_of(&c, &members, Some(3), at("2024-01-01T00:10:00Z"));
+    assert_eq!(degraded.phase, Some(Phase::Degraded), "{degraded:#?}");
+    let condition_of = |type_| condition(&degraded, type_);
+    assert_eq!(condition_of(types::DEGRADED).status, "True", "{degraded:#?}");
+    assert!(condition_of(types::DEGRADED).message.contains("demo-1 is not ready"), "{degraded:#?}");
+    assert!(condition_of(types::MESH_CONNECTED).message.contains("demo-1 does not answer"), "{degraded:#?}");
+    assert_eq!(condition_of(types::DEGRADED).last_transition_time.0, at("2024-01-01T00:10:00Z"), "{degraded:#?}");
+    assert_eq!(condition_of(types::CLOCK_SKEW).last_transition_time.0, at("2024-01-01T00:00:00Z"), "unchanged conditions keep their time: {degraded:#?}");
+}
+
+#[test]
+fn scaling_a_running_cluster() {
+    let mut c = cluster("replicas: 5");
+    c.status = Some(status_of(&cluster("{}"), &full_mesh(3), Some(3), at("2024-01-01T00:00:00Z")));
+    let status = status_of(&c, &full_mesh(3), Some(3), at("2024-01-01T00:01:00Z"));
+    assert_eq!(status.phase, Some(Phase::Scaling), "{status:#?}");
+    let progressing = condition(&status, types::PROGRESSING);
+    assert_eq!((progressing.status.as_str(), progressing.reason.as_str()), ("True", "ScalingUp"), "{status:#?}");
+    assert_eq!(condition(&status, types::DEGRADED).status, "False", "new pods are not a degradation: {status:#?}");
+}
+
+#[test]
+fn clock_skew_beyond_the_spec_maximum_is_reported() {
+    let c = cluster("engine: {maxClockSkewMs: 200}");
+    let mut members = full_mesh(3);
+    if let Ok(status) = members[0].status.as_mut() {
+        status.peers[0].clock_skew_ms = 900;
+        status.skewed_receives = 4;
+    }
+    let status = status_of(&c, &members, Some(3), at("2024-01-01T00:00:00Z"));
+    let skew = condition(&status, types::CLOCK_SKEW);
+    assert_eq!(skew.status, "True", "{status:#?}");
+    assert!(skew.message.contains("demo-0 sees demo-1's clock 900 ms off") && skew.message.contains("max 200 ms"), "{status:#?}");
+}
+
+#[test]
+fn an_invalid_spec_fails_with_the_messages_and_keeps_the_members() {
+    let mut c = cluster("tls: {enabled: true}");
+    c.status = Some(status_of(&cluster("{}"), &full_mesh(3), Some(3), at("2024-01-01T00:00:00Z")));
+    let invalid_spec = validate(&c).expect_err("TLS is unsupported");
+    let status = invalid(&c, &invalid_spec, at("2024-01-01T00:02:00Z"));
+    assert_eq!(status.phase, Some(Phase::Failed), "{status:#?}");
+    assert!(condition(&status, types::READY).message.contains("spec.tls.enabled"), "{status:#?}");
+    assert_eq!(condition(&status, types::DEGRADED).reason, "InvalidSpec", "{status:#?}");
+    assert_eq!(status.members.len(), 3, "{status:#?}");
+    assert!(status.condition(types::MESH_CONNECTED).is_some(), "other conditions are kept: {status:#?}");
+}
+
+#[test]
+fn a_missing_password_leaves_the_mesh_unknown() {
+    let names = names();
+    let c = cluster("auth: {secretRef: {name: creds}}");
+    let spec = validate(&c).expect("valid");
+    let members = [silent(0, true)];
+    let plan = plan(&PlanInput { names: &names, desired: 3, statefulset_replicas: Some(3), members: &members });
+    let password = Password::Missing { secret: "creds".into(), key: "password".into() };
+    let status = compute(&StatusInput {
+        cluster: &c,
+        names: &names,
+        spec: &spec,
+        members: &members,
+        plan: &plan,
+        wiring: &WiringReport::default(),
+        password: &password,
+        now: at("2024-01-01T00:00:00Z"),
+    });
+    let mesh = condition(&status, types::MESH_CONNECTED);
+    assert_eq!((mesh.status.as_str(), mesh.reason.as_str()), ("Unknown", "NoPassword"), "{status:#?}");
+}
