@@ -2,9 +2,13 @@
 # Replication benchmark (not a test), on loopback:
 #   1. write throughput of a 3-node mesh vs a standalone node, same redis-benchmark SET load
 #      against one node (-n BENCH_N, -r 1000000, -d 100, -c 50, -P 16, --threads 2);
-#   2. a 1M-key full sync: node A holds BENCH_KEYS keys of 100 bytes, node B starts with
-#      `replicaof A`; prints the time until B is ready with every key, and the bytes received.
-# Not measured yet: replication lag percentiles, catch-up after a 30 s partition.
+#   2. replication lag p50/p99 on that mesh, idle and under that load: a probe PUBLISHes its
+#      send time on node 0 every 5 ms; subscribers on nodes 1 and 2 receive it through the mesh
+#      stream, in order with the writes (PUBLISH replicates as an effect like any write);
+#   3. a 1M-key full sync: node A holds BENCH_KEYS keys of 100 bytes, node B starts with
+#      `replicaof A`; prints the time until B is ready with every key, and the bytes received;
+#   4. catch-up after a 30 s partition at a steady write rate (network namespaces, root only):
+#      `keymesh-mesh-bench partition` (e2e/src/bin), see its docs.
 set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
@@ -44,7 +48,43 @@ for i in 0 1 2; do
   start "mesh$i" "${ports[$i]}" "${metrics[$i]}" --active-replica yes --multi-master yes "${peers[@]}"
 done
 sleep 1
+# lag_probe SECONDS|-: prints "p50 p99 samples" (ms) of publish-to-receive times, for SECONDS
+# or, with -, until the file $work/load-done appears.
+lag_probe() {
+  python3 - "${ports[0]}" "${ports[1]}" "${ports[2]}" "$1" "$work/load-done" <<'PY'
+import os, sys, threading, time, redis
+p0, p1, p2, limit, done_file = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+samples, stop = [], threading.Event()
+def receive(port):
+    sub = redis.Redis(port=port).pubsub(ignore_subscribe_messages=True)
+    sub.subscribe("lag-probe")
+    ready.release()
+    while not stop.is_set():
+        m = sub.get_message(timeout=0.1)
+        if m and m["type"] == "message":
+            samples.append((time.time_ns() - int(m["data"])) / 1e6)
+ready = threading.Semaphore(0)
+threads = [threading.Thread(target=receive, args=(p,), daemon=True) for p in (p1, p2)]
+for t in threads: t.start()
+for _ in threads: ready.acquire()
+time.sleep(0.2)
+pub, t0 = redis.Redis(port=p0), time.time()
+while (time.time() - t0 < float(limit)) if limit != "-" else not os.path.exists(done_file):
+    pub.publish("lag-probe", time.time_ns())
+    time.sleep(0.005)
+time.sleep(0.5)
+stop.set()
+s = sorted(samples)
+print("%.2f %.2f %d" % (s[len(s) // 2], s[int(len(s) * 0.99)], len(s)) if s else "nan nan 0")
+PY
+}
+idle_lag="$(lag_probe 3)"
+lag_probe - >"$work/lag" &
+probe=$!
 mesh="$(set_rps "${ports[0]}")"
+touch "$work/load-done"
+wait "$probe"
+load_lag="$(cat "$work/lag")"
 # Every node must end with the same keyspace size.
 for _ in $(seq 300); do
   a="$(redis-cli -p "${ports[0]}" dbsize)"; b="$(redis-cli -p "${ports[1]}" dbsize)"; c="$(redis-cli -p "${ports[2]}" dbsize)"
@@ -69,7 +109,18 @@ until [[ "$(curl -s -o /dev/null -w '%{http_code}' "localhost:$mb/readyz")" == 2
 t1=$(date +%s.%N)
 bytes="$(metric "$mb" 'keymesh_mesh_received_bytes_total{kind="full"')"
 
-awk -v s="$solo" -v m="$mesh" -v t0="$t0" -v t1="$t1" -v b="$bytes" -v k="$keys" 'BEGIN {
+stop_all
+
+awk -v s="$solo" -v m="$mesh" -v t0="$t0" -v t1="$t1" -v b="$bytes" -v k="$keys" -v il="$idle_lag" -v ll="$load_lag" 'BEGIN {
   printf "\nSET -P 16 ops/s: standalone %.0f, 3-node mesh %.0f, ratio %.2f (target >= 0.70)\n", s, m, m / s
+  split(il, i, " "); split(ll, l, " ")
+  printf "replication lag (publish on node 0 -> receive on nodes 1, 2): idle p50 %.2f ms p99 %.2f ms (%d samples); under that load p50 %.2f ms p99 %.2f ms (%d samples)\n", i[1], i[2], i[3], l[1], l[2], l[3]
   printf "full sync of %d keys x 100 B: %.2f s (target < 10 s), %.1f MiB received\n", k, t1 - t0, b / 1048576
 }'
+
+if [[ $(id -u) == 0 ]] && command -v ip >/dev/null; then
+  echo "bench-mesh: catch-up after a 30 s partition ..." >&2
+  KEYMESH_SERVER="$bin" "$(dirname "$bin")/keymesh-mesh-bench" partition
+else
+  echo "catch-up after a 30 s partition: skipped (needs root for network namespaces)"
+fi

@@ -154,7 +154,6 @@ fn random_fault(rng: &mut StdRng, cluster: &MeshCluster) -> String {
 /// heal all nodes hold identical keyspaces equal to the model of the acknowledged writes (LWW
 /// by acknowledgement order, counters summing every side's increments, deletes never undone).
 #[test]
-#[ignore = "soak, run by scripts/mesh-soak.sh: 22 of 23 runs (276 trials) passed after the last engine fix, the other failed on a gap in the model (fixed); not yet run long enough to gate CI"]
 fn randomized_partitions_converge_to_the_model() {
     require_netns!();
     let trials = env_u64("KEYMESH_E2E_TRIALS", 12);

@@ -1,0 +1,145 @@
+//! Replication benchmarks that need network namespaces (run by `scripts/bench-mesh.sh`; a
+//! benchmark, not a test: it prints numbers and fails only if the cluster cannot run).
+//!
+//! `keymesh-mesh-bench partition`: catch-up after a partition at a steady write rate. Three
+//! meshed nodes, each in its own namespace; a writer on node 0 and one on node 2 each issue
+//! `SET` of 100-byte values at a steady rate; node 2 is cut off for `BENCH_PARTITION_SECS`
+//! (default 30) while both keep writing, then healed. Reported: how long after the heal each
+//! side holds the other side's last write from before the heal, the resyncs (partial vs full)
+//! the heal caused, and the backlog each origin held. Links run with `repl-timeout 10`, so
+//! the partition really breaks the streams and the heal goes through a resync (with the
+//! default 60 s a 30 s partition never breaks them: TCP just delivers the queue). The backlog
+//! keeps its default size.
+//!
+//! Knobs: `BENCH_PARTITION_SECS` (30), `BENCH_RATE` (writes/s per side, 2000), `KEYMESH_SERVER`.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use keymesh_e2e::{ClusterOptions, MeshCluster};
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// Sum of every `INFO replication` field whose name ends with `suffix` (one per peer).
+fn info_sum(cluster: &MeshCluster, node: usize, suffix: &str) -> Result<u64, String> {
+    let text = match cluster.call_ok(node, &["INFO", "replication"]).map_err(|e| e.to_string())? {
+        keymesh_e2e::resp::Reply::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+        other => return Err(format!("INFO replied {other:?}")),
+    };
+    Ok(text.lines().filter_map(|l| l.split_once(':')).filter(|(k, _)| k.ends_with(suffix)).filter_map(|(_, v)| v.trim().parse::<u64>().ok()).sum())
+}
+
+/// Writes `SET bench:<tag>:<i> <100 B>` on `node` at `rate` per second until `stop`; `last`
+/// holds the highest `i` acknowledged.
+fn write_steadily(cluster: &MeshCluster, node: usize, tag: &str, rate: u64, stop: &AtomicBool, last: &AtomicU64) -> u64 {
+    let value = "v".repeat(100);
+    let started = Instant::now();
+    let mut failed = 0;
+    for i in 1.. {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        match cluster.set(node, format!("bench:{tag}:{i}"), &value) {
+            Ok(()) => last.store(i, Ordering::Relaxed),
+            Err(_) => failed += 1,
+        }
+        let due = started + Duration::from_secs_f64(i as f64 / rate as f64);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+    }
+    failed
+}
+
+/// Polls until every `(node, key)` is present; returns, for each, how long after `since` it
+/// was first seen.
+fn times_until_present(cluster: &MeshCluster, wanted: &[(usize, String)], since: Instant, limit: Duration) -> Result<Vec<Duration>, String> {
+    let mut seen: Vec<Option<Duration>> = vec![None; wanted.len()];
+    while seen.iter().any(Option::is_none) {
+        for (slot, (node, key)) in seen.iter_mut().zip(wanted) {
+            if slot.is_none() && matches!(cluster.get(*node, key), Ok(Some(_))) {
+                *slot = Some(since.elapsed());
+            }
+        }
+        if since.elapsed() > limit {
+            return Err(format!("not every node caught up within {limit:?}: {wanted:?} seen {seen:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(seen.into_iter().flatten().collect())
+}
+
+fn partition_catch_up() -> Result<(), String> {
+    if let Some(why) = keymesh_e2e::netns::skip_reason() {
+        return Err(format!("needs network namespaces: {why}"));
+    }
+    let partition = Duration::from_secs(env_u64("BENCH_PARTITION_SECS", 30));
+    let rate = env_u64("BENCH_RATE", 2000);
+    let mut opts = ClusterOptions::new(3);
+    opts.extra_args.extend(["--repl-timeout", "10"].map(String::from));
+    let cluster = MeshCluster::start_with(opts).map_err(|e| e.to_string())?;
+    for i in 0..3 {
+        cluster.wait_ready(i, Duration::from_secs(30)).map_err(|e| e.to_string())?;
+    }
+    let stop = AtomicBool::new(false);
+    let (last0, last2) = (AtomicU64::new(0), AtomicU64::new(0));
+    std::thread::scope(|scope| -> Result<(), String> {
+        let w0 = scope.spawn(|| write_steadily(&cluster, 0, "n0", rate, &stop, &last0));
+        let w2 = scope.spawn(|| write_steadily(&cluster, 2, "n2", rate, &stop, &last2));
+        std::thread::sleep(Duration::from_secs(2));
+        let before = [
+            info_sum(&cluster, 0, "partial_resyncs")?,
+            info_sum(&cluster, 0, "full_resyncs")?,
+            info_sum(&cluster, 2, "partial_resyncs")?,
+            info_sum(&cluster, 2, "full_resyncs")?,
+        ];
+        cluster.net().cut(2).map_err(|e| e.to_string())?;
+        std::thread::sleep(partition);
+        let (mark0, mark2) = (last0.load(Ordering::Relaxed), last2.load(Ordering::Relaxed));
+        let backlog = [info_sum(&cluster, 0, "repl_backlog_histlen")?, info_sum(&cluster, 2, "repl_backlog_histlen")?];
+        cluster.net().heal(2).map_err(|e| e.to_string())?;
+        let healed = Instant::now();
+        let wanted = [(2, format!("bench:n0:{mark0}")), (0, format!("bench:n2:{mark2}"))];
+        let took = times_until_present(&cluster, &wanted, healed, Duration::from_secs(120))?;
+        let (n2_took, n0_took) = (took[0], took[1]);
+        std::thread::sleep(Duration::from_secs(2));
+        stop.store(true, Ordering::Relaxed);
+        let failed = (w0.join().unwrap_or(u64::MAX), w2.join().unwrap_or(u64::MAX));
+        let after = [
+            info_sum(&cluster, 0, "partial_resyncs")?,
+            info_sum(&cluster, 0, "full_resyncs")?,
+            info_sum(&cluster, 2, "partial_resyncs")?,
+            info_sum(&cluster, 2, "full_resyncs")?,
+        ];
+        println!(
+            "catch-up after a {}s partition at {rate} SET/s per side (100 B): node 2 held node 0's last pre-heal write {:.2} s after the heal, node 0 held node 2's {:.2} s after (links retry with a backoff of up to 2 s); \
+             resyncs on the heal: node 0 partial {} full {}, node 2 partial {} full {} (target: partial only); backlog held at the heal: node 0 {:.1} MiB, node 2 {:.1} MiB (default repl-backlog-size 64 MiB); \
+             writes acknowledged: {mark0} + {mark2} before the heal, failed {} + {}",
+            partition.as_secs(),
+            n2_took.as_secs_f64(),
+            n0_took.as_secs_f64(),
+            after[0] - before[0],
+            after[1] - before[1],
+            after[2] - before[2],
+            after[3] - before[3],
+            backlog[0] as f64 / 1048576.0,
+            backlog[1] as f64 / 1048576.0,
+            failed.0,
+            failed.1,
+        );
+        Ok(())
+    })
+}
+
+fn main() {
+    let result = match std::env::args().nth(1).as_deref() {
+        Some("partition") => partition_catch_up(),
+        _ => Err("usage: keymesh-mesh-bench partition".to_string()),
+    };
+    if let Err(e) = result {
+        eprintln!("keymesh-mesh-bench: {e}");
+        std::process::exit(1);
+    }
+}
