@@ -9,6 +9,8 @@ pub mod controller;
 pub mod crd;
 pub mod discovery;
 pub mod events;
+pub mod http;
+pub mod leader;
 pub mod mesh;
 pub mod metrics;
 pub mod names;

@@ -1,1 +1,150 @@
-fn main() {}
+//! `keymesh-operator`: serves `/metrics` and `/healthz`, waits to become leader (a Lease), then
+//! runs the CacheCluster controller until SIGTERM/SIGINT (graceful: in-flight reconciles finish,
+//! the Lease is released) or until it loses the Lease (exits non-zero, so the pod restarts as a
+//! follower and never reconciles beside a new leader).
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use keymesh_operator::controller::{self, Context};
+use keymesh_operator::discovery::{self, DiscoveryError};
+use keymesh_operator::http::{self, HttpError};
+use keymesh_operator::leader::{LeaderError, Leadership};
+use keymesh_operator::mesh::GrpcMeshClient;
+use keymesh_operator::metrics::Metrics;
+use kube::runtime::events::{Recorder, Reporter};
+use tokio::sync::watch;
+use tracing::{error, info};
+
+#[derive(Debug, Parser)]
+#[command(name = "keymesh-operator", version, about = "Runs KeyMesh CacheClusters on Kubernetes")]
+struct Args {
+    /// Watch CacheClusters in this namespace only (default: all namespaces).
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    namespace: Option<String>,
+    /// Address of the /metrics and /healthz endpoint.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_addr: SocketAddr,
+    /// Namespace of the leader Lease (default: the operator's own namespace).
+    #[arg(long, env = "POD_NAMESPACE")]
+    leader_election_namespace: Option<String>,
+    /// Name of the leader Lease.
+    #[arg(long, default_value = "keymesh-operator")]
+    lease_name: String,
+    /// Reconcile without leader election (a single replica, or local development).
+    #[arg(long)]
+    disable_leader_election: bool,
+    /// The cluster's DNS domain, for the pods' stable peer names.
+    #[arg(long, default_value = "cluster.local")]
+    cluster_domain: String,
+    /// This replica's identity in the Lease (default: the pod name, else the host name).
+    #[arg(long, env = "POD_NAME")]
+    identity: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum MainError {
+    #[error("failed to create a Kubernetes client: {0}")]
+    Client(#[from] kube::Error),
+    #[error("failed to register metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    #[error(transparent)]
+    Leader(#[from] LeaderError),
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
+    #[error(transparent)]
+    Http(#[from] HttpError),
+    #[error("lost the leader Lease; exiting so that only the new leader reconciles")]
+    LostLeadership,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")))
+        .init();
+    match run(Args::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error!(error = %e, "keymesh-operator stopped");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Resolves once `stop` turns true (or its sender is gone).
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+async fn signals(stop: watch::Sender<bool>) {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                error!(error = %e, "failed to listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = terminate => info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
+    }
+    let _ = stop.send(true);
+}
+
+async fn run(args: Args) -> Result<(), MainError> {
+    let client = kube::Client::try_default().await?;
+    let metrics = Metrics::new()?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(signals(stop_tx.clone()));
+    let server = tokio::spawn(http::serve(args.metrics_addr, metrics.clone(), stopped(stop_rx.clone())));
+
+    let identity = args.identity.clone().or_else(|| std::env::var("HOSTNAME").ok()).unwrap_or_else(|| "keymesh-operator".to_string());
+    let mut leadership = None;
+    if !args.disable_leader_election {
+        let namespace = args.leader_election_namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
+        info!(lease = %format!("{namespace}/{}", args.lease_name), %identity, "waiting to become leader");
+        let mut election = Leadership::start(client.clone(), &namespace, &args.lease_name, &identity).await?;
+        tokio::select! {
+            acquired = election.acquired() => acquired?,
+            _ = stopped(stop_rx.clone()) => {
+                election.release().await;
+                return Ok(());
+            }
+        }
+        info!("became leader");
+        metrics.leader.set(1);
+        leadership = Some(election);
+    }
+
+    let capabilities = discovery::capabilities(&client).await?;
+    info!(?capabilities, namespace = args.namespace.as_deref().unwrap_or("<all>"), "starting the CacheCluster controller");
+    let recorder = Recorder::new(client.clone(), Reporter { controller: "keymesh-operator".to_string(), instance: Some(identity) });
+    let ctx = Arc::new(Context::new(client, Arc::new(GrpcMeshClient::default()), recorder, metrics.clone(), &args.cluster_domain));
+    let controller = controller::run(ctx, args.namespace.as_deref(), capabilities, stopped(stop_rx.clone()));
+    let outcome = tokio::select! {
+        _ = controller => Ok(()),
+        _ = async {
+            match leadership.as_mut() {
+                Some(l) => l.lost().await,
+                None => std::future::pending().await,
+            }
+        } => Err(MainError::LostLeadership),
+    };
+    let _ = stop_tx.send(true);
+    metrics.leader.set(0);
+    if let Some(election) = leadership {
+        election.release().await;
+    }
+    match server.await {
+        Ok(result) => result?,
+        Err(e) => error!(error = %e, "HTTP server task failed"),
+    }
+    outcome
+}
