@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests and benchmarks need on a fresh Debian bookworm machine:
 # Redis 7.0 (the reference server and its clients), Redis's Tcl test suite from
-# Debian's source package, and redis-py. Idempotent: a second run only checks.
+# Debian's source package, redis-py, and for the control-plane tests Kubernetes 1.20.2 built
+# from Debian's source package plus kubectl and helm (see those two scripts).
+# Idempotent: a second run only checks.
 set -euo pipefail
 cache="${KEYMESH_CACHE:-/var/cache/keymesh}"
 mkdir -p "$cache"
@@ -42,3 +44,8 @@ if ! python3 -c 'import redis, sys; sys.exit(int(redis.__version__.split(".")[0]
   python3 -m pip install "${pip_flags[@]}" 'redis>=5,<6'
 fi
 echo "deps ok: $(redis-server --version | cut -d' ' -f3), tcl suite at $cache/redis-src"
+
+# The level-4 control plane (etcd, kube-apiserver & co.; the first run builds them, 6+ minutes)
+# and the kubectl and helm binaries the tests drive.
+"$(dirname "${BASH_SOURCE[0]}")/install-control-plane.sh"
+"$(dirname "${BASH_SOURCE[0]}")/install-kube-tools.sh"

@@ -9,7 +9,8 @@
 # target/release/keymesh-server). Each stage is timed; a failed stage does not stop the later
 # ones (except a failed build), and the exit status is non-zero if any stage failed. The last
 # line, `N passed, N failed`, counts the non-cargo stages. No server is left running.
-# Needs scripts/install-deps.sh to have run (redis-cli, redis-py, the Tcl suite).
+# Needs scripts/install-deps.sh to have run (redis-cli, redis-py, the Tcl suite, and the
+# control plane, kubectl and helm in $KEYMESH_CACHE, default /var/cache/keymesh).
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,13 +19,15 @@ run_cargo=1
 while (($#)); do
   case "$1" in
     --no-cargo) run_cargo=0; shift ;;
-    -h|--help) sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
 
 target_dir="${CARGO_TARGET_DIR:-$repo_root/target}"
 export KEYMESH_SERVER="${KEYMESH_SERVER:-$target_dir/release/keymesh-server}"
+# Where the control-plane tests find the binaries install-deps.sh cached.
+export KEYMESH_CACHE="${KEYMESH_CACHE:-/var/cache/keymesh}"
 
 server_pid=""
 cleanup() {
