@@ -249,6 +249,10 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<&str>, capabilities: Capab
 }
 
 #[cfg(test)]
+#[path = "controller_tests.rs"]
+mod reconcile_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

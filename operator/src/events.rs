@@ -1,7 +1,14 @@
 //! Kubernetes Events on transitions: phase changes, scale steps, peer-list changes and invalid
 //! specs. Which events a reconcile causes is decided by a pure function (`transitions`), so it
 //! is testable; publishing is best effort (a failed Event never fails a reconcile).
+//!
+//! kube's `Recorder` folds Events with the same reason, action and related object into one
+//! series for six minutes, keeping the first note. So member events name the pod they concern
+//! as the related object, and phase events use the new phase as their reason.
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::Resource;
 use tracing::warn;
@@ -17,14 +24,20 @@ pub struct Transition {
     pub reason: &'static str,
     pub action: &'static str,
     pub note: String,
+    /// The pod the Event concerns, if any.
+    pub pod: Option<String>,
 }
 
 fn normal(reason: &'static str, action: &'static str, note: String) -> Transition {
-    Transition { warning: false, reason, action, note }
+    Transition { warning: false, reason, action, note, pod: None }
 }
 
 fn warning(reason: &'static str, action: &'static str, note: String) -> Transition {
-    Transition { warning: true, reason, action, note }
+    Transition { warning: true, reason, action, note, pod: None }
+}
+
+fn about(pod: String, transition: Transition) -> Transition {
+    Transition { pod: Some(pod), ..transition }
 }
 
 /// The Events a reconcile of a valid spec causes.
@@ -46,24 +59,26 @@ pub fn transitions(
         }
         _ => {}
     }
+    let mut added: BTreeMap<u32, Vec<&str>> = BTreeMap::new();
+    let mut removed: BTreeMap<u32, Vec<&str>> = BTreeMap::new();
     for (pod, adds, removes) in &wiring.updated {
-        if !adds.is_empty() {
-            let added: Vec<String> = adds.iter().map(|&i| names.pod(i)).collect();
-            events.push(normal("PeersAdded", "WireMesh", format!("{pod} now streams from {}", added.join(", "))));
-        }
-        if !removes.is_empty() {
-            let removed: Vec<String> = removes.iter().map(|&i| names.pod(i)).collect();
-            events.push(normal("PeersRemoved", "WireMesh", format!("{pod} no longer streams from {}", removed.join(", "))));
-        }
+        adds.iter().for_each(|&i| added.entry(i).or_default().push(pod));
+        removes.iter().for_each(|&i| removed.entry(i).or_default().push(pod));
+    }
+    for (i, pods) in added {
+        events.push(about(names.pod(i), normal("PeersAdded", "WireMesh", format!("{} added to the peer lists of {}", names.pod(i), pods.join(", ")))));
+    }
+    for (i, pods) in removed {
+        events.push(about(names.pod(i), normal("PeersRemoved", "WireMesh", format!("{} removed from the peer lists of {}", names.pod(i), pods.join(", ")))));
     }
     for (pod, error) in &wiring.failed {
-        events.push(warning("PeerUpdateFailed", "WireMesh", format!("failed to set the peer list of {pod}: {error}")));
+        events.push(about(pod.clone(), warning("PeerUpdateFailed", "WireMesh", format!("failed to set the peer list of {pod}: {error}"))));
     }
     let old_phase = old.and_then(|s| s.phase);
     if let Some(phase) = new.phase.filter(|&p| Some(p) != old_phase) {
         let from = old_phase.map_or("none", Phase::as_str);
         let note = format!("phase {from} → {}", phase.as_str());
-        events.push(if phase == Phase::Degraded { warning("Degraded", "Reconcile", note) } else { normal("PhaseChanged", "Reconcile", note) });
+        events.push(Transition { warning: phase == Phase::Degraded, reason: phase.as_str(), action: "Reconcile", note, pod: None });
     }
     events
 }
@@ -79,13 +94,15 @@ pub fn invalid_spec(old: Option<&CacheClusterStatus>, new: &CacheClusterStatus) 
 pub async fn publish(recorder: &Recorder, cluster: &CacheCluster, events: Vec<Transition>) {
     let reference = cluster.object_ref(&());
     for t in events {
-        let event = Event {
-            type_: if t.warning { EventType::Warning } else { EventType::Normal },
-            reason: t.reason.into(),
-            note: Some(t.note),
-            action: t.action.into(),
-            secondary: None,
-        };
+        let secondary = t.pod.map(|name| ObjectReference {
+            api_version: Some("v1".to_string()),
+            kind: Some("Pod".to_string()),
+            name: Some(name),
+            namespace: reference.namespace.clone(),
+            ..ObjectReference::default()
+        });
+        let type_ = if t.warning { EventType::Warning } else { EventType::Normal };
+        let event = Event { type_, reason: t.reason.into(), note: Some(t.note), action: t.action.into(), secondary };
         if let Err(e) = recorder.publish(&event, &reference).await {
             warn!(reason = event.reason, error = %e, "failed to publish an Event");
         }
@@ -107,12 +124,16 @@ mod tests {
         let names = names();
         let members = full_mesh(3);
         let plan = plan(&PlanInput { names: &names, desired: 5, statefulset_replicas: Some(3), members: &members });
-        let wiring = WiringReport { updated: vec![("demo-0".into(), vec![3], vec![])], failed: vec![("demo-1".into(), "timeout".into())] };
+        let wiring = WiringReport {
+            updated: vec![("demo-0".into(), vec![3], vec![]), ("demo-2".into(), vec![3], vec![])],
+            failed: vec![("demo-1".into(), "timeout".into())],
+        };
         let events = transitions(&names, Some(&status(Phase::Running)), &status(Phase::Scaling), &plan, &wiring);
         let reasons: Vec<&str> = events.iter().map(|e| e.reason).collect();
-        assert_eq!(reasons, ["ScalingUp", "PeersAdded", "PeerUpdateFailed", "PhaseChanged"], "{events:#?}");
-        assert_eq!(events[1].note, "demo-0 now streams from demo-3", "{events:#?}");
-        assert!(events[2].warning, "{events:#?}");
+        assert_eq!(reasons, ["ScalingUp", "PeersAdded", "PeerUpdateFailed", "Scaling"], "{events:#?}");
+        assert_eq!(events[1].note, "demo-3 added to the peer lists of demo-0, demo-2", "{events:#?}");
+        assert_eq!(events[1].pod.as_deref(), Some("demo-3"), "{events:#?}");
+        assert!(events[2].warning && events[2].pod.as_deref() == Some("demo-1"), "{events:#?}");
         assert_eq!(events[3].note, "phase Running → Scaling", "{events:#?}");
     }
 

@@ -20,4 +20,6 @@ pub mod status;
 pub mod validate;
 
 #[cfg(test)]
+pub(crate) mod fixtures;
+#[cfg(test)]
 pub(crate) mod test_support;

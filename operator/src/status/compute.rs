@@ -87,11 +87,11 @@ fn phase(input: &StatusInput, previous: Option<Phase>, all_ready: bool, connecte
     }
 }
 
-/// Pods are joining or leaving, or the StatefulSet changes size.
+/// Pods are joining or leaving, the StatefulSet changes size, or peer lists are being set.
 fn scaling(plan: &ScalePlan) -> bool {
     let resizing =
         matches!(plan.step, ScaleStep::ScaleUp { .. } | ScaleStep::RemoveLeaving { .. } | ScaleStep::AwaitPeerRemoval { .. } | ScaleStep::ScaleDown { .. });
-    resizing || !plan.joining.is_empty() || !plan.leaving.is_empty()
+    resizing || !plan.joining.is_empty() || !plan.leaving.is_empty() || !plan.peer_updates.is_empty()
 }
 
 fn progressing(plan: &ScalePlan, phase: Phase) -> ConditionState {
