@@ -14,6 +14,7 @@
 //!
 //! The mesh tests need root (network namespaces); without it they print why and pass as skipped.
 
+pub mod agent;
 pub mod cluster;
 pub mod control_plane;
 pub mod keyspace;

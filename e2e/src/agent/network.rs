@@ -1,0 +1,262 @@
+//! The cluster network: one "switch" namespace holding bridge `br0`, and one network namespace
+//! per pod joined to it by a veth pair.
+//!
+//! ```text
+//!   pod ns <prefix>-p<seq>: eth0 10.244.<node>.<k>/16, default via 10.244.0.1
+//!        | veth
+//!   switch ns <prefix>-sw: br0 10.244.0.1/16, 10.244.<node>.1/32 (node addresses),
+//!                          10.96.0.1/32 (the `kubernetes` Service, forwarded to the apiserver)
+//! ```
+//!
+//! Each node owns `10.244.<node>.0/24` (its `podCIDR`), so cutting a node (a zone) off is a
+//! blackhole route to its /24 inside every pod of the other nodes, and back. Nothing is created in
+//! the caller's own network namespace; all addresses live inside namespaces made here.
+//! Namespaces are named `km-<pid>-a<seq>-...`, so `netns`'s sweep of namespaces left by dead
+//! test processes also removes these.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nix::sched::CloneFlags;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+/// The gateway every pod routes through: the bridge's address in the switch namespace.
+pub const GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 244, 0, 1);
+const BRIDGE: &str = "br0";
+const POD_IF: &str = "eth0";
+
+/// A failure to run `ip` or to set up the network.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    #[error("failed to run `{command}`: {source}")]
+    Spawn { command: String, source: std::io::Error },
+    #[error("`{command}` failed ({status}): {stderr}")]
+    Command { command: String, status: String, stderr: String },
+    #[error("node {node} has no free pod address left in 10.244.{node}.0/24")]
+    Exhausted { node: usize },
+    #[error("failed to listen on {addr} inside namespace {ns}: {source}")]
+    Listen { ns: String, addr: SocketAddr, source: std::io::Error },
+}
+
+/// A pod's network: its namespace, address and the node subnet it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodNet {
+    pub ns: String,
+    pub ip: Ipv4Addr,
+    pub node: usize,
+}
+
+/// The switch namespace, the address pools and the cuts in force; see the module docs.
+pub struct ClusterNetwork {
+    prefix: String,
+    switch: String,
+    next_seq: AtomicU32,
+    /// Addresses in use, as (node, last octet).
+    used: Mutex<BTreeSet<(usize, u8)>>,
+    /// Cuts in force: pods on `.0` cannot reach node `.1`'s subnet.
+    cuts: Mutex<BTreeSet<(usize, usize)>>,
+}
+
+static NEXT_NETWORK: AtomicU32 = AtomicU32::new(0);
+
+impl ClusterNetwork {
+    /// Creates the switch namespace with its bridge, the gateway, one address per node
+    /// (`10.244.<node>.1`, the node's InternalIP) and `service_ip`.
+    pub fn create(nodes: usize, service_ip: Ipv4Addr) -> Result<Self, NetError> {
+        let prefix = format!("km-{}-a{}", std::process::id(), NEXT_NETWORK.fetch_add(1, Ordering::Relaxed));
+        let net = ClusterNetwork {
+            switch: format!("{prefix}-sw"),
+            prefix,
+            next_seq: AtomicU32::new(0),
+            used: Mutex::new(BTreeSet::new()),
+            cuts: Mutex::new(BTreeSet::new()),
+        };
+        let sw = net.switch.clone();
+        ip_sync(&["netns", "add", &sw])?;
+        ip_sync(&["-n", &sw, "link", "set", "lo", "up"])?;
+        ip_sync(&["-n", &sw, "link", "add", BRIDGE, "type", "bridge"])?;
+        ip_sync(&["-n", &sw, "addr", "add", &format!("{GATEWAY}/16"), "dev", BRIDGE])?;
+        ip_sync(&["-n", &sw, "addr", "add", &format!("{service_ip}/32"), "dev", BRIDGE])?;
+        for node in 1..=nodes {
+            ip_sync(&["-n", &sw, "addr", "add", &format!("{}/32", node_ip(node)), "dev", BRIDGE])?;
+        }
+        ip_sync(&["-n", &sw, "link", "set", BRIDGE, "up"])?;
+        Ok(net)
+    }
+
+    /// The switch namespace's name.
+    pub fn switch(&self) -> &str {
+        &self.switch
+    }
+
+    /// Creates a pod namespace on `node` (1-based), with an address from the node's subnet, its
+    /// veth on the bridge, a default route, and the routes of every cut in force.
+    pub async fn add_pod(&self, node: usize) -> Result<PodNet, NetError> {
+        let host = {
+            let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
+            let host = (2..=254u8).find(|k| !used.contains(&(node, *k))).ok_or(NetError::Exhausted { node })?;
+            used.insert((node, host));
+            host
+        };
+        let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+        let net = PodNet { ns: format!("{}-p{seq}", self.prefix), ip: Ipv4Addr::new(10, 244, node as u8, host), node };
+        let port = format!("v{seq}");
+        let (ns, sw) = (net.ns.as_str(), self.switch.as_str());
+        let result = async {
+            ip(&["netns", "add", ns]).await?;
+            ip(&["-n", ns, "link", "set", "lo", "up"]).await?;
+            ip(&["-n", ns, "link", "add", POD_IF, "type", "veth", "peer", "name", &port, "netns", sw]).await?;
+            ip(&["-n", sw, "link", "set", &port, "master", BRIDGE]).await?;
+            ip(&["-n", sw, "link", "set", &port, "up"]).await?;
+            ip(&["-n", ns, "addr", "add", &format!("{}/16", net.ip), "dev", POD_IF]).await?;
+            ip(&["-n", ns, "link", "set", POD_IF, "up"]).await?;
+            ip(&["-n", ns, "route", "add", "default", "via", &GATEWAY.to_string()]).await?;
+            let cuts: Vec<usize> = self.cuts.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|(from, _)| *from == node).map(|(_, to)| *to).collect();
+            for to in cuts {
+                ip(&["-n", ns, "route", "replace", "blackhole", &node_subnet(to)]).await?;
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(e) = result {
+            self.remove_pod(&net);
+            return Err(e);
+        }
+        Ok(net)
+    }
+
+    /// Kills whatever still runs in the pod's namespace, deletes the namespace (and with it the
+    /// veth pair) and frees the address.
+    pub fn remove_pod(&self, net: &PodNet) {
+        if let Err(e) = remove_namespace(&net.ns) {
+            tracing::warn!(ns = %net.ns, error = %e, "failed to remove a pod network namespace");
+        }
+        let last = net.ip.octets()[3];
+        self.used.lock().unwrap_or_else(|e| e.into_inner()).remove(&(net.node, last));
+    }
+
+    /// Records that pods on `from` cannot reach node `to`, and adds the route in `pods` (the
+    /// namespaces of the pods on `from` now).
+    pub fn cut(&self, from: usize, to: usize, pods: &[String]) -> Result<(), NetError> {
+        self.cuts.lock().unwrap_or_else(|e| e.into_inner()).insert((from, to));
+        for ns in pods {
+            ip_sync(&["-n", ns, "route", "replace", "blackhole", &node_subnet(to)])?;
+        }
+        Ok(())
+    }
+
+    /// Removes every cut; `pods_on(node)` lists the namespaces of that node's pods.
+    pub fn heal(&self, pods_on: impl Fn(usize) -> Vec<String>) -> Result<(), NetError> {
+        let cuts = std::mem::take(&mut *self.cuts.lock().unwrap_or_else(|e| e.into_inner()));
+        for (from, to) in cuts {
+            for ns in pods_on(from) {
+                // A pod that went away meanwhile took its route with it.
+                let _ = ip_sync(&["-n", &ns, "route", "del", "blackhole", &node_subnet(to)]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the switch namespace and any pod namespace of this network still present.
+    pub fn teardown(&self) {
+        let list = ip_sync(&["netns", "list"]).unwrap_or_default();
+        let mine: Vec<&str> = list.lines().filter_map(|l| l.split_whitespace().next()).filter(|n| n.starts_with(&format!("{}-", self.prefix))).collect();
+        for ns in mine {
+            if let Err(e) = remove_namespace(ns) {
+                tracing::warn!(ns, error = %e, "failed to remove a network namespace");
+            }
+        }
+    }
+}
+
+/// Node `node`'s address (1-based), on the bridge: the Node's InternalIP and its pods' hostIP.
+pub fn node_ip(node: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 244, node as u8, 1)
+}
+
+/// Node `node`'s pod subnet, `10.244.<node>.0/24`.
+pub fn node_subnet(node: usize) -> String {
+    format!("10.244.{node}.0/24")
+}
+
+/// Binds a TCP listener inside namespace `ns`, from a short-lived thread that enters it; the
+/// socket stays in that namespace, while connections made elsewhere stay in the caller's.
+pub fn listen_in(ns: &str, addr: SocketAddr) -> Result<std::net::TcpListener, NetError> {
+    let path = format!("/run/netns/{ns}");
+    let entered = std::thread::spawn(move || -> std::io::Result<std::net::TcpListener> {
+        let handle = File::open(&path)?;
+        nix::sched::setns(&handle, CloneFlags::CLONE_NEWNET)?;
+        std::net::TcpListener::bind(addr)
+    });
+    let result = entered.join().unwrap_or_else(|_| Err(std::io::Error::other("the namespace-entering thread panicked")));
+    result.map_err(|source| NetError::Listen { ns: ns.to_owned(), addr, source })
+}
+
+/// Accepts on `listener` (inside the cluster network) and pipes each connection to `target` (on
+/// the host's loopback), until the task is dropped.
+pub async fn forward(listener: std::net::TcpListener, target: SocketAddr) {
+    let listener = match listener.set_nonblocking(true).and_then(|()| tokio::net::TcpListener::from_std(listener)) {
+        Ok(l) => l,
+        Err(e) => return tracing::warn!(error = %e, "apiserver forwarder failed to start"),
+    };
+    loop {
+        let Ok((mut inbound, _)) = listener.accept().await else { continue };
+        tokio::spawn(async move {
+            if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            }
+        });
+    }
+}
+
+/// Kills every process inside `ns` (all started by this agent), waits up to five seconds for
+/// them, then deletes the namespace.
+pub fn remove_namespace(ns: &str) -> Result<(), NetError> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let pids: Vec<i32> = ip_sync(&["netns", "pids", ns])?.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+        if pids.is_empty() || Instant::now() > deadline {
+            break;
+        }
+        for pid in pids {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ip_sync(&["netns", "del", ns]).map(drop)
+}
+
+/// Runs `ip args...`, returning its stdout or an error with its stderr.
+pub fn ip_sync(args: &[&str]) -> Result<String, NetError> {
+    let out = Command::new("ip").args(args).stdin(Stdio::null()).output().map_err(|source| NetError::Spawn { command: shown(args), source })?;
+    checked(args, out)
+}
+
+/// [`ip_sync`] without blocking the runtime.
+pub async fn ip(args: &[&str]) -> Result<String, NetError> {
+    let out = tokio::process::Command::new("ip")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .map_err(|source| NetError::Spawn { command: shown(args), source })?;
+    checked(args, out)
+}
+
+fn checked(args: &[&str], out: std::process::Output) -> Result<String, NetError> {
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(NetError::Command { command: shown(args), status: out.status.to_string(), stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned() })
+    }
+}
+
+fn shown(args: &[&str]) -> String {
+    format!("ip {}", args.join(" "))
+}
