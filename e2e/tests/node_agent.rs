@@ -105,7 +105,9 @@ fn engine_pod(name: &str) -> String {
 }
 
 fn redis_ping(agent: &NodeAgent, from: &str, host: &str) -> Result<String, String> {
-    let out = agent.pod_output("default", from, Duration::from_secs(5), "redis-cli", ["-h", host, "-p", "6379", "-a", "s3cret", "--no-auth-warning", "ping"]).map_err(|e| e.to_string())?;
+    let out = agent
+        .pod_output("default", from, Duration::from_secs(5), "redis-cli", ["-h", host, "-p", "6379", "-a", "s3cret", "--no-auth-warning", "ping"])
+        .map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     if text == "PONG" {
         Ok(text)
@@ -141,7 +143,12 @@ fn engine_pod_runs_becomes_ready_and_answers_ping() {
     cp.apply(&engine_pod("engine")).unwrap();
     let ip = ready_pod_ip(&cp, "engine");
     assert!(ip.starts_with("10.244."), "pod IP {ip}");
-    let status = jsonpath(&cp, &["get", "pod", "engine"], "{.status.phase} {.status.containerStatuses[0].ready} {.status.containerStatuses[0].started} {.status.hostIP}").unwrap();
+    let status = jsonpath(
+        &cp,
+        &["get", "pod", "engine"],
+        "{.status.phase} {.status.containerStatuses[0].ready} {.status.containerStatuses[0].started} {.status.hostIP}",
+    )
+    .unwrap();
     assert!(status.starts_with("Running true true 10.244."), "{status}");
     assert_eq!(eventually("PING", WAIT, || redis_ping(&agent, "engine", &ip)), "PONG");
     let log = std::fs::read_to_string(agent.log_path("default", "engine", "keymesh")).unwrap();
@@ -185,7 +192,11 @@ fn restarts_a_killed_container_and_stops_a_deleted_pod_gracefully() {
     let pid = agent.pod("default", "engine").unwrap().pids["keymesh"];
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
     eventually("restartCount 1 and Ready", WAIT, || {
-        let out = jsonpath(&cp, &["get", "pod", "engine"], "{.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].ready} {.status.containerStatuses[0].lastState.terminated.exitCode}")?;
+        let out = jsonpath(
+            &cp,
+            &["get", "pod", "engine"],
+            "{.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].ready} {.status.containerStatuses[0].lastState.terminated.exitCode}",
+        )?;
         if out == "1 true 137" {
             Ok(())
         } else {
@@ -240,7 +251,11 @@ fn unmapped_image_is_refused_with_a_clear_message() {
     let (cp, _agent) = start();
     cp.apply("apiVersion: v1\nkind: Pod\nmetadata: {name: stranger}\nspec:\n  containers:\n  - {name: app, image: example/not-mapped:1}\n").unwrap();
     let waiting = eventually("Unsupported status", WAIT, || {
-        let out = jsonpath(&cp, &["get", "pod", "stranger"], "{.status.phase}|{.status.containerStatuses[0].state.waiting.reason}|{.status.containerStatuses[0].state.waiting.message}")?;
+        let out = jsonpath(
+            &cp,
+            &["get", "pod", "stranger"],
+            "{.status.phase}|{.status.containerStatuses[0].state.waiting.reason}|{.status.containerStatuses[0].state.waiting.message}",
+        )?;
         if out.contains("|Unsupported|") {
             Ok(out)
         } else {
@@ -261,7 +276,9 @@ fn pods_reach_the_apiserver_through_the_kubernetes_service() {
     cp.apply("apiVersion: v1\nkind: Pod\nmetadata: {name: client}\nspec:\n  containers:\n  - {name: sh, image: keymesh/test-shell:dev, command: [sh, -c, exec sleep 600]}\n").unwrap();
     ready_pod_ip(&cp, "client");
     let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
-    let script = format!(r#"curl -sS --max-time 5 --cacert {sa}/ca.crt -H "Authorization: Bearer $(cat {sa}/token)" https://kubernetes.default.svc/api/v1/namespaces/$(cat {sa}/namespace)/pods/client"#);
+    let script = format!(
+        r#"curl -sS --max-time 5 --cacert {sa}/ca.crt -H "Authorization: Bearer $(cat {sa}/token)" https://kubernetes.default.svc/api/v1/namespaces/$(cat {sa}/namespace)/pods/client"#
+    );
     let out = agent.pod_output("default", "client", Duration::from_secs(10), "sh", ["-c", &script]).unwrap();
     let body = String::from_utf8_lossy(&out.stdout);
     // The default ServiceAccount may not read pods: a 403 from the apiserver proves the whole path
@@ -277,7 +294,10 @@ fn isolating_a_node_cuts_its_pods_off_until_healed() {
     let (cp, agent) = start();
     cp.apply(ENGINE_CONFIG).unwrap();
     for (name, node) in [("in-a", "km-node-a"), ("in-b", "km-node-b")] {
-        let pod = engine_pod(name).replace(&format!("metadata: {{name: {name}}}\nspec:\n"), &format!("metadata: {{name: {name}}}\nspec:\n  nodeSelector: {{kubernetes.io/hostname: {node}}}\n"));
+        let pod = engine_pod(name).replace(
+            &format!("metadata: {{name: {name}}}\nspec:\n"),
+            &format!("metadata: {{name: {name}}}\nspec:\n  nodeSelector: {{kubernetes.io/hostname: {node}}}\n"),
+        );
         cp.apply(&pod).unwrap();
     }
     let ip_b = ready_pod_ip(&cp, "in-b");

@@ -183,7 +183,13 @@ impl Shared {
             .values()
             .filter_map(|r| {
                 let net = r.net.as_ref()?;
-                let name = hosts::PodName { namespace: r.namespace.clone(), name: r.name.clone(), hostname: r.hostname.clone(), subdomain: r.subdomain.clone(), ip: net.ip.to_string() };
+                let name = hosts::PodName {
+                    namespace: r.namespace.clone(),
+                    name: r.name.clone(),
+                    hostname: r.hostname.clone(),
+                    subdomain: r.subdomain.clone(),
+                    ip: net.ip.to_string(),
+                };
                 Some((name, r.hosts_file.clone()))
             })
             .collect();
@@ -228,7 +234,8 @@ impl NodeAgent {
         let (temp, dir) = match &options.dir {
             Some(dir) => (None, dir.clone()),
             None => {
-                let temp = tempfile::Builder::new().prefix("keymesh-agent-").tempdir().map_err(|source| AgentError::Files { path: std::env::temp_dir(), source })?;
+                let temp =
+                    tempfile::Builder::new().prefix("keymesh-agent-").tempdir().map_err(|source| AgentError::Files { path: std::env::temp_dir(), source })?;
                 let dir = temp.path().to_owned();
                 (Some(temp), dir)
             }
@@ -237,7 +244,12 @@ impl NodeAgent {
         for d in [&dir, &node_root] {
             std::fs::create_dir_all(d).map_err(|source| AgentError::Files { path: d.clone(), source })?;
         }
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().thread_name("keymesh-node-agent").build().map_err(|source| AgentError::Files { path: dir.clone(), source })?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .thread_name("keymesh-node-agent")
+            .build()
+            .map_err(|source| AgentError::Files { path: dir.clone(), source })?;
         let service_ip: Ipv4Addr = SERVICE_IP.parse().unwrap_or(Ipv4Addr::new(10, 96, 0, 1));
         let (client, apiserver) = rt.block_on(client_for(kubeconfig))?;
         let network = ClusterNetwork::create(options.nodes.len(), service_ip)?;
@@ -355,7 +367,8 @@ impl NodeAgent {
     /// Opens a TCP connection from inside pod `namespace/name`'s network namespace.
     pub fn connect(&self, namespace: &str, name: &str, addr: SocketAddr, timeout: Duration) -> Result<TcpStream, AgentError> {
         let (_, net) = self.running_pod(namespace, name)?;
-        crate::netns::connect_in(&net.ns, addr, timeout).map_err(|source| AgentError::Command { command: format!("connect to {addr} from {namespace}/{name}"), source })
+        crate::netns::connect_in(&net.ns, addr, timeout)
+            .map_err(|source| AgentError::Command { command: format!("connect to {addr} from {namespace}/{name}"), source })
     }
 
     /// Cuts the pods on `node` (a zone) off from the pods on every other node, both ways,
@@ -409,7 +422,8 @@ async fn client_for(kubeconfig: &Path) -> Result<(Client, SocketAddr), AgentErro
     let url = &config.cluster_url;
     let host = url.host().unwrap_or("127.0.0.1").trim_start_matches('[').trim_end_matches(']').to_owned();
     let port = url.port_u16().unwrap_or(443);
-    let addr = tokio::net::lookup_host((host.as_str(), port)).await.ok().and_then(|mut a| a.next()).ok_or_else(|| bad(format!("cannot resolve the server {url}")))?;
+    let addr =
+        tokio::net::lookup_host((host.as_str(), port)).await.ok().and_then(|mut a| a.next()).ok_or_else(|| bad(format!("cannot resolve the server {url}")))?;
     let client = Client::try_from(config).map_err(|e| bad(e.to_string()))?;
     Ok((client, addr))
 }

@@ -206,7 +206,15 @@ pub async fn forward(listener: std::net::TcpListener, target: SocketAddr) {
         Err(e) => return tracing::warn!(error = %e, "apiserver forwarder failed to start"),
     };
     loop {
-        let Ok((mut inbound, _)) = listener.accept().await else { continue };
+        let mut inbound = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors, say: wait instead of spinning.
+                tracing::warn!(error = %e, "apiserver forwarder failed to accept");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
         tokio::spawn(async move {
             if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
                 let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
@@ -240,12 +248,8 @@ pub fn ip_sync(args: &[&str]) -> Result<String, NetError> {
 
 /// [`ip_sync`] without blocking the runtime.
 pub async fn ip(args: &[&str]) -> Result<String, NetError> {
-    let out = tokio::process::Command::new("ip")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .map_err(|source| NetError::Spawn { command: shown(args), source })?;
+    let out =
+        tokio::process::Command::new("ip").args(args).stdin(Stdio::null()).output().await.map_err(|source| NetError::Spawn { command: shown(args), source })?;
     checked(args, out)
 }
 

@@ -252,7 +252,13 @@ impl Worker {
                     let code = exit.code().unwrap_or(128 + exit.signal().unwrap_or(0));
                     let reason = if code == 0 { "Completed" } else { "Error" };
                     tracing::info!(pod = %self.name, container = %run.spec.name, %exit, "container exited");
-                    run.last = Some(State::Terminated { exit_code: code, signal: exit.signal(), reason: reason.into(), started: run.started_at, finished: Timestamp::now() });
+                    run.last = Some(State::Terminated {
+                        exit_code: code,
+                        signal: exit.signal(),
+                        reason: reason.into(),
+                        started: run.started_at,
+                        finished: Timestamp::now(),
+                    });
                     run.child = None;
                     self.shared.set_pid(&self.uid, &run.spec.name, None);
                     let restart = match policy {
@@ -382,7 +388,11 @@ impl Worker {
     /// Deletes the pod object with grace 0 (only this incarnation, by uid).
     async fn delete_object(&self) {
         let api: Api<Pod> = Api::namespaced(self.shared.client.clone(), &self.namespace);
-        let params = DeleteParams { grace_period_seconds: Some(0), preconditions: Some(Preconditions { uid: Some(self.uid.clone()), resource_version: None }), ..DeleteParams::default() };
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions { uid: Some(self.uid.clone()), resource_version: None }),
+            ..DeleteParams::default()
+        };
         for _ in 0..5 {
             match api.delete(&self.name, &params).await {
                 Ok(_) => return,
@@ -433,7 +443,11 @@ impl Worker {
                 if self.init.iter().any(|r| !r.done) {
                     "Pending"
                 } else if policy != "Always" && self.main.iter().all(ended) {
-                    if self.main.iter().any(failed) { "Failed" } else { "Succeeded" }
+                    if self.main.iter().any(failed) {
+                        "Failed"
+                    } else {
+                        "Succeeded"
+                    }
                 } else if self.main.iter().any(|r| r.has_run) {
                     "Running"
                 } else {

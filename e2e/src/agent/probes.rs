@@ -86,7 +86,12 @@ pub async fn check(probe: &Probe, t: &Target<'_>) -> bool {
     if let (Some(exec), Some(pid)) = (&probe.exec, t.pid) {
         let command = exec.command.clone().unwrap_or_default();
         let mut cmd = tokio::process::Command::new(&t.tools.nsenter);
-        cmd.args(["-t", &pid.to_string(), "-m", "-n", "-u", "--"]).args(&command).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).kill_on_drop(true);
+        cmd.args(["-t", &pid.to_string(), "-m", "-n", "-u", "--"])
+            .args(&command)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
         return matches!(tokio::time::timeout(timeout, cmd.status()).await, Ok(Ok(s)) if s.success());
     }
     false

@@ -20,7 +20,9 @@ const HOST_PATH_TYPES: [&str; 5] = ["", "DirectoryOrCreate", "Directory", "FileO
 pub fn unsupported(pod: &Pod, images: &ImageMap) -> Option<String> {
     let mut why = Vec::new();
     let Some(spec) = &pod.spec else { return Some("the pod has no spec".into()) };
-    for (set, what) in [(spec.host_network, "hostNetwork"), (spec.host_pid, "hostPID"), (spec.host_ipc, "hostIPC"), (spec.share_process_namespace, "shareProcessNamespace")] {
+    for (set, what) in
+        [(spec.host_network, "hostNetwork"), (spec.host_pid, "hostPID"), (spec.host_ipc, "hostIPC"), (spec.share_process_namespace, "shareProcessNamespace")]
+    {
         if set == Some(true) {
             why.push(format!("{what} is not supported"));
         }
@@ -242,7 +244,9 @@ pub async fn launch(pod: &Pod, c: &Container, binary: PathBuf, pod_ip: &str, hos
         }
         if let Some(r) = &from.secret_ref {
             match sources.secret(&r.name).await? {
-                Some(s) => s.data.unwrap_or_default().into_iter().for_each(|(k, v)| set(&mut env, format!("{prefix}{k}"), String::from_utf8_lossy(&v.0).into_owned())),
+                Some(s) => {
+                    s.data.unwrap_or_default().into_iter().for_each(|(k, v)| set(&mut env, format!("{prefix}{k}"), String::from_utf8_lossy(&v.0).into_owned()))
+                }
                 None if r.optional == Some(true) => {}
                 None => return Err(format!("Secret {} not found", r.name)),
             }

@@ -67,8 +67,7 @@ impl Conditions {
 /// The status to patch for `report`; `pod`'s own `PodScheduled` condition (set by the
 /// scheduler) is carried over, since a merge patch replaces the whole list.
 pub fn pod_status(pod: &Pod, report: &PodReport, conditions: &mut Conditions) -> PodStatus {
-    let mut conds: Vec<PodCondition> =
-        pod.status.iter().flat_map(|s| s.conditions.iter().flatten()).filter(|c| c.type_ == "PodScheduled").cloned().collect();
+    let mut conds: Vec<PodCondition> = pod.status.iter().flat_map(|s| s.conditions.iter().flatten()).filter(|c| c.type_ == "PodScheduled").cloned().collect();
     for (kind, value) in [("Initialized", report.initialized), ("ContainersReady", report.containers_ready), ("Ready", report.containers_ready)] {
         let since = conditions.set(kind, value);
         conds.push(PodCondition {
@@ -126,7 +125,6 @@ fn state(s: &State, id: Option<&str>) -> ContainerState {
                 started_at: started.map(Time),
                 finished_at: Some(Time(*finished)),
                 message: None,
-                ..ContainerStateTerminated::default()
             }),
             ..ContainerState::default()
         },

@@ -12,10 +12,10 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::serde::de::DeserializeOwned;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client, Resource};
-use k8s_openapi::serde::de::DeserializeOwned;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 

@@ -132,7 +132,10 @@ pub fn mount_script(mounts: &[Mount], layers: &Path) -> Result<String, String> {
         let existing = m.target.ancestors().find(|a| a.exists()).unwrap_or(Path::new("/"));
         let existing = existing.canonicalize().map_err(|e| format!("failed to resolve {}: {e}", existing.display()))?;
         if existing == Path::new("/") {
-            return Err(format!("mountPath {} needs a new top-level directory, which the agent cannot make without writing to this machine's /", m.target.display()));
+            return Err(format!(
+                "mountPath {} needs a new top-level directory, which the agent cannot make without writing to this machine's /",
+                m.target.display()
+            ));
         }
         if !ancestors.contains(&existing) {
             ancestors.push(existing);

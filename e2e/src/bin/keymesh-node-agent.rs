@@ -15,7 +15,10 @@ const USAGE: &str = "usage: keymesh-node-agent --kubeconfig PATH [--dir DIR] [--
     images: KEYMESH_IMAGE_MAP=\"image=/path/to/binary,...\"";
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into())).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
