@@ -36,3 +36,34 @@ fn the_crd_has_the_names_columns_and_status_the_design_asks_for() {
     assert_eq!(replicas["minimum"].as_f64(), Some(1.0), "{generated}");
     assert_eq!(replicas["default"].as_i64(), Some(3), "{generated}");
 }
+
+/// Kubernetes 1.20 rejects a CRD whose `enum` lists `null`, and needs every schema structural.
+#[test]
+fn the_schema_is_acceptable_to_kubernetes_1_20() {
+    fn walk(value: &serde_yaml::Value, path: &str, problems: &mut Vec<String>) {
+        match value {
+            serde_yaml::Value::Mapping(map) => {
+                for (key, child) in map {
+                    let key = key.as_str().unwrap_or("?");
+                    if key == "enum" && child.as_sequence().is_some_and(|s| s.iter().any(serde_yaml::Value::is_null)) {
+                        problems.push(format!("{path}.enum lists null"));
+                    }
+                    if ["anyOf", "oneOf", "allOf", "$ref"].contains(&key) && !path.contains("x-kubernetes") {
+                        let structural = child.as_sequence().is_some_and(|s| s.iter().all(|b| b.get("type").is_none() && b.get("properties").is_none()));
+                        if key == "$ref" || !structural {
+                            problems.push(format!("{path}.{key} is not structural"));
+                        }
+                    }
+                    walk(child, &format!("{path}.{key}"), problems);
+                }
+            }
+            serde_yaml::Value::Sequence(items) => items.iter().enumerate().for_each(|(i, item)| walk(item, &format!("{path}[{i}]"), problems)),
+            _ => {}
+        }
+    }
+    let generated = crd_yaml().expect("the CRD serializes");
+    let crd: serde_yaml::Value = serde_yaml::from_str(&generated).expect("the CRD is YAML");
+    let mut problems = Vec::new();
+    walk(&crd["spec"]["versions"][0]["schema"], "schema", &mut problems);
+    assert!(problems.is_empty(), "{problems:#?}");
+}

@@ -59,7 +59,9 @@ pub struct CacheClusterSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
     /// Image pull policy of the engine container.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    // Schema without `null` in the enum: Kubernetes 1.20 rejects a CRD whose enum lists null.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "ImagePullPolicy")]
     pub image_pull_policy: Option<ImagePullPolicy>,
     /// CPU and memory of the engine container. A memory limit sizes `maxmemory` (see
     /// `engine.maxmemoryPercent`).

@@ -142,9 +142,16 @@ fn mesh_connection(input: &StatusInput) -> ConditionState {
     let mut missing = Vec::new();
     for &i in joined {
         let pod = input.names.pod(i);
-        let Some(status) = input.members.iter().find(|m| m.member.ordinal == i).and_then(MemberState::node_status) else {
-            missing.push(format!("{pod} does not answer"));
-            continue;
+        let status = match input.members.iter().find(|m| m.member.ordinal == i).map(|m| &m.status) {
+            Some(Ok(status)) => status,
+            Some(Err(e)) => {
+                missing.push(format!("{pod} does not answer ({e})"));
+                continue;
+            }
+            None => {
+                missing.push(format!("{pod} does not exist"));
+                continue;
+            }
         };
         for &j in joined.iter().filter(|&&j| j != i) {
             let host = peer_of(input.names, j).host;
