@@ -118,6 +118,30 @@ spec:
       service.beta.kubernetes.io/aws-load-balancer-type: nlb
   topology:
     zoneSpread: Required
+  metrics:
+    serviceMonitor:
+      enabled: true
+"#;
+
+/// The Prometheus operator's ServiceMonitor CRD, reduced to what a cluster needs to serve the
+/// kind (the operator creates a ServiceMonitor only where this CRD exists).
+const SERVICE_MONITOR_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: servicemonitors.monitoring.coreos.com
+spec:
+  group: monitoring.coreos.com
+  names: {kind: ServiceMonitor, listKind: ServiceMonitorList, plural: servicemonitors, singular: servicemonitor}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-preserve-unknown-fields: true
 "#;
 
 #[test]
@@ -125,7 +149,8 @@ fn the_chart_installs_and_the_operator_reconciles_a_cachecluster_under_rbac() {
     // Proves issue 4's control-plane scenario end to end on a real API server: helm installs
     // the chart (CRD, RBAC, Deployment); the operator, running with only the chart's
     // ServiceAccount permissions, creates every child of a CacheCluster as specified with owner
-    // references, the StatefulSet controller creates the pods, status and Events are written, a
+    // references (a ServiceMonitor too, once its CRD exists), the StatefulSet controller creates
+    // the pods, status and Events are written, a
     // spec change is reconciled, invalid specs are rejected by the schema or reported in
     // status, and deleting the CacheCluster garbage-collects its children.
     let cp = ControlPlane::start().expect("start the local control plane (run scripts/install-control-plane.sh first)");
@@ -141,6 +166,10 @@ fn the_chart_installs_and_the_operator_reconciles_a_cachecluster_under_rbac() {
         } else {
             Err(crd["status"].to_string())
         }
+    });
+    cp.apply(SERVICE_MONITOR_CRD).expect("the ServiceMonitor CRD");
+    wait_until("the ServiceMonitor kind to be served", Duration::from_secs(30), || {
+        cp.kubectl(["get", "servicemonitors", "-A"]).map(drop).map_err(|e| e.to_string())
     });
     let deployment = get_json(&cp, &["deployments", "-n", OPERATOR_NS]).unwrap();
     let service_account =
@@ -199,6 +228,19 @@ fn the_chart_installs_and_the_operator_reconciles_a_cachecluster_under_rbac() {
     assert_eq!(container["resources"]["limits"]["memory"], "512Mi", "container: {container}");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz", "container: {container}");
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz", "container: {container}");
+    wait_until("a ServiceMonitor owned by the CacheCluster", Duration::from_secs(60), || {
+        let monitors = get_json(&cp, &["servicemonitors", "-n", NS])?;
+        let owned = monitors["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|m| m["metadata"]["ownerReferences"].as_array().into_iter().flatten().any(|o| o["uid"] == uid.as_str()));
+        if owned {
+            Ok(())
+        } else {
+            Err(monitors.to_string())
+        }
+    });
     let pdb = of_kind(&objects, "PodDisruptionBudget")[0];
     assert_eq!(pdb["apiVersion"], "policy/v1beta1", "1.20 serves only policy/v1beta1: {pdb}");
 
