@@ -11,6 +11,8 @@
 //! - [`control_plane`]: `ControlPlane`, a real Kubernetes 1.20 control plane (etcd,
 //!   kube-apiserver, kube-controller-manager, kube-scheduler) on loopback, with `kubectl` and
 //!   `helm` (testing ladder item 4).
+//! - [`local_cluster`]: `LocalCluster`, the main job: control plane, node agent, the operator
+//!   installed by its Helm chart; CacheCluster helpers and a write load (testing ladder item 5).
 //!
 //! The mesh tests need root (network namespaces); without it they print why and pass as skipped.
 
@@ -18,6 +20,7 @@ pub mod agent;
 pub mod cluster;
 pub mod control_plane;
 pub mod keyspace;
+pub mod local_cluster;
 pub mod model;
 pub mod netns;
 pub mod resp;
