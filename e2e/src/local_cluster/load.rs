@@ -91,6 +91,8 @@ impl Progress {
 #[derive(Debug, Clone, Default)]
 struct KeyHistory {
     last_acked: Option<u64>,
+    /// Which pod acknowledged `last_acked`, and when (since the load started).
+    acked_by: Option<(String, Duration)>,
     unknown_after: Vec<u64>,
 }
 
@@ -127,7 +129,8 @@ impl Ledger {
                 (Some(_), None) | (None, Some(_)) => false,
             };
             if !fine {
-                wrong.push(format!("{key}: read {value:?}, last acknowledged {:?}, unknown after it {:?}", history.last_acked, history.unknown_after));
+                let by = history.acked_by.as_ref().map(|(pod, at)| format!(" by {pod} at {at:.1?}")).unwrap_or_default();
+                wrong.push(format!("{key}: read {value:?}, last acknowledged {:?}{by}, unknown after it {:?}", history.last_acked, history.unknown_after));
             }
         }
         wrong
@@ -136,6 +139,7 @@ impl Ledger {
 
 /// A running write load; stop it with [`WriteLoad::stop`] to get its [`Ledger`].
 pub struct WriteLoad {
+    started: Instant,
     stop: Arc<AtomicBool>,
     progress: Arc<Mutex<Progress>>,
     thread: Option<JoinHandle<Ledger>>,
@@ -146,12 +150,17 @@ impl WriteLoad {
     pub fn start(cluster: Arc<LocalCluster>, options: LoadOptions) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let progress = Arc::new(Mutex::new(Progress::default()));
-        let (flag, shared) = (stop.clone(), progress.clone());
+        let (flag, shared, started) = (stop.clone(), progress.clone(), Instant::now());
         let thread = std::thread::Builder::new()
             .name("keymesh-write-load".into())
-            .spawn(move || Writer::new(cluster, options, shared).run(&flag))
+            .spawn(move || Writer::new(cluster, options, shared).run(&flag, started))
             .expect("spawn the write-load thread");
-        WriteLoad { stop, progress, thread: Some(thread) }
+        WriteLoad { started, stop, progress, thread: Some(thread) }
+    }
+
+    /// Time since the load started (the clock of [`Ledger::check`]'s messages).
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
     }
 
     /// What the load has done so far.
@@ -189,8 +198,7 @@ impl Writer {
         Writer { cluster, options, shared, ledger: Ledger::default(), connections: HashMap::new(), targets: Vec::new() }
     }
 
-    fn run(mut self, stop: &AtomicBool) -> Ledger {
-        let started = Instant::now();
+    fn run(mut self, stop: &AtomicBool, started: Instant) -> Ledger {
         let interval = Duration::from_secs_f64(1.0 / f64::from(self.options.rate.max(1)));
         let (mut next_refresh, mut next_write, mut last_ack) = (Instant::now(), Instant::now(), Instant::now());
         let (mut seq, mut round_robin): (u64, usize) = (0, 0);
@@ -225,6 +233,7 @@ impl Writer {
             match outcome {
                 Outcome::Acked => {
                     history.last_acked = Some(seq);
+                    history.acked_by = Some((pod.clone(), started.elapsed()));
                     history.unknown_after.clear();
                     p.acked += 1;
                     *p.per_pod.entry(pod).or_default() += 1;
@@ -344,7 +353,7 @@ mod tests {
     use super::*;
 
     fn ledger(entries: &[(&str, Option<u64>, &[u64])]) -> Ledger {
-        let keys = entries.iter().map(|(k, a, u)| (k.to_string(), KeyHistory { last_acked: *a, unknown_after: u.to_vec() })).collect();
+        let keys = entries.iter().map(|(k, a, u)| (k.to_string(), KeyHistory { last_acked: *a, acked_by: None, unknown_after: u.to_vec() })).collect();
         Ledger { keys, ..Ledger::default() }
     }
 
