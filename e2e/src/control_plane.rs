@@ -384,6 +384,18 @@ impl ControlPlane {
         self.kubectl_as(&self.admin_kubeconfig, args, None)
     }
 
+    /// `kubectl <args> -o jsonpath=<path>` as admin (`args` starts with the verb, e.g. `get`).
+    pub fn jsonpath(&self, args: &[&str], path: &str) -> Result<String, String> {
+        let output = format!("jsonpath={path}");
+        self.kubectl(args.iter().copied().chain(["-o", &output])).map_err(|e| e.to_string())
+    }
+
+    /// `kubectl get <args> -o json` as admin, parsed.
+    pub fn get_json(&self, args: &[&str]) -> Result<serde_json::Value, String> {
+        let out = self.kubectl(["get"].into_iter().chain(args.iter().copied()).chain(["-o", "json"])).map_err(|e| e.to_string())?;
+        serde_json::from_str(&out).map_err(|e| format!("bad JSON from kubectl: {e}"))
+    }
+
     /// `kubectl apply -f -` of `manifest` (YAML or JSON) as admin; returns kubectl's stdout.
     pub fn apply(&self, manifest: &str) -> Result<String, ControlPlaneError> {
         self.kubectl_as(&self.admin_kubeconfig, ["apply", "-f", "-"], Some(manifest))

@@ -40,3 +40,16 @@ macro_rules! require_netns {
         }
     };
 }
+
+/// Polls `check` every 250 ms until it returns `Ok` and returns its value; panics with `what`
+/// and the last error after `limit`. For tests that wait on a system converging.
+pub fn eventually<T>(what: &str, limit: std::time::Duration, mut check: impl FnMut() -> Result<T, String>) -> T {
+    let start = std::time::Instant::now();
+    loop {
+        match check() {
+            Ok(value) => return value,
+            Err(last) if start.elapsed() > limit => panic!("{what}: not after {limit:?}; last: {last}"),
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(250)),
+        }
+    }
+}

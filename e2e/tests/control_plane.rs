@@ -4,9 +4,10 @@
 //! to have run; without them they fail saying so.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use keymesh_e2e::control_plane::{helm_binary, helm_command};
+use keymesh_e2e::eventually;
 use keymesh_e2e::{ControlPlane, ControlPlaneError};
 
 /// How long a controller gets to act on a change.
@@ -14,23 +15,6 @@ const CONTROLLER_TIMEOUT: Duration = Duration::from_secs(45);
 
 fn start() -> ControlPlane {
     ControlPlane::start().unwrap_or_else(|e| panic!("control plane did not start: {e}"))
-}
-
-/// Polls `check` until it returns `Ok`; panics with its last error after `limit`.
-fn eventually<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Result<T, String>) -> T {
-    let start = Instant::now();
-    loop {
-        match check() {
-            Ok(value) => return value,
-            Err(last) if start.elapsed() > limit => panic!("{what}: not after {limit:?}; last: {last}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(250)),
-        }
-    }
-}
-
-fn jsonpath(cp: &ControlPlane, args: &[&str], path: &str) -> Result<String, String> {
-    let output = format!("jsonpath={path}");
-    cp.kubectl(args.iter().copied().chain(["-o", &output])).map_err(|e| e.to_string())
 }
 
 /// Proves the fixture starts a working control plane and cleans up after it: the admin
@@ -123,11 +107,11 @@ spec:
     .unwrap();
     for pod in ["web-0", "web-1"] {
         let owner = eventually(&format!("pod {pod} exists"), CONTROLLER_TIMEOUT, || {
-            jsonpath(&cp, &["get", "pod", pod], "{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}")
+            cp.jsonpath(&["get", "pod", pod], "{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}")
         });
         assert_eq!(owner, "StatefulSet/web");
         let scheduled = eventually(&format!("the scheduler looks at {pod}"), CONTROLLER_TIMEOUT, || {
-            let reason = jsonpath(&cp, &["get", "pod", pod], r#"{.status.conditions[?(@.type=="PodScheduled")].reason}"#)?;
+            let reason = cp.jsonpath(&["get", "pod", pod], r#"{.status.conditions[?(@.type=="PodScheduled")].reason}"#)?;
             if reason.is_empty() {
                 Err("no PodScheduled condition yet".into())
             } else {
@@ -145,7 +129,7 @@ fn garbage_collector_deletes_dependents() {
     let cp = start();
     cp.kubectl(["create", "configmap", "owner"]).unwrap();
     cp.kubectl(["create", "configmap", "bystander"]).unwrap();
-    let uid = jsonpath(&cp, &["get", "configmap", "owner"], "{.metadata.uid}").unwrap();
+    let uid = cp.jsonpath(&["get", "configmap", "owner"], "{.metadata.uid}").unwrap();
     cp.apply(&format!(
         r#"
 apiVersion: v1

@@ -3,10 +3,11 @@
 //! They need root (namespaces, mounts) and skip cleanly without it; they need the control plane
 //! binaries (scripts/install-control-plane.sh) and `target/release/keymesh-server`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use keymesh_e2e::agent::{AgentOptions, ImageMap, NodeAgent};
 use keymesh_e2e::cluster::server_binary;
+use keymesh_e2e::eventually;
 use keymesh_e2e::{require_netns, ControlPlane};
 
 const SERVER_IMAGE: &str = "keymesh/keymesh-server:dev";
@@ -22,30 +23,13 @@ fn start() -> (ControlPlane, NodeAgent) {
     (cp, agent)
 }
 
-/// Polls `check` until it returns `Ok`; panics with its last error after `limit`.
-fn eventually<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Result<T, String>) -> T {
-    let start = Instant::now();
-    loop {
-        match check() {
-            Ok(value) => return value,
-            Err(last) if start.elapsed() > limit => panic!("{what}: not after {limit:?}; last: {last}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(250)),
-        }
-    }
-}
-
-fn jsonpath(cp: &ControlPlane, args: &[&str], path: &str) -> Result<String, String> {
-    let output = format!("jsonpath={path}");
-    cp.kubectl(args.iter().copied().chain(["-o", &output])).map_err(|e| e.to_string())
-}
-
 /// Waits until pod `name` is Ready and returns its IP.
 fn ready_pod_ip(cp: &ControlPlane, name: &str) -> String {
     eventually(&format!("pod {name} Ready"), WAIT, || {
-        let out = jsonpath(cp, &["get", "pod", name], r#"{.status.conditions[?(@.type=="Ready")].status} {.status.podIP}"#)?;
+        let out = cp.jsonpath(&["get", "pod", name], r#"{.status.conditions[?(@.type=="Ready")].status} {.status.podIP}"#)?;
         match out.split_once(' ') {
             Some(("True", ip)) if !ip.is_empty() => Ok(ip.to_owned()),
-            _ => Err(format!("{out}; status: {}", jsonpath(cp, &["get", "pod", name], "{.status}").unwrap_or_default())),
+            _ => Err(format!("{out}; status: {}", cp.jsonpath(&["get", "pod", name], "{.status}").unwrap_or_default())),
         }
     })
 }
@@ -124,10 +108,10 @@ fn registers_three_ready_nodes_with_zone_labels() {
     let (cp, _agent) = start();
     let want = "km-node-a zone-a km-node-a True\nkm-node-b zone-b km-node-b True\nkm-node-c zone-c km-node-c True\n";
     let path = r#"{range .items[*]}{.metadata.name} {.metadata.labels.topology\.kubernetes\.io/zone} {.metadata.labels.kubernetes\.io/hostname} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#;
-    assert_eq!(jsonpath(&cp, &["get", "nodes"], path).unwrap(), want);
-    assert_eq!(jsonpath(&cp, &["get", "node", "km-node-b"], "{.status.allocatable.pods} {.spec.podCIDR}").unwrap(), "110 10.244.2.0/24");
-    assert_eq!(jsonpath(&cp, &["get", "lease", "-n", "kube-node-lease", "km-node-c"], "{.spec.holderIdentity}").unwrap(), "km-node-c");
-    eventually("nodes untainted", WAIT, || match jsonpath(&cp, &["get", "nodes"], "{.items[*].spec.taints}")? {
+    assert_eq!(cp.jsonpath(&["get", "nodes"], path).unwrap(), want);
+    assert_eq!(cp.jsonpath(&["get", "node", "km-node-b"], "{.status.allocatable.pods} {.spec.podCIDR}").unwrap(), "110 10.244.2.0/24");
+    assert_eq!(cp.jsonpath(&["get", "lease", "-n", "kube-node-lease", "km-node-c"], "{.spec.holderIdentity}").unwrap(), "km-node-c");
+    eventually("nodes untainted", WAIT, || match cp.jsonpath(&["get", "nodes"], "{.items[*].spec.taints}")? {
         t if t.trim().is_empty() => Ok(()),
         t => Err(t),
     });
@@ -143,12 +127,9 @@ fn engine_pod_runs_becomes_ready_and_answers_ping() {
     cp.apply(&engine_pod("engine")).unwrap();
     let ip = ready_pod_ip(&cp, "engine");
     assert!(ip.starts_with("10.244."), "pod IP {ip}");
-    let status = jsonpath(
-        &cp,
-        &["get", "pod", "engine"],
-        "{.status.phase} {.status.containerStatuses[0].ready} {.status.containerStatuses[0].started} {.status.hostIP}",
-    )
-    .unwrap();
+    let status = cp
+        .jsonpath(&["get", "pod", "engine"], "{.status.phase} {.status.containerStatuses[0].ready} {.status.containerStatuses[0].started} {.status.hostIP}")
+        .unwrap();
     assert!(status.starts_with("Running true true 10.244."), "{status}");
     assert_eq!(eventually("PING", WAIT, || redis_ping(&agent, "engine", &ip)), "PONG");
     let log = std::fs::read_to_string(agent.log_path("default", "engine", "keymesh")).unwrap();
@@ -192,8 +173,7 @@ fn restarts_a_killed_container_and_stops_a_deleted_pod_gracefully() {
     let pid = agent.pod("default", "engine").unwrap().pids["keymesh"];
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
     eventually("restartCount 1 and Ready", WAIT, || {
-        let out = jsonpath(
-            &cp,
+        let out = cp.jsonpath(
             &["get", "pod", "engine"],
             "{.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].ready} {.status.containerStatuses[0].lastState.terminated.exitCode}",
         )?;
@@ -251,8 +231,7 @@ fn unmapped_image_is_refused_with_a_clear_message() {
     let (cp, _agent) = start();
     cp.apply("apiVersion: v1\nkind: Pod\nmetadata: {name: stranger}\nspec:\n  containers:\n  - {name: app, image: example/not-mapped:1}\n").unwrap();
     let waiting = eventually("Unsupported status", WAIT, || {
-        let out = jsonpath(
-            &cp,
+        let out = cp.jsonpath(
             &["get", "pod", "stranger"],
             "{.status.phase}|{.status.containerStatuses[0].state.waiting.reason}|{.status.containerStatuses[0].state.waiting.message}",
         )?;

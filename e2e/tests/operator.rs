@@ -12,9 +12,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use keymesh_e2e::ControlPlane;
+use keymesh_e2e::{eventually, ControlPlane};
 
 const OPERATOR_NS: &str = "keymesh-system";
 const NS: &str = "cache";
@@ -70,30 +70,10 @@ impl Drop for Operator {
     }
 }
 
-/// Polls `check` (which returns what it saw on failure) until it passes.
-fn wait_until(what: &str, limit: Duration, mut check: impl FnMut() -> Result<(), String>) {
-    let deadline = Instant::now() + limit;
-    loop {
-        match check() {
-            Ok(()) => return,
-            Err(last) if Instant::now() > deadline => panic!("timed out after {limit:?} waiting for {what}; last: {last}"),
-            Err(_) => std::thread::sleep(Duration::from_millis(250)),
-        }
-    }
-}
-
-fn get_json(cp: &ControlPlane, args: &[&str]) -> Result<serde_json::Value, String> {
-    let mut all = vec!["get"];
-    all.extend_from_slice(args);
-    all.extend(["-o", "json"]);
-    let out = cp.kubectl(&all).map_err(|e| e.to_string())?;
-    serde_json::from_str(&out).map_err(|e| format!("bad JSON from kubectl: {e}"))
-}
-
 /// The children of CacheCluster `name`, by kind, as JSON objects.
 fn children(cp: &ControlPlane, name: &str) -> Result<Vec<serde_json::Value>, String> {
     let selector = format!("app.kubernetes.io/instance={name}");
-    let list = get_json(cp, &["configmaps,secrets,services,statefulsets,poddisruptionbudgets", "-n", NS, "-l", &selector])?;
+    let list = cp.get_json(&["configmaps,secrets,services,statefulsets,poddisruptionbudgets", "-n", NS, "-l", &selector])?;
     Ok(list["items"].as_array().cloned().unwrap_or_default())
 }
 
@@ -158,8 +138,8 @@ fn the_chart_installs_and_the_operator_reconciles_a_cachecluster_under_rbac() {
     cp.kubectl(["create", "namespace", NS]).unwrap();
     let chart = repo_root().join("charts/keymesh-operator");
     cp.helm(["install", "keymesh", &chart.to_string_lossy(), "--namespace", OPERATOR_NS, "--wait=false"]).expect("helm install the chart");
-    wait_until("the CRD to be established", Duration::from_secs(30), || {
-        let crd = get_json(&cp, &["crd", "cacheclusters.keymesh.io"])?;
+    eventually("the CRD to be established", Duration::from_secs(30), || {
+        let crd = cp.get_json(&["crd", "cacheclusters.keymesh.io"])?;
         let established = crd["status"]["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == "Established" && c["status"] == "True");
         if established {
             Ok(())
@@ -168,10 +148,10 @@ fn the_chart_installs_and_the_operator_reconciles_a_cachecluster_under_rbac() {
         }
     });
     cp.apply(SERVICE_MONITOR_CRD).expect("the ServiceMonitor CRD");
-    wait_until("the ServiceMonitor kind to be served", Duration::from_secs(30), || {
+    eventually("the ServiceMonitor kind to be served", Duration::from_secs(30), || {
         cp.kubectl(["get", "servicemonitors", "-A"]).map(drop).map_err(|e| e.to_string())
     });
-    let deployment = get_json(&cp, &["deployments", "-n", OPERATOR_NS]).unwrap();
+    let deployment = cp.get_json(&["deployments", "-n", OPERATOR_NS]).unwrap();
     let service_account =
         deployment["items"][0]["spec"]["template"]["spec"]["serviceAccountName"].as_str().expect("the chart's Deployment names its ServiceAccount").to_string();
     let kubeconfig = cp.service_account_kubeconfig(OPERATOR_NS, &service_account).unwrap();
@@ -179,8 +159,8 @@ fn the_chart_installs_and_the_operator_reconciles_a_cachecluster_under_rbac() {
 
     // Create.
     cp.apply(CLUSTER).expect("kubectl apply the CacheCluster");
-    let uid = get_json(&cp, &["cachecluster", "demo", "-n", NS]).unwrap()["metadata"]["uid"].as_str().unwrap().to_string();
-    wait_until("every child of demo", Duration::from_secs(60), || {
+    let uid = cp.get_json(&["cachecluster", "demo", "-n", NS]).unwrap()["metadata"]["uid"].as_str().unwrap().to_string();
+    eventually("every child of demo", Duration::from_secs(60), || {
         let objects = children(&cp, "demo")?;
         let count = |k| of_kind(&objects, k).len();
         let seen = format!(
@@ -228,8 +208,8 @@ fn the_chart_installs_and_the_operator_reconciles_a_cachecluster_under_rbac() {
     assert_eq!(container["resources"]["limits"]["memory"], "512Mi", "container: {container}");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz", "container: {container}");
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz", "container: {container}");
-    wait_until("a ServiceMonitor owned by the CacheCluster", Duration::from_secs(60), || {
-        let monitors = get_json(&cp, &["servicemonitors", "-n", NS])?;
+    eventually("a ServiceMonitor owned by the CacheCluster", Duration::from_secs(60), || {
+        let monitors = cp.get_json(&["servicemonitors", "-n", NS])?;
         let owned = monitors["items"]
             .as_array()
             .into_iter()
@@ -244,8 +224,8 @@ fn the_chart_installs_and_the_operator_reconciles_a_cachecluster_under_rbac() {
     let pdb = of_kind(&objects, "PodDisruptionBudget")[0];
     assert_eq!(pdb["apiVersion"], "policy/v1beta1", "1.20 serves only policy/v1beta1: {pdb}");
 
-    wait_until("the StatefulSet controller to create 3 pods", Duration::from_secs(60), || {
-        let pods = get_json(&cp, &["pods", "-n", NS, "-l", "app.kubernetes.io/instance=demo"])?;
+    eventually("the StatefulSet controller to create 3 pods", Duration::from_secs(60), || {
+        let pods = cp.get_json(&["pods", "-n", NS, "-l", "app.kubernetes.io/instance=demo"])?;
         let n = pods["items"].as_array().map_or(0, Vec::len);
         if n == 3 {
             Ok(())
@@ -253,11 +233,11 @@ fn the_chart_installs_and_the_operator_reconciles_a_cachecluster_under_rbac() {
             Err(format!("{n} pods"))
         }
     });
-    wait_until("status and Events written", Duration::from_secs(60), || {
-        let cc = get_json(&cp, &["cachecluster", "demo", "-n", NS])?;
+    eventually("status and Events written", Duration::from_secs(60), || {
+        let cc = cp.get_json(&["cachecluster", "demo", "-n", NS])?;
         let status = &cc["status"];
         let types: Vec<&str> = status["conditions"].as_array().into_iter().flatten().filter_map(|c| c["type"].as_str()).collect();
-        let events = get_json(&cp, &["events", "-n", NS, "--field-selector", "involvedObject.name=demo"])?;
+        let events = cp.get_json(&["events", "-n", NS, "--field-selector", "involvedObject.name=demo"])?;
         let n_events = events["items"].as_array().map_or(0, Vec::len);
         if status["phase"].is_string() && status["observedGeneration"] == cc["metadata"]["generation"] && types.contains(&"Ready") && n_events > 0 {
             Ok(())
@@ -265,15 +245,15 @@ fn the_chart_installs_and_the_operator_reconciles_a_cachecluster_under_rbac() {
             Err(format!("status {status}, {n_events} events"))
         }
     });
-    let cc = get_json(&cp, &["cachecluster", "demo", "-n", NS]).unwrap();
+    let cc = cp.get_json(&["cachecluster", "demo", "-n", NS]).unwrap();
     let ready = cc["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
     assert_eq!(ready["status"], "False", "no pod runs, so the cluster cannot be Ready: {ready}");
 
     // A spec change: more replicas, other resources.
     cp.kubectl(["patch", "cachecluster", "demo", "-n", NS, "--type", "merge", "-p", r#"{"spec":{"replicas":4,"resources":{"limits":{"memory":"1Gi"}}}}"#])
         .unwrap();
-    wait_until("the StatefulSet to follow the spec change", Duration::from_secs(60), || {
-        let sts = get_json(&cp, &["statefulset", "-n", NS, "-l", "app.kubernetes.io/instance=demo"])?;
+    eventually("the StatefulSet to follow the spec change", Duration::from_secs(60), || {
+        let sts = cp.get_json(&["statefulset", "-n", NS, "-l", "app.kubernetes.io/instance=demo"])?;
         let sts = &sts["items"][0];
         let memory = &sts["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"];
         if sts["spec"]["replicas"] == 4 && memory == "1Gi" {
@@ -289,8 +269,8 @@ fn the_chart_installs_and_the_operator_reconciles_a_cachecluster_under_rbac() {
     assert!(rejected.to_string().contains("replicas"), "the rejection should name the field: {rejected}");
     let tls = CLUSTER.replace("name: demo", "name: with-tls").replace("  replicas: 3", "  replicas: 3\n  tls:\n    enabled: true");
     cp.apply(&tls).expect("a spec the schema accepts");
-    wait_until("the unsupported TLS spec reported in status", Duration::from_secs(60), || {
-        let cc = get_json(&cp, &["cachecluster", "with-tls", "-n", NS])?;
+    eventually("the unsupported TLS spec reported in status", Duration::from_secs(60), || {
+        let cc = cp.get_json(&["cachecluster", "with-tls", "-n", NS])?;
         let text = cc["status"].to_string();
         if text.to_lowercase().contains("tls") {
             Ok(())
@@ -302,7 +282,7 @@ fn the_chart_installs_and_the_operator_reconciles_a_cachecluster_under_rbac() {
 
     // Delete: the garbage collector removes every child.
     cp.kubectl(["delete", "cachecluster", "demo", "-n", NS, "--wait=false"]).unwrap();
-    wait_until("the children garbage-collected", Duration::from_secs(90), || {
+    eventually("the children garbage-collected", Duration::from_secs(90), || {
         let left = children(&cp, "demo")?;
         if left.is_empty() {
             Ok(())
