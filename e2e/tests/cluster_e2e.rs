@@ -247,6 +247,7 @@ fn a_replacement_pod_is_not_ready_until_synced_and_loses_nothing() {
     let mut new_uid = String::new();
     while samples.iter().filter(|s| s.pod_ready).count() < 3 {
         assert!(deleted.elapsed() < SETTLE, "no Ready replacement after {SETTLE:?}; samples {samples:?}");
+        std::thread::sleep(Duration::from_millis(50));
         let pod = match cluster.get_json(&["pod", victim, "-n", NS]) {
             Ok(pod) if pod["metadata"]["uid"] != old_uid.as_str() => pod,
             _ => continue,
@@ -256,7 +257,6 @@ fn a_replacement_pod_is_not_ready_until_synced_and_loses_nothing() {
         let running_here = cluster.agent().pod(NS, victim).is_some_and(|p| p.uid == new_uid && p.net.is_some());
         let (readyz, dbsize) = if running_here { (cluster.readyz(NS, victim).ok(), cluster.dbsize(NS, victim, &password).ok()) } else { (None, None) };
         samples.push(Sample { at: deleted.elapsed(), pod_ready, readyz, dbsize });
-        std::thread::sleep(Duration::from_millis(50));
     }
     for s in &samples {
         if s.pod_ready || s.readyz == Some(200) {
