@@ -177,9 +177,22 @@ async fn scale_down_removes_leaving_pods_from_peer_lists_then_shrinks() {
     c.spec.replicas = 3;
     let mesh = FakeMesh::new(full_mesh(5));
 
-    // First reconcile: the StatefulSet keeps 5 pods; the remaining members drop 3 and 4.
+    // First reconcile: the leaving pods 3 and 4 are drained (they refuse writes) but stay in
+    // every peer list until the remaining members have merged their last writes.
     let (ctx, verifier) = test_context(mesh.clone());
-    let events = &["PeersRemoved", "PeersRemoved", "Scaling"];
+    let events = &["Draining", "Draining", "Scaling"];
+    let server = verifier.run(Scenario::Existing { statefulset_replicas: 5, pods: 5, status_write: true }, c.clone(), events);
+    reconcile(Arc::new(c.clone()), ctx).await.expect("reconciles");
+    let verifier = timeout_after_5s(server).await;
+    assert_eq!(applied(&verifier, "StatefulSet/demo")["spec"]["replicas"], 5, "no shrink while leaving pods drain");
+    assert!(mesh.calls().is_empty(), "no peer list changes before the leaving pods' writes are merged: {:?}", mesh.calls());
+    assert!(mesh.draining("demo-3") && mesh.draining("demo-4") && !mesh.draining("demo-0"), "the leaving pods are drained");
+
+    // Second reconcile: every remaining member's link to them is connected with no lag, so
+    // the StatefulSet keeps 5 pods while the remaining members drop 3 and 4.
+    c.status = Some(serde_json::from_value(verifier.statuses[0].clone()).expect("a status"));
+    let (ctx, verifier) = test_context(mesh.clone());
+    let events = &["PeersRemoved", "PeersRemoved"];
     let server = verifier.run(Scenario::Existing { statefulset_replicas: 5, pods: 5, status_write: true }, c.clone(), events);
     reconcile(Arc::new(c.clone()), ctx).await.expect("reconciles");
     let verifier = timeout_after_5s(server).await;
@@ -191,7 +204,7 @@ async fn scale_down_removes_leaving_pods_from_peer_lists_then_shrinks() {
     assert_eq!(pods, ["demo-0", "demo-1", "demo-2"], "only remaining members are rewired: {calls:?}");
     assert!(calls.iter().all(|(_, peers)| !peers.iter().any(|p| p == "demo-3" || p == "demo-4")), "{calls:?}");
 
-    // Second reconcile: nobody lists a leaving pod, so the StatefulSet shrinks.
+    // Third reconcile: nobody lists a leaving pod, so the StatefulSet shrinks.
     c.status = Some(serde_json::from_value(verifier.statuses[0].clone()).expect("a status"));
     let (ctx, verifier) = test_context(mesh.clone());
     let server = verifier.run(Scenario::Existing { statefulset_replicas: 5, pods: 5, status_write: true }, c.clone(), &["ScalingDown"]);

@@ -59,6 +59,14 @@ pub fn transitions(
         }
         _ => {}
     }
+    for &(i, draining) in &plan.drain_updates {
+        let (reason, note) = if draining {
+            ("Draining", format!("{} is leaving the mesh: it refuses writes until the remaining members have merged its last ones", names.pod(i)))
+        } else {
+            ("Undrained", format!("{} is wanted again: it accepts writes", names.pod(i)))
+        };
+        events.push(about(names.pod(i), normal(reason, "WireMesh", note)));
+    }
     let mut added: BTreeMap<u32, Vec<&str>> = BTreeMap::new();
     let mut removed: BTreeMap<u32, Vec<&str>> = BTreeMap::new();
     for (pod, adds, removes) in &wiring.updated {

@@ -230,6 +230,11 @@ impl FakeMesh {
         self.statuses.lock().expect("statuses lock")
     }
 
+    /// Whether `pod` was marked as leaving the mesh (SetDraining).
+    pub fn draining(&self, pod: &str) -> bool {
+        self.lock_statuses().get(pod).is_some_and(|s| s.draining)
+    }
+
     /// `(pod, first DNS label of every peer)` for every SetPeers call so far.
     pub fn calls(&self) -> Vec<(String, Vec<String>)> {
         self.set_peers_calls.lock().expect("calls lock").clone()
@@ -262,5 +267,16 @@ impl MeshClient for FakeMesh {
                 .collect();
         }
         Ok(peers)
+    }
+
+    async fn set_draining(&self, member: &Member, draining: bool, _password: Option<&str>) -> Result<NodeStatus, MeshError> {
+        let mut statuses = self.lock_statuses();
+        let status = statuses.get_mut(&member.pod).ok_or_else(|| MeshError::Connect {
+            pod: member.pod.clone(),
+            endpoint: member.admin_endpoint.clone(),
+            message: "connection refused".into(),
+        })?;
+        status.draining = draining;
+        Ok(status.clone())
     }
 }

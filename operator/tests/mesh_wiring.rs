@@ -219,8 +219,9 @@ fn others(of: u32, members: &[u32]) -> Vec<u32> {
 async fn the_operators_wiring_creates_scales_up_and_scales_down_a_real_mesh() {
     // Proves the wiring reconcile uses on real engines: three founding pods end with each other
     // as peers and replicate; scaling to five adds the new pods to every list only after they
-    // synced (they hold the data written before); scaling back to three first removes the
-    // leaving pods from every list, and only then lets the StatefulSet shrink.
+    // synced (they hold the data written before); scaling back to three first drains the
+    // leaving pods (writes refused), then removes them from every list, and only then lets the
+    // StatefulSet shrink.
     if let Some(why) = skip_reason() {
         eprintln!("SKIPPED: {why}");
         return;
@@ -252,10 +253,14 @@ async fn the_operators_wiring_creates_scales_up_and_scales_down_a_real_mesh() {
     assert_eq!(redis(3, &["SET", "from-new-pod", "v2"]).as_deref(), Some("+OK\r\n"));
     wait_for("a new pod's write on pod 0", Duration::from_secs(10), || redis(0, &["GET", "from-new-pod"]).as_deref() == Some("$2\r\nv2\r\n"));
 
-    // Scale down: the leaving pods leave every remaining list while the StatefulSet still has
-    // five pods; it shrinks only after that.
+    // Scale down: the leaving pods are drained (they refuse writes), leave every remaining list
+    // once their writes are merged, while the StatefulSet still has five pods; it shrinks only
+    // after that.
     let first = mesh_step(&pods, 3, 5).await;
     assert_eq!(first.statefulset_replicas, 5, "the StatefulSet must not shrink before the peer lists: {first:?}");
+    let refused = redis(4, &["SET", "on-a-leaving-pod", "x"]).unwrap_or_default();
+    assert!(refused.starts_with("-READONLY"), "a leaving pod refuses writes once drained, so none is acknowledged that its peers never merge: {refused:?}");
+    assert_eq!(redis(4, &["GET", "from-new-pod"]).as_deref(), Some("$2\r\nv2\r\n"), "a leaving pod still serves reads");
     let replicas = reconcile_until_settled(&pods, 3, 5).await;
     assert_eq!(replicas, 3, "the StatefulSet shrinks once nobody lists a leaving pod");
     for (i, list) in peer_lists(&pods).await.into_iter().filter(|(i, _)| *i < 3) {

@@ -95,6 +95,11 @@ fn exec_queue(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
         unwatch_all(server, exec.client);
         return Err(CmdError::Raw("EXECABORT Transaction discarded because of previous errors.".into()));
     }
+    // Writes queued before the node started leaving the mesh must not run after it did.
+    if server.mesh.draining() && multi.queue.iter().any(|(index, _)| TABLE.specs[*index].flags & WRITE != 0) {
+        unwatch_all(server, exec.client);
+        return Err(CmdError::Raw("EXECABORT Transaction discarded because this node is leaving the mesh (READONLY).".into()));
+    }
     let locks = lock_transaction(server, exec.client, &multi.queue);
     let mut ctx = Ctx::new(&server.store, exec.client.db, server.store.hlc.wall_ms(), locks);
     if watch_broken(&mut ctx, exec.client) {

@@ -1,5 +1,6 @@
 //! The operator's `Admin` service on the mesh port: `Status` (this node's readiness, sync
-//! state and per-peer links) and `SetPeers` (replace the whole peer list at once).
+//! state and per-peer links), `SetPeers` (replace the whole peer list at once) and
+//! `SetDraining` (a node leaving the mesh refuses writes while its peers take its last ones).
 //!
 //! Guarded like the mesh stream: when `requirepass` is set, calls must carry it in the
 //! `authorization` metadata (`Bearer <password>`), or they get `unauthenticated`.
@@ -59,5 +60,13 @@ impl pb::admin_server::Admin for AdminService {
         let now = self.server.mesh.set_peers(peers);
         let peers = now.into_iter().map(|p| pb::Peer { host: p.host, port: p.mesh_port as u32 }).collect();
         Ok(Response::new(pb::SetPeersReply { peers }))
+    }
+
+    async fn set_draining(&self, request: Request<pb::SetDrainingRequest>) -> Result<Response<pb::NodeStatus>, Status> {
+        self.authorize(&request)?;
+        self.server.mesh.set_draining(request.into_inner().draining);
+        let mut status = self.server.mesh.status();
+        status.ready = self.server.readiness().is_ok();
+        Ok(Response::new(status))
     }
 }

@@ -75,7 +75,7 @@ pub fn replication(mesh: &Mesh) -> String {
     let ready = mesh.readiness();
     let _ = write!(
         out,
-        "master_replid:{}\r\nmaster_repl_offset:{}\r\nrepl_backlog_active:1\r\nrepl_backlog_histlen:{}\r\nmesh_ready:{}\r\nmesh_synced:{}\r\nmesh_ready_reason:{}\r\nskewed_receives:{}\r\nmesh_stale:{}\r\nmesh_wipes:{}\r\nmesh_tombstones:{}\r\n\r\n",
+        "master_replid:{}\r\nmaster_repl_offset:{}\r\nrepl_backlog_active:1\r\nrepl_backlog_histlen:{}\r\nmesh_ready:{}\r\nmesh_synced:{}\r\nmesh_ready_reason:{}\r\nskewed_receives:{}\r\nmesh_stale:{}\r\nmesh_wipes:{}\r\nmesh_tombstones:{}\r\nmesh_draining:{}\r\n\r\n",
         mesh.run_id(),
         mesh.log.next_seq().saturating_sub(1),
         mesh.log.held_bytes(),
@@ -86,6 +86,7 @@ pub fn replication(mesh: &Mesh) -> String {
         mesh.stale() as u8,
         mesh.metrics.wipes.get(),
         mesh.store.tombstones_held(),
+        mesh.draining() as u8,
     );
     out
 }

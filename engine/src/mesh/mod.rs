@@ -113,6 +113,8 @@ pub struct Mesh {
     wipe_lock: Mutex<()>,
     /// Whether the last check found the node stale (its streams are closed on the change).
     was_stale: AtomicBool,
+    /// Leaving the mesh (admin `SetDraining`): writes are refused and the node is not ready.
+    draining: AtomicBool,
     pub metrics: MeshMetrics,
 }
 
@@ -134,6 +136,7 @@ impl Mesh {
             epoch: Instant::now(),
             wipe_lock: Mutex::new(()),
             was_stale: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
             identity,
             metrics: MeshMetrics::new(registry),
         }
@@ -361,6 +364,9 @@ impl Mesh {
     /// one configured peer, or has no peers, or none of them answered within `STARTUP_GRACE`
     /// (and none is syncing now). Once ready it stays ready.
     pub fn readiness(&self) -> Result<(), String> {
+        if self.draining() {
+            return Err("leaving the mesh: writes are refused while peers take this node's last writes".to_string());
+        }
         if self.ready_latched.load(Ordering::Relaxed) {
             return Ok(());
         }
@@ -386,6 +392,19 @@ impl Mesh {
             self.ready_latched.store(true, Ordering::Relaxed);
         }
         ready
+    }
+
+    /// Scale down (DESIGN.md, "Scaling"): a node about to be removed from every peer list first
+    /// stops taking writes, so that nothing is acknowledged here that its peers will never
+    /// merge; reads still work, and `/readyz` turns 503 so clients move to other pods.
+    pub fn set_draining(&self, draining: bool) {
+        if self.draining.swap(draining, Ordering::Relaxed) != draining {
+            info!(draining, "mesh draining changed");
+        }
+    }
+
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
     }
 
     /// Has the node finished an initial sync from some peer (or needs none)?
@@ -421,6 +440,7 @@ impl Mesh {
             used_memory: crate::memory::used_memory(),
             version: env!("CARGO_PKG_VERSION").to_string(),
             skewed_receives: store.hlc.skewed_receives(),
+            draining: self.draining(),
         }
     }
 

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use keymesh_proto::admin_client::AdminClient;
-use keymesh_proto::{NodeStatus, Peer, SetPeersRequest, StatusRequest};
+use keymesh_proto::{NodeStatus, Peer, SetDrainingRequest, SetPeersRequest, StatusRequest};
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 
@@ -63,5 +63,13 @@ impl MeshClient for GrpcMeshClient {
         let reply =
             client.set_peers(request).await.map_err(|status| MeshError::Call { pod: member.pod.clone(), call: "SetPeers", status: Box::new(status) })?;
         Ok(reply.into_inner().peers)
+    }
+
+    async fn set_draining(&self, member: &Member, draining: bool, password: Option<&str>) -> Result<NodeStatus, MeshError> {
+        let mut client = self.connect(member).await?;
+        let request = request(member, "SetDraining", SetDrainingRequest { draining }, password)?;
+        let reply =
+            client.set_draining(request).await.map_err(|status| MeshError::Call { pod: member.pod.clone(), call: "SetDraining", status: Box::new(status) })?;
+        Ok(reply.into_inner())
     }
 }

@@ -89,6 +89,9 @@ pub trait MeshClient: Send + Sync {
 
     /// Replaces the engine's whole peer list; returns the list it now has.
     async fn set_peers(&self, member: &Member, peers: Vec<Peer>, password: Option<&str>) -> Result<Vec<Peer>, MeshError>;
+
+    /// Marks the engine as leaving the mesh (it refuses writes) or not; returns its status.
+    async fn set_draining(&self, member: &Member, draining: bool, password: Option<&str>) -> Result<NodeStatus, MeshError>;
 }
 
 #[cfg(test)]

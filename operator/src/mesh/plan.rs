@@ -11,8 +11,13 @@
 //! - the config file's `replicaof` lines name the joined members, so a pod that (re)starts
 //!   syncs from them (a new cluster's founding members all name each other);
 //! - scale up grows the StatefulSet at once: new pods sync, become ready, and then join;
-//! - scale down first removes the leaving pods from every remaining peer list, and shrinks
-//!   the StatefulSet only once every remaining engine answered and none lists a leaving pod.
+//! - scale down first drains the leaving pods (admin `SetDraining`: they refuse writes and turn
+//!   unready, so clients move away), waits until every remaining member that lists one has
+//!   merged all of its writes (link connected, lag 0), then removes them from every remaining
+//!   peer list, and shrinks the StatefulSet only once every remaining engine answered and none
+//!   lists a leaving pod. Without the drain, a write acknowledged by a leaving pod after its
+//!   peers stopped subscribing to it would be lost. A pod that is drained but wanted again (a
+//!   scale up during a scale down) is undrained.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -54,6 +59,9 @@ pub enum ScaleStep {
     ScaleUp { from: u32, to: u32 },
     /// Pods below `spec.replicas` are not in the mesh yet (syncing, or not started).
     AwaitJoin { pods: Vec<String> },
+    /// Leaving pods refuse writes; they stay in the peer lists until every remaining member
+    /// has merged all of their writes.
+    DrainLeaving { pods: Vec<String> },
     /// Leaving pods are removed from the remaining peer lists now; the StatefulSet keeps them.
     RemoveLeaving { pods: Vec<String> },
     /// Remaining engines did not answer, so they may still list leaving pods.
@@ -71,13 +79,15 @@ pub struct ScalePlan {
     pub joining: BTreeSet<u32>,
     pub leaving: BTreeSet<u32>,
     pub peer_updates: Vec<PeerUpdate>,
+    /// `(ordinal, draining)` to set with `SetDraining`.
+    pub drain_updates: Vec<(u32, bool)>,
     pub step: ScaleStep,
 }
 
 impl ScalePlan {
     /// Nothing left to do: size reached, every pod joined, every peer list right.
     pub fn settled(&self) -> bool {
-        self.step == ScaleStep::Steady && self.joining.is_empty() && self.leaving.is_empty() && self.peer_updates.is_empty()
+        self.step == ScaleStep::Steady && self.joining.is_empty() && self.leaving.is_empty() && self.peer_updates.is_empty() && self.drain_updates.is_empty()
     }
 }
 
@@ -111,7 +121,18 @@ pub fn plan(input: &PlanInput) -> ScalePlan {
     let joining: BTreeSet<u32> = (0..desired).filter(|i| !joined.contains(i)).collect();
     let leaving: BTreeSet<u32> = input.members.iter().map(|m| m.member.ordinal).chain(desired..current.unwrap_or(0)).filter(|&i| i >= desired).collect();
 
-    let peer_updates = peer_updates(names, desired, &joined, &statuses, &lists);
+    // Leaving pods that a remaining member still lists, and of those the ones whose writes are
+    // not all merged yet: they must refuse writes first, and stay listed until merged.
+    let still_listed: BTreeSet<u32> = lists.range(..desired).flat_map(|(_, list)| list.iter().copied()).filter(|j| leaving.contains(j)).collect();
+    let draining = |j: &u32| statuses.get(j).is_some_and(|s| s.draining);
+    let unmerged: BTreeSet<u32> = still_listed.iter().copied().filter(|j| !merged_everywhere(names, desired, *j, &statuses, &lists)).collect();
+    let drain_updates: Vec<(u32, bool)> = unmerged
+        .iter()
+        .filter(|j| statuses.contains_key(j) && !draining(j))
+        .map(|&j| (j, true))
+        .chain(statuses.range(..desired).filter(|(_, s)| s.draining).map(|(&i, _)| (i, false)))
+        .collect();
+    let peer_updates = peer_updates(names, desired, &joined, &unmerged, &statuses, &lists);
     let config_peers: Vec<u32> = if joined.is_empty() { assumed().into_iter().collect() } else { joined.iter().copied().collect() };
     let pods = |set: &BTreeSet<u32>| set.iter().map(|&i| names.pod(i)).collect::<Vec<_>>();
 
@@ -124,7 +145,9 @@ pub fn plan(input: &PlanInput) -> ScalePlan {
             let still_listing: BTreeSet<u32> =
                 lists.iter().filter(|(&i, list)| i < desired && list.iter().any(|j| leaving.contains(j))).map(|(&i, _)| i).collect();
             let unanswered: Vec<String> = input.members.iter().filter(|m| m.member.ordinal < desired && m.unknown()).map(|m| m.member.pod.clone()).collect();
-            if !still_listing.is_empty() {
+            if !unmerged.is_empty() {
+                (current, ScaleStep::DrainLeaving { pods: pods(&unmerged) })
+            } else if !still_listing.is_empty() {
                 (current, ScaleStep::RemoveLeaving { pods: pods(&leaving) })
             } else if !unanswered.is_empty() {
                 (current, ScaleStep::AwaitPeerRemoval { unanswered })
@@ -133,21 +156,42 @@ pub fn plan(input: &PlanInput) -> ScalePlan {
             }
         }
     };
-    ScalePlan { statefulset_replicas, config_peers, joined, joining, leaving, peer_updates, step }
+    ScalePlan { statefulset_replicas, config_peers, joined, joining, leaving, peer_updates, drain_updates, step }
+}
+
+/// Has every remaining member that lists leaving pod `j` merged all of `j`'s writes? True once
+/// `j` refuses writes and each such member's link to it is connected with no lag; also when
+/// `j` does not answer (there is nothing more to take from it). The lag a member reports comes
+/// from `j`'s heartbeats (every 200 ms), and this is read a reconcile after the drain, so a
+/// write acknowledged just before the drain is already counted in it.
+fn merged_everywhere(names: &ClusterNames, desired: u32, j: u32, statuses: &BTreeMap<u32, &NodeStatus>, lists: &BTreeMap<u32, BTreeSet<u32>>) -> bool {
+    let Some(leaving) = statuses.get(&j) else { return true };
+    if !leaving.draining {
+        return false;
+    }
+    let key = peer_key(&peer_of(names, j));
+    lists.range(..desired).filter(|(_, list)| list.contains(&j)).all(|(i, _)| {
+        statuses
+            .get(i)
+            .is_some_and(|s| s.peers.iter().any(|p| p.peer.as_ref().is_some_and(|peer| peer_key(peer) == key) && p.link == "connected" && p.lag_ops == 0))
+    })
 }
 
 /// The list every answering member below `desired` should have, where it differs from the one
-/// it has: joined members get the other joined members, joining pods get every joined member.
+/// it has: joined members get the other joined members, joining pods get every joined member;
+/// a leaving pod in `keep` (not merged yet) stays in the lists that have it.
 fn peer_updates(
     names: &ClusterNames,
     desired: u32,
     joined: &BTreeSet<u32>,
+    keep: &BTreeSet<u32>,
     statuses: &BTreeMap<u32, &NodeStatus>,
     lists: &BTreeMap<u32, BTreeSet<u32>>,
 ) -> Vec<PeerUpdate> {
     let mut updates = Vec::new();
     for (&ordinal, status) in statuses.range(..desired) {
-        let want: BTreeSet<u32> = joined.iter().copied().filter(|&j| j != ordinal).collect();
+        let known_now = lists.get(&ordinal).cloned().unwrap_or_default();
+        let want: BTreeSet<u32> = joined.iter().copied().chain(keep.intersection(&known_now).copied()).filter(|&j| j != ordinal).collect();
         let has: BTreeSet<(String, u32)> = status.peers.iter().filter_map(|p| p.peer.as_ref().map(peer_key)).collect();
         let wanted_keys: BTreeSet<(String, u32)> = want.iter().map(|&j| peer_key(&peer_of(names, j))).collect();
         if has == wanted_keys {

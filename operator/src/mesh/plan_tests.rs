@@ -1,7 +1,7 @@
 use keymesh_proto::PeerStatus;
 
 use super::*;
-use crate::test_support::{engine, names, silent};
+use crate::test_support::{engine, full_mesh, names, silent};
 
 fn run(desired: u32, statefulset_replicas: Option<u32>, members: &[MemberState]) -> ScalePlan {
     let names = names();
@@ -78,9 +78,42 @@ fn a_synced_pod_joins_every_peer_list() {
 }
 
 #[test]
+fn scale_down_drains_leaving_pods_and_keeps_them_listed_until_their_writes_are_merged() {
+    let all = |i: u32| (0..5).filter(|&j| j != i).collect::<Vec<_>>();
+    let mut members: Vec<MemberState> = (0..5).map(|i| engine(i, &all(i), true)).collect();
+    let plan = run(3, Some(5), &members);
+    assert_eq!(plan.step, ScaleStep::DrainLeaving { pods: vec!["demo-3".into(), "demo-4".into()] }, "{plan:#?}");
+    assert_eq!(plan.drain_updates, [(3, true), (4, true)], "{plan:#?}");
+    assert!(plan.peer_updates.is_empty(), "nobody drops a leaving pod before its writes are merged: {plan:#?}");
+    assert_eq!(plan.statefulset_replicas, 5, "{plan:#?}");
+
+    // Drained, but demo-0 still lags behind demo-4: keep waiting.
+    for m in &mut members[3..] {
+        m.status.as_mut().unwrap().draining = true;
+    }
+    let lagging = members[0].status.as_mut().unwrap().peers.iter_mut().find(|p| p.node_name == "demo-4").unwrap();
+    lagging.lag_ops = 7;
+    let plan = run(3, Some(5), &members);
+    assert_eq!(plan.step, ScaleStep::DrainLeaving { pods: vec!["demo-4".into()] }, "{plan:#?}");
+    assert!(plan.drain_updates.is_empty(), "already draining: {plan:#?}");
+    assert_eq!(update_for(&plan, 0), Some(vec!["demo-1".into(), "demo-2".into(), "demo-4".into()]), "demo-3 is merged and goes, demo-4 stays: {plan:#?}");
+}
+
+#[test]
+fn a_drained_pod_that_is_wanted_again_is_undrained() {
+    let mut members = full_mesh(4);
+    members[3].status.as_mut().unwrap().draining = true;
+    let plan = run(4, Some(4), &members);
+    assert_eq!(plan.drain_updates, [(3, false)], "{plan:#?}");
+}
+
+#[test]
 fn scale_down_removes_leaving_pods_from_peer_lists_before_shrinking() {
     let all = |i: u32| (0..5).filter(|&j| j != i).collect::<Vec<_>>();
-    let members: Vec<MemberState> = (0..5).map(|i| engine(i, &all(i), true)).collect();
+    let mut members: Vec<MemberState> = (0..5).map(|i| engine(i, &all(i), true)).collect();
+    for m in &mut members[3..] {
+        m.status.as_mut().unwrap().draining = true;
+    }
     let plan = run(3, Some(5), &members);
     assert_eq!(plan.step, ScaleStep::RemoveLeaving { pods: vec!["demo-3".into(), "demo-4".into()] }, "{plan:#?}");
     assert_eq!(plan.statefulset_replicas, 5, "the StatefulSet keeps the leaving pods for now: {plan:#?}");

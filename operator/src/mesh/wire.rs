@@ -32,8 +32,22 @@ pub struct WiringReport {
     pub failed: Vec<(String, String)>,
 }
 
-/// Applies the plan's peer updates.
+/// Applies the plan's draining changes, then its peer updates.
 pub async fn wire(client: &dyn MeshClient, members: &[MemberState], plan: &ScalePlan, password: Option<&str>) -> WiringReport {
+    let mut report = WiringReport::default();
+    let drains = plan.drain_updates.iter().filter_map(|&(ordinal, draining)| {
+        let state = members.iter().find(|m| m.member.ordinal == ordinal)?;
+        Some(async move { (state, draining, client.set_draining(&state.member, draining, password).await) })
+    });
+    for (state, draining, result) in join_all(drains).await {
+        match result {
+            Ok(_) => info!(pod = %state.member.pod, draining, "set mesh draining"),
+            Err(e) => {
+                warn!(pod = %state.member.pod, error = %e, "failed to set mesh draining");
+                report.failed.push((state.member.pod.clone(), e.to_string()));
+            }
+        }
+    }
     let calls = plan.peer_updates.iter().filter_map(|update| {
         let state = members.iter().find(|m| m.member.ordinal == update.ordinal)?;
         Some(async move {
@@ -41,7 +55,6 @@ pub async fn wire(client: &dyn MeshClient, members: &[MemberState], plan: &Scale
             (update, result)
         })
     });
-    let mut report = WiringReport::default();
     for (update, result) in join_all(calls).await {
         match result {
             Ok(_) => {

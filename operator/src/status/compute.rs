@@ -89,8 +89,14 @@ fn phase(input: &StatusInput, previous: Option<Phase>, all_ready: bool, connecte
 
 /// Pods are joining or leaving, the StatefulSet changes size, or peer lists are being set.
 fn scaling(plan: &ScalePlan) -> bool {
-    let resizing =
-        matches!(plan.step, ScaleStep::ScaleUp { .. } | ScaleStep::RemoveLeaving { .. } | ScaleStep::AwaitPeerRemoval { .. } | ScaleStep::ScaleDown { .. });
+    let resizing = matches!(
+        plan.step,
+        ScaleStep::ScaleUp { .. }
+            | ScaleStep::DrainLeaving { .. }
+            | ScaleStep::RemoveLeaving { .. }
+            | ScaleStep::AwaitPeerRemoval { .. }
+            | ScaleStep::ScaleDown { .. }
+    );
     resizing || !plan.joining.is_empty() || !plan.leaving.is_empty() || !plan.peer_updates.is_empty()
 }
 
@@ -100,6 +106,9 @@ fn progressing(plan: &ScalePlan, phase: Phase) -> ConditionState {
         ScaleStep::ScaleUp { from, to } => ("ScalingUp", format!("StatefulSet grows from {from} to {to} pods")),
         ScaleStep::AwaitJoin { pods } if phase == Phase::Creating => ("Creating", format!("waiting for {} to start and sync", pods.join(", "))),
         ScaleStep::AwaitJoin { pods } => ("AwaitingSync", format!("{} join the mesh once ready and synced", pods.join(", "))),
+        ScaleStep::DrainLeaving { pods } => {
+            ("DrainingLeavingPods", format!("{} refuse writes until every remaining member has merged their last writes", pods.join(", ")))
+        }
         ScaleStep::RemoveLeaving { pods } => ("RemovingLeavingPeers", format!("removing {} from every peer list", pods.join(", "))),
         ScaleStep::AwaitPeerRemoval { unanswered } => {
             ("AwaitingPeerRemoval", format!("the StatefulSet shrinks once {} answer and list no leaving pod", unanswered.join(", ")))
