@@ -49,6 +49,9 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const EXAMPLE: &str = "manifests/examples/cachecluster.yaml";
 pub const EXAMPLE_NAME: &str = "demo";
 
+/// The kubeconfig file an in-pod kube-rs client run as root would find; see
+/// [`LocalCluster::start`].
+const ROOT_KUBECONFIG: &str = "/root/.kube/config";
 const POLL: Duration = Duration::from_millis(250);
 const OPERATOR_READY: Duration = Duration::from_secs(120);
 
@@ -170,6 +173,16 @@ impl LocalCluster {
     /// operator's pods are Ready and one of them holds the leader Lease.
     pub fn start(options: Options) -> Result<Self, LocalClusterError> {
         let images = options.image_map()?;
+        // Pods see this machine's files, and kube-rs prefers a kubeconfig file (for root without
+        // $HOME: /root/.kube/config) to its in-cluster credentials: the operator pods would
+        // manage whatever cluster that file names.
+        let kubeconfig = Path::new(ROOT_KUBECONFIG);
+        if kubeconfig.exists() {
+            return Err(LocalClusterError::Failed {
+                what: "start the operator pods safely".into(),
+                reason: format!("{ROOT_KUBECONFIG} exists and the operator pods (run by the node agent on this machine's files) would use it instead of the local cluster; move it away while the local cluster runs"),
+            });
+        }
         let started = Instant::now();
         let cp = ControlPlane::start()?;
         let cp_took = started.elapsed();
