@@ -265,7 +265,7 @@ fn a_replacement_pod_is_not_ready_until_synced_and_loses_nothing() {
     }
     let first = |f: &dyn Fn(&Sample) -> bool| samples.iter().find(|s| f(s)).map(|s| s.at);
     let answered = first(&|s| s.dbsize.is_some());
-    let not_ready_with_data = samples.iter().filter(|s| !s.pod_ready && s.readyz != Some(200) && s.dbsize.is_some()).count();
+    let not_ready: Vec<i64> = samples.iter().filter(|s| !s.pod_ready && s.readyz != Some(200)).filter_map(|s| s.dbsize).collect();
     let readyz_ok = first(&|s| s.readyz == Some(200));
     let pod_ready = first(&|s| s.pod_ready);
     assert!(answered.is_some(), "the replacement's engine never answered: {samples:?}");
@@ -282,7 +282,7 @@ fn a_replacement_pod_is_not_ready_until_synced_and_loses_nothing() {
     assert!(sizes.iter().all(|&n| n == sizes[0]), "every pod holds the same keyspace: {names:?} {sizes:?}");
     eprintln!(
         "MEASURED pod loss: {BULK_KEYS} keys preloaded and replicated in {preloaded:.1?}; after deleting {victim}: engine answered at {answered:.1?}, \
-         /readyz 200 at {readyz_ok:.1?}, pod Ready at {pod_ready:.1?} ({} samples, {not_ready_with_data} of them not ready while answering); \
+         /readyz 200 at {readyz_ok:.1?}, pod Ready at {pod_ready:.1?} ({} samples; DBSIZE while /readyz said not ready: {not_ready:?}); \
          cluster Ready again at {:.1?}; DBSIZE {sizes:?}; acknowledged writes on all pods {converged:.1?} after the load stopped",
         samples.len(),
         deleted.elapsed()

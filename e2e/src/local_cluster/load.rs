@@ -10,10 +10,11 @@
 //! separates the client from the pod it writes to: both sides of a partition keep taking writes.
 //!
 //! The [`Ledger`] records, per key, the last acknowledged `seq` and the later writes whose
-//! outcome is unknown (the connection failed before the reply). The writes are sequential in
-//! time on one machine's clock, so under last-write-wins a key's final value is its last
-//! acknowledged `seq`, or one of those later unknown writes; anything else (absent, older) is a
-//! lost acknowledged write.
+//! outcome is unknown (the connection failed before the reply); a write answered with an error
+//! (e.g. `READONLY` from a pod drained for a scale down) did not happen. The writes are
+//! sequential in time on one machine's clock, so under last-write-wins a key's final value is
+//! its last acknowledged `seq`, or one of those later unknown writes; anything else (absent,
+//! older) is a lost acknowledged write, or a refused one that was applied after all.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,6 +65,8 @@ pub struct Progress {
     pub acked: u64,
     /// Writes sent whose reply never came (outcome unknown).
     pub failed: u64,
+    /// Writes answered with an error (not applied), e.g. `READONLY` from a draining pod.
+    pub refused: u64,
     /// Writes not sent because no connection to the target could be opened.
     pub skipped: u64,
     /// Acknowledged writes per pod.
@@ -77,8 +80,9 @@ impl Progress {
     pub fn summary(&self) -> String {
         let pods: Vec<String> = self.per_pod.iter().map(|(p, n)| format!("{p}={n}")).collect();
         format!(
-            "{} acked, {} unknown outcome, {} not sent; longest gap between acks {:.1?}; acks per pod {}",
+            "{} acked, {} refused, {} unknown outcome, {} not sent; longest gap between acks {:.1?}; acks per pod {}",
             self.acked,
+            self.refused,
             self.failed,
             self.skipped,
             self.longest_gap,
@@ -244,6 +248,7 @@ impl Writer {
                     history.unknown_after.push(seq);
                     p.failed += 1;
                 }
+                Outcome::Refused => p.refused += 1,
                 Outcome::NotSent => p.skipped += 1,
             }
             p.targets = self.targets.clone();
@@ -266,6 +271,9 @@ impl Writer {
         let Some(conn) = self.connections.get_mut(pod) else { return Outcome::NotSent };
         match conn.call(&["SET", key, &seq.to_string()]) {
             Ok(Reply::Simple(ok)) if ok == "OK" => Outcome::Acked,
+            // An error reply means the command did not run (as in Redis): the write must not
+            // show up anywhere, which the ledger checks by not counting it.
+            Ok(Reply::Error(_)) => Outcome::Refused,
             _ => {
                 // Whatever happened, the write may have been applied; start afresh.
                 self.connections.remove(pod);
@@ -306,6 +314,7 @@ impl Writer {
 
 enum Outcome {
     Acked,
+    Refused,
     Unknown,
     NotSent,
 }
