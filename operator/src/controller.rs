@@ -6,7 +6,8 @@
 //! `error_policy` tells an invalid spec (already reported in status: wait for the spec to
 //! change) from a transient error (requeue with exponential backoff, 5 s doubling to 5 min).
 //! A successful reconcile requeues after 5 s while a scale is in flight, 15 s while the cluster
-//! is not running with a fully connected mesh, and 5 min otherwise.
+//! is not running with a fully connected mesh, and 10 s otherwise (a partition changes no
+//! Kubernetes object: only polling the engines shows it).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -41,7 +42,9 @@ use crate::validate::{validate, InvalidSpec};
 /// Requeue delays after a successful reconcile.
 pub const REQUEUE_SCALING: Duration = Duration::from_secs(5);
 pub const REQUEUE_NOT_WIRED: Duration = Duration::from_secs(15);
-pub const REQUEUE_STEADY: Duration = Duration::from_secs(300);
+/// A running cluster is rechecked this often: a partition leaves every pod ready and changes
+/// no Kubernetes object, so only polling the engines shows it (MeshConnected, Degraded).
+pub const REQUEUE_STEADY: Duration = Duration::from_secs(10);
 
 /// Backoff after failed reconciles: 5 s, doubling, at most 5 min.
 pub const BACKOFF_BASE: Duration = Duration::from_secs(5);

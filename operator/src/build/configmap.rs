@@ -51,6 +51,9 @@ pub fn engine_config(input: &BuildInput) -> EngineConfig {
         ("protected-mode", "no".to_string()),
         ("active-replica", "yes".to_string()),
         ("multi-master", "yes".to_string()),
+        // A mesh link silent this long (heartbeats come every 200 ms) is down: a partition
+        // shows in the status within seconds, not Redis's default minute.
+        ("repl-timeout", "10".to_string()),
         ("save", "\"\"".to_string()),
         ("appendonly", "no".to_string()),
     ] {
@@ -112,6 +115,7 @@ mod tests {
             "protected-mode no",
             "active-replica yes",
             "multi-master yes",
+            "repl-timeout 10",
             "maxmemory-policy noeviction",
         ] {
             assert!(text.lines().any(|l| l == line), "missing '{line}' in:\n{text}");

@@ -31,7 +31,8 @@ pub fn compute(input: &StatusInput) -> CacheClusterStatus {
     let all_ready = ready >= desired as usize;
     let mesh = mesh_connection(input);
     let phase = phase(input, previous.phase, all_ready, mesh.status == Status::True);
-    let degraded = degraded_reasons(input);
+    let mut degraded = degraded_reasons(input);
+    degraded.extend(broken_links(input, &mesh));
     let mut states = vec![
         ConditionState::new(
             types::READY,
@@ -43,7 +44,7 @@ pub fn compute(input: &StatusInput) -> CacheClusterStatus {
     ];
     states.push(match (phase, degraded.is_empty()) {
         (Phase::Pending | Phase::Creating, _) => ConditionState::new(types::DEGRADED, Status::False, "Creating", "the cluster has not run yet"),
-        (_, true) => ConditionState::new(types::DEGRADED, Status::False, "Healthy", "every mesh member is ready and answers"),
+        (_, true) => ConditionState::new(types::DEGRADED, Status::False, "Healthy", "every mesh member is ready, answers and streams from every other"),
         (_, false) => ConditionState::new(types::DEGRADED, Status::True, "MembersUnhealthy", degraded.join("; ")),
     });
     states.push(mesh);
@@ -140,6 +141,12 @@ fn degraded_reasons(input: &StatusInput) -> Vec<String> {
     }
     reasons.extend(input.wiring.failed.iter().map(|(pod, e)| format!("peer list of {pod} not set: {e}")));
     reasons
+}
+
+/// Mesh links that are down between joined members, once the mesh is not being rewired: a
+/// partition leaves every pod ready, and only the links show it.
+fn broken_links(input: &StatusInput, mesh: &ConditionState) -> Option<String> {
+    (mesh.status == Status::False && input.plan.settled()).then(|| format!("mesh links down: {}", mesh.message))
 }
 
 /// True when every joined member streams from every other joined member.

@@ -82,6 +82,26 @@ fn a_lost_pod_degrades_a_running_cluster_and_transition_times_hold() {
 }
 
 #[test]
+fn a_partition_that_leaves_every_pod_ready_still_degrades_the_cluster() {
+    let mut c = cluster("{}");
+    c.status = Some(status_of(&c, &full_mesh(3), Some(3), at("2024-01-01T00:00:00Z")));
+    let mut members = full_mesh(3);
+    for (i, m) in members.iter_mut().enumerate() {
+        for p in &mut m.status.as_mut().expect("answers").peers {
+            if i == 2 || p.node_name == "demo-2" {
+                p.link = "down".into();
+            }
+        }
+    }
+    let status = status_of(&c, &members, Some(3), at("2024-01-01T00:01:00Z"));
+    assert_eq!(condition(&status, types::READY).status, "True", "{status:#?}");
+    assert_eq!(condition(&status, types::MESH_CONNECTED).status, "False", "{status:#?}");
+    assert_eq!(status.phase, Some(Phase::Degraded), "{status:#?}");
+    let degraded = condition(&status, types::DEGRADED);
+    assert!(degraded.status == "True" && degraded.message.contains("mesh links down") && degraded.message.contains("demo-2"), "{status:#?}");
+}
+
+#[test]
 fn scaling_a_running_cluster() {
     let mut c = cluster("replicas: 5");
     c.status = Some(status_of(&cluster("{}"), &full_mesh(3), Some(3), at("2024-01-01T00:00:00Z")));
