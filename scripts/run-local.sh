@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# KeyMesh's main job, locally: builds keymesh-server and runs a 3-node multi-master mesh on
-# 127.0.0.1 (client ports 6379, 6380, 6381; mesh ports +10000; metrics 9121-9123). Every node
-# accepts writes and replicates to the others. Ctrl-C stops all three.
+# The engine alone, locally (the main job with Kubernetes is scripts/run-local-cluster.sh):
+# builds keymesh-server and runs a 3-node multi-master mesh on 127.0.0.1 (client ports 6379,
+# 6380, 6381; mesh ports +10000; metrics 9121-9123). Every node accepts writes and replicates
+# to the others. Ctrl-C stops all three.
 #
 #   scripts/run-local.sh [--nodes N] [--port FIRST_PORT]
-#
-# The local Kubernetes cluster with the operator (issues 4 and 5) will take over this command.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
