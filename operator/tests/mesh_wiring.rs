@@ -155,6 +155,16 @@ fn redis(ordinal: u32, args: &[&str]) -> Option<String> {
     reply.strip_prefix("+OK\r\n").map(str::to_string)
 }
 
+/// The HTTP status code of `GET path` on pod `ordinal`'s metrics port (9121).
+fn http_status(ordinal: u32, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect_timeout(&format!("{}:9121", ip(ordinal)).parse().ok()?, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    stream.write_all(format!("GET {path} HTTP/1.1\r\nHost: pod\r\nConnection: close\r\n\r\n").as_bytes()).ok()?;
+    let mut reply = String::new();
+    let _ = stream.read_to_string(&mut reply);
+    reply.split_whitespace().nth(1).map(str::to_string)
+}
+
 fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !check() {
@@ -261,6 +271,8 @@ async fn the_operators_wiring_creates_scales_up_and_scales_down_a_real_mesh() {
     let refused = redis(4, &["SET", "on-a-leaving-pod", "x"]).unwrap_or_default();
     assert!(refused.starts_with("-READONLY"), "a leaving pod refuses writes once drained, so none is acknowledged that its peers never merge: {refused:?}");
     assert_eq!(redis(4, &["GET", "from-new-pod"]).as_deref(), Some("$2\r\nv2\r\n"), "a leaving pod still serves reads");
+    let readyz = http_status(4, "/readyz");
+    assert_eq!(readyz.as_deref(), Some("503"), "a drained pod is not ready, so the client Service stops sending it clients");
     let replicas = reconcile_until_settled(&pods, 3, 5).await;
     assert_eq!(replicas, 3, "the StatefulSet shrinks once nobody lists a leaving pod");
     for (i, list) in peer_lists(&pods).await.into_iter().filter(|(i, _)| *i < 3) {
