@@ -15,10 +15,12 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
+use tokio::sync::watch;
 use tracing::debug;
 
 use crate::client::{BlockRequest, ClientState, ReplyMode};
 use crate::frame::Frame;
+use crate::handoff::Phase;
 use crate::parse::{parse_request, Request};
 use crate::server::Server;
 
@@ -43,8 +45,15 @@ pub async fn serve(server: Arc<Server>, socket: TcpStream, addr: SocketAddr) {
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut output = BytesMut::with_capacity(READ_CHUNK);
     let mut shutdown = server.shutdown_signal();
+    let mut handoff = server.handoff.subscribe();
+    // Set when a handoff begins while this connection is open: it closes once idle.
+    let mut leaving = false;
 
     'connection: loop {
+        if leaving && is_idle(&client, &input) {
+            debug!(client = client.id, "handoff: closing idle client");
+            break;
+        }
         let idle = idle_limit(&server, &client);
         tokio::select! {
             read = reader.read_buf(&mut input) => match read {
@@ -59,6 +68,14 @@ pub async fn serve(server: Arc<Server>, socket: TcpStream, addr: SocketAddr) {
             }
             _ = handle.kill_signal.notified() => break,
             _ = shutdown.changed() => break,
+            Ok(()) = handoff.changed() => {
+                match *handoff.borrow_and_update() {
+                    Phase::Serving => leaving = false,
+                    Phase::Closing => leaving = true,
+                    Phase::Done => { debug!(client = client.id, "handoff done: closing client"); break }
+                }
+                continue;
+            }
             _ = sleep_or_forever(idle) => { debug!(client = client.id, "closing idle client"); break }
         }
         if handle.killed.load(Ordering::Acquire) {
@@ -101,7 +118,7 @@ pub async fn serve(server: Arc<Server>, socket: TcpStream, addr: SocketAddr) {
                     cancel_block(&server, &block);
                     break 'connection;
                 }
-                let Some(frame) = wait_blocked(&server, &client, block, &mut reader, &mut input).await else {
+                let Some(frame) = wait_blocked(&server, &client, block, &mut reader, &mut input, &mut handoff).await else {
                     break 'connection;
                 };
                 frame.encode(client.resp, &mut output);
@@ -143,6 +160,12 @@ fn refuse(server: &Server, addr: SocketAddr) -> Option<&'static str> {
         return Some("-DENIED Running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. Set a password with `requirepass`, bind explicitly to the interfaces clients use, or disable protected mode with `protected-mode no`.\r\n");
     }
     None
+}
+
+/// Between requests, with nothing half-received and no state a close would lose: a handoff may
+/// close it now without cutting off anything the client is waiting for.
+fn is_idle(client: &ClientState, input: &BytesMut) -> bool {
+    input.is_empty() && client.multi.is_none() && client.subscriptions() == 0
 }
 
 /// `timeout` applies to ordinary idle clients, not to subscribers or blocked clients.
@@ -202,7 +225,14 @@ async fn flush(server: &Server, writer: &mut OwnedWriteHalf, output: &mut BytesM
 /// Waits for a blocking command's reply: served by `blocking::wake`, timed out, or cancelled
 /// by a disconnect, kill or shutdown (`None`: close the connection). Requests the client
 /// pipelines meanwhile are buffered in `input` and run after the reply, as in Redis.
-async fn wait_blocked(server: &Server, client: &ClientState, mut block: BlockRequest, reader: &mut OwnedReadHalf, input: &mut BytesMut) -> Option<Frame> {
+async fn wait_blocked(
+    server: &Server,
+    client: &ClientState,
+    mut block: BlockRequest,
+    reader: &mut OwnedReadHalf,
+    input: &mut BytesMut,
+    handoff: &mut watch::Receiver<Phase>,
+) -> Option<Frame> {
     enum Outcome {
         Served(Option<Frame>),
         TimedOut,
@@ -219,6 +249,12 @@ async fn wait_blocked(server: &Server, client: &ClientState, mut block: BlockReq
             _ = &mut timeout => break Outcome::TimedOut,
             _ = handle.kill_signal.notified() => break Outcome::Closed,
             _ = shutdown.changed() => break Outcome::Closed,
+            // A blocked client is busy: it stays through a handoff's grace, not past it.
+            Ok(()) = handoff.changed() => {
+                if *handoff.borrow_and_update() == Phase::Done {
+                    break Outcome::Closed;
+                }
+            }
             read = reader.read_buf(input) => match read {
                 // A client that goes away stops waiting: nothing may be popped on its behalf.
                 Ok(0) | Err(_) => break Outcome::Closed,

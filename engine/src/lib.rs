@@ -13,6 +13,7 @@ pub mod db;
 pub mod error;
 pub mod frame;
 pub mod glob;
+pub mod handoff;
 pub mod hlc;
 pub mod http;
 pub mod memory;

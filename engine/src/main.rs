@@ -6,6 +6,14 @@ use std::process::ExitCode;
 use keymesh_engine::config::{Config, HELP};
 use keymesh_engine::server::{self, Server};
 
+/// The version this build reports: the crate's, unless the build set `KEYMESH_BUILD_VERSION`
+/// (a release pipeline's tag; the upgrade tests build a second binary that reports another
+/// version). Read here, in the binary, so changing it rebuilds only this file.
+const BUILD_VERSION: &str = match option_env!("KEYMESH_BUILD_VERSION") {
+    Some(v) => v,
+    None => env!("CARGO_PKG_VERSION"),
+};
+
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -16,7 +24,7 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if args.iter().any(|a| a == "--version" || a == "-v") {
-        println!("keymesh-server {} (redis protocol {})", env!("CARGO_PKG_VERSION"), keymesh_engine::cmd::connection::REDIS_COMPAT_VERSION);
+        println!("keymesh-server {BUILD_VERSION} (redis protocol {})", keymesh_engine::cmd::connection::REDIS_COMPAT_VERSION);
         return ExitCode::SUCCESS;
     }
     let config = match Config::from_args(&args) {
@@ -42,7 +50,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async {
-        let server = match Server::new(config) {
+        let server = match Server::new(config, BUILD_VERSION) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("keymesh-server: {e}");

@@ -72,13 +72,19 @@ pub struct Server {
     pub stats: ServerStats,
     pub run_id: String,
     pub node_name: String,
+    /// The version this build reports (`INFO`, the admin `Status`, `--version`).
+    pub version: String,
+    /// Handing clients off before the node leaves the mesh (admin `Handoff`).
+    pub handoff: crate::handoff::Handoff,
     pub started: Instant,
     pub port: AtomicUsize,
     shutdown: watch::Sender<bool>,
 }
 
 impl Server {
-    pub fn new(config: Config) -> Result<Arc<Server>, ServerError> {
+    /// A server for `config`; `version` is what it reports itself as (the binary's build
+    /// version, see `main.rs`).
+    pub fn new(config: Config, version: &str) -> Result<Arc<Server>, ServerError> {
         let mesh_mode = config.flag("active-replica") && config.flag("multi-master");
         if !config.replicaof.is_empty() && !mesh_mode {
             return Err(ServerError::Config(
@@ -119,6 +125,8 @@ impl Server {
             stats: ServerStats::default(),
             run_id,
             node_name,
+            version: version.to_string(),
+            handoff: crate::handoff::Handoff::default(),
             started: Instant::now(),
             port: AtomicUsize::new(0),
             shutdown,
@@ -145,6 +153,18 @@ impl Server {
         self.store.tombstone_gc_ms.store(config.int("tombstone-gc-seconds") as u64 * 1000, Ordering::Relaxed);
     }
 
+    /// Changes directives that can change live, all or nothing (`CONFIG SET`, admin
+    /// `SetConfig`). The error names the directive that was refused.
+    pub fn set_live_config<'a>(&self, pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<(), String> {
+        let mut next = self.config.read().clone();
+        for (name, value) in pairs {
+            next.set_live(name, value).map_err(|m| format!("CONFIG SET failed (possibly related to argument '{name}') - {m}"))?;
+        }
+        *self.config.write() = next;
+        self.apply_config();
+        Ok(())
+    }
+
     pub fn parse_limits(&self) -> Limits {
         Limits { max_bulk_len: self.hot.proto_max_bulk_len.load(Ordering::Relaxed), max_multibulk_len: 1024 * 1024 }
     }
@@ -154,6 +174,9 @@ impl Server {
     pub fn readiness(&self) -> Result<(), String> {
         if *self.shutdown.borrow() {
             return Err("shutting down".into());
+        }
+        if self.handoff.phase() != crate::handoff::Phase::Serving {
+            return Err(format!("handing clients off before leaving the mesh ({})", self.handoff.phase().as_str()));
         }
         self.mesh.readiness()
     }

@@ -1,12 +1,17 @@
 //! The apply step: server-side apply of every child under one field manager
 //! (`keymesh-operator`, forced, so the operator's intent wins over drift), in this order:
 //!
-//! 1. Secret (generated auth) and 2. ConfigMap: what pods need before they can start;
-//! 3. headless Service: the pods' DNS names, before the pods exist;
-//! 4. client Service; 5. StatefulSet (its `replicas` is the scale plan's answer);
-//! 6. PodDisruptionBudget; 7. ServiceMonitor.
+//! 1. Secret (generated auth), 2. the settings ConfigMap and 3. the peers ConfigMap: what
+//!    pods need before they can start;
+//! 4. headless Service: the pods' DNS names, before the pods exist;
+//! 5. client Service; 6. StatefulSet (its `replicas` is the scale plan's answer, its template
+//!    and partition the upgrade's);
+//! 7. PodDisruptionBudget; 8. ServiceMonitor.
 //!
-//! An optional child that is switched off (PDB, ServiceMonitor) is deleted if it exists.
+//! An optional child that is switched off (PDB, ServiceMonitor) is deleted if it exists. The
+//! settings ConfigMaps of earlier revisions are deleted once no upgrade is in flight or on
+//! record (`collect_old_config_maps`): until then a pod may restart, or be rolled back, onto
+//! one of them.
 
 use std::fmt::Debug;
 
@@ -16,7 +21,10 @@ use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::build::{service_monitor_resource, Capabilities, Children, FIELD_MANAGER};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::ListParams;
+
+use crate::build::{common_labels, service_monitor_resource, Capabilities, Children, FIELD_MANAGER};
 use crate::names::ClusterNames;
 
 #[derive(Debug, thiserror::Error)]
@@ -25,16 +33,38 @@ pub enum ApplyError {
     Apply { kind: String, name: String, source: kube::Error },
     #[error("failed to delete {kind} {name}: {source}")]
     Delete { kind: String, name: String, source: kube::Error },
+    #[error("failed to list the ConfigMaps of CacheCluster {name}: {source}")]
+    List { name: String, source: kube::Error },
+}
+
+/// Deletes the cluster's settings ConfigMaps other than `keep` (earlier revisions'). Only
+/// called while no upgrade is in flight or on record.
+pub async fn collect_old_config_maps(client: &kube::Client, names: &ClusterNames, keep: &str) -> Result<(), ApplyError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &names.namespace);
+    let selector = common_labels(names).iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+    let list = api.list(&ListParams::default().labels(&selector)).await.map_err(|source| ApplyError::List { name: names.name.clone(), source })?;
+    // `<name>-config` itself is what operator 0.1 mounted.
+    let legacy = names.config_map_prefix();
+    let prefix = format!("{legacy}-");
+    for old in list.items.iter().map(|c| c.name_any()).filter(|n| (n.starts_with(&prefix) || *n == legacy) && n != keep) {
+        match api.delete(&old, &DeleteParams::default()).await {
+            Ok(_) => tracing::info!(config_map = %old, "deleted the settings of an earlier revision"),
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(source) => return Err(ApplyError::Delete { kind: "ConfigMap".to_string(), name: old, source }),
+        }
+    }
+    Ok(())
 }
 
 /// Applies every child, in the documented order.
 pub async fn apply_children(client: &kube::Client, names: &ClusterNames, children: Children, capabilities: Capabilities) -> Result<(), ApplyError> {
-    let Children { secret, config_map, headless_service, client_service, statefulset, pdb, service_monitor } = children;
+    let Children { secret, config_map, peers_config_map, headless_service, client_service, statefulset, pdb, service_monitor } = children;
     let ns = names.namespace.as_str();
     if let Some(secret) = secret {
         apply(&Api::namespaced(client.clone(), ns), &secret).await?;
     }
     apply(&Api::namespaced(client.clone(), ns), &config_map).await?;
+    apply(&Api::namespaced(client.clone(), ns), &peers_config_map).await?;
     apply(&Api::namespaced(client.clone(), ns), &headless_service).await?;
     apply(&Api::namespaced(client.clone(), ns), &client_service).await?;
     apply(&Api::namespaced(client.clone(), ns), &statefulset).await?;

@@ -1,13 +1,15 @@
 //! The `CacheCluster` controller: `reconcile` is a short pipeline of steps, each its own module:
 //!
-//! validate → discover + read auth + observe → mesh observe → plan → build → apply → mesh wire
-//! → status (+ Events).
+//! validate → discover + read auth + observe → mesh observe → plan (upgrade intent, scale,
+//! upgrade) → build → apply → handoff → mesh wire → status (+ Events).
 //!
 //! `error_policy` tells an invalid spec (already reported in status: wait for the spec to
 //! change) from a transient error (requeue with exponential backoff, 5 s doubling to 5 min).
-//! A successful reconcile requeues after 5 s while a scale is in flight, 15 s while the cluster
-//! is not running with a fully connected mesh, and 10 s otherwise (a partition changes no
-//! Kubernetes object: only polling the engines shows it).
+//! A successful reconcile requeues after 2 s while a pod is handed off or an upgrade moves, 5 s
+//! while a scale is in flight, 15 s while the cluster is not running with a fully connected
+//! mesh, and 10 s otherwise (a partition changes no Kubernetes object: only polling the engines
+//! shows it). Changes of the cluster's pods trigger a reconcile too (a new pod's readiness gate
+//! is opened at once).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -16,30 +18,34 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::NamespaceResourceScope;
 use kube::api::DynamicObject;
 use kube::runtime::controller::Action;
 use kube::runtime::events::Recorder;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{predicates, reflector, watcher, Controller, PredicateConfig, WatchStreamExt};
 use kube::{Api, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
 use crate::api::{condition_types, CacheCluster, CacheClusterStatus, Phase};
-use crate::apply::{apply_children, ApplyError};
+use crate::apply::{self, apply_children, ApplyError};
 use crate::auth::{self, AuthError, Password};
-use crate::build::{build_children, BuildError, BuildInput, Capabilities, FIELD_MANAGER, RESERVED_LABELS};
+use crate::build::{build_children, engine_settings, pod_template, BuildError, BuildInput, Capabilities, FIELD_MANAGER, RESERVED_LABELS, SELECTOR_LABELS};
 use crate::discovery::{self, DiscoveryError};
 use crate::events;
+use crate::handoff::{self, HandoffReport};
 use crate::mesh::{self, MeshClient, PlanInput, ScalePlan, WiringReport};
 use crate::metrics::Metrics;
 use crate::names::ClusterNames;
 use crate::observe::{self, ObserveError};
 use crate::status::{self, StatusError, StatusInput};
+use crate::upgrade::{self, HistoryError, Intent, UpgradeInput, UpgradePlan};
 use crate::validate::{validate, InvalidSpec};
 
 /// Requeue delays after a successful reconcile.
+pub const REQUEUE_HANDOFF: Duration = Duration::from_secs(2);
 pub const REQUEUE_SCALING: Duration = Duration::from_secs(5);
 pub const REQUEUE_NOT_WIRED: Duration = Duration::from_secs(15);
 /// A running cluster is rechecked this often: a partition leaves every pod ready and changes
@@ -89,6 +95,8 @@ pub enum Error {
     Apply(#[from] ApplyError),
     #[error(transparent)]
     Status(#[from] StatusError),
+    #[error(transparent)]
+    History(#[from] HistoryError),
 }
 
 impl Error {
@@ -102,6 +110,7 @@ impl Error {
             Error::Build(_) => "build",
             Error::Apply(_) => "apply",
             Error::Status(_) => "status",
+            Error::History(_) => "history",
         }
     }
 }
@@ -162,9 +171,51 @@ async fn reconcile_cluster(cluster: &CacheCluster, ctx: &Context) -> Result<Acti
     let capabilities = discovery::capabilities(&ctx.client).await?;
     let password = auth::password(&Api::<Secret>::namespaced(ctx.client.clone(), &namespace), &spec.auth).await?;
     let observed = observe::observe(&ctx.client, &names).await?;
-    let members = mesh::observe(ctx.mesh.as_ref(), observed.pods, password.value()).await;
-    let plan =
-        mesh::plan(&PlanInput { names: &names, desired: spec.replicas.unsigned_abs(), statefulset_replicas: observed.statefulset_replicas, members: &members });
+    let settings = engine_settings(&spec, &names);
+    let built = pod_template(&spec, &names, &settings);
+    let config_keys: Vec<String> = settings.live.keys().cloned().collect();
+    let members = mesh::observe(ctx.mesh.as_ref(), observed.pods.clone(), password.value(), &config_keys).await;
+
+    let previous = cluster.status.as_ref();
+    let now = Timestamp::now();
+    let upgrade_input = UpgradeInput {
+        names: &names,
+        settings: &spec.upgrade,
+        replicas: spec.replicas.unsigned_abs(),
+        target_version: &spec.target_version,
+        built: &built.hash,
+        statefulset: observed.statefulset.as_ref(),
+        members: &members,
+        endpoints: &observed.endpoints,
+        previous: previous.and_then(|s| s.upgrade.as_ref()),
+        current_version: previous.and_then(|s| s.current_version.as_deref()),
+        now,
+    };
+    let mut intent = upgrade::intent(&upgrade_input);
+    let plan_scale = |intent: &Intent| {
+        mesh::plan(&PlanInput {
+            names: &names,
+            desired: spec.replicas.unsigned_abs() + u32::from(intent.surge),
+            statefulset_replicas: observed.statefulset_replicas(),
+            members: &members,
+            endpoints: &observed.endpoints,
+        })
+    };
+    let mut plan = plan_scale(&intent);
+    let mut upgrade = upgrade::plan(&upgrade_input, &intent, &plan);
+    let template = match rollback_template(ctx, &names, &upgrade).await? {
+        Ok(template) => template.unwrap_or_else(|| built.clone()),
+        Err(missing) => {
+            // The revision to return to is gone from the history: hold on the failed spec.
+            intent = Intent { target: built.hash.clone(), rollback: false, hold_failed: true, surge: intent.surge };
+            plan = plan_scale(&intent);
+            upgrade = upgrade::plan(&upgrade_input, &intent, &plan);
+            if let Some(status) = upgrade.status.as_mut() {
+                status.message = format!("{}; cannot roll back: {missing}", status.message);
+            }
+            built.clone()
+        }
+    };
 
     let children = build_children(&BuildInput {
         cluster,
@@ -174,12 +225,21 @@ async fn reconcile_cluster(cluster: &CacheCluster, ctx: &Context) -> Result<Acti
         config_peers: &plan.config_peers,
         generated_password: password.generated(),
         capabilities,
+        template: &template,
+        partition: upgrade.partition,
     })?;
     apply_children(&ctx.client, &names, children, capabilities).await?;
 
-    let wiring = match password {
-        Password::Missing { .. } => WiringReport::default(),
-        _ => mesh::wire(ctx.mesh.as_ref(), &members, &plan, password.value()).await,
+    let (handoffs, wiring) = match password {
+        Password::Missing { .. } => (HandoffReport::default(), WiringReport::default()),
+        _ => {
+            let mut leaving = plan.handoffs.clone();
+            leaving.extend(upgrade.handoff.clone());
+            let actions = handoff::actions(&members, &leaving);
+            let grace_ms = u64::try_from(spec.upgrade.handoff_grace_seconds).unwrap_or(0) * 1000;
+            let handoffs = handoff::apply(&ctx.client, ctx.mesh.as_ref(), &names, &members, &actions, grace_ms, password.value()).await;
+            (handoffs, mesh::wire(ctx.mesh.as_ref(), &members, &plan, &settings.live, password.value()).await)
+        }
     };
     let status = status::compute(&StatusInput {
         cluster,
@@ -187,19 +247,39 @@ async fn reconcile_cluster(cluster: &CacheCluster, ctx: &Context) -> Result<Acti
         spec: &spec,
         members: &members,
         plan: &plan,
+        upgrade: &upgrade,
         wiring: &wiring,
         password: &password,
-        now: Timestamp::now(),
+        now,
     });
     status::patch_if_changed(&clusters, cluster, &status).await?;
-    events::publish(&ctx.recorder, cluster, events::transitions(&names, cluster.status.as_ref(), &status, &plan, &wiring)).await;
-    Ok(Action::requeue(requeue_after(&plan, &wiring, &status)))
+    let transitions = events::transitions(&names, cluster.status.as_ref(), &status, &plan, &wiring, &handoffs);
+    events::publish(&ctx.recorder, cluster, transitions).await;
+    if status.upgrade.is_none() {
+        apply::collect_old_config_maps(&ctx.client, &names, &names.config_map(&settings.hash)).await?;
+    }
+    Ok(Action::requeue(requeue_after(&plan, &upgrade, &wiring, &status)))
+}
+
+/// The template of the revision a failed upgrade rolls back to: `Ok(None)` when not rolling
+/// back, `Ok(Err(why))` when the history no longer holds it.
+async fn rollback_template(ctx: &Context, names: &ClusterNames, upgrade: &UpgradePlan) -> Result<Result<Option<crate::build::PodTemplate>, String>, Error> {
+    if !upgrade.rollback {
+        return Ok(Ok(None));
+    }
+    Ok(match upgrade::find_template(&ctx.client, names, &upgrade.target).await? {
+        Some(template) => Ok(Some(template)),
+        None => Err(format!("revision {} is no longer in the StatefulSet's history", upgrade.target)),
+    })
 }
 
 /// Soon while something is moving; slowly once the cluster runs with a full mesh.
-pub fn requeue_after(plan: &ScalePlan, wiring: &WiringReport, status: &CacheClusterStatus) -> Duration {
+pub fn requeue_after(plan: &ScalePlan, upgrade: &UpgradePlan, wiring: &WiringReport, status: &CacheClusterStatus) -> Duration {
     let connected = status.condition(condition_types::MESH_CONNECTED).is_some_and(|c| c.status == "True");
-    if !plan.settled() || !wiring.failed.is_empty() {
+    let handing_off = upgrade.handoff.is_some() || plan.handoffs.values().any(|step| !step.complete());
+    if handing_off || upgrade.in_flight() {
+        REQUEUE_HANDOFF
+    } else if !plan.settled() || !wiring.failed.is_empty() {
         REQUEUE_SCALING
     } else if status.phase != Some(Phase::Running) || !connected {
         REQUEUE_NOT_WIRED
@@ -225,11 +305,17 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<&str>, capabilities: Capab
         .applied_objects()
         .predicate_filter(predicates::generation, PredicateConfig::default());
     let owned = || watcher::Config::default().labels(&format!("{}={FIELD_MANAGER}", RESERVED_LABELS[0]));
+    // The pods belong to the StatefulSet, not to the CacheCluster: map them back by label.
+    let pod_owner = |pod: Pod| {
+        let name = pod.labels().get(SELECTOR_LABELS[1])?.clone();
+        Some(ObjectRef::<CacheCluster>::new(&name).within(&pod.namespace()?))
+    };
     let mut controller = Controller::for_stream(clusters, reader)
         .owns(api::<StatefulSet>(client, namespace), owned())
         .owns(api::<Service>(client, namespace), owned())
         .owns(api::<ConfigMap>(client, namespace), owned())
-        .owns(api::<Secret>(client, namespace), owned());
+        .owns(api::<Secret>(client, namespace), owned())
+        .watches(api::<Pod>(client, namespace), owned(), pod_owner);
     if let Some(version) = capabilities.pdb {
         let resource = version.api_resource();
         let pdbs: Api<DynamicObject> = match namespace {

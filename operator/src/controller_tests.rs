@@ -6,17 +6,40 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::*;
-use crate::fixtures::{auth_secret, node, pod, statefulset, test_context, timeout_after_5s, ApiServerVerifier, FakeMesh};
+use crate::fixtures::{auth_secret, endpoints, node, pod, statefulset, test_context, timeout_after_5s, ApiServerVerifier, FakeMesh};
+use crate::names::ClusterNames;
 use crate::test_support::{cluster, engine, full_mesh};
 
 const PDB_V1BETA1: &str = "/apis/policy/v1beta1/namespaces/cache/poddisruptionbudgets/demo";
+const CONFIG_MAPS: &str = "/api/v1/namespaces/cache/configmaps";
+
+/// The revision (template hash) and settings hash a spec builds.
+fn hashes(c: &CacheCluster) -> (String, String) {
+    let spec = validate(c).expect("a valid spec");
+    let names = ClusterNames::new("demo", "cache", "cluster.local");
+    let settings = engine_settings(&spec, &names);
+    (pod_template(&spec, &names, &settings).hash, settings.hash)
+}
+
+/// One pod as the scenario's API server shows it.
+#[derive(Clone, Copy)]
+struct PodView {
+    ordinal: u32,
+    ready: bool,
+    serving: Option<bool>,
+}
+
+fn running(n: u32) -> Vec<PodView> {
+    (0..n).map(|ordinal| PodView { ordinal, ready: true, serving: Some(true) }).collect()
+}
 
 /// What the API server holds when a scenario's reconcile starts.
 enum Scenario {
     /// A new cluster on a Kubernetes 1.20 API server (policy/v1beta1 only): nothing exists.
     Create,
-    /// Everything exists; `pods` pods run on three nodes.
-    Existing { statefulset_replicas: i32, pods: u32, status_write: bool },
+    /// Everything exists and runs the spec's revision; the client Service routes to
+    /// `endpoints`; the reconcile sets the gates of `gates` (in that order).
+    Existing { statefulset_replicas: i32, pods: Vec<PodView>, endpoints: Vec<u32>, gates: Vec<&'static str>, status_write: bool },
     /// A spec that fails validation: only the status is written.
     InvalidSpec,
 }
@@ -27,6 +50,7 @@ fn node_of(ordinal: u32) -> &'static str {
 
 impl ApiServerVerifier {
     fn run(mut self, scenario: Scenario, cluster: CacheCluster, events: &'static [&'static str]) -> tokio::task::JoinHandle<ApiServerVerifier> {
+        let (revision, settings) = if matches!(scenario, Scenario::InvalidSpec) { Default::default() } else { hashes(&cluster) };
         tokio::spawn(async move {
             match scenario {
                 Scenario::Create => {
@@ -34,21 +58,29 @@ impl ApiServerVerifier {
                     self.handle_get("/api/v1/namespaces/cache/secrets/demo-auth", None).await;
                     self.handle_get("/apis/apps/v1/namespaces/cache/statefulsets/demo", None).await;
                     self.handle_list_pods(vec![]).await;
-                    self.handle_applies().await;
+                    self.handle_get("/api/v1/namespaces/cache/endpoints/demo", None).await;
+                    self.handle_applies(&settings).await;
                     self.handle_status(&cluster).await;
+                    self.handle_list(CONFIG_MAPS, "ConfigMapList", vec![]).await;
                 }
-                Scenario::Existing { statefulset_replicas, pods, status_write } => {
+                Scenario::Existing { statefulset_replicas, pods, endpoints: routed, gates, status_write } => {
                     self.handle_discovery(&["v1beta1"], false).await;
                     self.handle_get("/api/v1/namespaces/cache/secrets/demo-auth", Some(auth_secret("s3cret"))).await;
-                    self.handle_get("/apis/apps/v1/namespaces/cache/statefulsets/demo", Some(statefulset(statefulset_replicas))).await;
-                    self.handle_list_pods((0..pods).map(|i| pod(i, true, node_of(i))).collect()).await;
-                    for (i, name) in ["node-a", "node-b", "node-c"].into_iter().enumerate().take(pods.min(3) as usize) {
+                    self.handle_get("/apis/apps/v1/namespaces/cache/statefulsets/demo", Some(statefulset(statefulset_replicas, &revision))).await;
+                    let views: Vec<Value> = pods.iter().map(|p| pod(p.ordinal, p.ready, node_of(p.ordinal), &revision, p.serving)).collect();
+                    self.handle_list_pods(views).await;
+                    self.handle_get("/api/v1/namespaces/cache/endpoints/demo", Some(endpoints(&routed))).await;
+                    for (i, name) in ["node-a", "node-b", "node-c"].into_iter().enumerate().take(pods.len().min(3)) {
                         self.handle_get(&format!("/api/v1/nodes/{name}"), Some(node(name, &format!("zone-{i}")))).await;
                     }
-                    self.handle_applies().await;
+                    self.handle_applies(&settings).await;
+                    for pod in gates {
+                        self.handle_gate(pod).await;
+                    }
                     if status_write {
                         self.handle_status(&cluster).await;
                     }
+                    self.handle_list(CONFIG_MAPS, "ConfigMapList", vec![]).await;
                 }
                 Scenario::InvalidSpec => {
                     self.handle_status(&cluster).await;
@@ -59,9 +91,10 @@ impl ApiServerVerifier {
     }
 
     /// The applies of a default spec, in the documented order.
-    async fn handle_applies(&mut self) {
+    async fn handle_applies(&mut self, settings: &str) {
         self.handle_apply("/api/v1/namespaces/cache/secrets/demo-auth").await;
-        self.handle_apply("/api/v1/namespaces/cache/configmaps/demo-config").await;
+        self.handle_apply(&format!("{CONFIG_MAPS}/demo-config-{settings}")).await;
+        self.handle_apply(&format!("{CONFIG_MAPS}/demo-peers")).await;
         self.handle_apply("/api/v1/namespaces/cache/services/demo-headless").await;
         self.handle_apply("/api/v1/namespaces/cache/services/demo").await;
         self.handle_apply("/apis/apps/v1/namespaces/cache/statefulsets/demo").await;
@@ -74,16 +107,25 @@ fn applied<'a>(verifier: &'a ApiServerVerifier, key: &str) -> &'a Value {
 }
 
 fn config_peers(verifier: &ApiServerVerifier) -> Vec<String> {
-    let config = applied(verifier, "ConfigMap/demo-config")["data"]["keymesh.conf"].as_str().unwrap_or_default().to_string();
+    let config = applied(verifier, "ConfigMap/demo-peers")["data"]["peers.conf"].as_str().unwrap_or_default().to_string();
     config.lines().filter_map(|l| l.strip_prefix("replicaof ")).map(|l| l.split('.').next().unwrap_or_default().to_string()).collect()
+}
+
+fn partition(verifier: &ApiServerVerifier) -> Value {
+    applied(verifier, "StatefulSet/demo")["spec"]["updateStrategy"]["rollingUpdate"]["partition"].clone()
+}
+
+fn existing(statefulset_replicas: i32, pods: Vec<PodView>, status_write: bool) -> Scenario {
+    let endpoints = pods.iter().filter(|p| p.ready && p.serving == Some(true)).map(|p| p.ordinal).collect();
+    Scenario::Existing { statefulset_replicas, pods, endpoints, gates: vec![], status_write }
 }
 
 /// A cluster whose status is what a reconcile of `members` computes (a previous reconcile).
 async fn with_status(spec_yaml: &str, statefulset_replicas: i32, members: Vec<crate::mesh::MemberState>) -> CacheCluster {
     let mut c = cluster(spec_yaml);
-    let pods = members.len() as u32;
+    let pods = running(members.len() as u32);
     let (ctx, verifier) = test_context(FakeMesh::new(members));
-    let server = verifier.run(Scenario::Existing { statefulset_replicas, pods, status_write: true }, c.clone(), &["Running"]);
+    let server = verifier.run(existing(statefulset_replicas, pods, true), c.clone(), &["Running"]);
     reconcile(Arc::new(c.clone()), ctx).await.expect("the previous reconcile succeeds");
     let verifier = timeout_after_5s(server).await;
     c.status = Some(serde_json::from_value(verifier.statuses[0].clone()).expect("a status"));
@@ -100,6 +142,7 @@ async fn create_applies_every_child_in_order_and_reports_pending() {
     assert_eq!(action, Action::requeue(REQUEUE_SCALING));
     let sts = applied(&verifier, "StatefulSet/demo");
     assert_eq!(sts["spec"]["replicas"], 3, "{sts:#}");
+    assert_eq!(partition(&verifier), 0, "a new cluster's pods are all created from the spec's template");
     let password = &applied(&verifier, "Secret/demo-auth")["data"]["password"];
     assert!(password.as_str().is_some_and(|p| p.len() > 20), "a generated password: {password}");
     assert_eq!(applied(&verifier, "PodDisruptionBudget/demo")["apiVersion"], "policy/v1beta1", "Kubernetes 1.20 gets policy/v1beta1");
@@ -113,12 +156,12 @@ async fn re_reconciling_a_running_cluster_changes_nothing() {
     assert_eq!(c.status.as_ref().and_then(|s| s.phase), Some(Phase::Running), "{c:#?}");
     let mesh = FakeMesh::new(full_mesh(3));
     let (ctx, verifier) = test_context(mesh.clone());
-    let server = verifier.run(Scenario::Existing { statefulset_replicas: 3, pods: 3, status_write: false }, c.clone(), &[]);
+    let server = verifier.run(existing(3, running(3), false), c.clone(), &[]);
     let action = reconcile(Arc::new(c), ctx).await.expect("reconciles");
     let verifier = timeout_after_5s(server).await;
     assert_eq!(action, Action::requeue(REQUEUE_STEADY));
     assert!(verifier.statuses.is_empty(), "an unchanged status is not written: {:?}", verifier.statuses);
-    assert!(mesh.calls().is_empty(), "no peer list changes: {:?}", mesh.calls());
+    assert!(mesh.calls().is_empty() && mesh.handoffs().is_empty(), "no peer list or handoff changes: {:?} {:?}", mesh.calls(), mesh.handoffs());
     assert_eq!(
         mesh.passwords_seen.lock().expect("lock").first().cloned().flatten().as_deref(),
         Some("s3cret"),
@@ -131,12 +174,81 @@ async fn re_reconciling_a_running_cluster_changes_nothing() {
 }
 
 #[tokio::test]
+async fn new_pods_get_their_readiness_gate_opened() {
+    let c = with_status("{}", 3, full_mesh(3)).await;
+    let mesh = FakeMesh::new(full_mesh(3));
+    let (ctx, verifier) = test_context(mesh);
+    let mut pods = running(3);
+    pods[1].serving = None;
+    let scenario = Scenario::Existing { statefulset_replicas: 3, pods, endpoints: vec![0, 2], gates: vec!["demo-1"], status_write: true };
+    let server = verifier.run(scenario, c.clone(), &["Degraded"]);
+    reconcile(Arc::new(c), ctx).await.expect("reconciles");
+    timeout_after_5s(server).await;
+}
+
+#[tokio::test]
+async fn a_live_setting_reaches_every_engine_without_a_new_revision() {
+    let c = with_status("{}", 3, full_mesh(3)).await;
+    let mut changed = c.clone();
+    changed.spec.engine.eviction_policy = crate::api::EvictionPolicy::AllkeysLru;
+    assert_eq!(hashes(&c), hashes(&changed), "a live setting changes neither the revision nor the settings ConfigMap");
+    let mesh = FakeMesh::new(full_mesh(3));
+    let (ctx, verifier) = test_context(mesh.clone());
+    let events = &["ConfigApplied", "ConfigApplied", "ConfigApplied"];
+    let server = verifier.run(existing(3, running(3), false), changed.clone(), events);
+    reconcile(Arc::new(changed), ctx).await.expect("reconciles");
+    let verifier = timeout_after_5s(server).await;
+    let configs = mesh.configs();
+    assert_eq!(configs.len(), 3, "{configs:?}");
+    assert!(configs.iter().all(|(_, values)| values.get("maxmemory-policy").map(String::as_str) == Some("allkeys-lru")), "{configs:?}");
+    assert_eq!(partition(&verifier), 0, "no pod is replaced");
+}
+
+#[tokio::test]
+async fn a_version_change_freezes_the_partition_and_takes_the_highest_pod_out_of_service() {
+    let c = with_status("{}", 3, full_mesh(3)).await;
+    let mut upgraded = c.clone();
+    upgraded.spec.version = Some("0.2.0".into());
+    upgraded.metadata.generation = Some(2);
+    let mesh = FakeMesh::new(full_mesh(3));
+    let (ctx, mut verifier) = test_context(mesh.clone());
+    // The live StatefulSet and pods run the old revision.
+    let (old_revision, old_settings) = hashes(&c);
+    let (_, new_settings) = hashes(&upgraded);
+    let cluster = upgraded.clone();
+    let server = tokio::spawn(async move {
+        verifier.handle_discovery(&["v1beta1"], false).await;
+        verifier.handle_get("/api/v1/namespaces/cache/secrets/demo-auth", Some(auth_secret("s3cret"))).await;
+        verifier.handle_get("/apis/apps/v1/namespaces/cache/statefulsets/demo", Some(statefulset(3, &old_revision))).await;
+        verifier.handle_list_pods((0..3).map(|i| pod(i, true, node_of(i), &old_revision, Some(true))).collect()).await;
+        verifier.handle_get("/api/v1/namespaces/cache/endpoints/demo", Some(endpoints(&[0, 1, 2]))).await;
+        for (i, name) in ["node-a", "node-b", "node-c"].into_iter().enumerate() {
+            verifier.handle_get(&format!("/api/v1/nodes/{name}"), Some(node(name, &format!("zone-{i}")))).await;
+        }
+        assert_eq!(old_settings, new_settings, "a version change keeps the settings");
+        verifier.handle_applies(&new_settings).await;
+        assert_eq!(verifier.handle_gate("demo-2").await, "False", "the highest pod leaves the Service first");
+        verifier.handle_status(&cluster).await;
+        verifier.finish(&["HandingOff", "Upgrading", "ReplacingPod", "Upgrading"]).await
+    });
+    let action = reconcile(Arc::new(upgraded), ctx).await.expect("reconciles");
+    let verifier = timeout_after_5s(server).await;
+    assert_eq!(action, Action::requeue(REQUEUE_HANDOFF));
+    assert_eq!(partition(&verifier), 3, "nothing is replaced before its handoff");
+    let status = &verifier.statuses[0];
+    assert_eq!((status["phase"].as_str(), status["upgrade"]["state"].as_str()), (Some("Upgrading"), Some("Rolling")), "{status:#}");
+    assert_eq!(status["upgrade"]["currentPod"], "demo-2", "{status:#}");
+    assert_eq!(status["currentVersion"], "0.1.0", "the version moves only when every pod runs it: {status:#}");
+    assert!(mesh.handoffs().is_empty(), "the engine's handoff waits until the pod is out of the endpoints");
+}
+
+#[tokio::test]
 async fn scale_up_grows_the_statefulset_and_new_pods_sync_from_the_old_members() {
     let mut c = with_status("{}", 3, full_mesh(3)).await;
     c.spec.replicas = 5;
     let mesh = FakeMesh::new(full_mesh(3));
     let (ctx, verifier) = test_context(mesh.clone());
-    let server = verifier.run(Scenario::Existing { statefulset_replicas: 3, pods: 3, status_write: true }, c.clone(), &["ScalingUp", "Scaling"]);
+    let server = verifier.run(existing(3, running(3), true), c.clone(), &["ScalingUp", "Scaling"]);
     let action = reconcile(Arc::new(c), ctx).await.expect("reconciles");
     let verifier = timeout_after_5s(server).await;
     assert_eq!(action, Action::requeue(REQUEUE_SCALING));
@@ -155,7 +267,7 @@ async fn scale_up_adds_a_synced_pod_to_every_peer_list() {
     let mesh = FakeMesh::new(members);
     let (ctx, verifier) = test_context(mesh.clone());
     let events = &["PeersAdded", "Scaling"];
-    let server = verifier.run(Scenario::Existing { statefulset_replicas: 4, pods: 4, status_write: true }, c.clone(), events);
+    let server = verifier.run(existing(4, running(4), true), c.clone(), events);
     reconcile(Arc::new(c), ctx).await.expect("reconciles");
     let verifier = timeout_after_5s(server).await;
     let mut calls = mesh.calls();
@@ -172,44 +284,56 @@ async fn scale_up_adds_a_synced_pod_to_every_peer_list() {
 }
 
 #[tokio::test]
-async fn scale_down_removes_leaving_pods_from_peer_lists_then_shrinks() {
+async fn scale_down_hands_leaving_pods_off_removes_them_from_peer_lists_then_shrinks() {
     let mut c = with_status("replicas: 5", 5, full_mesh(5)).await;
     c.spec.replicas = 3;
     let mesh = FakeMesh::new(full_mesh(5));
+    let step = |scenario: Scenario, c: &CacheCluster, events: &'static [&'static str]| {
+        let (ctx, verifier) = test_context(mesh.clone());
+        let server = verifier.run(scenario, c.clone(), events);
+        let c = c.clone();
+        async move {
+            reconcile(Arc::new(c), ctx).await.expect("reconciles");
+            timeout_after_5s(server).await
+        }
+    };
 
-    // First reconcile: the leaving pods 3 and 4 are drained (they refuse writes) but stay in
-    // every peer list until the remaining members have merged their last writes.
-    let (ctx, verifier) = test_context(mesh.clone());
-    let events = &["Draining", "Draining", "Scaling"];
-    let server = verifier.run(Scenario::Existing { statefulset_replicas: 5, pods: 5, status_write: true }, c.clone(), events);
-    reconcile(Arc::new(c.clone()), ctx).await.expect("reconciles");
-    let verifier = timeout_after_5s(server).await;
-    assert_eq!(applied(&verifier, "StatefulSet/demo")["spec"]["replicas"], 5, "no shrink while leaving pods drain");
-    assert!(mesh.calls().is_empty(), "no peer list changes before the leaving pods' writes are merged: {:?}", mesh.calls());
-    assert!(mesh.draining("demo-3") && mesh.draining("demo-4") && !mesh.draining("demo-0"), "the leaving pods are drained");
-
-    // Second reconcile: every remaining member's link to them is connected with no lag, so
-    // the StatefulSet keeps 5 pods while the remaining members drop 3 and 4.
+    // 1. The leaving pods 3 and 4 leave the client Service (their gates close); nothing else.
+    let scenario =
+        Scenario::Existing { statefulset_replicas: 5, pods: running(5), endpoints: vec![0, 1, 2, 3, 4], gates: vec!["demo-3", "demo-4"], status_write: true };
+    let verifier = step(scenario, &c, &["HandingOff", "HandingOff", "Scaling"]).await;
+    assert_eq!(applied(&verifier, "StatefulSet/demo")["spec"]["replicas"], 5, "no shrink while leaving pods are handed off");
+    assert!(mesh.calls().is_empty() && mesh.handoffs().is_empty(), "{:?} {:?}", mesh.calls(), mesh.handoffs());
     c.status = Some(serde_json::from_value(verifier.statuses[0].clone()).expect("a status"));
-    let (ctx, verifier) = test_context(mesh.clone());
-    let events = &["PeersRemoved", "PeersRemoved"];
-    let server = verifier.run(Scenario::Existing { statefulset_replicas: 5, pods: 5, status_write: true }, c.clone(), events);
-    reconcile(Arc::new(c.clone()), ctx).await.expect("reconciles");
-    let verifier = timeout_after_5s(server).await;
+
+    // 2. Out of the endpoints: their engines hand their clients off.
+    let mut pods = running(5);
+    for p in &mut pods[3..] {
+        p.serving = Some(false);
+    }
+    let scenario = Scenario::Existing { statefulset_replicas: 5, pods: pods.clone(), endpoints: vec![0, 1, 2], gates: vec![], status_write: true };
+    let verifier = step(scenario, &c, &["ClosingClients", "ClosingClients"]).await;
+    assert_eq!(mesh.handoffs(), [("demo-3".to_string(), true), ("demo-4".to_string(), true)]);
+    assert!(mesh.calls().is_empty(), "still listed until the remaining members confirm their writes");
+    if let Some(status) = verifier.statuses.first() {
+        c.status = Some(serde_json::from_value(status.clone()).expect("a status"));
+    }
+
+    // 3. Handed off, and every remaining member confirms: they are removed from the peer lists.
+    let scenario = Scenario::Existing { statefulset_replicas: 5, pods: pods.clone(), endpoints: vec![0, 1, 2], gates: vec![], status_write: true };
+    let verifier = step(scenario, &c, &["PeersRemoved", "PeersRemoved"]).await;
     assert_eq!(applied(&verifier, "StatefulSet/demo")["spec"]["replicas"], 5, "no shrink while members list leaving pods");
     assert_eq!(config_peers(&verifier), ["demo-0", "demo-1", "demo-2"]);
     let mut calls = mesh.calls();
     calls.sort();
-    let pods: Vec<&str> = calls.iter().map(|(p, _)| p.as_str()).collect();
-    assert_eq!(pods, ["demo-0", "demo-1", "demo-2"], "only remaining members are rewired: {calls:?}");
+    let rewired: Vec<&str> = calls.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(rewired, ["demo-0", "demo-1", "demo-2"], "only remaining members are rewired: {calls:?}");
     assert!(calls.iter().all(|(_, peers)| !peers.iter().any(|p| p == "demo-3" || p == "demo-4")), "{calls:?}");
-
-    // Third reconcile: nobody lists a leaving pod, so the StatefulSet shrinks.
     c.status = Some(serde_json::from_value(verifier.statuses[0].clone()).expect("a status"));
-    let (ctx, verifier) = test_context(mesh.clone());
-    let server = verifier.run(Scenario::Existing { statefulset_replicas: 5, pods: 5, status_write: true }, c.clone(), &["ScalingDown"]);
-    reconcile(Arc::new(c), ctx).await.expect("reconciles");
-    let verifier = timeout_after_5s(server).await;
+
+    // 4. Nobody lists a leaving pod: the StatefulSet shrinks.
+    let scenario = Scenario::Existing { statefulset_replicas: 5, pods, endpoints: vec![0, 1, 2], gates: vec![], status_write: true };
+    let verifier = step(scenario, &c, &["ScalingDown"]).await;
     assert_eq!(applied(&verifier, "StatefulSet/demo")["spec"]["replicas"], 3, "shrinks once no member lists a leaving pod");
     assert_eq!(mesh.calls().len(), 3, "no further peer changes");
 }

@@ -1,5 +1,5 @@
-//! Kubernetes Events on transitions: phase changes, scale steps, peer-list changes and invalid
-//! specs. Which events a reconcile causes is decided by a pure function (`transitions`), so it
+//! Kubernetes Events on transitions: phase changes, scale steps, handoffs, upgrade steps,
+//! peer-list and live-setting changes, and invalid specs. Which events a reconcile causes is decided by a pure function (`transitions`), so it
 //! is testable; publishing is best effort (a failed Event never fails a reconcile).
 //!
 //! kube's `Recorder` folds Events with the same reason, action and related object into one
@@ -13,7 +13,8 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::Resource;
 use tracing::warn;
 
-use crate::api::{CacheCluster, CacheClusterStatus, Phase};
+use crate::api::{CacheCluster, CacheClusterStatus, Phase, UpgradeState, UpgradeStatus};
+use crate::handoff::{HandoffAction, HandoffReport};
 use crate::mesh::{ScalePlan, ScaleStep, WiringReport};
 use crate::names::ClusterNames;
 
@@ -47,6 +48,7 @@ pub fn transitions(
     new: &CacheClusterStatus,
     plan: &ScalePlan,
     wiring: &WiringReport,
+    handoffs: &HandoffReport,
 ) -> Vec<Transition> {
     let mut events = Vec::new();
     match &plan.step {
@@ -59,13 +61,28 @@ pub fn transitions(
         }
         _ => {}
     }
-    for &(i, draining) in &plan.drain_updates {
-        let (reason, note) = if draining {
-            ("Draining", format!("{} is leaving the mesh: it refuses writes until the remaining members have merged its last ones", names.pod(i)))
-        } else {
-            ("Undrained", format!("{} is wanted again: it accepts writes", names.pod(i)))
-        };
-        events.push(about(names.pod(i), normal(reason, "WireMesh", note)));
+    for action in &handoffs.done {
+        match action {
+            HandoffAction::SetGate { pod, serving: false, .. } => events.push(about(
+                pod.clone(),
+                normal("HandingOff", "Handoff", format!("{pod} leaves the client Service; its clients move to other pods before it goes")),
+            )),
+            HandoffAction::Start { pod, .. } => events.push(about(
+                pod.clone(),
+                normal("ClosingClients", "Handoff", format!("{pod} closes its client connections, then refuses writes until its peers hold them all")),
+            )),
+            HandoffAction::Cancel { pod, .. } => {
+                events.push(about(pod.clone(), normal("HandoffCancelled", "Handoff", format!("{pod} is wanted again: it serves clients and takes writes"))))
+            }
+            HandoffAction::SetGate { serving: true, .. } => {}
+        }
+    }
+    for error in &handoffs.failed {
+        events.push(warning("HandoffFailed", "Handoff", error.to_string()));
+    }
+    events.extend(upgrade_transitions(old.and_then(|s| s.upgrade.as_ref()), new.upgrade.as_ref()));
+    for (pod, directives) in &wiring.configured {
+        events.push(about(pod.clone(), normal("ConfigApplied", "Configure", format!("{pod} changed {} live, without a restart", directives.join(", ")))));
     }
     let mut added: BTreeMap<u32, Vec<&str>> = BTreeMap::new();
     let mut removed: BTreeMap<u32, Vec<&str>> = BTreeMap::new();
@@ -87,6 +104,42 @@ pub fn transitions(
         let from = old_phase.map_or("none", Phase::as_str);
         let note = format!("phase {from} → {}", phase.as_str());
         events.push(Transition { warning: phase == Phase::Degraded, reason: phase.as_str(), action: "Reconcile", note, pod: None });
+    }
+    events
+}
+
+/// The Events of an upgrade's progress: a new state, a pod handed off for replacement, a pod
+/// running the new revision, the end.
+pub fn upgrade_transitions(old: Option<&UpgradeStatus>, new: Option<&UpgradeStatus>) -> Vec<Transition> {
+    let mut events = Vec::new();
+    let same_upgrade = |o: &&UpgradeStatus| new.is_some_and(|n| n.to_revision == o.to_revision);
+    let old_same = old.filter(same_upgrade);
+    if let Some(new) = new {
+        let versions = format!("{} → {}", new.from_version.as_deref().unwrap_or("?"), new.to_version);
+        if old_same.map(|o| o.state) != Some(new.state) {
+            let (reason, warn) = match new.state {
+                UpgradeState::Pending => ("UpgradePending", false),
+                UpgradeState::Rolling => ("Upgrading", false),
+                UpgradeState::Paused => ("UpgradePaused", false),
+                UpgradeState::Failed => ("UpgradeFailed", true),
+                UpgradeState::RollingBack => ("RollingBack", true),
+                UpgradeState::RolledBack => ("RolledBack", true),
+            };
+            let note = format!("{versions} (revision {}): {}", new.to_revision, new.message);
+            events.push(Transition { warning: warn, reason, action: "Upgrade", note, pod: None });
+        }
+        if let Some(pod) = new.current_pod.as_ref().filter(|p| old_same.and_then(|o| o.current_pod.as_ref()) != Some(*p)) {
+            if matches!(new.state, UpgradeState::Rolling | UpgradeState::RollingBack) {
+                events.push(about(pod.clone(), normal("ReplacingPod", "Upgrade", format!("{pod}: {}", new.message))));
+            }
+        }
+        if old_same.is_some_and(|o| new.updated_replicas > o.updated_replicas) {
+            let note = format!("{} of the pods run revision {} ({versions})", new.updated_replicas, new.to_revision);
+            events.push(normal("PodUpgraded", "Upgrade", note));
+        }
+    } else if let Some(old) = old.filter(|o| matches!(o.state, UpgradeState::Rolling | UpgradeState::Pending | UpgradeState::Paused)) {
+        let versions = format!("{} → {}", old.from_version.as_deref().unwrap_or("?"), old.to_version);
+        events.push(normal("UpgradeCompleted", "Upgrade", format!("every pod runs revision {} ({versions})", old.to_revision)));
     }
     events
 }
@@ -131,12 +184,14 @@ mod tests {
     fn scale_up_wiring_and_phase_changes_make_events() {
         let names = names();
         let members = full_mesh(3);
-        let plan = plan(&PlanInput { names: &names, desired: 5, statefulset_replicas: Some(3), members: &members });
+        let endpoints = std::collections::BTreeSet::new();
+        let plan = plan(&PlanInput { names: &names, desired: 5, statefulset_replicas: Some(3), members: &members, endpoints: &endpoints });
         let wiring = WiringReport {
             updated: vec![("demo-0".into(), vec![3], vec![]), ("demo-2".into(), vec![3], vec![])],
+            configured: vec![],
             failed: vec![("demo-1".into(), "timeout".into())],
         };
-        let events = transitions(&names, Some(&status(Phase::Running)), &status(Phase::Scaling), &plan, &wiring);
+        let events = transitions(&names, Some(&status(Phase::Running)), &status(Phase::Scaling), &plan, &wiring, &HandoffReport::default());
         let reasons: Vec<&str> = events.iter().map(|e| e.reason).collect();
         assert_eq!(reasons, ["ScalingUp", "PeersAdded", "PeerUpdateFailed", "Scaling"], "{events:#?}");
         assert_eq!(events[1].note, "demo-3 added to the peer lists of demo-0, demo-2", "{events:#?}");
@@ -149,8 +204,9 @@ mod tests {
     fn a_steady_reconcile_makes_no_events() {
         let names = names();
         let members = full_mesh(3);
-        let plan = plan(&PlanInput { names: &names, desired: 3, statefulset_replicas: Some(3), members: &members });
-        let events = transitions(&names, Some(&status(Phase::Running)), &status(Phase::Running), &plan, &WiringReport::default());
+        let endpoints = std::collections::BTreeSet::new();
+        let plan = plan(&PlanInput { names: &names, desired: 3, statefulset_replicas: Some(3), members: &members, endpoints: &endpoints });
+        let events = transitions(&names, Some(&status(Phase::Running)), &status(Phase::Running), &plan, &WiringReport::default(), &HandoffReport::default());
         assert!(events.is_empty(), "{events:#?}");
     }
 

@@ -120,6 +120,28 @@ impl ApiServerVerifier {
         send.send_response(json_response(StatusCode::OK, &json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": pods})));
     }
 
+    /// `GET` of a list (`kind` e.g. `ConfigMapList`) at `path`, answered with `items`.
+    pub async fn handle_list(&mut self, path: &str, kind: &str, items: Vec<Value>) {
+        let (request, send) = self.next().await;
+        assert_eq!((request.method(), request.uri().path()), (&http::Method::GET, path), "expected a list of {path}");
+        send.send_response(json_response(StatusCode::OK, &json!({"kind": kind, "apiVersion": "v1", "metadata": {}, "items": items})));
+    }
+
+    /// A strategic merge patch of a pod's status setting its `keymesh.io/serving` condition.
+    /// Returns the condition's status.
+    pub async fn handle_gate(&mut self, pod: &str) -> String {
+        let (request, send) = self.next().await;
+        let path = format!("/api/v1/namespaces/cache/pods/{pod}/status");
+        assert_eq!((request.method(), request.uri().path()), (&http::Method::PATCH, path.as_str()), "expected the gate of {pod}");
+        let content_type = request.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+        assert_eq!(content_type, "application/strategic-merge-patch+json", "a gate is a strategic merge patch (conditions merge by type)");
+        let body = body_json(request).await;
+        let condition = &body["status"]["conditions"][0];
+        assert_eq!(condition["type"], "keymesh.io/serving", "{body}");
+        send.send_response(json_response(StatusCode::OK, &json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod}})));
+        condition["status"].as_str().unwrap_or_default().to_string()
+    }
+
     /// A server-side apply of `path` by the operator's field manager, forced; answered with
     /// the applied object. Returns the body.
     pub async fn handle_apply(&mut self, path: &str) -> Value {
@@ -181,24 +203,42 @@ async fn body_json(request: Request<Body>) -> Value {
     serde_json::from_slice(&bytes).expect("a JSON request body")
 }
 
-/// A pod of the `demo` cluster as the API server returns it.
-pub fn pod(ordinal: u32, ready: bool, node: &str) -> Value {
+/// A pod of the `demo` cluster as the API server returns it, created from revision `revision`,
+/// with its containers ready or not and its `keymesh.io/serving` gate set to `serving`.
+pub fn pod(ordinal: u32, ready: bool, node: &str, revision: &str, serving: Option<bool>) -> Value {
+    let flag = |b: bool| if b { "True" } else { "False" };
+    let mut conditions =
+        vec![json!({"type": "ContainersReady", "status": flag(ready)}), json!({"type": "Ready", "status": flag(ready && serving == Some(true))})];
+    if let Some(serving) = serving {
+        conditions.push(json!({"type": "keymesh.io/serving", "status": flag(serving)}));
+    }
     json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": format!("demo-{ordinal}"), "namespace": "cache",
-            "labels": {"app.kubernetes.io/name": "keymesh", "app.kubernetes.io/instance": "demo"}},
+            "labels": {"app.kubernetes.io/name": "keymesh", "app.kubernetes.io/instance": "demo"},
+            "annotations": {"keymesh.io/template-hash": revision}},
         "spec": {"nodeName": node, "containers": [{"name": "keymesh", "image": "keymesh/keymesh-server"}]},
-        "status": {"podIP": format!("10.0.0.{ordinal}"), "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}
+        "status": {"podIP": format!("10.0.0.{ordinal}"), "conditions": conditions}
     })
+}
+
+/// The client Service's Endpoints, listing `pods` as ready addresses.
+pub fn endpoints(pods: &[u32]) -> Value {
+    let addresses: Vec<Value> =
+        pods.iter().map(|i| json!({"ip": format!("10.0.0.{i}"), "targetRef": {"kind": "Pod", "name": format!("demo-{i}"), "namespace": "cache"}})).collect();
+    json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "demo", "namespace": "cache"}, "subsets": [{"addresses": addresses}]})
 }
 
 pub fn node(name: &str, zone: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}}})
 }
 
-pub fn statefulset(replicas: i32) -> Value {
+/// The live StatefulSet: `replicas` pods of template revision `revision`, partition 0.
+pub fn statefulset(replicas: i32, revision: &str) -> Value {
     json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "demo", "namespace": "cache"},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app.kubernetes.io/instance": "demo"}}, "template": {}}})
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app.kubernetes.io/instance": "demo"}},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}},
+            "template": {"metadata": {"annotations": {"keymesh.io/template-hash": revision}}}}})
 }
 
 pub fn auth_secret(password: &str) -> Value {
@@ -207,11 +247,14 @@ pub fn auth_secret(password: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "demo-auth", "namespace": "cache"}, "data": {"password": data}})
 }
 
-/// The engines' admin API, in memory: statuses by pod, and every `SetPeers` call.
+/// The engines' admin API, in memory: statuses by pod, and every `SetPeers`, `Handoff` and
+/// `SetConfig` call.
 #[derive(Default)]
 pub struct FakeMesh {
     statuses: Mutex<BTreeMap<String, NodeStatus>>,
     pub set_peers_calls: Mutex<Vec<(String, Vec<String>)>>,
+    pub handoff_calls: Mutex<Vec<(String, bool)>>,
+    pub set_config_calls: Mutex<Vec<(String, BTreeMap<String, String>)>>,
     pub passwords_seen: Mutex<Vec<Option<String>>>,
 }
 
@@ -230,25 +273,40 @@ impl FakeMesh {
         self.statuses.lock().expect("statuses lock")
     }
 
-    /// Whether `pod` was marked as leaving the mesh (SetDraining).
-    pub fn draining(&self, pod: &str) -> bool {
-        self.lock_statuses().get(pod).is_some_and(|s| s.draining)
-    }
-
     /// `(pod, first DNS label of every peer)` for every SetPeers call so far.
     pub fn calls(&self) -> Vec<(String, Vec<String>)> {
         self.set_peers_calls.lock().expect("calls lock").clone()
+    }
+
+    /// `(pod, start)` for every Handoff call so far.
+    pub fn handoffs(&self) -> Vec<(String, bool)> {
+        self.handoff_calls.lock().expect("calls lock").clone()
+    }
+
+    /// Every SetConfig call so far.
+    pub fn configs(&self) -> Vec<(String, BTreeMap<String, String>)> {
+        self.set_config_calls.lock().expect("calls lock").clone()
+    }
+
+    fn with_status<R>(&self, member: &Member, f: impl FnOnce(&mut NodeStatus) -> R) -> Result<R, MeshError> {
+        let mut statuses = self.lock_statuses();
+        let status = statuses.get_mut(&member.pod).ok_or_else(|| MeshError::Connect {
+            pod: member.pod.clone(),
+            endpoint: member.admin_endpoint.clone(),
+            message: "connection refused".into(),
+        })?;
+        Ok(f(status))
     }
 }
 
 #[tonic::async_trait]
 impl MeshClient for FakeMesh {
-    async fn status(&self, member: &Member, password: Option<&str>) -> Result<NodeStatus, MeshError> {
+    async fn status(&self, member: &Member, password: Option<&str>, config_keys: &[String]) -> Result<NodeStatus, MeshError> {
         self.passwords_seen.lock().expect("lock").push(password.map(str::to_string));
-        self.lock_statuses().get(&member.pod).cloned().ok_or_else(|| MeshError::Connect {
-            pod: member.pod.clone(),
-            endpoint: member.admin_endpoint.clone(),
-            message: "connection refused".into(),
+        self.with_status(member, |status| {
+            let mut status = status.clone();
+            status.config.retain(|k, _| config_keys.contains(k));
+            status
         })
     }
 
@@ -269,14 +327,21 @@ impl MeshClient for FakeMesh {
         Ok(peers)
     }
 
-    async fn set_draining(&self, member: &Member, draining: bool, _password: Option<&str>) -> Result<NodeStatus, MeshError> {
-        let mut statuses = self.lock_statuses();
-        let status = statuses.get_mut(&member.pod).ok_or_else(|| MeshError::Connect {
-            pod: member.pod.clone(),
-            endpoint: member.admin_endpoint.clone(),
-            message: "connection refused".into(),
-        })?;
-        status.draining = draining;
-        Ok(status.clone())
+    /// A fake engine has no clients: a started handoff is done at once.
+    async fn handoff(&self, member: &Member, start: bool, _grace_ms: u64, _password: Option<&str>) -> Result<NodeStatus, MeshError> {
+        self.handoff_calls.lock().expect("calls lock").push((member.pod.clone(), start));
+        self.with_status(member, |status| {
+            status.handoff = if start { "done" } else { "serving" }.to_string();
+            status.draining = start;
+            status.clone()
+        })
+    }
+
+    async fn set_config(&self, member: &Member, values: BTreeMap<String, String>, _password: Option<&str>) -> Result<NodeStatus, MeshError> {
+        self.set_config_calls.lock().expect("calls lock").push((member.pod.clone(), values.clone()));
+        self.with_status(member, |status| {
+            status.config.extend(values);
+            status.clone()
+        })
     }
 }

@@ -9,6 +9,7 @@ pub mod controller;
 pub mod crd;
 pub mod discovery;
 pub mod events;
+pub mod handoff;
 pub mod http;
 pub mod leader;
 pub mod mesh;
@@ -17,6 +18,7 @@ pub mod names;
 pub mod observe;
 pub mod quantity;
 pub mod status;
+pub mod upgrade;
 pub mod validate;
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! `keymesh-operator`: serves `/metrics` and `/healthz`, waits to become leader (a Lease), then
 //! runs the CacheCluster controller until SIGTERM/SIGINT (graceful: in-flight reconciles finish,
-//! the Lease is released) or until it loses the Lease (exits non-zero, so the pod restarts as a
-//! follower and never reconciles beside a new leader).
+//! the Lease is released) or until it stops acting as leader (exits non-zero, so the pod
+//! restarts as a follower). Every mutating call goes through the leader gate (`leader::gate`):
+//! a replica that cannot renew its lease stops writing before another replica may start.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -11,7 +12,7 @@ use clap::Parser;
 use keymesh_operator::controller::{self, Context};
 use keymesh_operator::discovery::{self, DiscoveryError};
 use keymesh_operator::http::{self, HttpError};
-use keymesh_operator::leader::{LeaderError, Leadership};
+use keymesh_operator::leader::{GatedMeshClient, LeaderError, LeaderGate, Leadership};
 use keymesh_operator::mesh::GrpcMeshClient;
 use keymesh_operator::metrics::Metrics;
 use kube::runtime::events::{Recorder, Reporter};
@@ -56,7 +57,7 @@ enum MainError {
     Discovery(#[from] DiscoveryError),
     #[error(transparent)]
     Http(#[from] HttpError),
-    #[error("lost the leader Lease; exiting so that only the new leader reconciles")]
+    #[error("stopped acting as leader (the lease could not be renewed in time); exiting so that only the new leader reconciles")]
     LostLeadership,
 }
 
@@ -99,7 +100,9 @@ async fn signals(stop: watch::Sender<bool>) {
 }
 
 async fn run(args: Args) -> Result<(), MainError> {
-    let client = kube::Client::try_default().await?;
+    let config = kube::Config::infer().await.map_err(|e| MainError::Client(kube::Error::InferConfig(e)))?;
+    // The election's own client is not gated (it must renew); everything else is.
+    let election_client = kube::Client::try_from(config.clone())?;
     let metrics = Metrics::new()?;
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(signals(stop_tx.clone()));
@@ -107,10 +110,13 @@ async fn run(args: Args) -> Result<(), MainError> {
 
     let identity = args.identity.clone().or_else(|| std::env::var("HOSTNAME").ok()).unwrap_or_else(|| "keymesh-operator".to_string());
     let mut leadership = None;
-    if !args.disable_leader_election {
-        let namespace = args.leader_election_namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
+    let gate = if args.disable_leader_election {
+        LeaderGate::always(metrics.clone())
+    } else {
+        let gate = LeaderGate::new(metrics.clone());
+        let namespace = args.leader_election_namespace.clone().unwrap_or_else(|| election_client.default_namespace().to_string());
         info!(lease = %format!("{namespace}/{}", args.lease_name), %identity, "waiting to become leader");
-        let mut election = Leadership::start(client.clone(), &namespace, &args.lease_name, &identity).await?;
+        let mut election = Leadership::start(election_client.clone(), &namespace, &args.lease_name, &identity, gate.clone());
         tokio::select! {
             acquired = election.acquired() => acquired?,
             _ = stopped(stop_rx.clone()) => {
@@ -118,15 +124,17 @@ async fn run(args: Args) -> Result<(), MainError> {
                 return Ok(());
             }
         }
-        info!("became leader");
         metrics.leader.set(1);
         leadership = Some(election);
-    }
+        gate
+    };
+    let client = kube::client::ClientBuilder::try_from(config)?.with_layer(&gate.layer()).build();
 
     let capabilities = discovery::capabilities(&client).await?;
     info!(?capabilities, namespace = args.namespace.as_deref().unwrap_or("<all>"), "starting the CacheCluster controller");
     let recorder = Recorder::new(client.clone(), Reporter { controller: "keymesh-operator".to_string(), instance: Some(identity) });
-    let ctx = Arc::new(Context::new(client, Arc::new(GrpcMeshClient::default()), recorder, metrics.clone(), &args.cluster_domain));
+    let mesh = Arc::new(GatedMeshClient { inner: GrpcMeshClient::default(), gate: gate.clone() });
+    let ctx = Arc::new(Context::new(client, mesh, recorder, metrics.clone(), &args.cluster_domain));
     let controller = controller::run(ctx, args.namespace.as_deref(), capabilities, stopped(stop_rx.clone()));
     let outcome = tokio::select! {
         _ = controller => Ok(()),

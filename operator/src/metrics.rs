@@ -13,6 +13,12 @@ pub struct Metrics {
     pub duration: Histogram,
     /// 1 while this replica holds the leader Lease.
     pub leader: IntGauge,
+    /// Mutating calls this replica made (Kubernetes writes and engine admin calls), by target.
+    pub mutating_calls: IntCounterVec,
+    /// Mutating calls refused because this replica was not (or no longer) acting as leader.
+    pub refused_calls: IntCounter,
+    /// Unix time of this replica's last mutating call.
+    pub last_mutating_call: prometheus::Gauge,
 }
 
 impl Metrics {
@@ -29,8 +35,17 @@ impl Metrics {
         registry.register(Box::new(reconciles.clone()))?;
         registry.register(Box::new(errors.clone()))?;
         registry.register(Box::new(duration.clone()))?;
+        let mutating_calls = IntCounterVec::new(
+            Opts::new("keymesh_operator_mutating_calls_total", "Mutating calls made while acting as leader, by target (kubernetes, engine)."),
+            &["target"],
+        )?;
+        let refused_calls = IntCounter::new("keymesh_operator_refused_calls_total", "Mutating calls refused because this replica was not acting as leader.")?;
+        let last_mutating_call = prometheus::Gauge::new("keymesh_operator_last_mutating_call_timestamp_seconds", "Unix time of the last mutating call.")?;
         registry.register(Box::new(leader.clone()))?;
-        Ok(Metrics { registry, reconciles, errors, duration, leader })
+        registry.register(Box::new(mutating_calls.clone()))?;
+        registry.register(Box::new(refused_calls.clone()))?;
+        registry.register(Box::new(last_mutating_call.clone()))?;
+        Ok(Metrics { registry, reconciles, errors, duration, leader, mutating_calls, refused_calls, last_mutating_call })
     }
 
     /// Counts a reconcile and times it until the guard drops.

@@ -32,8 +32,18 @@ impl ClusterNames {
         format!("{}-headless", self.name)
     }
 
-    pub fn config_map(&self) -> String {
+    /// The settings ConfigMap of one revision (`build::configmap`).
+    pub fn config_map(&self, settings_hash: &str) -> String {
+        format!("{}-config-{settings_hash}", self.name)
+    }
+
+    /// The prefix of every settings ConfigMap (old revisions' are collected by it).
+    pub fn config_map_prefix(&self) -> String {
         format!("{}-config", self.name)
+    }
+
+    pub fn peers_config_map(&self) -> String {
+        format!("{}-peers", self.name)
     }
 
     pub fn generated_secret(&self) -> String {

@@ -1,21 +1,29 @@
-//! Reads what exists: the live StatefulSet's size, the cluster's pods (IP, readiness, node) and
-//! the zones of their nodes. Everything the scale plan decides from is read here, before any
-//! write, so a reconcile plans from one consistent look.
+//! Reads what exists: the live StatefulSet (size, partition, template revision), the cluster's
+//! pods (IP, readiness, readiness gate, revision, restarts, start failures, node), the zones of
+//! their nodes, and which pods the client Service routes to. Everything the plans decide from
+//! is read here, before any write, so a reconcile plans from one consistent look.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, PodStatus};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 use tracing::debug;
 
-use crate::build::pod_selector;
+use crate::build::{pod_selector, TEMPLATE_HASH_ANNOTATION};
+use crate::handoff::SERVING_CONDITION;
 use crate::mesh::{Member, PodMember};
 use crate::names::ClusterNames;
 
 /// The node label that names its zone.
 pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+
+/// Container waiting reasons that mean the container cannot start at all (the kubelet's image
+/// and container-config errors): an upgrade to such a pod fails at once.
+pub const START_FAILURES: [&str; 6] =
+    ["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError", "CreateContainerError"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ObserveError {
@@ -23,20 +31,60 @@ pub enum ObserveError {
     StatefulSet { name: String, source: kube::Error },
     #[error("failed to list the pods of CacheCluster {name}: {source}")]
     Pods { name: String, source: kube::Error },
+    #[error("failed to read the endpoints of Service {name}: {source}")]
+    Endpoints { name: String, source: kube::Error },
+}
+
+/// What a reconcile reads about one pod, beyond its engine.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PodFacts {
+    /// Every container is ready (the engine's `/readyz`), whatever the readiness gate says.
+    pub containers_ready: bool,
+    /// The pod's `keymesh.io/serving` readiness gate; `None` until the operator set it.
+    pub serving: Option<bool>,
+    /// The pod-template revision the pod was created from (`keymesh.io/template-hash`).
+    pub template_hash: Option<String>,
+    pub created: Option<Timestamp>,
+    /// Being deleted (terminating).
+    pub deleting: bool,
+    /// Restarts of the engine container.
+    pub restarts: i32,
+    /// Why the engine container cannot start (an image or config error), in the kubelet's
+    /// words: `<reason>: <message>`.
+    pub start_failure: Option<String>,
+    /// The container's last problem, for messages: waiting or terminated reason and message.
+    pub problem: Option<String>,
+}
+
+/// The live StatefulSet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatefulSetFacts {
+    pub replicas: u32,
+    /// `updateStrategy.rollingUpdate.partition` (`None` for other strategies).
+    pub partition: Option<u32>,
+    /// The revision of its pod template (`keymesh.io/template-hash`).
+    pub template_hash: Option<String>,
 }
 
 #[derive(Debug, Clone, Default)]
 pub struct Observed {
-    /// `spec.replicas` of the live StatefulSet; `None` when it does not exist yet.
-    pub statefulset_replicas: Option<u32>,
+    /// `None` when the StatefulSet does not exist yet.
+    pub statefulset: Option<StatefulSetFacts>,
     /// The cluster's pods in ordinal order, not yet asked for their engine status.
     pub pods: Vec<PodMember>,
+    /// Pods among the ready endpoints of the client Service (where clients are sent).
+    pub endpoints: BTreeSet<String>,
+}
+
+impl Observed {
+    pub fn statefulset_replicas(&self) -> Option<u32> {
+        self.statefulset.as_ref().map(|s| s.replicas)
+    }
 }
 
 pub async fn observe(client: &kube::Client, names: &ClusterNames) -> Result<Observed, ObserveError> {
     let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &names.namespace);
     let statefulset = statefulsets.get_opt(&names.statefulset()).await.map_err(|source| ObserveError::StatefulSet { name: names.statefulset(), source })?;
-    let statefulset_replicas = statefulset.map(|s| s.spec.and_then(|s| s.replicas).unwrap_or(1).max(0).unsigned_abs());
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), &names.namespace);
     let list =
@@ -44,18 +92,81 @@ pub async fn observe(client: &kube::Client, names: &ClusterNames) -> Result<Obse
     let mut found: Vec<(u32, Pod)> = list.items.into_iter().filter_map(|p| Some((names.ordinal_of(&p.name_any())?, p))).collect();
     found.sort_by_key(|(ordinal, _)| *ordinal);
 
+    let endpoints: Api<Endpoints> = Api::namespaced(client.clone(), &names.namespace);
+    let endpoints = endpoints
+        .get_opt(&names.client_service())
+        .await
+        .map_err(|source| ObserveError::Endpoints { name: names.client_service(), source })?
+        .map(|e| ready_endpoints(&e))
+        .unwrap_or_default();
+
     let zones = node_zones(client, found.iter().filter_map(|(_, p)| p.spec.as_ref()?.node_name.clone())).await;
     let pods = found
         .into_iter()
         .map(|(ordinal, pod)| {
             let status = pod.status.as_ref();
             let ip = status.and_then(|s| s.pod_ip.as_deref()).filter(|ip| !ip.is_empty());
-            let ready = status.and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
             let zone = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()).and_then(|n| zones.get(n).cloned());
-            (Member::new(names, ordinal, ip), ready, zone)
+            PodMember { member: Member::new(names, ordinal, ip), ready: condition(status, "Ready") == Some(true), zone, facts: pod_facts(&pod) }
         })
         .collect();
-    Ok(Observed { statefulset_replicas, pods })
+    Ok(Observed { statefulset: statefulset.map(|s| statefulset_facts(&s)), pods, endpoints })
+}
+
+fn statefulset_facts(statefulset: &StatefulSet) -> StatefulSetFacts {
+    let spec = statefulset.spec.as_ref();
+    StatefulSetFacts {
+        replicas: spec.and_then(|s| s.replicas).unwrap_or(1).max(0).unsigned_abs(),
+        partition: spec
+            .and_then(|s| s.update_strategy.as_ref())
+            .filter(|u| u.type_.as_deref() == Some("RollingUpdate"))
+            .map(|u| u.rolling_update.as_ref().and_then(|r| r.partition).unwrap_or(0).max(0).unsigned_abs()),
+        template_hash: spec
+            .and_then(|s| s.template.metadata.as_ref())
+            .and_then(|m| m.annotations.as_ref())
+            .and_then(|a| a.get(TEMPLATE_HASH_ANNOTATION))
+            .cloned(),
+    }
+}
+
+fn condition(status: Option<&PodStatus>, type_: &str) -> Option<bool> {
+    status?.conditions.as_ref()?.iter().find(|c| c.type_ == type_).map(|c| c.status == "True")
+}
+
+/// The facts of a pod that the upgrade and the handoff decide from.
+pub fn pod_facts(pod: &Pod) -> PodFacts {
+    let status = pod.status.as_ref();
+    let engine = status.and_then(|s| s.container_statuses.as_ref()).and_then(|c| c.iter().find(|c| c.name == crate::build::CONTAINER_NAME));
+    let state = engine.and_then(|c| c.state.as_ref());
+    let waiting = state.and_then(|s| s.waiting.as_ref());
+    let terminated = state.and_then(|s| s.terminated.as_ref()).or_else(|| engine.and_then(|c| c.last_state.as_ref()?.terminated.as_ref()));
+    let describe = |reason: Option<&String>, message: Option<&String>| match (reason, message) {
+        (Some(r), Some(m)) if !m.is_empty() => Some(format!("{r}: {m}")),
+        (Some(r), _) => Some(r.clone()),
+        (None, Some(m)) => Some(m.clone()),
+        (None, None) => None,
+    };
+    let start_failure =
+        waiting.filter(|w| w.reason.as_deref().is_some_and(|r| START_FAILURES.contains(&r))).and_then(|w| describe(w.reason.as_ref(), w.message.as_ref()));
+    let problem = waiting
+        .and_then(|w| describe(w.reason.as_ref(), w.message.as_ref()))
+        .or_else(|| terminated.and_then(|t| describe(t.reason.as_ref(), t.message.as_ref()).map(|d| format!("{d} (exit code {})", t.exit_code))))
+        .or_else(|| status.and_then(|s| describe(s.reason.as_ref(), s.message.as_ref())));
+    PodFacts {
+        containers_ready: condition(status, "ContainersReady") == Some(true),
+        serving: condition(status, SERVING_CONDITION),
+        template_hash: pod.annotations().get(TEMPLATE_HASH_ANNOTATION).cloned(),
+        created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        deleting: pod.metadata.deletion_timestamp.is_some(),
+        restarts: engine.map_or(0, |c| c.restart_count),
+        start_failure,
+        problem,
+    }
+}
+
+/// The pods an Endpoints object lists as ready addresses.
+fn ready_endpoints(endpoints: &Endpoints) -> BTreeSet<String> {
+    endpoints.subsets.iter().flatten().flat_map(|s| s.addresses.iter().flatten()).filter_map(|a| a.target_ref.as_ref()?.name.clone()).collect()
 }
 
 /// The zone of each node. A node that cannot be read (gone, or RBAC without `nodes get`)
@@ -78,4 +189,51 @@ async fn node_zones(client: &kube::Client, node_names: impl Iterator<Item = Stri
         }
     }
     zones
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(yaml: &str) -> Pod {
+        serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("test pod does not parse: {e}\n{yaml}"))
+    }
+
+    #[test]
+    fn an_image_error_is_a_start_failure_with_the_kubelets_message() {
+        let facts = pod_facts(&pod("metadata: {name: demo-2, annotations: {keymesh.io/template-hash: abc}, creationTimestamp: '2026-11-30T10:00:00Z'}
+status:
+  conditions: [{type: ContainersReady, status: 'False'}, {type: keymesh.io/serving, status: 'True'}]
+  containerStatuses:
+  - {name: keymesh, image: 'keymesh/keymesh-server:bad', imageID: '', ready: false, restartCount: 0,
+     state: {waiting: {reason: ErrImagePull, message: 'image keymesh/keymesh-server:bad is not mapped'}}}"));
+        assert_eq!(facts.start_failure.as_deref(), Some("ErrImagePull: image keymesh/keymesh-server:bad is not mapped"), "{facts:?}");
+        assert_eq!((facts.serving, facts.containers_ready, facts.template_hash.as_deref()), (Some(true), false, Some("abc")));
+        assert!(facts.created.is_some() && !facts.deleting);
+    }
+
+    #[test]
+    fn a_crash_loop_is_a_problem_with_restarts_not_a_start_failure() {
+        let facts = pod_facts(&pod("metadata: {name: demo-2, deletionTimestamp: '2026-11-30T10:00:00Z'}
+status:
+  containerStatuses:
+  - {name: keymesh, image: x, imageID: '', ready: false, restartCount: 4,
+     state: {waiting: {reason: CrashLoopBackOff, message: back-off 40s}},
+     lastState: {terminated: {exitCode: 2, reason: Error, message: 'keymesh-server: bad config'}}}"));
+        assert_eq!((facts.restarts, facts.start_failure.clone(), facts.deleting), (4, None, true), "{facts:?}");
+        assert_eq!(facts.problem.as_deref(), Some("CrashLoopBackOff: back-off 40s"));
+        assert_eq!(facts.serving, None, "no gate condition yet");
+    }
+
+    #[test]
+    fn ready_endpoints_are_named_by_their_pods() {
+        let endpoints: Endpoints = serde_yaml::from_str(
+            "metadata: {name: demo}
+subsets:
+- addresses: [{ip: 10.0.0.1, targetRef: {kind: Pod, name: demo-1}}]
+  notReadyAddresses: [{ip: 10.0.0.2, targetRef: {kind: Pod, name: demo-2}}]",
+        )
+        .expect("endpoints parse");
+        assert_eq!(ready_endpoints(&endpoints), BTreeSet::from(["demo-1".to_string()]));
+    }
 }

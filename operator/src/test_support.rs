@@ -16,6 +16,10 @@ use keymesh_proto::{NodeStatus, PeerStatus};
 
 use crate::mesh::{peer_of, Member, MemberState};
 use crate::names::ClusterNames;
+use crate::observe::PodFacts;
+
+/// The pod-template revision the test members run unless a test says otherwise.
+pub const REVISION: &str = "rev-1";
 
 /// The names of the `demo` cluster.
 pub fn names() -> ClusterNames {
@@ -39,7 +43,17 @@ pub fn engine(ordinal: u32, peers: &[u32], caught_up: bool) -> MemberState {
         member: Member::new(&names, ordinal, Some(&format!("10.0.0.{ordinal}"))),
         pod_ready: caught_up,
         zone: Some(format!("zone-{}", ordinal % 3)),
-        status: Ok(NodeStatus { node_name: names.pod(ordinal), ready: caught_up, synced: caught_up, peers, version: "0.1.0".into(), ..NodeStatus::default() }),
+        pod: PodFacts { containers_ready: caught_up, serving: Some(true), template_hash: Some(REVISION.to_string()), ..PodFacts::default() },
+        status: Ok(NodeStatus {
+            node_name: names.pod(ordinal),
+            ready: caught_up,
+            synced: caught_up,
+            peers,
+            version: "0.1.0".into(),
+            handoff: "serving".into(),
+            config: default_live_settings(),
+            ..NodeStatus::default()
+        }),
     }
 }
 
@@ -47,10 +61,22 @@ pub fn engine(ordinal: u32, peers: &[u32], caught_up: bool) -> MemberState {
 pub fn silent(ordinal: u32, has_ip: bool) -> MemberState {
     let names = names();
     let ip = format!("10.0.0.{ordinal}");
-    MemberState { member: Member::new(&names, ordinal, has_ip.then_some(ip.as_str())), pod_ready: false, zone: None, status: Err("unreachable".into()) }
+    MemberState {
+        member: Member::new(&names, ordinal, has_ip.then_some(ip.as_str())),
+        pod_ready: false,
+        zone: None,
+        pod: PodFacts { template_hash: Some(REVISION.to_string()), ..PodFacts::default() },
+        status: Err("unreachable".into()),
+    }
 }
 
 /// Every engine of an `n`-member full mesh, all ready.
 pub fn full_mesh(n: u32) -> Vec<MemberState> {
     (0..n).map(|i| engine(i, &(0..n).filter(|&j| j != i).collect::<Vec<_>>(), true)).collect()
+}
+
+/// The live engine settings a default spec asks for (what a test engine reports).
+pub fn default_live_settings() -> std::collections::HashMap<String, String> {
+    let spec = crate::validate::validate(&cluster("{}")).expect("the default spec is valid");
+    crate::build::engine_settings(&spec, &names()).live.into_iter().collect()
 }

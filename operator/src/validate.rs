@@ -12,7 +12,7 @@ use std::fmt;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use kube::ResourceExt;
 
-use crate::api::{CacheCluster, PodOverrides, ServiceMonitorSpec, ServiceSpec, TopologySpec};
+use crate::api::{CacheCluster, PodOverrides, ServiceMonitorSpec, ServiceSpec, TopologySpec, UpgradeSpec};
 use crate::build::{RESERVED_LABELS, SELECTOR_LABELS};
 use crate::quantity::{engine_bytes, quantity_bytes};
 
@@ -86,6 +86,7 @@ pub struct ValidatedSpec {
     /// `None` when disabled.
     pub service_monitor: Option<ServiceMonitorSpec>,
     pub pod: PodOverrides,
+    pub upgrade: UpgradeSpec,
 }
 
 /// Checks `cluster` and resolves its defaults.
@@ -140,6 +141,12 @@ pub fn validate(cluster: &CacheCluster) -> Result<ValidatedSpec, InvalidSpec> {
             AuthSource::Referenced { secret_name: r.name.clone(), key: r.key.clone() }
         }
     };
+    if spec.upgrade.ready_timeout_seconds < 1 {
+        errors.push(format!("spec.upgrade.readyTimeoutSeconds: must be at least 1, got {}", spec.upgrade.ready_timeout_seconds));
+    }
+    if !(0..=300).contains(&spec.upgrade.handoff_grace_seconds) {
+        errors.push(format!("spec.upgrade.handoffGraceSeconds: must be between 0 and 300, got {}", spec.upgrade.handoff_grace_seconds));
+    }
     if spec.pod_disruption_budget.max_unavailable < 1 {
         errors.push("spec.podDisruptionBudget.maxUnavailable: must be at least 1 (0 would block every node drain)".to_string());
     }
@@ -160,6 +167,7 @@ pub fn validate(cluster: &CacheCluster) -> Result<ValidatedSpec, InvalidSpec> {
         pdb_max_unavailable: spec.pod_disruption_budget.enabled.then_some(spec.pod_disruption_budget.max_unavailable),
         service_monitor: spec.metrics.service_monitor.enabled.then(|| spec.metrics.service_monitor.clone()),
         pod: spec.pod.clone(),
+        upgrade: spec.upgrade.clone(),
     })
 }
 
@@ -308,12 +316,14 @@ fn extra_config(extra: &BTreeMap<String, String>, errors: &mut Vec<String>) -> V
             errors.push(format!("{field}: '{name}' is not an engine directive that extraConfig may set (allowed: {})", allowed.join(", ")));
             continue;
         };
-        let ok = match *check {
-            Check::Int(min, max) => value.parse::<i64>().is_ok_and(|n| (min..=max).contains(&n)),
-            Check::Bytes => engine_bytes(value).is_some(),
-            Check::OneOf(options) => options.contains(&value.to_ascii_lowercase().as_str()),
+        // Normalised as the engine reports it (CONFIG GET), so the operator can tell whether
+        // a live engine already has the value.
+        let normalised = match *check {
+            Check::Int(min, max) => value.trim().parse::<i64>().ok().filter(|n| (min..=max).contains(n)).map(|n| n.to_string()),
+            Check::Bytes => engine_bytes(value).map(|b| b.to_string()),
+            Check::OneOf(options) => Some(value.to_ascii_lowercase()).filter(|v| options.contains(&v.as_str())),
         };
-        if !ok {
+        let Some(normalised) = normalised else {
             let expected = match *check {
                 Check::Int(min, max) => format!("an integer from {min} to {max}"),
                 Check::Bytes => "a size such as 64mb or 1gb".to_string(),
@@ -321,8 +331,8 @@ fn extra_config(extra: &BTreeMap<String, String>, errors: &mut Vec<String>) -> V
             };
             errors.push(format!("{field}: '{value}' is not valid, expected {expected}"));
             continue;
-        }
-        directives.push((name, value.clone()));
+        };
+        directives.push((name, normalised));
     }
     directives
 }

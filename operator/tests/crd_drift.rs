@@ -30,8 +30,11 @@ fn the_crd_has_the_names_columns_and_status_the_design_asks_for() {
     let version = &spec["versions"][0];
     assert_eq!(version["name"], "v1alpha1", "{generated}");
     assert!(version["subresources"]["status"].is_mapping(), "no status subresource: {generated}");
-    let columns: Vec<&str> = version["additionalPrinterColumns"].as_sequence().expect("columns").iter().filter_map(|c| c["name"].as_str()).collect();
-    assert_eq!(columns, ["Ready", "Replicas", "Version", "Phase", "Age"], "{generated}");
+    let columns = version["additionalPrinterColumns"].as_sequence().expect("columns");
+    let default: Vec<&str> = columns.iter().filter(|c| c["priority"].as_i64().unwrap_or(0) == 0).filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(default, ["Ready", "Replicas", "Version", "Phase", "Age"], "{generated}");
+    let wide: Vec<&str> = columns.iter().filter(|c| c["priority"].as_i64() == Some(1)).filter_map(|c| c["name"].as_str()).collect();
+    assert_eq!(wide, ["Target", "Upgrade"], "kubectl get -o wide shows the upgrade: {generated}");
     let replicas = &version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["replicas"];
     assert_eq!(replicas["minimum"].as_f64(), Some(1.0), "{generated}");
     assert_eq!(replicas["default"].as_i64(), Some(3), "{generated}");

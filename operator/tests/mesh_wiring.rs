@@ -1,6 +1,8 @@
 //! The operator's mesh wiring against real engines (issue 4, "mesh wiring against real
-//! engines"): `keymesh-server` processes driven by the same `observe` → `plan` → `wire` calls
-//! that reconcile makes, through a create, a scale up and a scale down.
+//! engines"): `keymesh-server` processes driven by the same `observe` → `plan` → handoff →
+//! `wire` calls that reconcile makes, through a create, a scale up and a scale down. The test
+//! plays Kubernetes' part: it keeps each pod's readiness gate and derives the client Service's
+//! endpoints from them (pods whose gate is open and whose engine is ready).
 //!
 //! The engines must find each other by the stable DNS names the operator puts in peer lists
 //! (`demo-<i>.demo-headless.cache.svc.cluster.local`), so each runs in its own mount namespace
@@ -16,8 +18,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use keymesh_operator::mesh::{observe, plan, wire, GrpcMeshClient, Member, PlanInput, ScalePlan};
+use std::collections::{BTreeMap, BTreeSet};
+
+use keymesh_operator::handoff::{self, HandoffAction};
+use keymesh_operator::mesh::{observe, plan, wire, GrpcMeshClient, Member, MeshClient, PlanInput, PodMember, ScalePlan};
 use keymesh_operator::names::ClusterNames;
+use keymesh_operator::observe::PodFacts;
 
 const PASSWORD: &str = "wiring-secret";
 const MAX_PODS: u32 = 5;
@@ -55,6 +61,8 @@ struct Pods {
     names: ClusterNames,
     dir: PathBuf,
     children: Vec<Option<Child>>,
+    /// Each pod's `keymesh.io/serving` readiness gate, as the operator last set it.
+    gates: Vec<Option<bool>>,
 }
 
 impl Pods {
@@ -67,7 +75,7 @@ impl Pods {
             hosts.push_str(&format!("{} {}\n", ip(i), names.pod_dns(i)));
         }
         std::fs::write(dir.join("hosts"), hosts).unwrap();
-        Pods { names, dir, children: (0..MAX_PODS).map(|_| None).collect() }
+        Pods { names, dir, children: (0..MAX_PODS).map(|_| None).collect(), gates: vec![None; MAX_PODS as usize] }
     }
 
     /// Starts pod `ordinal` with `replicaof` lines for `config_peers`, as the operator's
@@ -173,25 +181,49 @@ fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
     }
 }
 
-/// One mesh step as reconcile runs it: observe every running pod, plan, wire. Returns the plan.
-async fn mesh_step(pods: &Pods, desired: u32, statefulset_replicas: u32) -> ScalePlan {
+/// One mesh step as reconcile runs it: observe every running pod, plan, move the handoffs on,
+/// wire. Returns the plan.
+async fn mesh_step(pods: &mut Pods, desired: u32, statefulset_replicas: u32) -> ScalePlan {
     let client = GrpcMeshClient::default();
     let members = (0..statefulset_replicas)
         .map(|i| {
             let running = pods.children[i as usize].is_some();
-            (Member::new(&pods.names, i, running.then(|| ip(i)).as_deref()), running, Some(format!("zone-{}", i % 3)))
+            let serving = pods.gates[i as usize];
+            PodMember {
+                member: Member::new(&pods.names, i, running.then(|| ip(i)).as_deref()),
+                ready: running && serving == Some(true),
+                zone: Some(format!("zone-{}", i % 3)),
+                facts: PodFacts { containers_ready: running, serving, ..PodFacts::default() },
+            }
         })
         .collect();
-    let states = observe(&client, members, Some(PASSWORD)).await;
-    let input = PlanInput { names: &pods.names, desired, statefulset_replicas: Some(statefulset_replicas), members: &states };
+    let states = observe(&client, members, Some(PASSWORD), &[]).await;
+    let endpoints: BTreeSet<String> = states.iter().filter(|s| s.pod_ready && s.node_status().is_some_and(|n| n.ready)).map(|s| s.member.pod.clone()).collect();
+    let input = PlanInput { names: &pods.names, desired, statefulset_replicas: Some(statefulset_replicas), members: &states, endpoints: &endpoints };
     let the_plan = plan(&input);
-    let report = wire(&client, &states, &the_plan, Some(PASSWORD)).await;
+    for action in handoff::actions(&states, &the_plan.handoffs) {
+        match action {
+            HandoffAction::SetGate { ordinal, serving, .. } => pods.gates[ordinal as usize] = Some(serving),
+            HandoffAction::Start { ordinal, .. } | HandoffAction::Cancel { ordinal, .. } => {
+                let start = matches!(action, HandoffAction::Start { .. });
+                let member = &states.iter().find(|s| s.member.ordinal == ordinal).expect("a member").member;
+                client.handoff(member, start, 1000, Some(PASSWORD)).await.unwrap_or_else(|e| panic!("handoff of {ordinal}: {e}"));
+            }
+        }
+    }
+    let report = wire(&client, &states, &the_plan, &BTreeMap::new(), Some(PASSWORD)).await;
     assert!(report.failed.is_empty(), "wiring failed: {report:?}");
     the_plan
 }
 
+/// The handoff phase pod `ordinal`'s engine reports.
+async fn handoff_phase(pods: &Pods, ordinal: u32) -> String {
+    let member = Member::new(&pods.names, ordinal, Some(&ip(ordinal)));
+    GrpcMeshClient::default().status(&member, Some(PASSWORD), &[]).await.map(|s| s.handoff).unwrap_or_default()
+}
+
 /// Runs mesh steps (as periodic reconciles would) until the plan is settled at `desired`.
-async fn reconcile_until_settled(pods: &Pods, desired: u32, mut statefulset_replicas: u32) -> u32 {
+async fn reconcile_until_settled(pods: &mut Pods, desired: u32, mut statefulset_replicas: u32) -> u32 {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let p = mesh_step(pods, desired, statefulset_replicas).await;
@@ -207,8 +239,12 @@ async fn reconcile_until_settled(pods: &Pods, desired: u32, mut statefulset_repl
 /// Every running pod's peer list, as ordinals, from its own admin status.
 async fn peer_lists(pods: &Pods) -> Vec<(u32, Vec<u32>)> {
     let client = GrpcMeshClient::default();
-    let members = pods.running().into_iter().map(|i| (Member::new(&pods.names, i, Some(&ip(i))), true, None)).collect();
-    observe(&client, members, Some(PASSWORD))
+    let members = pods
+        .running()
+        .into_iter()
+        .map(|i| PodMember { member: Member::new(&pods.names, i, Some(&ip(i))), ready: true, zone: None, facts: PodFacts::default() })
+        .collect();
+    observe(&client, members, Some(PASSWORD), &[])
         .await
         .into_iter()
         .map(|s| {
@@ -229,9 +265,10 @@ fn others(of: u32, members: &[u32]) -> Vec<u32> {
 async fn the_operators_wiring_creates_scales_up_and_scales_down_a_real_mesh() {
     // Proves the wiring reconcile uses on real engines: three founding pods end with each other
     // as peers and replicate; scaling to five adds the new pods to every list only after they
-    // synced (they hold the data written before); scaling back to three first drains the
-    // leaving pods (writes refused), then removes them from every list, and only then lets the
-    // StatefulSet shrink.
+    // synced (they hold the data written before); scaling back to three first hands the leaving
+    // pods off (out of the Service, clients closed, writes refused, writes confirmed by the
+    // remaining members), then removes them from every list, and only then lets the
+    // StatefulSet shrink; a write acknowledged by a leaving pod before its handoff survives.
     if let Some(why) = skip_reason() {
         eprintln!("SKIPPED: {why}");
         return;
@@ -240,7 +277,7 @@ async fn the_operators_wiring_creates_scales_up_and_scales_down_a_real_mesh() {
     for i in 0..3 {
         pods.start(i, &[0, 1, 2]);
     }
-    let replicas = reconcile_until_settled(&pods, 3, 3).await;
+    let replicas = reconcile_until_settled(&mut pods, 3, 3).await;
     assert_eq!(replicas, 3);
     for (i, list) in peer_lists(&pods).await {
         assert_eq!(list, others(i, &[0, 1, 2]), "pod {i}'s peers after create");
@@ -250,11 +287,11 @@ async fn the_operators_wiring_creates_scales_up_and_scales_down_a_real_mesh() {
 
     // Scale up: the StatefulSet grows at once; the new pods start with the joined members in
     // their config, sync, and only then join every list.
-    let first = mesh_step(&pods, 5, 3).await;
+    let first = mesh_step(&mut pods, 5, 3).await;
     assert_eq!(first.statefulset_replicas, 5, "scale up grows the StatefulSet first: {first:?}");
     pods.start(3, &[0, 1, 2]);
     pods.start(4, &[0, 1, 2]);
-    let replicas = reconcile_until_settled(&pods, 5, 5).await;
+    let replicas = reconcile_until_settled(&mut pods, 5, 5).await;
     assert_eq!(replicas, 5);
     for (i, list) in peer_lists(&pods).await {
         assert_eq!(list, others(i, &[0, 1, 2, 3, 4]), "pod {i}'s peers after scaling up");
@@ -263,17 +300,30 @@ async fn the_operators_wiring_creates_scales_up_and_scales_down_a_real_mesh() {
     assert_eq!(redis(3, &["SET", "from-new-pod", "v2"]).as_deref(), Some("+OK\r\n"));
     wait_for("a new pod's write on pod 0", Duration::from_secs(10), || redis(0, &["GET", "from-new-pod"]).as_deref() == Some("$2\r\nv2\r\n"));
 
-    // Scale down: the leaving pods are drained (they refuse writes), leave every remaining list
-    // once their writes are merged, while the StatefulSet still has five pods; it shrinks only
-    // after that.
-    let first = mesh_step(&pods, 3, 5).await;
+    // Scale down: the leaving pods are handed off — out of the Service (gate closed), their
+    // clients closed, writes refused — and leave every remaining list once the remaining
+    // members confirmed their writes; the StatefulSet still has five pods until then.
+    let mut idle_client = TcpStream::connect(format!("{}:6379", ip(4))).unwrap();
+    idle_client.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    idle_client.write_all(format!("*2\r\n$4\r\nAUTH\r\n${}\r\n{PASSWORD}\r\n", PASSWORD.len()).as_bytes()).unwrap();
+    let mut buf = [0u8; 64];
+    assert_eq!(idle_client.read(&mut buf).ok(), Some(5), "AUTH answered +OK");
+    let first = mesh_step(&mut pods, 3, 5).await;
     assert_eq!(first.statefulset_replicas, 5, "the StatefulSet must not shrink before the peer lists: {first:?}");
+    assert_eq!(pods.gates[3..5], [Some(false), Some(false)], "the leaving pods leave the Service first");
+    assert_eq!(redis(4, &["SET", "before-handoff", "x"]).as_deref(), Some("+OK\r\n"), "the engine still takes writes until its handoff");
+    let second = mesh_step(&mut pods, 3, 5).await;
+    assert_eq!(second.statefulset_replicas, 5, "{second:?}");
+    wait_for("pod 4's handoff to finish", Duration::from_secs(10), || {
+        tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(handoff_phase(&pods, 4))) == "done"
+    });
+    assert_eq!(idle_client.read(&mut buf).ok(), Some(0), "an idle client of a leaving pod is closed by its handoff");
     let refused = redis(4, &["SET", "on-a-leaving-pod", "x"]).unwrap_or_default();
-    assert!(refused.starts_with("-READONLY"), "a leaving pod refuses writes once drained, so none is acknowledged that its peers never merge: {refused:?}");
+    assert!(refused.starts_with("-READONLY"), "a handed-off pod refuses writes, so none is acknowledged that its peers never merge: {refused:?}");
     assert_eq!(redis(4, &["GET", "from-new-pod"]).as_deref(), Some("$2\r\nv2\r\n"), "a leaving pod still serves reads");
     let readyz = http_status(4, "/readyz");
-    assert_eq!(readyz.as_deref(), Some("503"), "a drained pod is not ready, so the client Service stops sending it clients");
-    let replicas = reconcile_until_settled(&pods, 3, 5).await;
+    assert_eq!(readyz.as_deref(), Some("503"), "a handed-off pod is not ready");
+    let replicas = reconcile_until_settled(&mut pods, 3, 5).await;
     assert_eq!(replicas, 3, "the StatefulSet shrinks once nobody lists a leaving pod");
     for (i, list) in peer_lists(&pods).await.into_iter().filter(|(i, _)| *i < 3) {
         assert_eq!(list, others(i, &[0, 1, 2]), "pod {i}'s peers after scaling down");
@@ -282,6 +332,8 @@ async fn the_operators_wiring_creates_scales_up_and_scales_down_a_real_mesh() {
     pods.stop(4);
     assert_eq!(redis(1, &["SET", "after-scale-down", "v3"]).as_deref(), Some("+OK\r\n"));
     wait_for("writes still replicate among the remaining pods", Duration::from_secs(10), || {
-        redis(2, &["GET", "after-scale-down"]).as_deref() == Some("$2\r\nv3\r\n") && redis(0, &["GET", "from-new-pod"]).as_deref() == Some("$2\r\nv2\r\n")
+        redis(2, &["GET", "after-scale-down"]).as_deref() == Some("$2\r\nv3\r\n")
+            && redis(0, &["GET", "from-new-pod"]).as_deref() == Some("$2\r\nv2\r\n")
+            && redis(1, &["GET", "before-handoff"]).as_deref() == Some("$1\r\nx\r\n")
     });
 }

@@ -220,15 +220,9 @@ fn config(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             if argv.len() < 4 || argv.len() % 2 != 0 {
                 return Err(wrong_arity("config|set"));
             }
-            // All or nothing: validate every pair on a copy, then swap it in.
-            let mut next = exec.server.config.read().clone();
-            for pair in argv[2..].chunks(2) {
-                let name = String::from_utf8_lossy(&pair[0]);
-                let value = String::from_utf8_lossy(&pair[1]);
-                next.set_live(&name, &value).map_err(|m| CmdError::err(format!("CONFIG SET failed (possibly related to argument '{name}') - {m}")))?;
-            }
-            *exec.server.config.write() = next;
-            exec.server.apply_config();
+            let pairs: Vec<(String, String)> =
+                argv[2..].chunks(2).map(|pair| (String::from_utf8_lossy(&pair[0]).into_owned(), String::from_utf8_lossy(&pair[1]).into_owned())).collect();
+            exec.server.set_live_config(pairs.iter().map(|(n, v)| (n.as_str(), v.as_str()))).map_err(CmdError::err)?;
             Ok(OK)
         }
         b"resetstat" => {
@@ -357,14 +351,15 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     if want("server") {
         let _ = write!(
             out,
-            "# Server\r\nredis_version:{}\r\nkeymesh_version:{}\r\nredis_mode:standalone\r\nos:{} {}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\nrun_id:{}\r\nnode_name:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nhz:10\r\nexecutable:keymesh-server\r\n\r\n",
+            "# Server\r\nredis_version:{}\r\nkeymesh_version:{}\r\nredis_mode:standalone\r\nos:{} {}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\nrun_id:{}\r\nnode_name:{}\r\nhandoff:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nhz:10\r\nexecutable:keymesh-server\r\n\r\n",
             super::connection::REDIS_COMPAT_VERSION,
-            env!("CARGO_PKG_VERSION"),
+            server.version,
             std::env::consts::OS,
             std::env::consts::ARCH,
             std::process::id(),
             server.run_id,
             server.node_name,
+            server.handoff.phase().as_str(),
             server.port.load(Ordering::Relaxed),
             uptime,
             uptime / 86400

@@ -1,11 +1,14 @@
 //! The operator's `Admin` service on the mesh port: `Status` (this node's readiness, sync
-//! state and per-peer links), `SetPeers` (replace the whole peer list at once) and
-//! `SetDraining` (a node leaving the mesh refuses writes while its peers take its last ones).
+//! state, per-peer links, its last originated sequence, handoff phase and the config values
+//! asked for), `SetPeers` (replace the whole peer list at once), `Handoff` (hand the clients
+//! off before the node leaves the mesh, see `crate::handoff`) and `SetConfig` (directives that
+//! change live, as `CONFIG SET`).
 //!
 //! Guarded like the mesh stream: when `requirepass` is set, calls must carry it in the
 //! `authorization` metadata (`Bearer <password>`), or they get `unauthenticated`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use keymesh_proto as pb;
 use keymesh_proto::admin_server::AdminServer;
@@ -13,6 +16,9 @@ use tonic::{Request, Response, Status};
 
 use super::PeerAddr;
 use crate::server::Server;
+
+/// The longest grace a handoff may ask for: a handoff must end.
+const MAX_HANDOFF_GRACE: Duration = Duration::from_secs(300);
 
 pub fn service(server: Arc<Server>) -> AdminServer<AdminService> {
     AdminServer::new(AdminService { server })
@@ -35,15 +41,27 @@ impl AdminService {
             Err(Status::unauthenticated("the admin API needs 'authorization: Bearer <requirepass>'"))
         }
     }
+
+    /// The node's status, with the server-level fields the mesh does not know and the values
+    /// of `config_keys`.
+    fn status(&self, config_keys: &[String]) -> pb::NodeStatus {
+        let server = &self.server;
+        let mut status = server.mesh.status();
+        status.ready = server.readiness().is_ok();
+        status.version = server.version.clone();
+        status.handoff = server.handoff.phase().as_str().to_string();
+        status.clients = server.clients.count() as u64;
+        let config = server.config.read();
+        status.config = config_keys.iter().map(|k| (k.clone(), config.get(k).to_string())).collect();
+        status
+    }
 }
 
 #[tonic::async_trait]
 impl pb::admin_server::Admin for AdminService {
     async fn status(&self, request: Request<pb::StatusRequest>) -> Result<Response<pb::NodeStatus>, Status> {
         self.authorize(&request)?;
-        let mut status = self.server.mesh.status();
-        status.ready = self.server.readiness().is_ok();
-        Ok(Response::new(status))
+        Ok(Response::new(self.status(&request.into_inner().config_keys)))
     }
 
     async fn set_peers(&self, request: Request<pb::SetPeersRequest>) -> Result<Response<pb::SetPeersReply>, Status> {
@@ -62,11 +80,22 @@ impl pb::admin_server::Admin for AdminService {
         Ok(Response::new(pb::SetPeersReply { peers }))
     }
 
-    async fn set_draining(&self, request: Request<pb::SetDrainingRequest>) -> Result<Response<pb::NodeStatus>, Status> {
+    async fn handoff(&self, request: Request<pb::HandoffRequest>) -> Result<Response<pb::NodeStatus>, Status> {
         self.authorize(&request)?;
-        self.server.mesh.set_draining(request.into_inner().draining);
-        let mut status = self.server.mesh.status();
-        status.ready = self.server.readiness().is_ok();
-        Ok(Response::new(status))
+        let request = request.into_inner();
+        if request.start {
+            self.server.handoff.start(&self.server, Duration::from_millis(request.grace_ms).min(MAX_HANDOFF_GRACE));
+        } else {
+            self.server.handoff.cancel(&self.server);
+        }
+        Ok(Response::new(self.status(&[])))
+    }
+
+    async fn set_config(&self, request: Request<pb::SetConfigRequest>) -> Result<Response<pb::NodeStatus>, Status> {
+        self.authorize(&request)?;
+        let values = request.into_inner().values;
+        self.server.set_live_config(values.iter().map(|(k, v)| (k.as_str(), v.as_str()))).map_err(Status::invalid_argument)?;
+        let keys: Vec<String> = values.into_keys().collect();
+        Ok(Response::new(self.status(&keys)))
     }
 }

@@ -73,9 +73,10 @@ pub fn replication(mesh: &Mesh) -> String {
         );
     }
     let ready = mesh.readiness();
+    let refusals = mesh.refusals();
     let _ = write!(
         out,
-        "master_replid:{}\r\nmaster_repl_offset:{}\r\nrepl_backlog_active:1\r\nrepl_backlog_histlen:{}\r\nmesh_ready:{}\r\nmesh_synced:{}\r\nmesh_ready_reason:{}\r\nskewed_receives:{}\r\nmesh_stale:{}\r\nmesh_wipes:{}\r\nmesh_tombstones:{}\r\nmesh_draining:{}\r\n\r\n",
+        "master_replid:{}\r\nmaster_repl_offset:{}\r\nrepl_backlog_active:1\r\nrepl_backlog_histlen:{}\r\nmesh_ready:{}\r\nmesh_synced:{}\r\nmesh_ready_reason:{}\r\nskewed_receives:{}\r\nmesh_stale:{}\r\nmesh_wipes:{}\r\nmesh_tombstones:{}\r\nmesh_draining:{}\r\nmesh_protocol_version:{}\r\nmesh_refused_subscribers:{}\r\nmesh_last_refusal:{}\r\n\r\n",
         mesh.run_id(),
         mesh.log.next_seq().saturating_sub(1),
         mesh.log.held_bytes(),
@@ -87,6 +88,9 @@ pub fn replication(mesh: &Mesh) -> String {
         mesh.metrics.wipes.get(),
         mesh.store.tombstones_held(),
         mesh.draining() as u8,
+        super::MESH_PROTOCOL_VERSION,
+        mesh.metrics.refused_subscribers.with_label_values(&["auth"]).get() + mesh.metrics.refused_subscribers.with_label_values(&["protocol"]).get(),
+        refusals.last().map(|r| r.replace(['\r', '\n'], " ")).unwrap_or_default(),
     );
     out
 }

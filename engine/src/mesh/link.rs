@@ -131,6 +131,8 @@ enum LinkError {
     Auth(String),
     #[error("origin refused the stream: {0}")]
     Refused(String),
+    #[error("{0}")]
+    Incompatible(String),
     #[error("origin stream failed: {0}")]
     Stream(String),
     #[error("origin closed the stream")]
@@ -195,6 +197,8 @@ struct LinkCtx {
 impl LinkCtx {
     async fn run(self) {
         let mut backoff = MIN_BACKOFF;
+        // A refusal repeats at every reconnect: it is logged once per distinct message.
+        let mut last_refusal = String::new();
         loop {
             self.status.lock().phase = LinkPhase::Connecting;
             let mut welcomed = false;
@@ -220,6 +224,11 @@ impl LinkCtx {
             }
             if welcomed {
                 warn!(peer = %self.peer.label(), error = %error, "mesh link lost; reconnecting");
+            } else if matches!(error, LinkError::Refused(_) | LinkError::Incompatible(_) | LinkError::Auth(_)) {
+                if error.to_string() != last_refusal {
+                    last_refusal = error.to_string();
+                    warn!(peer = %self.peer.label(), error = %error, "mesh peer refused the link");
+                }
             } else {
                 debug!(peer = %self.peer.label(), error = %error, "mesh link failed");
             }
@@ -288,6 +297,7 @@ impl LinkCtx {
             origin_run_id: origin_run_id.clone(),
             next_seq,
             stale,
+            protocol_version: super::MESH_PROTOCOL_VERSION,
         };
         let (up, up_rx) = mpsc::channel(8);
         let _ = up.try_send(pb::SubscriberMessage { body: Some(pb::subscriber_message::Body::Hello(hello)) });
@@ -309,6 +319,7 @@ impl LinkCtx {
         if welcome.run_id == server.mesh.run_id() {
             return Err(LinkError::Itself);
         }
+        super::protocol_compatible(welcome.protocol_version).map_err(LinkError::Incompatible)?;
         *welcomed = true;
         let full_sync = welcome.full_sync;
         if full_sync && stale {

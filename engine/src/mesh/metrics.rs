@@ -22,6 +22,8 @@ pub struct MeshMetrics {
     pub tombstones_collected: IntCounter,
     /// Times this node wiped its data to resync after being cut off too long.
     pub wipes: IntCounter,
+    /// Subscribers refused, by reason (`auth`, `protocol`).
+    pub refused_subscribers: IntCounterVec,
 }
 
 fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: T) -> T {
@@ -77,6 +79,12 @@ impl MeshMetrics {
             subscribers: register(registry, IntGauge::new("keymesh_mesh_subscribers", "Peers streaming this node's writes.").expect("static metric")),
             backlog_bytes: register(registry, IntGauge::new("keymesh_mesh_backlog_bytes", "Bytes held in the replication backlog.").expect("static metric")),
             ready: register(registry, IntGauge::new("keymesh_ready", "1 when the node is ready for client traffic (see /readyz).").expect("static metric")),
+            refused_subscribers: counter_vec(
+                registry,
+                "keymesh_mesh_refused_subscribers_total",
+                "Peers this node refused to stream to, by reason (auth: wrong masterauth; protocol: incompatible mesh protocol version).",
+                &["reason"],
+            ),
             merges: counter_vec(
                 registry,
                 "keymesh_mesh_merges_total",

@@ -50,6 +50,33 @@ pub const MESH_PORT_OFFSET: u16 = 10000;
 /// The largest message a link accepts from an origin: snapshot batches carry whole keys.
 pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
 
+/// The mesh protocol this build speaks (`Hello.protocol_version`, `Welcome.protocol_version`).
+/// 1: the first stream (it sent no version); 2: adds the handoff handshake's fields
+/// (`NodeStatus.last_seq`, `PeerStatus.applied_seq`/`synced_run_id`). The rule is in the
+/// engine README ("Mesh protocol versions"): bump it for any change an older peer would
+/// misread, keep every change readable by the previous version, and a rolling upgrade can
+/// move one version at a time.
+pub const MESH_PROTOCOL_VERSION: u32 = 2;
+
+/// Recent refusals kept for `INFO` and the admin `Status`.
+const REFUSALS_KEPT: usize = 8;
+
+/// Whether this node can stream with a peer that speaks `theirs` (0 means 1: version 1 sent no
+/// version). Adjacent versions interoperate, so a rolling upgrade never splits the mesh;
+/// anything further apart is refused with a message that says both versions.
+pub fn protocol_compatible(theirs: u32) -> Result<(), String> {
+    let theirs = theirs.max(1);
+    if theirs.abs_diff(MESH_PROTOCOL_VERSION) <= 1 {
+        Ok(())
+    } else {
+        Err(format!(
+            "incompatible mesh protocol: the peer speaks version {theirs}, this node {MESH_PROTOCOL_VERSION} (versions {} to {} interoperate); upgrade one version at a time",
+            MESH_PROTOCOL_VERSION.saturating_sub(1).max(1),
+            MESH_PROTOCOL_VERSION + 1
+        ))
+    }
+}
+
 /// A peer: where its mesh port is. `client_port` is what `REPLICAOF` named, for `INFO`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PeerAddr {
@@ -113,8 +140,10 @@ pub struct Mesh {
     wipe_lock: Mutex<()>,
     /// Whether the last check found the node stale (its streams are closed on the change).
     was_stale: AtomicBool,
-    /// Leaving the mesh (admin `SetDraining`): writes are refused and the node is not ready.
+    /// The end of a handoff (`crate::handoff`): writes are refused and the node is not ready.
     draining: AtomicBool,
+    /// The last subscribers this node refused, and why (newest last).
+    refused: Mutex<std::collections::VecDeque<String>>,
     pub metrics: MeshMetrics,
 }
 
@@ -137,6 +166,7 @@ impl Mesh {
             wipe_lock: Mutex::new(()),
             was_stale: AtomicBool::new(false),
             draining: AtomicBool::new(false),
+            refused: Mutex::new(std::collections::VecDeque::new()),
             identity,
             metrics: MeshMetrics::new(registry),
         }
@@ -394,9 +424,30 @@ impl Mesh {
         ready
     }
 
-    /// Scale down (DESIGN.md, "Scaling"): a node about to be removed from every peer list first
-    /// stops taking writes, so that nothing is acknowledged here that its peers will never
-    /// merge; reads still work, and `/readyz` turns 503 so clients move to other pods.
+    /// Records a refused subscriber for `INFO` and the admin `Status`, and counts it.
+    pub(crate) fn note_refusal(&self, subscriber: &str, reason: &'static str, message: &str) {
+        warn!(%subscriber, reason, %message, "mesh subscriber refused");
+        self.metrics.refused_subscribers.with_label_values(&[reason]).inc();
+        let mut refused = self.refused.lock();
+        if refused.len() == REFUSALS_KEPT {
+            refused.pop_front();
+        }
+        refused.push_back(format!("{subscriber}: {message}"));
+    }
+
+    /// The last refusals, oldest first.
+    pub fn refusals(&self) -> Vec<String> {
+        self.refused.lock().iter().cloned().collect()
+    }
+
+    /// The sequence of the last write this node originated (0: none yet).
+    pub fn last_seq(&self) -> u64 {
+        self.log.next_seq().saturating_sub(1)
+    }
+
+    /// The end of a handoff (`crate::handoff`): the node stops taking writes, so that nothing
+    /// is acknowledged here that its peers will never merge; reads still work, and `/readyz`
+    /// answers 503.
     pub fn set_draining(&self, draining: bool) {
         if self.draining.swap(draining, Ordering::Relaxed) != draining {
             info!(draining, "mesh draining changed");
@@ -427,6 +478,9 @@ impl Mesh {
                 last_ack_age_ms: s.last_ack_age_ms(),
                 clock_skew_ms: s.skew_ms,
                 initial_sync_done: s.initial_sync_done,
+                synced_run_id: s.synced_run_id.clone(),
+                applied_seq: s.applied_seq,
+                error: if s.phase == LinkPhase::Connected { String::new() } else { s.last_error.clone() },
             })
             .collect();
         let store = &self.store;
@@ -441,6 +495,10 @@ impl Mesh {
             version: env!("CARGO_PKG_VERSION").to_string(),
             skewed_receives: store.hlc.skewed_receives(),
             draining: self.draining(),
+            last_seq: self.last_seq(),
+            protocol_version: MESH_PROTOCOL_VERSION,
+            refused: self.refusals(),
+            ..pb::NodeStatus::default()
         }
     }
 

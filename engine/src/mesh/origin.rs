@@ -103,9 +103,15 @@ impl pb::mesh_server::Mesh for OriginService {
         };
         let mesh = &self.mesh;
         let requirepass = mesh.server().map(|s| s.config.read().get("requirepass").to_string()).unwrap_or_default();
+        let subscriber = format!("{} ({})", hello.node_name, addr.map_or_else(|| "?".to_string(), |a| a.to_string()));
         if !requirepass.is_empty() && !constant_time_eq(hello.password.as_bytes(), requirepass.as_bytes()) {
-            info!(subscriber = %hello.node_name, ?addr, "mesh subscriber refused: wrong masterauth");
-            return Err(Status::unauthenticated("invalid password: the subscriber's masterauth must equal this node's requirepass"));
+            let message = "invalid password: the subscriber's masterauth must equal this node's requirepass";
+            mesh.note_refusal(&subscriber, "auth", message);
+            return Err(Status::unauthenticated(message));
+        }
+        if let Err(message) = super::protocol_compatible(hello.protocol_version) {
+            mesh.note_refusal(&subscriber, "protocol", &message);
+            return Err(Status::failed_precondition(message));
         }
         if mesh.stale() {
             // Our data may hold keys whose tombstones the mesh has dropped: nobody may sync
@@ -146,7 +152,14 @@ impl pb::mesh_server::Mesh for OriginService {
         });
         info!(subscriber = %hello.node_name, ?addr, full_sync, start_seq, "mesh subscriber connected");
         let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
-        let welcome = pb::Welcome { run_id, node_name: mesh.identity.node_name.clone(), node_id: mesh.identity.node_id, full_sync, start_seq };
+        let welcome = pb::Welcome {
+            run_id,
+            node_name: mesh.identity.node_name.clone(),
+            node_id: mesh.identity.node_id,
+            full_sync,
+            start_seq,
+            protocol_version: super::MESH_PROTOCOL_VERSION,
+        };
         let _ = tx.try_send(Ok(message(Body::Welcome(welcome))));
         mesh.subscribers.lock().push(info.clone());
         let acks = tokio::spawn(read_acks(mesh.clone(), inbound, info.clone()));

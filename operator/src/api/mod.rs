@@ -18,7 +18,7 @@ pub use spec::{
     AuthSpec, EngineSpec, EvictionPolicy, ImagePullPolicy, MetricsSpec, NodeTuningSpec, PersistenceSpec, PodDisruptionBudgetSpec, PodOverrides, SecretRef,
     ServiceMonitorSpec, ServiceSpec, ServiceType, SpreadMode, TlsSpec, TopologySpec, UpgradeSpec,
 };
-pub use status::{condition_types, CacheClusterStatus, MemberStatus, Phase};
+pub use status::{condition_types, CacheClusterStatus, MemberStatus, Phase, UpgradeState, UpgradeStatus};
 
 /// The engine image repository used when `spec.image` is not set.
 pub const DEFAULT_IMAGE_REPOSITORY: &str = "keymesh/keymesh-server";
@@ -41,6 +41,8 @@ pub const DEFAULT_VERSION: &str = env!("CARGO_PKG_VERSION");
     printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyReplicas"}"#,
     printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".spec.replicas"}"#,
     printcolumn = r#"{"name":"Version","type":"string","jsonPath":".status.currentVersion"}"#,
+    printcolumn = r#"{"name":"Target","type":"string","priority":1,"jsonPath":".status.targetVersion"}"#,
+    printcolumn = r#"{"name":"Upgrade","type":"string","priority":1,"jsonPath":".status.upgrade.state"}"#,
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]

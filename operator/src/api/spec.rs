@@ -253,12 +253,53 @@ fn thp_never() -> String {
     "never".to_string()
 }
 
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+/// How pod-template changes (version, image, resources, restart-only engine settings) roll
+/// through the cluster: one pod at a time, highest ordinal first, each handed off and synced
+/// before the next (operator README, "Rolling upgrades").
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UpgradeSpec {
-    /// Stop replacing pods for a new version or configuration.
+    /// Stop before the next pod is replaced (a pod already being replaced finishes).
     #[serde(default)]
     pub paused: bool,
+    /// Add one pod of the new revision first and remove it at the end, so no pod's data is
+    /// ever only on the pod being replaced. Always on for a single-pod cluster.
+    #[serde(default)]
+    pub surge: bool,
+    /// A replaced pod that is not ready and synced this long after it was created fails the
+    /// upgrade.
+    #[serde(default = "default_ready_timeout_seconds")]
+    #[schemars(range(min = 1))]
+    pub ready_timeout_seconds: i32,
+    /// On a failed upgrade, restore the previous pod template and replace the pods that run
+    /// the failed revision.
+    #[serde(default = "enabled")]
+    pub auto_rollback: bool,
+    /// How long clients that are busy (in MULTI, subscribed, blocked) may stay connected to a
+    /// pod being replaced or removed before it closes their connections.
+    #[serde(default = "default_handoff_grace_seconds")]
+    #[schemars(range(min = 0, max = 300))]
+    pub handoff_grace_seconds: i32,
+}
+
+impl Default for UpgradeSpec {
+    fn default() -> Self {
+        UpgradeSpec {
+            paused: false,
+            surge: false,
+            ready_timeout_seconds: default_ready_timeout_seconds(),
+            auto_rollback: true,
+            handoff_grace_seconds: default_handoff_grace_seconds(),
+        }
+    }
+}
+
+fn default_ready_timeout_seconds() -> i32 {
+    300
+}
+
+fn default_handoff_grace_seconds() -> i32 {
+    10
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]

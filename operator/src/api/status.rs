@@ -45,6 +45,9 @@ pub struct CacheClusterStatus {
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<MemberStatus>,
+    /// The rolling upgrade in flight, or the last one that failed (until the spec changes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeStatus>,
 }
 
 impl CacheClusterStatus {
@@ -68,6 +71,11 @@ pub enum Phase {
     Degraded,
     /// The spec is invalid; the operator waits for it to change.
     Failed,
+    /// Pods are being replaced with a new pod template, one at a time.
+    Upgrading,
+    /// A replaced pod did not become ready; see `status.upgrade` (rolled back when
+    /// `spec.upgrade.autoRollback`). Waits for the spec to change.
+    UpgradeFailed,
 }
 
 impl Phase {
@@ -79,8 +87,70 @@ impl Phase {
             Phase::Scaling => "Scaling",
             Phase::Degraded => "Degraded",
             Phase::Failed => "Failed",
+            Phase::Upgrading => "Upgrading",
+            Phase::UpgradeFailed => "UpgradeFailed",
         }
     }
+}
+
+/// Where a rolling upgrade stands.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum UpgradeState {
+    /// The pod template changed and no pod was replaced yet (waiting for a healthy cluster).
+    Pending,
+    /// Pods are being replaced.
+    Rolling,
+    /// `spec.upgrade.paused`: no further pod is replaced.
+    Paused,
+    /// A replaced pod failed; without auto-rollback the operator holds here.
+    Failed,
+    /// A replaced pod failed; the pods on the failed revision go back to the previous one.
+    RollingBack,
+    /// The failed upgrade was rolled back; the cluster runs the previous revision until the
+    /// spec changes again.
+    RolledBack,
+}
+
+impl UpgradeState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpgradeState::Pending => "Pending",
+            UpgradeState::Rolling => "Rolling",
+            UpgradeState::Paused => "Paused",
+            UpgradeState::Failed => "Failed",
+            UpgradeState::RollingBack => "RollingBack",
+            UpgradeState::RolledBack => "RolledBack",
+        }
+    }
+}
+
+/// A rolling upgrade: which pod-template revision the pods come from and go to. Revisions are
+/// the pod template's hash (the `keymesh.io/template-hash` annotation on pods and on the
+/// StatefulSet's ControllerRevisions).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeStatus {
+    pub state: UpgradeState,
+    /// The revision the pods ran when the upgrade started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_revision: Option<String>,
+    /// The revision the spec asks for.
+    pub to_revision: String,
+    /// Engine versions of the two revisions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_version: Option<String>,
+    pub to_version: String,
+    /// Pods that run `toRevision` (during a rollback: `fromRevision`).
+    pub updated_replicas: i32,
+    /// The pod being handed off or replaced now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current_pod: Option<String>,
+    /// The pod that failed the upgrade.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_pod: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    pub message: String,
 }
 
 /// One engine pod as the operator last saw it.
@@ -99,4 +169,10 @@ pub struct MemberStatus {
     pub connected_peers: i32,
     /// The largest replication lag, in operations, over its peers.
     pub lag_ops: i64,
+    /// The pod-template revision the pod runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// The engine version it reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }

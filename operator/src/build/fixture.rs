@@ -1,7 +1,7 @@
 //! Test fixture: builds children from an inline YAML spec, with the inputs a first reconcile
 //! of that spec would have, and prints objects as YAML in assertion messages.
 
-use super::{build_children, BuildInput, Capabilities, Children, PdbVersion};
+use super::{build_children, engine_settings, pod_template, BuildInput, Capabilities, Children, EngineSettings, PdbVersion, PodTemplate};
 use crate::api::CacheCluster;
 use crate::names::ClusterNames;
 use crate::test_support::cluster;
@@ -15,6 +15,8 @@ pub struct Fixture {
     pub config_peers: Vec<u32>,
     pub password: Option<String>,
     pub capabilities: Capabilities,
+    pub template: PodTemplate,
+    pub partition: u32,
 }
 
 impl Fixture {
@@ -23,10 +25,14 @@ impl Fixture {
         let spec = validate(&cluster).unwrap_or_else(|e| panic!("fixture spec is invalid: {e}\n{spec_yaml}"));
         let replicas = spec.replicas;
         let password = matches!(spec.auth, AuthSource::Generated { .. }).then(|| "s3cret-pw".to_string());
+        let names = ClusterNames::new("demo", "cache", "cluster.local");
+        let template = pod_template(&spec, &names, &engine_settings(&spec, &names));
         Fixture {
             cluster,
             spec,
-            names: ClusterNames::new("demo", "cache", "cluster.local"),
+            names,
+            template,
+            partition: 0,
             statefulset_replicas: replicas,
             config_peers: (0..replicas.unsigned_abs()).collect(),
             password,
@@ -43,7 +49,13 @@ impl Fixture {
             config_peers: &self.config_peers,
             generated_password: self.password.as_deref(),
             capabilities: self.capabilities,
+            template: &self.template,
+            partition: self.partition,
         }
+    }
+
+    pub fn settings(&self) -> EngineSettings {
+        engine_settings(&self.spec, &self.names)
     }
 
     pub fn build(&self) -> Children {

@@ -24,12 +24,12 @@ use crate::api::CacheCluster;
 use crate::names::ClusterNames;
 use crate::validate::ValidatedSpec;
 
-pub use configmap::{build_config_map, config_hash, engine_config, EngineConfig};
+pub use configmap::{build_config_map, build_peers_config_map, config_hash, engine_settings, EngineSettings, LIVE_DIRECTIVES};
 pub use pdb::{build_pdb, PdbVersion};
 pub use secret::build_secret;
 pub use servicemonitor::{build_service_monitor, service_monitor_resource};
 pub use services::{build_client_service, build_headless_service};
-pub use statefulset::build_statefulset;
+pub use statefulset::{build_statefulset, pod_template, PodTemplate, CONTAINER_NAME};
 
 /// The field manager of every server-side apply the operator makes.
 pub const FIELD_MANAGER: &str = "keymesh-operator";
@@ -43,8 +43,9 @@ pub const RESERVED_LABELS: [&str; 2] = ["app.kubernetes.io/managed-by", SERVICE_
 /// Tells the headless Service from the client Service (the ServiceMonitor selects one).
 pub const SERVICE_LABEL: &str = "keymesh.io/service";
 
-/// The pod-template annotation that changes whenever the engine settings change.
-pub const CONFIG_HASH_ANNOTATION: &str = "keymesh.io/config-hash";
+/// The pod-template annotation that names its revision: the hash of the template itself
+/// (`statefulset::pod_template`). Pods carry it, and so do the StatefulSet's ControllerRevisions.
+pub const TEMPLATE_HASH_ANNOTATION: &str = "keymesh.io/template-hash";
 
 /// What the API server offers, found by discovery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +69,12 @@ pub struct BuildInput<'a> {
     /// The password of the generated Secret; `None` when the user references a Secret.
     pub generated_password: Option<&'a str>,
     pub capabilities: Capabilities,
+    /// The pod template to apply: the spec's (`pod_template`), or a previous revision's while
+    /// a failed upgrade rolls back (`crate::upgrade`).
+    pub template: &'a PodTemplate,
+    /// The StatefulSet's rolling-update partition: pods at or above it are replaced with the
+    /// template (`crate::upgrade`).
+    pub partition: u32,
 }
 
 /// Every child of a cluster. Consumers destructure it without `..`, so adding a child here
@@ -76,7 +83,10 @@ pub struct BuildInput<'a> {
 pub struct Children {
     /// `None` when the user references their own Secret.
     pub secret: Option<Secret>,
+    /// The engine settings of the spec's revision (`<name>-config-<hash>`).
     pub config_map: ConfigMap,
+    /// The members a starting pod syncs from (`<name>-peers`).
+    pub peers_config_map: ConfigMap,
     pub headless_service: Service,
     pub client_service: Service,
     pub statefulset: StatefulSet,
@@ -96,13 +106,14 @@ pub enum BuildError {
 
 /// Builds every child.
 pub fn build_children(input: &BuildInput) -> Result<Children, BuildError> {
-    let config = engine_config(input);
+    let settings = engine_settings(input.spec, input.names);
     Ok(Children {
         secret: build_secret(input)?,
-        config_map: build_config_map(input, &config)?,
+        config_map: build_config_map(input, &settings)?,
+        peers_config_map: build_peers_config_map(input)?,
         headless_service: build_headless_service(input)?,
         client_service: build_client_service(input)?,
-        statefulset: build_statefulset(input, &config)?,
+        statefulset: build_statefulset(input)?,
         pdb: build_pdb(input)?,
         service_monitor: build_service_monitor(input)?,
     })

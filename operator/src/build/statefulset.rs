@@ -1,23 +1,29 @@
 //! The engines' StatefulSet: stable pod names (`<name>-<ordinal>`, the mesh's peer identities),
-//! all pods started at once (`Parallel`), and `OnDelete` updates so the operator alone decides
-//! when a pod is replaced (DESIGN.md, "Rolling upgrade").
+//! all pods started at once (`Parallel`), and `RollingUpdate` with a `partition` that the
+//! operator moves one pod at a time (DESIGN.md, "Rolling upgrade"; `crate::upgrade`): pods below
+//! the partition keep (and are recreated with) the current revision whatever the template says,
+//! so a pod that restarts for another reason never jumps ahead of the upgrade's order.
 //!
 //! Its `replicas` is the scale plan's answer, which lags `spec.replicas` on a scale-down until
-//! no remaining member lists a leaving pod.
+//! no remaining member lists a leaving pod. The pod template is built here as a whole, hashed,
+//! and the hash stamped on it (`keymesh.io/template-hash`): that hash is the revision the
+//! upgrade compares pods with.
 
-use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
+use k8s_openapi::api::apps::v1::{RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, PodSpec, PodTemplateSpec, Probe,
-    SecretKeySelector, TopologySpreadConstraint, Volume, VolumeMount,
+    ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, PodReadinessGate, PodSpec, PodTemplateSpec,
+    Probe, SecretKeySelector, TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::configmap::{EngineConfig, CONFIG_DIR, CONFIG_FILE};
+use super::configmap::{config_hash, EngineSettings, CONFIG_DIR, CONFIG_FILE, PEERS_DIR};
 use super::services::{CLIENT_PORT_NAME, MESH_PORT_NAME, METRICS_PORT_NAME};
-use super::{child_metadata, common_labels, selector_labels, BuildError, BuildInput, CONFIG_HASH_ANNOTATION};
+use super::{child_metadata, common_labels, selector_labels, BuildError, BuildInput, TEMPLATE_HASH_ANNOTATION};
 use crate::api::SpreadMode;
-use crate::names::{CLIENT_PORT, MESH_PORT, METRICS_PORT};
+use crate::handoff::SERVING_CONDITION;
+use crate::names::{ClusterNames, CLIENT_PORT, MESH_PORT, METRICS_PORT};
+use crate::validate::ValidatedSpec;
 
 /// The engine container's name.
 pub const CONTAINER_NAME: &str = "keymesh";
@@ -28,7 +34,22 @@ pub const TERMINATION_GRACE_SECONDS: i64 = 30;
 pub const ZONE_TOPOLOGY_KEY: &str = "topology.kubernetes.io/zone";
 pub const HOST_TOPOLOGY_KEY: &str = "kubernetes.io/hostname";
 
-pub fn build_statefulset(input: &BuildInput, config: &EngineConfig) -> Result<StatefulSet, BuildError> {
+/// A pod template and its revision (the hash stamped on it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodTemplate {
+    pub template: PodTemplateSpec,
+    pub hash: String,
+}
+
+impl PodTemplate {
+    /// A template taken from the StatefulSet's history (a rollback), with the hash it carries.
+    pub fn from_history(template: PodTemplateSpec) -> Option<PodTemplate> {
+        let hash = template.metadata.as_ref()?.annotations.as_ref()?.get(TEMPLATE_HASH_ANNOTATION)?.clone();
+        Some(PodTemplate { template, hash })
+    }
+}
+
+pub fn build_statefulset(input: &BuildInput) -> Result<StatefulSet, BuildError> {
     let names = input.names;
     Ok(StatefulSet {
         metadata: child_metadata(input, names.statefulset())?,
@@ -36,31 +57,41 @@ pub fn build_statefulset(input: &BuildInput, config: &EngineConfig) -> Result<St
             replicas: Some(input.statefulset_replicas),
             service_name: Some(names.headless_service()),
             pod_management_policy: Some("Parallel".to_string()),
-            update_strategy: Some(StatefulSetUpdateStrategy { type_: Some("OnDelete".to_string()), rolling_update: None }),
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("RollingUpdate".to_string()),
+                rolling_update: Some(RollingUpdateStatefulSetStrategy {
+                    partition: Some(i32::try_from(input.partition).unwrap_or(i32::MAX)),
+                    ..RollingUpdateStatefulSetStrategy::default()
+                }),
+            }),
             selector: LabelSelector { match_labels: Some(selector_labels(names)), match_expressions: None },
-            template: pod_template(input, config),
+            template: input.template.template.clone(),
             ..StatefulSetSpec::default()
         }),
         ..StatefulSet::default()
     })
 }
 
-fn pod_template(input: &BuildInput, config: &EngineConfig) -> PodTemplateSpec {
-    let pod = &input.spec.pod;
+/// The engine pods' template for a spec, hashed. Pure: the same spec gives the same template
+/// and hash in every operator build that builds the same template.
+pub fn pod_template(spec: &ValidatedSpec, names: &ClusterNames, settings: &EngineSettings) -> PodTemplate {
+    let pod = &spec.pod;
     let mut labels = pod.labels.clone();
-    labels.extend(common_labels(input.names));
-    let mut annotations = pod.annotations.clone();
-    annotations.insert(CONFIG_HASH_ANNOTATION.to_string(), config.hash());
-    let spread = topology_spread(input);
-    PodTemplateSpec {
-        metadata: Some(ObjectMeta { labels: Some(labels), annotations: Some(annotations), ..ObjectMeta::default() }),
+    labels.extend(common_labels(names));
+    let spread = topology_spread(spec, names);
+    let config_volume = |name: &str, config_map: String| Volume {
+        name: name.to_string(),
+        config_map: Some(ConfigMapVolumeSource { name: config_map, ..ConfigMapVolumeSource::default() }),
+        ..Volume::default()
+    };
+    let mut template = PodTemplateSpec {
+        metadata: Some(ObjectMeta { labels: Some(labels), annotations: Some(pod.annotations.clone()), ..ObjectMeta::default() }),
         spec: Some(PodSpec {
-            containers: vec![engine_container(input)],
-            volumes: Some(vec![Volume {
-                name: "config".to_string(),
-                config_map: Some(ConfigMapVolumeSource { name: input.names.config_map(), ..ConfigMapVolumeSource::default() }),
-                ..Volume::default()
-            }]),
+            containers: vec![engine_container(spec)],
+            volumes: Some(vec![config_volume("config", names.config_map(&settings.hash)), config_volume("peers", names.peers_config_map())]),
+            // Ready needs the operator's consent too: it takes a pod out of its Service at once
+            // before handing it off (`crate::handoff`).
+            readiness_gates: Some(vec![PodReadinessGate { condition_type: SERVING_CONDITION.to_string() }]),
             termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
             enable_service_links: Some(false),
             topology_spread_constraints: (!spread.is_empty()).then_some(spread),
@@ -70,11 +101,15 @@ fn pod_template(input: &BuildInput, config: &EngineConfig) -> PodTemplateSpec {
             priority_class_name: pod.priority_class_name.clone(),
             ..PodSpec::default()
         }),
+    };
+    let hash = config_hash(&serde_json::to_string(&template).unwrap_or_default());
+    if let Some(annotations) = template.metadata.as_mut().and_then(|m| m.annotations.as_mut()) {
+        annotations.insert(TEMPLATE_HASH_ANNOTATION.to_string(), hash.clone());
     }
+    PodTemplate { template, hash }
 }
 
-fn engine_container(input: &BuildInput) -> Container {
-    let spec = input.spec;
+fn engine_container(spec: &ValidatedSpec) -> Container {
     let args =
         [&format!("{CONFIG_DIR}/{CONFIG_FILE}"), "--node-name", "$(POD_NAME)", "--requirepass", "$(KEYMESH_PASSWORD)", "--masterauth", "$(KEYMESH_PASSWORD)"];
     Container {
@@ -106,12 +141,10 @@ fn engine_container(input: &BuildInput) -> Container {
         // Generous: a full sync of a large keyspace must not look like a hang.
         liveness_probe: Some(http_probe("/healthz", 10, 5, 6, Some(10))),
         resources: spec.resources.clone(),
-        volume_mounts: Some(vec![VolumeMount {
-            name: "config".to_string(),
-            mount_path: CONFIG_DIR.to_string(),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        }]),
+        volume_mounts: Some(vec![
+            VolumeMount { name: "config".to_string(), mount_path: CONFIG_DIR.to_string(), read_only: Some(true), ..VolumeMount::default() },
+            VolumeMount { name: "peers".to_string(), mount_path: PEERS_DIR.to_string(), read_only: Some(true), ..VolumeMount::default() },
+        ]),
         ..Container::default()
     }
 }
@@ -141,8 +174,8 @@ fn http_probe(path: &str, period: i32, timeout: i32, failures: i32, initial_dela
 
 /// maxSkew 1 over zones and hosts: `Preferred` schedules anyway when the spread cannot hold,
 /// `Required` leaves the pod pending, `Disabled` adds no constraint.
-fn topology_spread(input: &BuildInput) -> Vec<TopologySpreadConstraint> {
-    let topology = &input.spec.topology;
+fn topology_spread(spec: &ValidatedSpec, names: &ClusterNames) -> Vec<TopologySpreadConstraint> {
+    let topology = &spec.topology;
     [(topology.zone_spread, ZONE_TOPOLOGY_KEY), (topology.host_spread, HOST_TOPOLOGY_KEY)]
         .into_iter()
         .filter_map(|(mode, key)| {
@@ -155,7 +188,7 @@ fn topology_spread(input: &BuildInput) -> Vec<TopologySpreadConstraint> {
                 max_skew: 1,
                 topology_key: key.to_string(),
                 when_unsatisfiable: when.to_string(),
-                label_selector: Some(LabelSelector { match_labels: Some(selector_labels(input.names)), match_expressions: None }),
+                label_selector: Some(LabelSelector { match_labels: Some(selector_labels(names)), match_expressions: None }),
                 ..TopologySpreadConstraint::default()
             })
         })

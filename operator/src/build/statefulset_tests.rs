@@ -17,14 +17,19 @@ fn container(sts: &StatefulSet) -> &Container {
 }
 
 #[test]
-fn defaults_parallel_on_delete_headless_and_three_replicas() {
+fn defaults_parallel_rolling_with_the_plans_partition_headless_and_three_replicas() {
     let sts = sts("{}");
     let spec = sts.spec.as_ref().expect("spec");
     assert_eq!(sts.metadata.name.as_deref(), Some("demo"), "{}", yaml(&sts));
     assert_eq!(spec.replicas, Some(3), "{}", yaml(&sts));
     assert_eq!(spec.service_name.as_deref(), Some("demo-headless"), "{}", yaml(&sts));
     assert_eq!(spec.pod_management_policy.as_deref(), Some("Parallel"), "{}", yaml(&sts));
-    assert_eq!(spec.update_strategy.as_ref().and_then(|u| u.type_.as_deref()), Some("OnDelete"), "{}", yaml(&sts));
+    let strategy = spec.update_strategy.as_ref().expect("update strategy");
+    assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"), "{}", yaml(&sts));
+    assert_eq!(strategy.rolling_update.as_ref().and_then(|r| r.partition), Some(0), "{}", yaml(&sts));
+    assert!(strategy.rolling_update.as_ref().is_some_and(|r| r.max_unavailable.is_none()), "maxUnavailable is newer than 1.20: {}", yaml(&sts));
+    let gates: Vec<&str> = pod_spec(&sts).readiness_gates.iter().flatten().map(|g| g.condition_type.as_str()).collect();
+    assert_eq!(gates, ["keymesh.io/serving"], "the operator gates readiness: {}", yaml(&sts));
     assert_eq!(pod_spec(&sts).termination_grace_period_seconds, Some(30), "{}", yaml(&sts));
     let labels = spec.template.metadata.as_ref().and_then(|m| m.labels.as_ref()).expect("pod labels");
     for (k, v) in spec.selector.match_labels.as_ref().expect("selector") {
@@ -39,17 +44,24 @@ fn the_engine_runs_the_mounted_config_with_its_pod_name_and_password() {
     assert_eq!(c.image.as_deref(), Some(format!("keymesh/keymesh-server:{}", crate::api::DEFAULT_VERSION).as_str()), "{}", yaml(&sts));
     assert_eq!(c.command.as_deref(), Some(&["keymesh-server".to_string()][..]), "{}", yaml(&sts));
     let args = c.args.as_ref().expect("args").join(" ");
-    assert_eq!(args, "/etc/keymesh/keymesh.conf --node-name $(POD_NAME) --requirepass $(KEYMESH_PASSWORD) --masterauth $(KEYMESH_PASSWORD)", "{}", yaml(&sts));
+    assert_eq!(
+        args,
+        "/etc/keymesh/config/keymesh.conf --node-name $(POD_NAME) --requirepass $(KEYMESH_PASSWORD) --masterauth $(KEYMESH_PASSWORD)",
+        "{}",
+        yaml(&sts)
+    );
     let env = c.env.as_ref().expect("env");
     let pod_name = env.iter().find(|e| e.name == "POD_NAME").and_then(|e| e.value_from.as_ref()?.field_ref.as_ref()).expect("POD_NAME from the downward API");
     assert_eq!(pod_name.field_path, "metadata.name", "{}", yaml(&sts));
     let password =
         env.iter().find(|e| e.name == "KEYMESH_PASSWORD").and_then(|e| e.value_from.as_ref()?.secret_key_ref.as_ref()).expect("password from a Secret");
     assert_eq!((password.name.as_str(), password.key.as_str()), ("demo-auth", "password"), "{}", yaml(&sts));
-    let mount = &c.volume_mounts.as_ref().expect("mounts")[0];
-    assert_eq!(mount.mount_path, "/etc/keymesh", "{}", yaml(&sts));
-    let volume = &pod_spec(&sts).volumes.as_ref().expect("volumes")[0];
-    assert_eq!(volume.config_map.as_ref().map(|c| c.name.as_str()), Some("demo-config"), "{}", yaml(&sts));
+    let mounts: Vec<(&str, &str)> = c.volume_mounts.iter().flatten().map(|m| (m.name.as_str(), m.mount_path.as_str())).collect();
+    assert_eq!(mounts, [("config", "/etc/keymesh/config"), ("peers", "/etc/keymesh/peers")], "{}", yaml(&sts));
+    let volumes: Vec<(&str, Option<&str>)> =
+        pod_spec(&sts).volumes.iter().flatten().map(|v| (v.name.as_str(), v.config_map.as_ref().map(|c| c.name.as_str()))).collect();
+    let settings = Fixture::new("{}").settings();
+    assert_eq!(volumes, [("config", Some(format!("demo-config-{}", settings.hash).as_str())), ("peers", Some("demo-peers"))], "{}", yaml(&sts));
 }
 
 #[test]
@@ -118,20 +130,38 @@ pod:
     assert_eq!(meta.labels.as_ref().and_then(|l| l.get("team")).map(String::as_str), Some("payments"), "{}", yaml(&sts));
     let annotations = meta.annotations.as_ref().expect("annotations");
     assert_eq!(annotations.get("example.com/owner").map(String::as_str), Some("payments"), "{}", yaml(&sts));
-    assert!(annotations.contains_key(CONFIG_HASH_ANNOTATION), "{}", yaml(&sts));
+    assert!(annotations.contains_key(TEMPLATE_HASH_ANNOTATION), "{}", yaml(&sts));
 }
 
 #[test]
-fn config_changes_change_the_template_and_scaling_does_not() {
+fn restart_settings_and_versions_change_the_revision_live_settings_and_scaling_do_not() {
     let hash = |f: &Fixture| {
         let sts = f.build().statefulset;
-        sts.spec.and_then(|s| s.template.metadata).and_then(|m| m.annotations).and_then(|a| a.get(CONFIG_HASH_ANNOTATION).cloned()).expect("config hash")
+        let stamped = sts.spec.and_then(|s| s.template.metadata).and_then(|m| m.annotations).and_then(|a| a.get(TEMPLATE_HASH_ANNOTATION).cloned());
+        assert_eq!(stamped.as_deref(), Some(f.template.hash.as_str()), "the template carries its own hash");
+        f.template.hash.clone()
     };
     let base = Fixture::new("{}");
     let mut scaled = Fixture::new("replicas: 5");
     scaled.config_peers = vec![0, 1, 2];
     assert_eq!(hash(&base), hash(&scaled), "scaling must not change the pod template");
-    assert_ne!(hash(&base), hash(&Fixture::new("engine: {evictionPolicy: allkeys-lru}")));
+    assert_eq!(hash(&base), hash(&Fixture::new("engine: {evictionPolicy: allkeys-lru}")), "a live setting rolls no pod");
+    assert_ne!(hash(&base), hash(&Fixture::new("engine: {threads: 2}")), "a restart-only setting rolls");
+    assert_ne!(hash(&base), hash(&Fixture::new("version: 9.9.9")), "a version rolls");
+    assert_ne!(hash(&base), hash(&Fixture::new("resources: {requests: {cpu: 100m}}")), "resources roll");
+}
+
+#[test]
+fn the_partition_and_a_rolled_back_template_come_from_the_upgrade() {
+    let mut fixture = Fixture::new("{}");
+    let old = Fixture::new("version: 0.0.9").template;
+    fixture.template = old.clone();
+    fixture.partition = 2;
+    let sts = fixture.build().statefulset;
+    let spec = sts.spec.as_ref().expect("spec");
+    assert_eq!(spec.update_strategy.as_ref().and_then(|u| u.rolling_update.as_ref()).and_then(|r| r.partition), Some(2), "{}", yaml(&sts));
+    assert_eq!(spec.template, old.template, "{}", yaml(&sts));
+    assert_eq!(PodTemplate::from_history(spec.template.clone()).map(|t| t.hash), Some(old.hash));
 }
 
 #[test]

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use keymesh_proto::admin_client::AdminClient;
-use keymesh_proto::{NodeStatus, Peer, SetDrainingRequest, SetPeersRequest, StatusRequest};
+use std::collections::BTreeMap;
+
+use keymesh_proto::{HandoffRequest, NodeStatus, Peer, SetConfigRequest, SetPeersRequest, StatusRequest};
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 
@@ -50,9 +52,9 @@ fn request<T>(member: &Member, call: &'static str, message: T, password: Option<
 
 #[tonic::async_trait]
 impl MeshClient for GrpcMeshClient {
-    async fn status(&self, member: &Member, password: Option<&str>) -> Result<NodeStatus, MeshError> {
+    async fn status(&self, member: &Member, password: Option<&str>, config_keys: &[String]) -> Result<NodeStatus, MeshError> {
         let mut client = self.connect(member).await?;
-        let request = request(member, "Status", StatusRequest {}, password)?;
+        let request = request(member, "Status", StatusRequest { config_keys: config_keys.to_vec() }, password)?;
         let reply = client.status(request).await.map_err(|status| MeshError::Call { pod: member.pod.clone(), call: "Status", status: Box::new(status) })?;
         Ok(reply.into_inner())
     }
@@ -65,11 +67,18 @@ impl MeshClient for GrpcMeshClient {
         Ok(reply.into_inner().peers)
     }
 
-    async fn set_draining(&self, member: &Member, draining: bool, password: Option<&str>) -> Result<NodeStatus, MeshError> {
+    async fn handoff(&self, member: &Member, start: bool, grace_ms: u64, password: Option<&str>) -> Result<NodeStatus, MeshError> {
         let mut client = self.connect(member).await?;
-        let request = request(member, "SetDraining", SetDrainingRequest { draining }, password)?;
+        let request = request(member, "Handoff", HandoffRequest { start, grace_ms }, password)?;
+        let reply = client.handoff(request).await.map_err(|status| MeshError::Call { pod: member.pod.clone(), call: "Handoff", status: Box::new(status) })?;
+        Ok(reply.into_inner())
+    }
+
+    async fn set_config(&self, member: &Member, values: BTreeMap<String, String>, password: Option<&str>) -> Result<NodeStatus, MeshError> {
+        let mut client = self.connect(member).await?;
+        let request = request(member, "SetConfig", SetConfigRequest { values: values.into_iter().collect() }, password)?;
         let reply =
-            client.set_draining(request).await.map_err(|status| MeshError::Call { pod: member.pod.clone(), call: "SetDraining", status: Box::new(status) })?;
+            client.set_config(request).await.map_err(|status| MeshError::Call { pod: member.pod.clone(), call: "SetConfig", status: Box::new(status) })?;
         Ok(reply.into_inner())
     }
 }

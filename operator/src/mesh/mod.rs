@@ -12,11 +12,15 @@ mod grpc;
 mod plan;
 mod wire;
 
+use std::collections::BTreeMap;
+
 use keymesh_proto::{NodeStatus, Peer};
 
 pub use grpc::GrpcMeshClient;
 pub use plan::{plan, PeerUpdate, PlanInput, ScalePlan, ScaleStep};
 pub use wire::{observe, wire, PodMember, WiringReport};
+
+use crate::observe::PodFacts;
 
 use crate::names::{ClusterNames, MESH_PORT};
 
@@ -53,10 +57,12 @@ pub fn peer_of(names: &ClusterNames, ordinal: u32) -> Peer {
 #[derive(Debug, Clone, PartialEq)]
 pub struct MemberState {
     pub member: Member,
-    /// The pod's Kubernetes readiness.
+    /// The pod's Kubernetes readiness (containers ready and readiness gate open).
     pub pod_ready: bool,
     /// The `topology.kubernetes.io/zone` of the pod's node.
     pub zone: Option<String>,
+    /// What else the pod's object says (revision, readiness gate, restarts, ...).
+    pub pod: PodFacts,
     pub status: Result<NodeStatus, String>,
 }
 
@@ -84,14 +90,18 @@ pub enum MeshError {
 /// Talks to one engine's admin API. Injectable, so reconcile tests need no engines.
 #[tonic::async_trait]
 pub trait MeshClient: Send + Sync {
-    /// The engine's `NodeStatus`.
-    async fn status(&self, member: &Member, password: Option<&str>) -> Result<NodeStatus, MeshError>;
+    /// The engine's `NodeStatus`, with the current values of the directives `config_keys`.
+    async fn status(&self, member: &Member, password: Option<&str>, config_keys: &[String]) -> Result<NodeStatus, MeshError>;
 
     /// Replaces the engine's whole peer list; returns the list it now has.
     async fn set_peers(&self, member: &Member, peers: Vec<Peer>, password: Option<&str>) -> Result<Vec<Peer>, MeshError>;
 
-    /// Marks the engine as leaving the mesh (it refuses writes) or not; returns its status.
-    async fn set_draining(&self, member: &Member, draining: bool, password: Option<&str>) -> Result<NodeStatus, MeshError>;
+    /// Starts (`start`) or cancels the handoff of the engine's clients before it leaves the
+    /// mesh (engine `handoff` module); busy clients get `grace_ms`. Returns its status.
+    async fn handoff(&self, member: &Member, start: bool, grace_ms: u64, password: Option<&str>) -> Result<NodeStatus, MeshError>;
+
+    /// Changes directives that can change live; returns the status with their values.
+    async fn set_config(&self, member: &Member, values: BTreeMap<String, String>, password: Option<&str>) -> Result<NodeStatus, MeshError>;
 }
 
 #[cfg(test)]

@@ -11,19 +11,20 @@
 //! - the config file's `replicaof` lines name the joined members, so a pod that (re)starts
 //!   syncs from them (a new cluster's founding members all name each other);
 //! - scale up grows the StatefulSet at once: new pods sync, become ready, and then join;
-//! - scale down first drains the leaving pods (admin `SetDraining`: they refuse writes and turn
-//!   unready, so clients move away), waits until every remaining member that lists one has
-//!   merged all of its writes (link connected, lag 0), then removes them from every remaining
-//!   peer list, and shrinks the StatefulSet only once every remaining engine answered and none
-//!   lists a leaving pod. Without the drain, a write acknowledged by a leaving pod after its
-//!   peers stopped subscribing to it would be lost. A pod that is drained but wanted again (a
-//!   scale up during a scale down) is undrained.
+//! - scale down first hands each leaving pod off (`crate::handoff`: out of the client Service,
+//!   clients closed, writes refused, and every remaining member that lists it confirms having
+//!   merged its writes through its last sequence), then removes it from every remaining peer
+//!   list, and shrinks the StatefulSet only once every remaining engine answered and none lists
+//!   a leaving pod. Without the handoff, a write acknowledged by a leaving pod after its peers
+//!   stopped subscribing to it would be lost. A pod that is wanted again (a scale up during a
+//!   scale down) is opened again (`handoff::actions`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use keymesh_proto::{NodeStatus, Peer};
 
 use super::{peer_of, MemberState};
+use crate::handoff::{self, HandoffStep};
 use crate::names::ClusterNames;
 
 pub struct PlanInput<'a> {
@@ -34,6 +35,8 @@ pub struct PlanInput<'a> {
     pub statefulset_replicas: Option<u32>,
     /// Every pod of the cluster, with its engine's status.
     pub members: &'a [MemberState],
+    /// Pods the client Service routes to.
+    pub endpoints: &'a BTreeSet<String>,
 }
 
 /// A peer list to set on one member.
@@ -59,9 +62,9 @@ pub enum ScaleStep {
     ScaleUp { from: u32, to: u32 },
     /// Pods below `spec.replicas` are not in the mesh yet (syncing, or not started).
     AwaitJoin { pods: Vec<String> },
-    /// Leaving pods refuse writes; they stay in the peer lists until every remaining member
-    /// has merged all of their writes.
-    DrainLeaving { pods: Vec<String> },
+    /// Leaving pods are being handed off (`crate::handoff`); they stay in the peer lists until
+    /// every remaining member that lists them has merged all of their writes.
+    HandOffLeaving { pods: Vec<String> },
     /// Leaving pods are removed from the remaining peer lists now; the StatefulSet keeps them.
     RemoveLeaving { pods: Vec<String> },
     /// Remaining engines did not answer, so they may still list leaving pods.
@@ -79,15 +82,16 @@ pub struct ScalePlan {
     pub joining: BTreeSet<u32>,
     pub leaving: BTreeSet<u32>,
     pub peer_updates: Vec<PeerUpdate>,
-    /// `(ordinal, draining)` to set with `SetDraining`.
-    pub drain_updates: Vec<(u32, bool)>,
+    /// Where each leaving pod's handoff stands (every leaving pod is here; one nobody lists
+    /// any more is complete).
+    pub handoffs: BTreeMap<u32, HandoffStep>,
     pub step: ScaleStep,
 }
 
 impl ScalePlan {
     /// Nothing left to do: size reached, every pod joined, every peer list right.
     pub fn settled(&self) -> bool {
-        self.step == ScaleStep::Steady && self.joining.is_empty() && self.leaving.is_empty() && self.peer_updates.is_empty() && self.drain_updates.is_empty()
+        self.step == ScaleStep::Steady && self.joining.is_empty() && self.leaving.is_empty() && self.peer_updates.is_empty()
     }
 }
 
@@ -121,17 +125,25 @@ pub fn plan(input: &PlanInput) -> ScalePlan {
     let joining: BTreeSet<u32> = (0..desired).filter(|i| !joined.contains(i)).collect();
     let leaving: BTreeSet<u32> = input.members.iter().map(|m| m.member.ordinal).chain(desired..current.unwrap_or(0)).filter(|&i| i >= desired).collect();
 
-    // Leaving pods that a remaining member still lists, and of those the ones whose writes are
-    // not all merged yet: they must refuse writes first, and stay listed until merged.
+    // Leaving pods that a remaining member still lists are handed off first; the ones whose
+    // handoff is not complete stay listed.
     let still_listed: BTreeSet<u32> = lists.range(..desired).flat_map(|(_, list)| list.iter().copied()).filter(|j| leaving.contains(j)).collect();
-    let draining = |j: &u32| statuses.get(j).is_some_and(|s| s.draining);
-    let unmerged: BTreeSet<u32> = still_listed.iter().copied().filter(|j| !merged_everywhere(names, desired, *j, &statuses, &lists)).collect();
-    let drain_updates: Vec<(u32, bool)> = unmerged
+    let handoffs: BTreeMap<u32, HandoffStep> = leaving
         .iter()
-        .filter(|j| statuses.contains_key(j) && !draining(j))
-        .map(|&j| (j, true))
-        .chain(statuses.range(..desired).filter(|(_, s)| s.draining).map(|(&i, _)| (i, false)))
+        .map(|&j| {
+            let step = match input.members.iter().find(|m| m.member.ordinal == j) {
+                Some(member) if still_listed.contains(&j) => {
+                    let witnesses: Vec<&MemberState> =
+                        input.members.iter().filter(|w| w.member.ordinal < desired && lists.get(&w.member.ordinal).is_some_and(|l| l.contains(&j))).collect();
+                    handoff::step(names, member, input.endpoints.contains(&member.member.pod), &witnesses)
+                }
+                // Nobody streams from it any more (or it is gone): nothing left to hand off.
+                _ => HandoffStep::Complete,
+            };
+            (j, step)
+        })
         .collect();
+    let unmerged: BTreeSet<u32> = handoffs.iter().filter(|(_, step)| !step.complete()).map(|(&j, _)| j).collect();
     let peer_updates = peer_updates(names, desired, &joined, &unmerged, &statuses, &lists);
     let config_peers: Vec<u32> = if joined.is_empty() { assumed().into_iter().collect() } else { joined.iter().copied().collect() };
     let pods = |set: &BTreeSet<u32>| set.iter().map(|&i| names.pod(i)).collect::<Vec<_>>();
@@ -146,7 +158,7 @@ pub fn plan(input: &PlanInput) -> ScalePlan {
                 lists.iter().filter(|(&i, list)| i < desired && list.iter().any(|j| leaving.contains(j))).map(|(&i, _)| i).collect();
             let unanswered: Vec<String> = input.members.iter().filter(|m| m.member.ordinal < desired && m.unknown()).map(|m| m.member.pod.clone()).collect();
             if !unmerged.is_empty() {
-                (current, ScaleStep::DrainLeaving { pods: pods(&unmerged) })
+                (current, ScaleStep::HandOffLeaving { pods: pods(&unmerged) })
             } else if !still_listing.is_empty() {
                 (current, ScaleStep::RemoveLeaving { pods: pods(&leaving) })
             } else if !unanswered.is_empty() {
@@ -156,25 +168,7 @@ pub fn plan(input: &PlanInput) -> ScalePlan {
             }
         }
     };
-    ScalePlan { statefulset_replicas, config_peers, joined, joining, leaving, peer_updates, drain_updates, step }
-}
-
-/// Has every remaining member that lists leaving pod `j` merged all of `j`'s writes? True once
-/// `j` refuses writes and each such member's link to it is connected with no lag; also when
-/// `j` does not answer (there is nothing more to take from it). The lag a member reports comes
-/// from `j`'s heartbeats (every 200 ms), and this is read a reconcile after the drain, so a
-/// write acknowledged just before the drain is already counted in it.
-fn merged_everywhere(names: &ClusterNames, desired: u32, j: u32, statuses: &BTreeMap<u32, &NodeStatus>, lists: &BTreeMap<u32, BTreeSet<u32>>) -> bool {
-    let Some(leaving) = statuses.get(&j) else { return true };
-    if !leaving.draining {
-        return false;
-    }
-    let key = peer_key(&peer_of(names, j));
-    lists.range(..desired).filter(|(_, list)| list.contains(&j)).all(|(i, _)| {
-        statuses
-            .get(i)
-            .is_some_and(|s| s.peers.iter().any(|p| p.peer.as_ref().is_some_and(|peer| peer_key(peer) == key) && p.link == "connected" && p.lag_ops == 0))
-    })
+    ScalePlan { statefulset_replicas, config_peers, joined, joining, leaving, peer_updates, handoffs, step }
 }
 
 /// The list every answering member below `desired` should have, where it differs from the one

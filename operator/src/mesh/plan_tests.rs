@@ -1,11 +1,35 @@
 use keymesh_proto::PeerStatus;
 
 use super::*;
-use crate::test_support::{engine, full_mesh, names, silent};
+use crate::test_support::{engine, names, silent};
 
 fn run(desired: u32, statefulset_replicas: Option<u32>, members: &[MemberState]) -> ScalePlan {
+    run_with_endpoints(desired, statefulset_replicas, members, &[])
+}
+
+fn run_with_endpoints(desired: u32, statefulset_replicas: Option<u32>, members: &[MemberState], endpoints: &[&str]) -> ScalePlan {
     let names = names();
-    plan(&PlanInput { names: &names, desired, statefulset_replicas, members })
+    let endpoints: BTreeSet<String> = endpoints.iter().map(|e| e.to_string()).collect();
+    plan(&PlanInput { names: &names, desired, statefulset_replicas, members, endpoints: &endpoints })
+}
+
+/// Marks member `i` as handed off: gate closed, handoff done, writes refused, last sequence 9,
+/// run `run-<i>`.
+fn handed_off(members: &mut [MemberState], i: usize) {
+    members[i].pod.serving = Some(false);
+    let status = members[i].status.as_mut().unwrap();
+    status.handoff = "done".into();
+    status.draining = true;
+    status.last_seq = 9;
+    status.run_id = format!("run-{i}");
+}
+
+/// Member `witness` reports having merged `origin`'s run through `applied`.
+fn merged(members: &mut [MemberState], witness: usize, origin: u32, applied: u64) {
+    let host = peer_of(&names(), origin).host;
+    let link = members[witness].status.as_mut().unwrap().peers.iter_mut().find(|p| p.peer.as_ref().is_some_and(|p| p.host == host)).unwrap();
+    link.synced_run_id = format!("run-{origin}");
+    link.applied_seq = applied;
 }
 
 fn update_for(plan: &ScalePlan, ordinal: u32) -> Option<Vec<String>> {
@@ -78,43 +102,47 @@ fn a_synced_pod_joins_every_peer_list() {
 }
 
 #[test]
-fn scale_down_drains_leaving_pods_and_keeps_them_listed_until_their_writes_are_merged() {
+fn scale_down_hands_leaving_pods_off_and_keeps_them_listed_until_their_writes_are_merged() {
     let all = |i: u32| (0..5).filter(|&j| j != i).collect::<Vec<_>>();
     let mut members: Vec<MemberState> = (0..5).map(|i| engine(i, &all(i), true)).collect();
-    let plan = run(3, Some(5), &members);
-    assert_eq!(plan.step, ScaleStep::DrainLeaving { pods: vec!["demo-3".into(), "demo-4".into()] }, "{plan:#?}");
-    assert_eq!(plan.drain_updates, [(3, true), (4, true)], "{plan:#?}");
+    let plan = run_with_endpoints(3, Some(5), &members, &["demo-3"]);
+    assert_eq!(plan.step, ScaleStep::HandOffLeaving { pods: vec!["demo-3".into(), "demo-4".into()] }, "{plan:#?}");
+    assert_eq!(plan.handoffs, BTreeMap::from([(3, HandoffStep::CloseGate), (4, HandoffStep::CloseGate)]), "{plan:#?}");
     assert!(plan.peer_updates.is_empty(), "nobody drops a leaving pod before its writes are merged: {plan:#?}");
     assert_eq!(plan.statefulset_replicas, 5, "{plan:#?}");
+    assert!(!plan.settled());
 
-    // Drained, but demo-0 still lags behind demo-4: keep waiting.
-    for m in &mut members[3..] {
-        m.status.as_mut().unwrap().draining = true;
+    // Gates closed; demo-3 is still in the Service's endpoints, demo-4 is out.
+    members[3].pod.serving = Some(false);
+    members[4].pod.serving = Some(false);
+    let plan = run_with_endpoints(3, Some(5), &members, &["demo-3"]);
+    assert_eq!(plan.handoffs, BTreeMap::from([(3, HandoffStep::AwaitEndpoints), (4, HandoffStep::Start)]), "{plan:#?}");
+
+    // Both handed off; demo-0 merged demo-3 through its last sequence but lags behind demo-4.
+    handed_off(&mut members, 3);
+    handed_off(&mut members, 4);
+    for w in 0..3 {
+        merged(&mut members, w, 3, 9);
+        merged(&mut members, w, 4, if w == 0 { 7 } else { 9 });
     }
-    let lagging = members[0].status.as_mut().unwrap().peers.iter_mut().find(|p| p.node_name == "demo-4").unwrap();
-    lagging.lag_ops = 7;
     let plan = run(3, Some(5), &members);
-    assert_eq!(plan.step, ScaleStep::DrainLeaving { pods: vec!["demo-4".into()] }, "{plan:#?}");
-    assert!(plan.drain_updates.is_empty(), "already draining: {plan:#?}");
+    assert_eq!(plan.step, ScaleStep::HandOffLeaving { pods: vec!["demo-4".into()] }, "{plan:#?}");
+    assert_eq!(plan.handoffs[&4], HandoffStep::AwaitPeers { last_seq: 9, behind: vec!["demo-0".into()] }, "{plan:#?}");
     assert_eq!(update_for(&plan, 0), Some(vec!["demo-1".into(), "demo-2".into(), "demo-4".into()]), "demo-3 is merged and goes, demo-4 stays: {plan:#?}");
-}
-
-#[test]
-fn a_drained_pod_that_is_wanted_again_is_undrained() {
-    let mut members = full_mesh(4);
-    members[3].status.as_mut().unwrap().draining = true;
-    let plan = run(4, Some(4), &members);
-    assert_eq!(plan.drain_updates, [(3, false)], "{plan:#?}");
 }
 
 #[test]
 fn scale_down_removes_leaving_pods_from_peer_lists_before_shrinking() {
     let all = |i: u32| (0..5).filter(|&j| j != i).collect::<Vec<_>>();
     let mut members: Vec<MemberState> = (0..5).map(|i| engine(i, &all(i), true)).collect();
-    for m in &mut members[3..] {
-        m.status.as_mut().unwrap().draining = true;
+    for leaving in [3, 4] {
+        handed_off(&mut members, leaving);
+        for w in 0..3 {
+            merged(&mut members, w, leaving as u32, 9);
+        }
     }
     let plan = run(3, Some(5), &members);
+    assert!(plan.handoffs.values().all(HandoffStep::complete), "{plan:#?}");
     assert_eq!(plan.step, ScaleStep::RemoveLeaving { pods: vec!["demo-3".into(), "demo-4".into()] }, "{plan:#?}");
     assert_eq!(plan.statefulset_replicas, 5, "the StatefulSet keeps the leaving pods for now: {plan:#?}");
     assert_eq!(plan.leaving, BTreeSet::from([3, 4]), "{plan:#?}");
@@ -152,7 +180,8 @@ fn stale_and_foreign_peers_are_replaced_by_the_joined_members() {
         status.peers.push(PeerStatus { peer: Some(Peer { host: "10.1.2.3".into(), port: 16379 }), ..PeerStatus::default() });
     }
     let members = [engine(0, &[1, 2], true), restarted, engine(2, &[0, 1], true)];
-    let plan = plan(&PlanInput { names: &names, desired: 3, statefulset_replicas: Some(3), members: &members });
+    let endpoints = BTreeSet::new();
+    let plan = plan(&PlanInput { names: &names, desired: 3, statefulset_replicas: Some(3), members: &members, endpoints: &endpoints });
     assert_eq!(update_for(&plan, 1), Some(vec!["demo-0".into(), "demo-2".into()]), "{plan:#?}");
     assert_eq!(plan.peer_updates.len(), 1, "{plan:#?}");
 }

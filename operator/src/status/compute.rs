@@ -6,10 +6,11 @@ use k8s_openapi::jiff::Timestamp;
 use keymesh_proto::NodeStatus;
 
 use super::conditions::{merge, ConditionState, Status};
-use crate::api::{condition_types as types, CacheCluster, CacheClusterStatus, MemberStatus, Phase};
+use crate::api::{condition_types as types, CacheCluster, CacheClusterStatus, MemberStatus, Phase, UpgradeState};
 use crate::auth::Password;
 use crate::mesh::{peer_of, MemberState, ScalePlan, ScaleStep, WiringReport};
 use crate::names::ClusterNames;
+use crate::upgrade::UpgradePlan;
 use crate::validate::{InvalidSpec, ValidatedSpec};
 
 pub struct StatusInput<'a> {
@@ -18,6 +19,7 @@ pub struct StatusInput<'a> {
     pub spec: &'a ValidatedSpec,
     pub members: &'a [MemberState],
     pub plan: &'a ScalePlan,
+    pub upgrade: &'a UpgradePlan,
     pub wiring: &'a WiringReport,
     pub password: &'a Password,
     pub now: Timestamp,
@@ -40,7 +42,7 @@ pub fn compute(input: &StatusInput) -> CacheClusterStatus {
             if all_ready { "AllPodsReady" } else { "PodsNotReady" },
             format!("{ready}/{desired} pods ready"),
         ),
-        progressing(input.plan, phase),
+        progressing(input, phase),
     ];
     states.push(match (phase, degraded.is_empty()) {
         (Phase::Pending | Phase::Creating, _) => ConditionState::new(types::DEGRADED, Status::False, "Creating", "the cluster has not run yet"),
@@ -54,10 +56,11 @@ pub fn compute(input: &StatusInput) -> CacheClusterStatus {
         phase: Some(phase),
         observed_generation: input.cluster.metadata.generation,
         ready_replicas: i32::try_from(ready).unwrap_or(i32::MAX),
-        current_version: current_version(input.members),
+        current_version: current_version(input, &previous, all_ready),
         target_version: Some(input.spec.target_version.clone()),
         conditions: merge(&previous.conditions, states, input.cluster.metadata.generation, input.now),
         members: input.members.iter().map(member_status).collect(),
+        upgrade: input.upgrade.status.clone(),
     }
 }
 
@@ -77,13 +80,19 @@ pub fn invalid(cluster: &CacheCluster, invalid: &InvalidSpec, now: Timestamp) ->
 }
 
 fn phase(input: &StatusInput, previous: Option<Phase>, all_ready: bool, connected: bool) -> Phase {
-    if all_ready && connected && input.plan.settled() {
+    let upgrade = input.upgrade.status.as_ref().map(|u| u.state);
+    if matches!(upgrade, Some(UpgradeState::Failed | UpgradeState::RolledBack)) {
+        return Phase::UpgradeFailed;
+    }
+    let upgrading = matches!(upgrade, Some(UpgradeState::Rolling | UpgradeState::RollingBack | UpgradeState::Paused | UpgradeState::Pending));
+    if all_ready && connected && input.plan.settled() && !upgrading {
         return Phase::Running;
     }
     match previous {
         None | Some(Phase::Pending | Phase::Creating | Phase::Failed) if input.members.is_empty() => Phase::Pending,
         None | Some(Phase::Pending | Phase::Creating | Phase::Failed) => Phase::Creating,
-        Some(Phase::Running | Phase::Scaling | Phase::Degraded) if scaling(input.plan) => Phase::Scaling,
+        Some(_) if scaling(input.plan) => Phase::Scaling,
+        Some(_) if upgrading => Phase::Upgrading,
         Some(_) => Phase::Degraded,
     }
 }
@@ -93,7 +102,7 @@ fn scaling(plan: &ScalePlan) -> bool {
     let resizing = matches!(
         plan.step,
         ScaleStep::ScaleUp { .. }
-            | ScaleStep::DrainLeaving { .. }
+            | ScaleStep::HandOffLeaving { .. }
             | ScaleStep::RemoveLeaving { .. }
             | ScaleStep::AwaitPeerRemoval { .. }
             | ScaleStep::ScaleDown { .. }
@@ -101,14 +110,38 @@ fn scaling(plan: &ScalePlan) -> bool {
     resizing || !plan.joining.is_empty() || !plan.leaving.is_empty() || !plan.peer_updates.is_empty()
 }
 
-fn progressing(plan: &ScalePlan, phase: Phase) -> ConditionState {
+fn progressing(input: &StatusInput, phase: Phase) -> ConditionState {
+    let plan = input.plan;
+    if plan.step == ScaleStep::Steady && plan.leaving.is_empty() && plan.peer_updates.is_empty() {
+        if let Some(upgrade) = &input.upgrade.status {
+            let (status, reason) = match upgrade.state {
+                UpgradeState::Pending => (Status::True, "UpgradePending"),
+                UpgradeState::Rolling => (Status::True, "Upgrading"),
+                UpgradeState::Paused => (Status::True, "UpgradePaused"),
+                UpgradeState::RollingBack => (Status::True, "RollingBack"),
+                UpgradeState::Failed => (Status::False, "UpgradeFailed"),
+                UpgradeState::RolledBack => (Status::False, "RolledBack"),
+            };
+            let message = format!(
+                "{} → {} ({}/{} pods): {}",
+                upgrade.from_version.as_deref().unwrap_or("?"),
+                upgrade.to_version,
+                upgrade.updated_replicas,
+                input.spec.replicas,
+                upgrade.message
+            );
+            return ConditionState::new(types::PROGRESSING, status, reason, message);
+        }
+    }
     let (reason, message) = match &plan.step {
         ScaleStep::Create => ("Creating", "creating the StatefulSet".to_string()),
         ScaleStep::ScaleUp { from, to } => ("ScalingUp", format!("StatefulSet grows from {from} to {to} pods")),
         ScaleStep::AwaitJoin { pods } if phase == Phase::Creating => ("Creating", format!("waiting for {} to start and sync", pods.join(", "))),
         ScaleStep::AwaitJoin { pods } => ("AwaitingSync", format!("{} join the mesh once ready and synced", pods.join(", "))),
-        ScaleStep::DrainLeaving { pods } => {
-            ("DrainingLeavingPods", format!("{} refuse writes until every remaining member has merged their last writes", pods.join(", ")))
+        ScaleStep::HandOffLeaving { pods } => {
+            let steps: Vec<String> = plan.handoffs.iter().filter(|(_, s)| !s.complete()).map(|(&i, s)| s.describe(&input.names.pod(i))).collect();
+            let detail = if steps.is_empty() { pods.join(", ") } else { steps.join("; ") };
+            ("HandingOffLeavingPods", detail)
         }
         ScaleStep::RemoveLeaving { pods } => ("RemovingLeavingPeers", format!("removing {} from every peer list", pods.join(", "))),
         ScaleStep::AwaitPeerRemoval { unanswered } => {
@@ -131,7 +164,9 @@ fn degraded_reasons(input: &StatusInput) -> Vec<String> {
     if let Password::Missing { secret, key } = input.password {
         reasons.push(format!("Secret {secret} has no key {key}"));
     }
-    for &ordinal in &input.plan.joined {
+    // The pod an upgrade hands off or replaces is expected to be away for a moment.
+    let busy = input.upgrade.current(input.names).filter(|_| input.upgrade.in_flight());
+    for &ordinal in input.plan.joined.iter().filter(|&&i| Some(i) != busy) {
         match input.members.iter().find(|m| m.member.ordinal == ordinal) {
             None => reasons.push(format!("{} does not exist", input.names.pod(ordinal))),
             Some(m) if !m.pod_ready => reasons.push(format!("{} is not ready", m.member.pod)),
@@ -146,7 +181,7 @@ fn degraded_reasons(input: &StatusInput) -> Vec<String> {
 /// Mesh links that are down between joined members, once the mesh is not being rewired: a
 /// partition leaves every pod ready, and only the links show it.
 fn broken_links(input: &StatusInput, mesh: &ConditionState) -> Option<String> {
-    (mesh.status == Status::False && input.plan.settled()).then(|| format!("mesh links down: {}", mesh.message))
+    (mesh.status == Status::False && input.plan.settled() && !input.upgrade.in_flight()).then(|| format!("mesh links down: {}", mesh.message))
 }
 
 /// True when every joined member streams from every other joined member.
@@ -229,13 +264,23 @@ fn member_status(m: &MemberState) -> MemberStatus {
         synced: status.is_some_and(|s| s.synced),
         connected_peers: status.map_or(0, |s| i32::try_from(s.peers.iter().filter(|p| p.link == "connected").count()).unwrap_or(i32::MAX)),
         lag_ops: status.and_then(|s| s.peers.iter().map(|p| p.lag_ops).max()).map_or(0, |lag| i64::try_from(lag).unwrap_or(i64::MAX)),
+        revision: m.pod.template_hash.clone(),
+        version: status.map(|s| s.version.clone()).filter(|v| !v.is_empty()),
     }
 }
 
-fn current_version(members: &[MemberState]) -> Option<String> {
-    let versions: BTreeSet<&str> =
-        members.iter().filter_map(MemberState::node_status).map(|s: &NodeStatus| s.version.as_str()).filter(|v| !v.is_empty()).collect();
-    (!versions.is_empty()).then(|| versions.into_iter().collect::<Vec<_>>().join(","))
+/// The version every pod runs: the spec's once the upgrade has nothing left to do and every
+/// pod is ready; until then what it was (so it changes only when the whole cluster did). A
+/// cluster without a recorded version (created by operator 0.1) takes what its engines report.
+fn current_version(input: &StatusInput, previous: &CacheClusterStatus, all_ready: bool) -> Option<String> {
+    if input.upgrade.complete && all_ready {
+        return Some(input.spec.target_version.clone());
+    }
+    previous.current_version.clone().or_else(|| {
+        let versions: BTreeSet<&str> =
+            input.members.iter().filter_map(MemberState::node_status).map(|s: &NodeStatus| s.version.as_str()).filter(|v| !v.is_empty()).collect();
+        (!versions.is_empty()).then(|| versions.into_iter().collect::<Vec<_>>().join(","))
+    })
 }
 
 #[cfg(test)]

@@ -8,13 +8,76 @@ fn at(time: &str) -> Timestamp {
     time.parse().expect("timestamp")
 }
 
+/// An upgrade plan with nothing to do.
+fn steady() -> UpgradePlan {
+    UpgradePlan { target: "rev-1".into(), rollback: false, partition: 0, handoff: None, status: None, complete: true }
+}
+
 /// The status a reconcile computes for `cluster` with these members and StatefulSet size.
 fn status_of(cluster: &CacheCluster, members: &[MemberState], statefulset_replicas: Option<u32>, now: Timestamp) -> CacheClusterStatus {
+    status_with(cluster, members, statefulset_replicas, &steady(), now)
+}
+
+fn status_with(
+    cluster: &CacheCluster,
+    members: &[MemberState],
+    statefulset_replicas: Option<u32>,
+    upgrade: &UpgradePlan,
+    now: Timestamp,
+) -> CacheClusterStatus {
     let names = names();
     let spec = validate(cluster).expect("valid spec");
-    let plan = plan(&PlanInput { names: &names, desired: spec.replicas.unsigned_abs(), statefulset_replicas, members });
+    let endpoints = std::collections::BTreeSet::new();
+    let plan = plan(&PlanInput { names: &names, desired: spec.replicas.unsigned_abs(), statefulset_replicas, members, endpoints: &endpoints });
     let password = Password::Generated("pw".into());
-    compute(&StatusInput { cluster, names: &names, spec: &spec, members, plan: &plan, wiring: &WiringReport::default(), password: &password, now })
+    compute(&StatusInput { cluster, names: &names, spec: &spec, members, plan: &plan, upgrade, wiring: &WiringReport::default(), password: &password, now })
+}
+
+fn upgrade(state: crate::api::UpgradeState, current_pod: Option<&str>, message: &str) -> UpgradePlan {
+    let status = crate::api::UpgradeStatus {
+        state,
+        from_revision: Some("rev-1".into()),
+        to_revision: "rev-2".into(),
+        from_version: Some("0.1.0".into()),
+        to_version: "0.2.0".into(),
+        updated_replicas: 1,
+        current_pod: current_pod.map(str::to_string),
+        failed_pod: None,
+        started_at: None,
+        message: message.into(),
+    };
+    UpgradePlan { target: "rev-2".into(), rollback: false, partition: 2, handoff: None, status: Some(status), complete: false }
+}
+
+#[test]
+fn an_upgrade_shows_in_the_phase_and_progressing_and_the_version_moves_only_at_the_end() {
+    use crate::api::UpgradeState;
+    let mut c = cluster("version: 0.2.0");
+    c.status = Some(CacheClusterStatus { phase: Some(Phase::Running), current_version: Some("0.1.0".into()), ..CacheClusterStatus::default() });
+    let mut members = full_mesh(3);
+    members[2].pod_ready = false;
+    let rolling = upgrade(UpgradeState::Rolling, Some("demo-2"), "demo-2 runs the new revision and is syncing");
+    let status = status_with(&c, &members, Some(3), &rolling, at("2024-01-01T00:00:00Z"));
+    assert_eq!(status.phase, Some(Phase::Upgrading), "{status:#?}");
+    let progressing = condition(&status, types::PROGRESSING);
+    assert_eq!((progressing.status.as_str(), progressing.reason.as_str()), ("True", "Upgrading"), "{status:#?}");
+    assert!(progressing.message.contains("0.1.0 → 0.2.0 (1/3 pods)"), "{status:#?}");
+    assert_eq!(condition(&status, types::DEGRADED).status, "False", "the pod being replaced is not a degradation: {status:#?}");
+    assert_eq!(status.current_version.as_deref(), Some("0.1.0"), "{status:#?}");
+    assert_eq!(status.upgrade.as_ref().map(|u| u.state), Some(UpgradeState::Rolling));
+
+    let paused = upgrade(UpgradeState::Paused, None, "paused before demo-1");
+    let status = status_with(&c, &full_mesh(3), Some(3), &paused, at("2024-01-01T00:00:00Z"));
+    assert_eq!((status.phase, condition(&status, types::PROGRESSING).reason.as_str()), (Some(Phase::Upgrading), "UpgradePaused"), "{status:#?}");
+
+    let failed = upgrade(UpgradeState::Failed, Some("demo-2"), "demo-2 cannot start: ErrImagePull: not mapped");
+    let status = status_with(&c, &full_mesh(3), Some(3), &failed, at("2024-01-01T00:00:00Z"));
+    let progressing = condition(&status, types::PROGRESSING);
+    assert_eq!((status.phase, progressing.status.as_str(), progressing.reason.as_str()), (Some(Phase::UpgradeFailed), "False", "UpgradeFailed"), "{status:#?}");
+    assert!(progressing.message.contains("ErrImagePull: not mapped"), "the pod's own message: {status:#?}");
+
+    let status = status_with(&c, &full_mesh(3), Some(3), &steady(), at("2024-01-01T00:00:00Z"));
+    assert_eq!((status.phase, status.current_version.as_deref()), (Some(Phase::Running), Some("0.2.0")), "{status:#?}");
 }
 
 fn condition<'a>(status: &'a CacheClusterStatus, type_: &str) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
@@ -145,7 +208,8 @@ fn a_missing_password_leaves_the_mesh_unknown() {
     let c = cluster("auth: {secretRef: {name: creds}}");
     let spec = validate(&c).expect("valid");
     let members = [silent(0, true)];
-    let plan = plan(&PlanInput { names: &names, desired: 3, statefulset_replicas: Some(3), members: &members });
+    let endpoints = std::collections::BTreeSet::new();
+    let plan = plan(&PlanInput { names: &names, desired: 3, statefulset_replicas: Some(3), members: &members, endpoints: &endpoints });
     let password = Password::Missing { secret: "creds".into(), key: "password".into() };
     let status = compute(&StatusInput {
         cluster: &c,
@@ -153,6 +217,7 @@ fn a_missing_password_leaves_the_mesh_unknown() {
         spec: &spec,
         members: &members,
         plan: &plan,
+        upgrade: &steady(),
         wiring: &WiringReport::default(),
         password: &password,
         now: at("2024-01-01T00:00:00Z"),

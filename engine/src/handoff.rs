@@ -1,0 +1,109 @@
+//! Handing a node's clients off before it leaves the mesh (DESIGN.md, "Handoff"): used when a
+//! scale down removes the pod, and when an upgrade replaces it.
+//!
+//! The operator first takes the pod out of its Service (a readiness gate), then calls the admin
+//! `Handoff`. From then on:
+//! 1. **Closing**: `/readyz` answers 503; every client connection that was open when the
+//!    handoff began closes as soon as it is idle (nothing buffered, not in `MULTI`, not
+//!    subscribed, not blocked), so its client reconnects through the Service to another pod.
+//!    A connection never closes between reading a request and writing its reply, so no
+//!    acknowledged write is cut off; a request still in flight on the wire is unanswered and
+//!    the client retries it elsewhere.
+//! 2. **Done**, once no client is connected or the grace period ran out: the node refuses
+//!    writes (`READONLY`, see `Mesh::draining`) and closes every connection that was open
+//!    before. From here on it originates nothing, so the sequence of its last write
+//!    (`NodeStatus.last_seq`) is final: its peers confirm they merged through it (the
+//!    operator's handshake) before the pod is deleted or removed from the peer lists.
+//!
+//! Connections accepted during Closing (a client whose endpoint list is a moment stale) are
+//! served until Done; connections accepted after Done are served too, with writes refused (for
+//! tools that inspect a leaving node). `Handoff { start: false }` cancels at any phase.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::info;
+
+use crate::server::Server;
+
+/// How often the closing phase checks whether every client has gone.
+const POLL: Duration = Duration::from_millis(20);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Serving,
+    Closing,
+    Done,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Serving => "serving",
+            Phase::Closing => "closing",
+            Phase::Done => "done",
+        }
+    }
+}
+
+/// The node's handoff state; see the module docs.
+pub struct Handoff {
+    phase: watch::Sender<Phase>,
+    /// The task that ends the closing phase.
+    closer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Default for Handoff {
+    fn default() -> Self {
+        Handoff { phase: watch::channel(Phase::Serving).0, closer: Mutex::new(None) }
+    }
+}
+
+impl Handoff {
+    pub fn phase(&self) -> Phase {
+        *self.phase.borrow()
+    }
+
+    /// What connections watch: a change to Closing or Done is their cue.
+    pub fn subscribe(&self) -> watch::Receiver<Phase> {
+        self.phase.subscribe()
+    }
+
+    /// Starts a handoff (a second call while one runs changes nothing).
+    pub fn start(&self, server: &Arc<Server>, grace: Duration) {
+        let mut closer = self.closer.lock();
+        if self.phase() != Phase::Serving {
+            return;
+        }
+        info!(clients = server.clients.count(), grace_ms = grace.as_millis() as u64, "handoff: closing idle client connections");
+        self.phase.send_replace(Phase::Closing);
+        let server = server.clone();
+        *closer = Some(tokio::spawn(async move {
+            let deadline = Instant::now() + grace;
+            while server.clients.count() > 0 && Instant::now() < deadline {
+                tokio::time::sleep(POLL).await;
+            }
+            // Writes are refused before the busy connections go, so nothing is acknowledged
+            // after `last_seq` is final.
+            server.mesh.set_draining(true);
+            server.handoff.phase.send_replace(Phase::Done);
+            info!(clients_left = server.clients.count(), "handoff: done; writes are refused");
+        }));
+    }
+
+    /// Cancels a handoff: the node serves clients and takes writes again.
+    pub fn cancel(&self, server: &Server) {
+        let mut closer = self.closer.lock();
+        if let Some(task) = closer.take() {
+            task.abort();
+        }
+        if self.phase() != Phase::Serving {
+            info!("handoff cancelled: serving again");
+        }
+        server.mesh.set_draining(false);
+        self.phase.send_replace(Phase::Serving);
+    }
+}

@@ -1,0 +1,123 @@
+//! The handoff steps from observed states: each gate of the sequence holds the pod back until
+//! its fact is observed.
+
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::mesh::peer_of;
+use crate::test_support::{engine, full_mesh, names};
+
+/// Member `ordinal` of a full 3-mesh with its gate, handoff phase and last sequence.
+fn leaving(serving: Option<bool>, handoff: &str, last_seq: u64) -> MemberState {
+    let mut m = full_mesh(3).remove(2);
+    m.pod.serving = serving;
+    m.pod.containers_ready = true;
+    if let Ok(s) = &mut m.status {
+        s.handoff = handoff.to_string();
+        s.run_id = "run-2".to_string();
+        s.last_seq = last_seq;
+        s.draining = handoff == "done";
+    }
+    m
+}
+
+/// A witness that merged run `run` of pod 2 through `applied`.
+fn witness(ordinal: u32, run: &str, applied: u64) -> MemberState {
+    let mut m = engine(ordinal, &[0, 1, 2], true);
+    if let Ok(s) = &mut m.status {
+        for p in &mut s.peers {
+            if p.peer.as_ref().is_some_and(|peer| *peer == peer_of(&names(), 2)) {
+                p.synced_run_id = run.to_string();
+                p.applied_seq = applied;
+            }
+        }
+    }
+    m
+}
+
+#[test]
+fn each_step_waits_for_its_fact() {
+    let names = names();
+    let (w0, w1) = (witness(0, "run-2", 40), witness(1, "run-2", 42));
+    let witnesses = [&w0, &w1];
+    assert_eq!(step(&names, &leaving(Some(true), "serving", 42), true, &witnesses), HandoffStep::CloseGate);
+    assert_eq!(step(&names, &leaving(None, "serving", 42), true, &witnesses), HandoffStep::CloseGate, "a pod without the condition is open");
+    assert_eq!(step(&names, &leaving(Some(false), "serving", 42), true, &witnesses), HandoffStep::AwaitEndpoints);
+    assert_eq!(step(&names, &leaving(Some(false), "serving", 42), false, &witnesses), HandoffStep::Start);
+    assert!(matches!(step(&names, &leaving(Some(false), "closing", 42), false, &witnesses), HandoffStep::AwaitClients { .. }));
+    assert_eq!(
+        step(&names, &leaving(Some(false), "done", 42), false, &witnesses),
+        HandoffStep::AwaitPeers { last_seq: 42, behind: vec!["demo-0".to_string()] },
+        "demo-0 merged only through 40"
+    );
+    let caught_up = witness(0, "run-2", 42);
+    assert_eq!(step(&names, &leaving(Some(false), "done", 42), false, &[&caught_up, &w1]), HandoffStep::Complete);
+}
+
+#[test]
+fn a_witness_synced_from_another_run_does_not_count() {
+    // A witness that holds a sync of the pod's previous process (before a restart) has not
+    // merged this run's writes, however high its sequence.
+    let names = names();
+    let stale = witness(0, "run-1", 1000);
+    let w1 = witness(1, "run-2", 42);
+    let step = step(&names, &leaving(Some(false), "done", 42), false, &[&stale, &w1]);
+    assert_eq!(step, HandoffStep::AwaitPeers { last_seq: 42, behind: vec!["demo-0".to_string()] });
+}
+
+#[test]
+fn a_silent_witness_holds_the_handoff_and_a_dead_pod_completes_it() {
+    let names = names();
+    let silent = crate::test_support::silent(0, true);
+    let w1 = witness(1, "run-2", 42);
+    assert_eq!(
+        step(&names, &leaving(Some(false), "done", 42), false, &[&silent, &w1]),
+        HandoffStep::AwaitPeers { last_seq: 42, behind: vec!["demo-0".to_string()] }
+    );
+    let mut dead = crate::test_support::silent(2, true);
+    dead.pod.serving = Some(false);
+    assert_eq!(step(&names, &dead, false, &[&w1]), HandoffStep::Complete, "not ready and silent: nothing to hand off");
+    dead.pod.containers_ready = true;
+    assert!(matches!(step(&names, &dead, false, &[&w1]), HandoffStep::AwaitEngine { .. }), "ready containers may still hold clients");
+}
+
+#[test]
+fn actions_move_leaving_pods_on_and_open_every_other_pod() {
+    let mut members = full_mesh(4);
+    members[0].pod.serving = Some(true);
+    members[1].pod.serving = None;
+    members[2].pod.serving = Some(false);
+    if let Ok(s) = &mut members[2].status {
+        s.handoff = "done".into();
+    }
+    members[3].pod.serving = Some(true);
+    let leaving = BTreeMap::from([(3, HandoffStep::CloseGate)]);
+    let actions = actions(&members, &leaving);
+    assert_eq!(
+        actions,
+        [
+            HandoffAction::SetGate { ordinal: 1, pod: "demo-1".into(), serving: true },
+            HandoffAction::SetGate { ordinal: 2, pod: "demo-2".into(), serving: true },
+            HandoffAction::SetGate { ordinal: 3, pod: "demo-3".into(), serving: false },
+            HandoffAction::Cancel { ordinal: 2, pod: "demo-2".into() },
+        ],
+        "demo-2 is not leaving any more: its handoff is cancelled and its gate opened"
+    );
+    let started = actions_for(&members, 3, HandoffStep::Start);
+    assert!(started.contains(&HandoffAction::Start { ordinal: 3, pod: "demo-3".into() }), "{started:?}");
+    let waiting = actions_for(&members, 3, HandoffStep::AwaitPeers { last_seq: 1, behind: vec![] });
+    assert!(!waiting.iter().any(|a| matches!(a, HandoffAction::SetGate { ordinal: 3, .. } | HandoffAction::Start { ordinal: 3, .. })), "{waiting:?}");
+}
+
+fn actions_for(members: &[MemberState], ordinal: u32, step: HandoffStep) -> Vec<HandoffAction> {
+    actions(members, &BTreeMap::from([(ordinal, step)]))
+}
+
+#[test]
+fn terminating_pods_are_left_alone() {
+    let mut members = full_mesh(2);
+    members[1].pod.deleting = true;
+    members[1].pod.serving = None;
+    members[0].pod.serving = Some(true);
+    assert!(actions(&members, &BTreeMap::new()).is_empty());
+}
