@@ -224,25 +224,51 @@ spec:
     assert!(!std::path::Path::new("/var/lib/km-host").exists(), "the mount path leaked onto this machine");
 }
 
-/// Proves a pod whose image is not in the image map is refused with a clear status message.
+/// Proves a pod whose image is not in the image map cannot start, reported as a kubelet
+/// reports an image it cannot pull (`ErrImagePull`/`ImagePullBackOff`, with a clear message).
 #[test]
-fn unmapped_image_is_refused_with_a_clear_message() {
+fn unmapped_image_waits_in_image_pull_back_off_with_a_clear_message() {
     require_netns!();
     let (cp, _agent) = start();
     cp.apply("apiVersion: v1\nkind: Pod\nmetadata: {name: stranger}\nspec:\n  containers:\n  - {name: app, image: example/not-mapped:1}\n").unwrap();
-    let waiting = eventually("Unsupported status", WAIT, || {
+    let waiting = eventually("an image pull error", WAIT, || {
         let out = cp.jsonpath(
             &["get", "pod", "stranger"],
             "{.status.phase}|{.status.containerStatuses[0].state.waiting.reason}|{.status.containerStatuses[0].state.waiting.message}",
         )?;
-        if out.contains("|Unsupported|") {
+        if out.contains("|ErrImagePull|") || out.contains("|ImagePullBackOff|") {
             Ok(out)
         } else {
             Err(out)
         }
     });
     assert!(waiting.starts_with("Pending|"), "{waiting}");
-    assert!(waiting.contains(r#"image "example/not-mapped:1" is not in the agent's image map"#), "{waiting}");
+    assert!(waiting.contains(r#"failed to pull image "example/not-mapped:1": it is not in the node agent's image map"#), "{waiting}");
+}
+
+/// Proves readiness gates as a kubelet applies them: a pod whose containers are ready is Ready
+/// only while every `spec.readinessGates` condition is True; the condition is set by another
+/// party (here kubectl, as the operator does) and survives the agent's own status updates.
+#[test]
+fn readiness_gates_hold_a_pod_out_of_ready_until_their_condition_is_true() {
+    require_netns!();
+    let (cp, _agent) = start();
+    cp.apply("apiVersion: v1\nkind: Pod\nmetadata: {name: gated}\nspec:\n  readinessGates: [{conditionType: example.com/serving}]\n  containers:\n  - {name: sh, image: keymesh/test-shell:dev, command: [sh, -c, exec sleep 600]}\n").unwrap();
+    let conditions = |cp: &keymesh_e2e::control_plane::ControlPlane| {
+        cp.jsonpath(&["get", "pod", "gated"], r#"{.status.conditions[?(@.type=="ContainersReady")].status}|{.status.conditions[?(@.type=="Ready")].status}"#)
+    };
+    eventually("containers ready, pod not ready", WAIT, || conditions(&cp).and_then(|c| if c == "True|False" { Ok(()) } else { Err(c) }));
+    let set_gate = |status: &str| {
+        let patch = format!(r#"{{"status":{{"conditions":[{{"type":"example.com/serving","status":"{status}"}}]}}}}"#);
+        cp.kubectl(&["patch", "pod", "gated", "--subresource=status", "--type=strategic", "-p", &patch]).unwrap();
+    };
+    set_gate("True");
+    eventually("Ready once the gate opens", WAIT, || conditions(&cp).and_then(|c| if c == "True|True" { Ok(()) } else { Err(c) }));
+    set_gate("False");
+    eventually("not Ready once the gate closes", WAIT, || conditions(&cp).and_then(|c| if c == "True|False" { Ok(()) } else { Err(c) }));
+    std::thread::sleep(Duration::from_secs(2));
+    let gate = cp.jsonpath(&["get", "pod", "gated"], r#"{.status.conditions[?(@.type=="example.com/serving")].status}"#).unwrap();
+    assert_eq!(gate, "False", "the agent's status updates keep the gate's condition");
 }
 
 /// Proves a pod reaches the apiserver the in-cluster way: `kubernetes.default.svc` resolves to

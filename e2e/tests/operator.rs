@@ -196,7 +196,9 @@ fn the_chart_installs_and_the_operator_reconciles_a_cachecluster_under_rbac() {
     assert_eq!(client["metadata"]["annotations"]["service.beta.kubernetes.io/aws-load-balancer-type"], "nlb", "client Service: {client}");
     let sts = of_kind(&objects, "StatefulSet")[0];
     assert_eq!(sts["spec"]["replicas"], 3, "StatefulSet: {sts}");
-    assert_eq!(sts["spec"]["updateStrategy"]["type"], "OnDelete", "StatefulSet: {sts}");
+    assert_eq!(sts["spec"]["updateStrategy"]["type"], "RollingUpdate", "StatefulSet: {sts}");
+    assert_eq!(sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"], 0, "a new cluster's pods all come from the template: {sts}");
+    assert_eq!(sts["spec"]["template"]["spec"]["readinessGates"][0]["conditionType"], "keymesh.io/serving", "StatefulSet: {sts}");
     assert_eq!(sts["spec"]["serviceName"], headless["metadata"]["name"], "StatefulSet: {sts}");
     let pod = &sts["spec"]["template"]["spec"];
     let spread = pod["topologySpreadConstraints"].as_array().cloned().unwrap_or_default();

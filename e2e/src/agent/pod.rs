@@ -22,7 +22,7 @@ use super::runtime::{self, Start};
 use super::spec::{self, Sources};
 use super::status::{self, Conditions, ContainerReport, PodReport, State};
 use super::volumes;
-use super::Shared;
+use super::{Shared, IMAGE_MAP_ENV};
 
 const TICK: Duration = Duration::from_millis(500);
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -37,6 +37,10 @@ const AGENT_STOP_GRACE: Duration = Duration::from_secs(2);
 struct Run {
     spec: Container,
     binary: PathBuf,
+    /// The image is not in the agent's image map: as a kubelet that cannot pull it, the
+    /// container waits in `ErrImagePull`/`ImagePullBackOff` with this message, forever.
+    image_error: Option<String>,
+    pull_attempts: u32,
     child: Option<Child>,
     started_at: Option<Timestamp>,
     started_instant: Instant,
@@ -54,10 +58,16 @@ struct Run {
 
 impl Run {
     fn new(spec: &Container, shared: &Shared) -> Self {
-        let binary = spec.image.as_deref().and_then(|i| shared.images.resolve(i)).map(PathBuf::from).unwrap_or_default();
+        let image = spec.image.as_deref().unwrap_or("");
+        let binary = shared.images.resolve(image).map(PathBuf::from);
+        let image_error = binary.is_none().then(|| {
+            format!("failed to pull image {image:?}: it is not in the node agent's image map ({IMAGE_MAP_ENV}; mapped: {})", shared.images.images().join(", "))
+        });
         Run {
             spec: spec.clone(),
-            binary,
+            binary: binary.unwrap_or_default(),
+            image_error,
+            pull_attempts: 0,
             child: None,
             started_at: None,
             started_instant: Instant::now(),
@@ -164,7 +174,7 @@ impl Worker {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let dir = shared.pod_dir(&namespace, &name, &uid);
         let spec = pod.spec.clone().unwrap_or_default();
-        let stage = match spec::unsupported(pod, &shared.images) {
+        let stage = match spec::unsupported(pod) {
             Some(why) => {
                 tracing::warn!(pod = %format!("{namespace}/{name}"), %why, "refusing pod");
                 Stage::Refused(why)
@@ -287,6 +297,16 @@ impl Worker {
             return;
         }
         if run.done || now < run.next_start {
+            return;
+        }
+        if let Some(error) = &run.image_error {
+            // The kubelet's pull back-off: ErrImagePull on a failed attempt, ImagePullBackOff
+            // while waiting for the next one.
+            run.pull_attempts += 1;
+            let reason = if run.pull_attempts % 2 == 1 { "ErrImagePull" } else { "ImagePullBackOff" };
+            run.waiting = (reason.into(), Some(error.clone()));
+            run.next_start = now + run.backoff;
+            run.backoff = (run.backoff * 2).min(MAX_BACKOFF);
             return;
         }
         let (Some(net), Some(vols)) = (&self.net, &self.volumes) else { return };

@@ -8,8 +8,6 @@ use std::path::PathBuf;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Probe, Secret};
 use kube::{Api, Client};
 
-use super::images::{ImageMap, IMAGE_MAP_ENV};
-
 /// The `kubernetes` Service's address and port, as the kubelet passes them to every container.
 pub const SERVICE_HOST_PORT: u16 = 443;
 
@@ -17,7 +15,7 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 const HOST_PATH_TYPES: [&str; 5] = ["", "DirectoryOrCreate", "Directory", "FileOrCreate", "File"];
 
 /// Every feature of `pod` the agent does not implement, or `None` when it can run the pod.
-pub fn unsupported(pod: &Pod, images: &ImageMap) -> Option<String> {
+pub fn unsupported(pod: &Pod) -> Option<String> {
     let mut why = Vec::new();
     let Some(spec) = &pod.spec else { return Some("the pod has no spec".into()) };
     for (set, what) in
@@ -48,17 +46,13 @@ pub fn unsupported(pod: &Pod, images: &ImageMap) -> Option<String> {
     }
     let volume_names: Vec<&str> = spec.volumes.iter().flatten().map(|v| v.name.as_str()).collect();
     for c in spec.init_containers.iter().flatten().chain(&spec.containers) {
-        container_unsupported(c, images, &volume_names, &mut why);
+        container_unsupported(c, &volume_names, &mut why);
     }
     (!why.is_empty()).then(|| why.join("; "))
 }
 
-fn container_unsupported(c: &Container, images: &ImageMap, volumes: &[&str], why: &mut Vec<String>) {
+fn container_unsupported(c: &Container, volumes: &[&str], why: &mut Vec<String>) {
     let name = &c.name;
-    let image = c.image.as_deref().unwrap_or("");
-    if images.resolve(image).is_none() {
-        why.push(format!("container {name}: image {image:?} is not in the agent's image map ({IMAGE_MAP_ENV}; mapped: {})", images.images().join(", ")));
-    }
     if c.ports.iter().flatten().any(|p| p.host_port.is_some()) {
         why.push(format!("container {name}: hostPort is not supported"));
     }

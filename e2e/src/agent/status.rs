@@ -64,11 +64,19 @@ impl Conditions {
     }
 }
 
-/// The status to patch for `report`; `pod`'s own `PodScheduled` condition (set by the
-/// scheduler) is carried over, since a merge patch replaces the whole list.
+/// The status to patch for `report`. `Ready` is `ContainersReady` and every readiness gate's
+/// condition (`spec.readinessGates`, set by a controller on the pod) True, as the kubelet
+/// computes it; the patch is a strategic merge, which merges conditions by type, so conditions
+/// set by others (`PodScheduled`, the gates) are left as they are.
 pub fn pod_status(pod: &Pod, report: &PodReport, conditions: &mut Conditions) -> PodStatus {
-    let mut conds: Vec<PodCondition> = pod.status.iter().flat_map(|s| s.conditions.iter().flatten()).filter(|c| c.type_ == "PodScheduled").cloned().collect();
-    for (kind, value) in [("Initialized", report.initialized), ("ContainersReady", report.containers_ready), ("Ready", report.containers_ready)] {
+    let existing: Vec<&PodCondition> = pod.status.iter().flat_map(|s| s.conditions.iter().flatten()).collect();
+    let gates_open = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.readiness_gates.iter().flatten())
+        .all(|gate| existing.iter().any(|c| c.type_ == gate.condition_type && c.status == "True"));
+    let mut conds = Vec::new();
+    for (kind, value) in [("Initialized", report.initialized), ("ContainersReady", report.containers_ready), ("Ready", report.containers_ready && gates_open)] {
         let since = conditions.set(kind, value);
         conds.push(PodCondition {
             type_: kind.into(),
@@ -131,9 +139,10 @@ fn state(s: &State, id: Option<&str>) -> ContainerState {
     }
 }
 
-/// Merge-patches `status` onto the pod's status subresource.
+/// Strategic-merge-patches `status` onto the pod's status subresource (conditions merge by
+/// type; see `pod_status`).
 pub async fn patch(client: &Client, namespace: &str, name: &str, status: &PodStatus) -> Result<(), kube::Error> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let body = serde_json::json!({ "status": status });
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&body)).await.map(drop)
+    api.patch_status(name, &PatchParams::default(), &Patch::Strategic(&body)).await.map(drop)
 }
