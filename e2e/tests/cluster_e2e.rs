@@ -13,13 +13,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keymesh_e2e::local_cluster::cache::ClusterView;
 use keymesh_e2e::local_cluster::load::{LoadOptions, Targets, WriteLoad};
-use keymesh_e2e::local_cluster::{LocalCluster, Options, EXAMPLE_NAME};
+use keymesh_e2e::local_cluster::{serial, LocalCluster, Options, EXAMPLE_NAME};
 use keymesh_e2e::require_netns;
 
 const NS: &str = "default";
@@ -27,20 +26,6 @@ const NAME: &str = EXAMPLE_NAME;
 /// Creating or re-scaling the cluster; generous for a loaded 2-core machine.
 const SETTLE: Duration = Duration::from_secs(90);
 const CONVERGE: Duration = Duration::from_secs(30);
-
-/// Holds the machine-wide lock that serializes these tests; see the module docs.
-struct Serial(#[allow(dead_code)] File);
-
-fn serial() -> Serial {
-    // In cargo's per-target scratch directory, so nothing is left outside the build tree.
-    let file = File::create(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("keymesh-cluster-e2e.lock")).expect("create the lock file");
-    let started = Instant::now();
-    file.lock().expect("lock the lock file");
-    if started.elapsed() > Duration::from_secs(1) {
-        eprintln!("waited {:.1?} for another cluster test to finish", started.elapsed());
-    }
-    Serial(file)
-}
 
 /// Starts the local cluster, applies the example and waits until it is Ready.
 fn start() -> (Arc<LocalCluster>, ClusterView, String) {
@@ -86,7 +71,18 @@ fn wait_settled(cluster: &LocalCluster, replicas: usize) -> ClusterView {
 }
 
 fn load(cluster: &Arc<LocalCluster>, targets: Targets, password: &str) -> WriteLoad {
-    WriteLoad::start(cluster.clone(), LoadOptions { targets, password: password.to_owned(), hot_keys: 50, rate: 100, prefix: "load:".into() })
+    WriteLoad::start(
+        cluster.clone(),
+        LoadOptions { targets, password: password.to_owned(), hot_keys: 50, rate: 100, prefix: "load:".into(), retry_once: false },
+    )
+}
+
+/// A client that sends to the Service's ready endpoints and retries a failed write once.
+fn retrying_load(cluster: &Arc<LocalCluster>, password: &str) -> WriteLoad {
+    WriteLoad::start(
+        cluster.clone(),
+        LoadOptions { targets: service_endpoints(), password: password.to_owned(), hot_keys: 50, rate: 100, prefix: "load:".into(), retry_once: true },
+    )
 }
 
 fn service_endpoints() -> Targets {
@@ -143,15 +139,17 @@ fn create_spreads_zones_wires_the_mesh_and_replicates() {
 }
 
 /// Proves scaling under load: 3 → 5 → 3 while a client writes steadily through the client
-/// Service's ready endpoints; at each size every engine lists exactly the other members, the
-/// new pods spread over the zones, and at the end every acknowledged write is readable with its
-/// last acknowledged value on every remaining pod.
+/// Service's ready endpoints, retrying a failed write once; at each size every engine lists
+/// exactly the other members, the new pods spread over the zones, the leaving pods are handed
+/// off (out of the Service first, then their clients closed) so that at most 0.5% of the writes
+/// fail even with the retry, and at the end every acknowledged write is readable with its last
+/// acknowledged value on every remaining pod.
 #[test]
 fn scale_up_and_down_under_load_loses_no_acknowledged_write() {
     require_netns!();
     let _serial = serial();
     let (cluster, view, password) = start();
-    let load = load(&cluster, service_endpoints(), &password);
+    let load = retrying_load(&cluster, &password);
     std::thread::sleep(Duration::from_secs(3));
     assert!(load.progress().acked > 0, "the load writes: {}", load.progress().summary());
 
@@ -182,6 +180,8 @@ fn scale_up_and_down_under_load_loses_no_acknowledged_write() {
 
     let ledger = load.stop();
     eprintln!("MEASURED scale: load {:.0?} (scaled to 5 at {up_at:.1?}, to 3 at {down_at:.1?}): {}", ledger.elapsed, ledger.progress.summary());
+    let p = &ledger.progress;
+    assert!(p.unsuccessful() * 200 <= p.acked + p.unsuccessful(), "more than 0.5% of the writes failed even with a retry: {}", p.summary());
     let converged = cluster.verify_writes(NS, &names, &password, &ledger, CONVERGE).unwrap_or_else(|e| panic!("{e}"));
     eprintln!(
         "MEASURED scale: 3->5 Ready (all synced, full mesh) in {up_took:.1?}, 5->3 in {down_took:.1?}; {} keys' last acknowledged values on all 3 pods {converged:.1?} after the load stopped",
@@ -192,20 +192,6 @@ fn scale_up_and_down_under_load_loses_no_acknowledged_write() {
 /// Keys preloaded before a pod is lost, so that the replacement's full sync takes a while and a
 /// "ready before synced" replacement would show a visibly short keyspace.
 const BULK_KEYS: usize = 100_000;
-
-/// Writes `BULK_KEYS` keys of 100 bytes through `pod` (MSET, 1000 keys a command).
-fn preload(cluster: &LocalCluster, pod: &str, password: &str) {
-    let mut conn = cluster.connect(NS, pod, password, Duration::from_secs(10)).unwrap();
-    let value = "v".repeat(100);
-    for chunk in (0..BULK_KEYS).collect::<Vec<_>>().chunks(1000) {
-        let mut args = vec!["MSET".to_owned()];
-        for i in chunk {
-            args.extend([format!("bulk:{i}"), value.clone()]);
-        }
-        let reply = conn.call(&args).unwrap();
-        assert!(!reply.is_error(), "MSET: {reply:?}");
-    }
-}
 
 /// One look at the replacement pod: its Ready condition (read first), then its engine's
 /// `/readyz` and `DBSIZE` (read after, so a ready answer is never paired with an older count).
@@ -226,7 +212,7 @@ fn a_replacement_pod_is_not_ready_until_synced_and_loses_nothing() {
     let _serial = serial();
     let (cluster, view, password) = start();
     let preloading = Instant::now();
-    preload(&cluster, "demo-0", &password);
+    cluster.preload(NS, "demo-0", &password, BULK_KEYS).unwrap();
     for pod in pod_names(&view) {
         cluster
             .wait_for(&format!("{BULK_KEYS} keys on {pod}"), CONVERGE, || match cluster.dbsize(NS, &pod, &password)? {

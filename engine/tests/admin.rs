@@ -204,3 +204,30 @@ async fn set_config_changes_live_directives_all_or_nothing() {
         .expect_err("no password");
     assert_eq!(unauthorized.code(), tonic::Code::Unauthenticated);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_origin_shows_no_lag_left_over_from_its_previous_run() {
+    // Proves the lag a peer reports for a restarted origin counts that origin's new run only:
+    // the old run's higher sequence numbers must not leave a lag that never drains (an upgrade
+    // waits for lag 0 before it replaces the next pod).
+    let (a, b) = (free_mesh_port(), free_mesh_port());
+    let server_a = start("a", a, &[b]);
+    let server_b = start("b", b, &[a]);
+    let mut on_b = authed(b);
+    for i in 0..300 {
+        assert_eq!(on_b.cmd(&["SET", &format!("k{i}"), "v"]).text(), "OK");
+    }
+    let lag_on_a = || async { status(a, &[]).await.peers.first().map(|p| (p.link.clone(), p.lag_ops, p.applied_seq)) };
+    wait_until("a to merge b's 300 writes", || async {
+        lag_on_a().await.is_some_and(|(link, lag, applied)| link == "connected" && lag == 0 && applied >= 300)
+    })
+    .await;
+    drop(server_b);
+    let _server_b = start("b", b, &[a]);
+    wait_until("a to resync from b's new run with no lag", || async {
+        let peer = status(a, &[]).await.peers.into_iter().next();
+        peer.is_some_and(|p| p.link == "connected" && p.lag_ops == 0 && p.initial_sync_done && p.applied_seq < 300)
+    })
+    .await;
+    drop(server_a);
+}

@@ -199,6 +199,7 @@ async fn reconcile_cluster(cluster: &CacheCluster, ctx: &Context) -> Result<Acti
             statefulset_replicas: observed.statefulset_replicas(),
             members: &members,
             endpoints: &observed.endpoints,
+            now,
         })
     };
     let mut plan = plan_scale(&intent);

@@ -185,7 +185,14 @@ mod tests {
         let names = names();
         let members = full_mesh(3);
         let endpoints = std::collections::BTreeSet::new();
-        let plan = plan(&PlanInput { names: &names, desired: 5, statefulset_replicas: Some(3), members: &members, endpoints: &endpoints });
+        let plan = plan(&PlanInput {
+            names: &names,
+            desired: 5,
+            statefulset_replicas: Some(3),
+            members: &members,
+            endpoints: &endpoints,
+            now: k8s_openapi::jiff::Timestamp::now(),
+        });
         let wiring = WiringReport {
             updated: vec![("demo-0".into(), vec![3], vec![]), ("demo-2".into(), vec![3], vec![])],
             configured: vec![],
@@ -205,7 +212,14 @@ mod tests {
         let names = names();
         let members = full_mesh(3);
         let endpoints = std::collections::BTreeSet::new();
-        let plan = plan(&PlanInput { names: &names, desired: 3, statefulset_replicas: Some(3), members: &members, endpoints: &endpoints });
+        let plan = plan(&PlanInput {
+            names: &names,
+            desired: 3,
+            statefulset_replicas: Some(3),
+            members: &members,
+            endpoints: &endpoints,
+            now: k8s_openapi::jiff::Timestamp::now(),
+        });
         let events = transitions(&names, Some(&status(Phase::Running)), &status(Phase::Running), &plan, &WiringReport::default(), &HandoffReport::default());
         assert!(events.is_empty(), "{events:#?}");
     }

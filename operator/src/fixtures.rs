@@ -210,7 +210,7 @@ pub fn pod(ordinal: u32, ready: bool, node: &str, revision: &str, serving: Optio
     let mut conditions =
         vec![json!({"type": "ContainersReady", "status": flag(ready)}), json!({"type": "Ready", "status": flag(ready && serving == Some(true))})];
     if let Some(serving) = serving {
-        conditions.push(json!({"type": "keymesh.io/serving", "status": flag(serving)}));
+        conditions.push(json!({"type": "keymesh.io/serving", "status": flag(serving), "lastTransitionTime": "2020-01-01T00:00:00Z"}));
     }
     json!({
         "apiVersion": "v1", "kind": "Pod",

@@ -42,6 +42,8 @@ pub struct PodFacts {
     pub containers_ready: bool,
     /// The pod's `keymesh.io/serving` readiness gate; `None` until the operator set it.
     pub serving: Option<bool>,
+    /// When the gate last changed.
+    pub serving_since: Option<Timestamp>,
     /// The pod-template revision the pod was created from (`keymesh.io/template-hash`).
     pub template_hash: Option<String>,
     pub created: Option<Timestamp>,
@@ -155,6 +157,11 @@ pub fn pod_facts(pod: &Pod) -> PodFacts {
     PodFacts {
         containers_ready: condition(status, "ContainersReady") == Some(true),
         serving: condition(status, SERVING_CONDITION),
+        serving_since: status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == SERVING_CONDITION))
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| t.0),
         template_hash: pod.annotations().get(TEMPLATE_HASH_ANNOTATION).cloned(),
         created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
         deleting: pod.metadata.deletion_timestamp.is_some(),

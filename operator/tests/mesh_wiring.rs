@@ -61,8 +61,9 @@ struct Pods {
     names: ClusterNames,
     dir: PathBuf,
     children: Vec<Option<Child>>,
-    /// Each pod's `keymesh.io/serving` readiness gate, as the operator last set it.
+    /// Each pod's `keymesh.io/serving` readiness gate, as the operator last set it, and when.
     gates: Vec<Option<bool>>,
+    gates_since: Vec<Option<k8s_openapi::jiff::Timestamp>>,
 }
 
 impl Pods {
@@ -75,7 +76,7 @@ impl Pods {
             hosts.push_str(&format!("{} {}\n", ip(i), names.pod_dns(i)));
         }
         std::fs::write(dir.join("hosts"), hosts).unwrap();
-        Pods { names, dir, children: (0..MAX_PODS).map(|_| None).collect(), gates: vec![None; MAX_PODS as usize] }
+        Pods { names, dir, children: (0..MAX_PODS).map(|_| None).collect(), gates: vec![None; MAX_PODS as usize], gates_since: vec![None; MAX_PODS as usize] }
     }
 
     /// Starts pod `ordinal` with `replicaof` lines for `config_peers`, as the operator's
@@ -188,22 +189,32 @@ async fn mesh_step(pods: &mut Pods, desired: u32, statefulset_replicas: u32) -> 
     let members = (0..statefulset_replicas)
         .map(|i| {
             let running = pods.children[i as usize].is_some();
-            let serving = pods.gates[i as usize];
+            let (serving, serving_since) = (pods.gates[i as usize], pods.gates_since[i as usize]);
             PodMember {
                 member: Member::new(&pods.names, i, running.then(|| ip(i)).as_deref()),
                 ready: running && serving == Some(true),
                 zone: Some(format!("zone-{}", i % 3)),
-                facts: PodFacts { containers_ready: running, serving, ..PodFacts::default() },
+                facts: PodFacts { containers_ready: running, serving, serving_since, ..PodFacts::default() },
             }
         })
         .collect();
     let states = observe(&client, members, Some(PASSWORD), &[]).await;
     let endpoints: BTreeSet<String> = states.iter().filter(|s| s.pod_ready && s.node_status().is_some_and(|n| n.ready)).map(|s| s.member.pod.clone()).collect();
-    let input = PlanInput { names: &pods.names, desired, statefulset_replicas: Some(statefulset_replicas), members: &states, endpoints: &endpoints };
+    let input = PlanInput {
+        names: &pods.names,
+        desired,
+        statefulset_replicas: Some(statefulset_replicas),
+        members: &states,
+        endpoints: &endpoints,
+        now: k8s_openapi::jiff::Timestamp::now(),
+    };
     let the_plan = plan(&input);
     for action in handoff::actions(&states, &the_plan.handoffs) {
         match action {
-            HandoffAction::SetGate { ordinal, serving, .. } => pods.gates[ordinal as usize] = Some(serving),
+            HandoffAction::SetGate { ordinal, serving, .. } => {
+                pods.gates[ordinal as usize] = Some(serving);
+                pods.gates_since[ordinal as usize] = Some(k8s_openapi::jiff::Timestamp::now());
+            }
             HandoffAction::Start { ordinal, .. } | HandoffAction::Cancel { ordinal, .. } => {
                 let start = matches!(action, HandoffAction::Start { .. });
                 let member = &states.iter().find(|s| s.member.ordinal == ordinal).expect("a member").member;
@@ -312,11 +323,14 @@ async fn the_operators_wiring_creates_scales_up_and_scales_down_a_real_mesh() {
     assert_eq!(first.statefulset_replicas, 5, "the StatefulSet must not shrink before the peer lists: {first:?}");
     assert_eq!(pods.gates[3..5], [Some(false), Some(false)], "the leaving pods leave the Service first");
     assert_eq!(redis(4, &["SET", "before-handoff", "x"]).as_deref(), Some("+OK\r\n"), "the engine still takes writes until its handoff");
-    let second = mesh_step(&mut pods, 3, 5).await;
-    assert_eq!(second.statefulset_replicas, 5, "{second:?}");
-    wait_for("pod 4's handoff to finish", Duration::from_secs(10), || {
-        tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(handoff_phase(&pods, 4))) == "done"
-    });
+    // Out of the endpoints, the pods keep serving while the change propagates, then hand off.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while handoff_phase(&pods, 4).await != "done" {
+        assert!(Instant::now() < deadline, "pod 4's handoff never finished");
+        let step = mesh_step(&mut pods, 3, 5).await;
+        assert_eq!(step.statefulset_replicas, 5, "{step:?}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
     assert_eq!(idle_client.read(&mut buf).ok(), Some(0), "an idle client of a leaving pod is closed by its handoff");
     let refused = redis(4, &["SET", "on-a-leaving-pod", "x"]).unwrap_or_default();
     assert!(refused.starts_with("-READONLY"), "a handed-off pod refuses writes, so none is acknowledged that its peers never merge: {refused:?}");

@@ -32,6 +32,10 @@ pub struct EnginePod {
     pub ready: bool,
     /// Has a deletion timestamp.
     pub deleting: bool,
+    /// The pod-template revision it was created from (`keymesh.io/template-hash`).
+    pub revision: String,
+    /// Restarts of its engine container.
+    pub restarts: i64,
 }
 
 /// A CacheCluster object and its engine pods, read at one moment.
@@ -165,6 +169,8 @@ impl LocalCluster {
                     ip: p["status"]["podIP"].as_str().unwrap_or("").to_owned(),
                     ready: pod_ready(p),
                     deleting: !p["metadata"]["deletionTimestamp"].is_null(),
+                    revision: p["metadata"]["annotations"]["keymesh.io/template-hash"].as_str().unwrap_or("").to_owned(),
+                    restarts: p["status"]["containerStatuses"][0]["restartCount"].as_i64().unwrap_or(0),
                 }
             })
             .collect();
@@ -204,6 +210,30 @@ impl LocalCluster {
         } else {
             Ok(out)
         }
+    }
+
+    /// Merge-patches CacheCluster `namespace/name` with `patch` (JSON).
+    pub fn patch_cache(&self, namespace: &str, name: &str, patch: &str) -> Result<(), LocalClusterError> {
+        self.cp.kubectl(["patch", "cachecluster", name, "-n", namespace, "--type", "merge", "-p", patch])?;
+        Ok(())
+    }
+
+    /// Waits until every pod of CacheCluster `namespace/name` runs `version`: the status says so
+    /// (`currentVersion`, phase Running, no upgrade on record, Ready) and every member's engine
+    /// reports it.
+    pub fn wait_version(&self, namespace: &str, name: &str, version: &str, limit: Duration) -> Result<ClusterView, LocalClusterError> {
+        self.wait_for(&format!("CacheCluster {namespace}/{name} on version {version}"), limit, || {
+            let view = self.cache_view(namespace, name)?;
+            ready(&view.object)?;
+            let status = &view.object["status"];
+            let members = status["members"].as_array().cloned().unwrap_or_default();
+            let on_version = members.iter().filter(|m| m["version"] == version).count();
+            if status["currentVersion"] == version && status["upgrade"].is_null() && on_version == members.len() {
+                Ok(view)
+            } else {
+                Err(format!("currentVersion {}, {on_version}/{} members on {version}, upgrade {}", status["currentVersion"], members.len(), status["upgrade"]))
+            }
+        })
     }
 
     /// Patches `spec.replicas` of CacheCluster `namespace/name`.

@@ -9,9 +9,13 @@
 //! pod over a connection opened from inside that pod's network namespace, so a partition never
 //! separates the client from the pod it writes to: both sides of a partition keep taking writes.
 //!
+//! With [`LoadOptions::retry_once`] a write that fails (an error reply, a broken connection, no
+//! connection) is sent once more, with the same value, to the next target, as a client library
+//! with one retry does; [`Progress`] counts attempts, retries and every error text.
+//!
 //! The [`Ledger`] records, per key, the last acknowledged `seq` and the later writes whose
 //! outcome is unknown (the connection failed before the reply); a write answered with an error
-//! (e.g. `READONLY` from a pod drained for a scale down) did not happen. The writes are
+//! (e.g. `READONLY` from a pod handed off for a scale down) did not happen. The writes are
 //! sequential in time on one machine's clock, so under last-write-wins a key's final value is
 //! its last acknowledged `seq`, or one of those later unknown writes; anything else (absent,
 //! older) is a lost acknowledged write, or a refused one that was applied after all.
@@ -57,6 +61,8 @@ pub struct LoadOptions {
     /// Writes per second (at most; one connection, one write in flight).
     pub rate: u32,
     pub prefix: String,
+    /// Retry a failed write once on the next target.
+    pub retry_once: bool,
 }
 
 /// What the load has done so far.
@@ -69,6 +75,12 @@ pub struct Progress {
     pub refused: u64,
     /// Writes not sent because no connection to the target could be opened.
     pub skipped: u64,
+    /// SET commands sent or tried (first tries and retries).
+    pub attempts: u64,
+    /// Writes tried a second time after a failed first try.
+    pub retried: u64,
+    /// Every failure, first tries and retries, by its text (error reply or connection error).
+    pub errors: BTreeMap<String, u64>,
     /// Acknowledged writes per pod.
     pub per_pod: BTreeMap<String, u64>,
     /// The longest time between two acknowledged writes.
@@ -79,15 +91,24 @@ pub struct Progress {
 impl Progress {
     pub fn summary(&self) -> String {
         let pods: Vec<String> = self.per_pod.iter().map(|(p, n)| format!("{p}={n}")).collect();
+        let errors: Vec<String> = self.errors.iter().map(|(e, n)| format!("{n}× {e:?}")).collect();
         format!(
-            "{} acked, {} refused, {} unknown outcome, {} not sent; longest gap between acks {:.1?}; acks per pod {}",
+            "{} acked, {} refused, {} unknown outcome, {} not sent (of {} attempts, {} retries); longest gap between acks {:.1?}; acks per pod {}; errors: {}",
             self.acked,
             self.refused,
             self.failed,
             self.skipped,
+            self.attempts,
+            self.retried,
             self.longest_gap,
-            pods.join(" ")
+            pods.join(" "),
+            if errors.is_empty() { "none".to_string() } else { errors.join(", ") }
         )
+    }
+
+    /// Writes that did not succeed (refused, unknown outcome, not sent), even after a retry.
+    pub fn unsuccessful(&self) -> u64 {
+        self.refused + self.failed + self.skipped
     }
 }
 
@@ -231,8 +252,29 @@ impl Writer {
             } else {
                 format!("{}h{}", self.options.prefix, (seq / 2) % self.options.hot_keys.max(1))
             };
-            let outcome = self.write(&pod, &key, seq);
+            let (mut outcome, mut pod, mut errors) = (Outcome::NotSent, pod, Vec::new());
+            for attempt in 0..=u32::from(self.options.retry_once) {
+                if attempt > 0 {
+                    round_robin += 1;
+                    pod = self.targets[round_robin % self.targets.len()].clone();
+                    // The first try may have been applied: its value is this same seq.
+                    if matches!(outcome, Outcome::Unknown) {
+                        self.ledger.keys.entry(key.clone()).or_default().unknown_after.push(seq);
+                    }
+                }
+                let (result, error) = self.write(&pod, &key, seq);
+                outcome = result;
+                errors.extend(error);
+                if matches!(outcome, Outcome::Acked) {
+                    break;
+                }
+            }
             let mut p = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+            p.attempts += 1 + u64::from(!errors.is_empty() && self.options.retry_once);
+            p.retried += u64::from(!errors.is_empty() && self.options.retry_once);
+            for error in errors {
+                *p.errors.entry(error).or_default() += 1;
+            }
             let history = self.ledger.keys.entry(key).or_default();
             match outcome {
                 Outcome::Acked => {
@@ -258,26 +300,31 @@ impl Writer {
         self.ledger
     }
 
-    fn write(&mut self, pod: &str, key: &str, seq: u64) -> Outcome {
+    /// One SET of `key` to `seq` on `pod`, and the failure's text if it failed.
+    fn write(&mut self, pod: &str, key: &str, seq: u64) -> (Outcome, Option<String>) {
         let ns = self.options.targets.namespace().to_owned();
         if !self.connections.contains_key(pod) {
             match self.cluster.connect(&ns, pod, &self.options.password, CALL_TIMEOUT) {
                 Ok(conn) => {
                     self.connections.insert(pod.to_owned(), conn);
                 }
-                Err(_) => return Outcome::NotSent,
+                Err(e) => return (Outcome::NotSent, Some(format!("connect: {}", short(&e)))),
             }
         }
-        let Some(conn) = self.connections.get_mut(pod) else { return Outcome::NotSent };
+        let Some(conn) = self.connections.get_mut(pod) else { return (Outcome::NotSent, None) };
         match conn.call(&["SET", key, &seq.to_string()]) {
-            Ok(Reply::Simple(ok)) if ok == "OK" => Outcome::Acked,
+            Ok(Reply::Simple(ok)) if ok == "OK" => (Outcome::Acked, None),
             // An error reply means the command did not run (as in Redis): the write must not
             // show up anywhere, which the ledger checks by not counting it.
-            Ok(Reply::Error(_)) => Outcome::Refused,
-            _ => {
+            Ok(Reply::Error(e)) => (Outcome::Refused, Some(e)),
+            other => {
                 // Whatever happened, the write may have been applied; start afresh.
                 self.connections.remove(pod);
-                Outcome::Unknown
+                let text = match other {
+                    Err(e) => format!("connection: {}", short(&e.to_string())),
+                    Ok(reply) => format!("unexpected reply {reply:?}"),
+                };
+                (Outcome::Unknown, Some(text))
             }
         }
     }
@@ -310,6 +357,11 @@ impl Writer {
             }
         }
     }
+}
+
+/// An error text without the address or pod that varies from one failure to the next.
+fn short(text: &str) -> String {
+    text.split(" (os error").next().unwrap_or(text).chars().take(80).collect()
 }
 
 enum Outcome {

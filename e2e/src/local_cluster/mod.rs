@@ -45,6 +45,13 @@ pub const SERVER_REPOSITORY: &str = "keymesh/keymesh-server";
 pub const OPERATOR_REPOSITORY: &str = "keymesh/keymesh-operator";
 /// The workspace version: the operator's default engine tag (`DEFAULT_VERSION`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The version of the second engine build the upgrade tests roll to: the same code, built by
+/// `scripts/build-next-engine.sh` with `KEYMESH_BUILD_VERSION=<VERSION>-next`, mapped to the tag
+/// of that name.
+pub fn next_version() -> String {
+    format!("{VERSION}-next")
+}
+
 /// The example the main job applies (a 3-replica CacheCluster named `demo`).
 pub const EXAMPLE: &str = "manifests/examples/cachecluster.yaml";
 pub const EXAMPLE_NAME: &str = "demo";
@@ -104,6 +111,14 @@ impl Options {
         }
     }
 
+    /// Adds the upgrade tests' second engine build (`KEYMESH_SERVER_NEXT`, default
+    /// `keymesh-server-next` beside the release build) as tag [`next_version`].
+    pub fn with_next_engine(mut self) -> Self {
+        let next = std::env::var_os("KEYMESH_SERVER_NEXT").map_or_else(|| self.server_binary.with_file_name("keymesh-server-next"), PathBuf::from);
+        self.extra_server_tags.push((next_version(), next));
+        self
+    }
+
     pub fn chart(&self) -> PathBuf {
         self.repo.join("charts/keymesh-operator")
     }
@@ -140,7 +155,13 @@ impl Options {
             .with(&format!("{SERVER_REPOSITORY}:{VERSION}"), &self.server_binary)
             .with(&format!("{OPERATOR_REPOSITORY}:{}", self.chart_app_version()?), &self.operator_binary);
         for (tag, binary) in &self.extra_server_tags {
-            exists(&format!("keymesh-server for tag {tag}"), binary)?;
+            if !binary.is_file() {
+                return Err(LocalClusterError::Missing {
+                    what: format!("keymesh-server for tag {tag}"),
+                    path: binary.clone(),
+                    hint: "build it with scripts/build-next-engine.sh (scripts/test.sh does)".into(),
+                });
+            }
             map = map.with(&format!("{SERVER_REPOSITORY}:{tag}"), binary);
         }
         Ok(map)
@@ -331,6 +352,24 @@ impl LocalCluster {
         ));
         Ok(out)
     }
+}
+
+/// Holds the machine-wide lock that lets only one local cluster run at a time (two clusters
+/// under load on a small machine would make every time measured meaningless); released on drop.
+pub struct Serial(#[allow(dead_code)] std::fs::File);
+
+/// Takes the lock (see [`Serial`]), waiting for another cluster test to finish.
+pub fn serial() -> Serial {
+    let path = std::env::temp_dir().join("keymesh-cluster-e2e.lock");
+    let file = std::fs::File::create(&path).unwrap_or_else(|e| panic!("create the lock file {}: {e}", path.display()));
+    let started = Instant::now();
+    if let Err(e) = file.lock() {
+        panic!("lock {}: {e}", path.display());
+    }
+    if started.elapsed() > Duration::from_secs(1) {
+        eprintln!("waited {:.1?} for another cluster test to finish", started.elapsed());
+    }
+    Serial(file)
 }
 
 fn check_cancel(options: &Options, what: &str) -> Result<(), LocalClusterError> {

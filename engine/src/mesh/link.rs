@@ -334,8 +334,12 @@ impl LinkCtx {
             if full_sync {
                 s.phase = LinkPhase::Syncing;
                 s.full_resyncs += 1;
-                // Until SyncDone this node holds no complete sync of this run.
+                // Until SyncDone this node holds no complete sync of this run, and the previous
+                // run's sequences mean nothing for this one (a restarted origin counts from 1:
+                // keeping the old highest sequence would show a lag that never goes away).
                 s.synced_run_id.clear();
+                s.applied_seq = 0;
+                s.origin_last_seq = 0;
             } else {
                 s.phase = LinkPhase::Connected;
                 s.partial_resyncs += 1;

@@ -6,7 +6,8 @@
 //!    pod stops being ready at once and the endpoints controller drops it from the client
 //!    Service (no readiness probe period to wait out).
 //! 2. **Out of the endpoints**: wait until the client Service's ready addresses no longer
-//!    name the pod, so no new client is sent there.
+//!    name the pod, and then until the gate has been closed for `PROPAGATION` (what kube-proxy
+//!    and clients' own endpoint caches take to follow), so no new client is sent there.
 //! 3. **Hand the clients off**: the engine's admin `Handoff` closes idle client connections at
 //!    once and busy ones after `spec.upgrade.handoffGraceSeconds` (clients reconnect through
 //!    the Service to another pod), then refuses writes; its `last_seq` is then final.
@@ -24,6 +25,8 @@ mod apply;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
 use crate::mesh::{peer_of, MemberState};
 use crate::names::ClusterNames;
 
@@ -32,6 +35,11 @@ pub use apply::{apply, HandoffError, HandoffReport};
 /// The readiness gate the engine pods carry (`spec.readinessGates`) and the operator sets.
 pub const SERVING_CONDITION: &str = "keymesh.io/serving";
 
+/// How long after its gate closed a pod keeps serving before its clients are handed off:
+/// the Endpoints change must reach kube-proxy on every node (and clients that cache
+/// endpoints) before the engine closes connections, or reconnecting clients land on it again.
+pub const PROPAGATION: SignedDuration = SignedDuration::from_secs(3);
+
 /// Where one leaving pod's handoff stands: the next thing to do or to wait for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HandoffStep {
@@ -39,6 +47,8 @@ pub enum HandoffStep {
     CloseGate,
     /// The gate is closed; the client Service still routes to the pod.
     AwaitEndpoints,
+    /// Out of the endpoints; the change is still propagating (`PROPAGATION`).
+    AwaitPropagation,
     /// Ask the engine to hand its clients off.
     Start,
     /// The engine is closing its client connections.
@@ -61,6 +71,7 @@ impl HandoffStep {
         match self {
             HandoffStep::CloseGate => format!("taking {pod} out of the client Service"),
             HandoffStep::AwaitEndpoints => format!("waiting for the client Service to stop routing to {pod}"),
+            HandoffStep::AwaitPropagation => format!("{pod} left the client Service; waiting for the change to reach every client"),
             HandoffStep::Start => format!("asking {pod} to hand its clients off"),
             HandoffStep::AwaitClients { clients } => format!("{pod} is closing its client connections ({clients} left)"),
             HandoffStep::AwaitEngine { error } => format!("{pod} does not answer while its containers are ready: {error}"),
@@ -75,12 +86,17 @@ impl HandoffStep {
 /// Where the handoff of `leaving` stands. `witnesses` are the members that must hold its
 /// writes (for a scale down, the remaining members that stream from it; for an upgrade, every
 /// other member). `in_endpoints`: the client Service still routes to it.
-pub fn step(names: &ClusterNames, leaving: &MemberState, in_endpoints: bool, witnesses: &[&MemberState]) -> HandoffStep {
+pub fn step(names: &ClusterNames, leaving: &MemberState, in_endpoints: bool, witnesses: &[&MemberState], now: Timestamp) -> HandoffStep {
     if leaving.pod.serving != Some(false) {
         return HandoffStep::CloseGate;
     }
     if in_endpoints {
         return HandoffStep::AwaitEndpoints;
+    }
+    let propagated = leaving.pod.serving_since.is_some_and(|since| now.duration_since(since) >= PROPAGATION);
+    let handing_off = leaving.node_status().is_some_and(|s| s.handoff == "closing" || s.handoff == "done");
+    if !propagated && !handing_off && leaving.pod.containers_ready {
+        return HandoffStep::AwaitPropagation;
     }
     let status = match &leaving.status {
         Ok(status) => status,

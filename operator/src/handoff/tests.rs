@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
 use super::*;
 use crate::mesh::peer_of;
 use crate::test_support::{engine, full_mesh, names};
@@ -11,6 +13,7 @@ use crate::test_support::{engine, full_mesh, names};
 fn leaving(serving: Option<bool>, handoff: &str, last_seq: u64) -> MemberState {
     let mut m = full_mesh(3).remove(2);
     m.pod.serving = serving;
+    m.pod.serving_since = Some(Timestamp::UNIX_EPOCH);
     m.pod.containers_ready = true;
     if let Ok(s) = &mut m.status {
         s.handoff = handoff.to_string();
@@ -40,18 +43,29 @@ fn each_step_waits_for_its_fact() {
     let names = names();
     let (w0, w1) = (witness(0, "run-2", 40), witness(1, "run-2", 42));
     let witnesses = [&w0, &w1];
-    assert_eq!(step(&names, &leaving(Some(true), "serving", 42), true, &witnesses), HandoffStep::CloseGate);
-    assert_eq!(step(&names, &leaving(None, "serving", 42), true, &witnesses), HandoffStep::CloseGate, "a pod without the condition is open");
-    assert_eq!(step(&names, &leaving(Some(false), "serving", 42), true, &witnesses), HandoffStep::AwaitEndpoints);
-    assert_eq!(step(&names, &leaving(Some(false), "serving", 42), false, &witnesses), HandoffStep::Start);
-    assert!(matches!(step(&names, &leaving(Some(false), "closing", 42), false, &witnesses), HandoffStep::AwaitClients { .. }));
+    assert_eq!(step(&names, &leaving(Some(true), "serving", 42), true, &witnesses, Timestamp::now()), HandoffStep::CloseGate);
+    assert_eq!(step(&names, &leaving(None, "serving", 42), true, &witnesses, Timestamp::now()), HandoffStep::CloseGate, "a pod without the condition is open");
+    assert_eq!(step(&names, &leaving(Some(false), "serving", 42), true, &witnesses, Timestamp::now()), HandoffStep::AwaitEndpoints);
+    assert_eq!(step(&names, &leaving(Some(false), "serving", 42), false, &witnesses, Timestamp::now()), HandoffStep::Start);
+    assert!(matches!(step(&names, &leaving(Some(false), "closing", 42), false, &witnesses, Timestamp::now()), HandoffStep::AwaitClients { .. }));
     assert_eq!(
-        step(&names, &leaving(Some(false), "done", 42), false, &witnesses),
+        step(&names, &leaving(Some(false), "done", 42), false, &witnesses, Timestamp::now()),
         HandoffStep::AwaitPeers { last_seq: 42, behind: vec!["demo-0".to_string()] },
         "demo-0 merged only through 40"
     );
     let caught_up = witness(0, "run-2", 42);
-    assert_eq!(step(&names, &leaving(Some(false), "done", 42), false, &[&caught_up, &w1]), HandoffStep::Complete);
+    assert_eq!(step(&names, &leaving(Some(false), "done", 42), false, &[&caught_up, &w1], Timestamp::now()), HandoffStep::Complete);
+}
+
+#[test]
+fn the_engine_keeps_serving_until_the_endpoints_change_has_propagated() {
+    let names = names();
+    let witness = witness(0, "run-2", 0);
+    let mut m = leaving(Some(false), "serving", 42);
+    let closed = Timestamp::now();
+    m.pod.serving_since = Some(closed);
+    assert_eq!(step(&names, &m, false, &[&witness], closed + SignedDuration::from_secs(2)), HandoffStep::AwaitPropagation);
+    assert_eq!(step(&names, &m, false, &[&witness], closed + PROPAGATION), HandoffStep::Start);
 }
 
 #[test]
@@ -61,7 +75,7 @@ fn a_witness_synced_from_another_run_does_not_count() {
     let names = names();
     let stale = witness(0, "run-1", 1000);
     let w1 = witness(1, "run-2", 42);
-    let step = step(&names, &leaving(Some(false), "done", 42), false, &[&stale, &w1]);
+    let step = step(&names, &leaving(Some(false), "done", 42), false, &[&stale, &w1], Timestamp::now());
     assert_eq!(step, HandoffStep::AwaitPeers { last_seq: 42, behind: vec!["demo-0".to_string()] });
 }
 
@@ -71,14 +85,15 @@ fn a_silent_witness_holds_the_handoff_and_a_dead_pod_completes_it() {
     let silent = crate::test_support::silent(0, true);
     let w1 = witness(1, "run-2", 42);
     assert_eq!(
-        step(&names, &leaving(Some(false), "done", 42), false, &[&silent, &w1]),
+        step(&names, &leaving(Some(false), "done", 42), false, &[&silent, &w1], Timestamp::now()),
         HandoffStep::AwaitPeers { last_seq: 42, behind: vec!["demo-0".to_string()] }
     );
     let mut dead = crate::test_support::silent(2, true);
     dead.pod.serving = Some(false);
-    assert_eq!(step(&names, &dead, false, &[&w1]), HandoffStep::Complete, "not ready and silent: nothing to hand off");
+    dead.pod.serving_since = Some(Timestamp::UNIX_EPOCH);
+    assert_eq!(step(&names, &dead, false, &[&w1], Timestamp::now()), HandoffStep::Complete, "not ready and silent: nothing to hand off");
     dead.pod.containers_ready = true;
-    assert!(matches!(step(&names, &dead, false, &[&w1]), HandoffStep::AwaitEngine { .. }), "ready containers may still hold clients");
+    assert!(matches!(step(&names, &dead, false, &[&w1], Timestamp::now()), HandoffStep::AwaitEngine { .. }), "ready containers may still hold clients");
 }
 
 #[test]

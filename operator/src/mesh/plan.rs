@@ -21,6 +21,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use k8s_openapi::jiff::Timestamp;
 use keymesh_proto::{NodeStatus, Peer};
 
 use super::{peer_of, MemberState};
@@ -37,6 +38,7 @@ pub struct PlanInput<'a> {
     pub members: &'a [MemberState],
     /// Pods the client Service routes to.
     pub endpoints: &'a BTreeSet<String>,
+    pub now: Timestamp,
 }
 
 /// A peer list to set on one member.
@@ -135,7 +137,7 @@ pub fn plan(input: &PlanInput) -> ScalePlan {
                 Some(member) if still_listed.contains(&j) => {
                     let witnesses: Vec<&MemberState> =
                         input.members.iter().filter(|w| w.member.ordinal < desired && lists.get(&w.member.ordinal).is_some_and(|l| l.contains(&j))).collect();
-                    handoff::step(names, member, input.endpoints.contains(&member.member.pod), &witnesses)
+                    handoff::step(names, member, input.endpoints.contains(&member.member.pod), &witnesses, input.now)
                 }
                 // Nobody streams from it any more (or it is gone): nothing left to hand off.
                 _ => HandoffStep::Complete,

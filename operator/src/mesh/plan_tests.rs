@@ -10,7 +10,7 @@ fn run(desired: u32, statefulset_replicas: Option<u32>, members: &[MemberState])
 fn run_with_endpoints(desired: u32, statefulset_replicas: Option<u32>, members: &[MemberState], endpoints: &[&str]) -> ScalePlan {
     let names = names();
     let endpoints: BTreeSet<String> = endpoints.iter().map(|e| e.to_string()).collect();
-    plan(&PlanInput { names: &names, desired, statefulset_replicas, members, endpoints: &endpoints })
+    plan(&PlanInput { names: &names, desired, statefulset_replicas, members, endpoints: &endpoints, now: k8s_openapi::jiff::Timestamp::now() })
 }
 
 /// Marks member `i` as handed off: gate closed, handoff done, writes refused, last sequence 9,
@@ -112,9 +112,11 @@ fn scale_down_hands_leaving_pods_off_and_keeps_them_listed_until_their_writes_ar
     assert_eq!(plan.statefulset_replicas, 5, "{plan:#?}");
     assert!(!plan.settled());
 
-    // Gates closed; demo-3 is still in the Service's endpoints, demo-4 is out.
-    members[3].pod.serving = Some(false);
-    members[4].pod.serving = Some(false);
+    // Gates closed long enough ago; demo-3 is still in the Service's endpoints, demo-4 is out.
+    for m in &mut members[3..] {
+        m.pod.serving = Some(false);
+        m.pod.serving_since = Some(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    }
     let plan = run_with_endpoints(3, Some(5), &members, &["demo-3"]);
     assert_eq!(plan.handoffs, BTreeMap::from([(3, HandoffStep::AwaitEndpoints), (4, HandoffStep::Start)]), "{plan:#?}");
 
@@ -181,7 +183,14 @@ fn stale_and_foreign_peers_are_replaced_by_the_joined_members() {
     }
     let members = [engine(0, &[1, 2], true), restarted, engine(2, &[0, 1], true)];
     let endpoints = BTreeSet::new();
-    let plan = plan(&PlanInput { names: &names, desired: 3, statefulset_replicas: Some(3), members: &members, endpoints: &endpoints });
+    let plan = plan(&PlanInput {
+        names: &names,
+        desired: 3,
+        statefulset_replicas: Some(3),
+        members: &members,
+        endpoints: &endpoints,
+        now: k8s_openapi::jiff::Timestamp::now(),
+    });
     assert_eq!(update_for(&plan, 1), Some(vec!["demo-0".into(), "demo-2".into()]), "{plan:#?}");
     assert_eq!(plan.peer_updates.len(), 1, "{plan:#?}");
 }

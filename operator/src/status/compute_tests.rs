@@ -28,7 +28,14 @@ fn status_with(
     let names = names();
     let spec = validate(cluster).expect("valid spec");
     let endpoints = std::collections::BTreeSet::new();
-    let plan = plan(&PlanInput { names: &names, desired: spec.replicas.unsigned_abs(), statefulset_replicas, members, endpoints: &endpoints });
+    let plan = plan(&PlanInput {
+        names: &names,
+        desired: spec.replicas.unsigned_abs(),
+        statefulset_replicas,
+        members,
+        endpoints: &endpoints,
+        now: k8s_openapi::jiff::Timestamp::now(),
+    });
     let password = Password::Generated("pw".into());
     compute(&StatusInput { cluster, names: &names, spec: &spec, members, plan: &plan, upgrade, wiring: &WiringReport::default(), password: &password, now })
 }
@@ -209,7 +216,14 @@ fn a_missing_password_leaves_the_mesh_unknown() {
     let spec = validate(&c).expect("valid");
     let members = [silent(0, true)];
     let endpoints = std::collections::BTreeSet::new();
-    let plan = plan(&PlanInput { names: &names, desired: 3, statefulset_replicas: Some(3), members: &members, endpoints: &endpoints });
+    let plan = plan(&PlanInput {
+        names: &names,
+        desired: 3,
+        statefulset_replicas: Some(3),
+        members: &members,
+        endpoints: &endpoints,
+        now: k8s_openapi::jiff::Timestamp::now(),
+    });
     let password = Password::Missing { secret: "creds".into(), key: "password".into() };
     let status = compute(&StatusInput {
         cluster: &c,

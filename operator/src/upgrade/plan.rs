@@ -290,7 +290,7 @@ pub fn plan(input: &UpgradeInput, intent: &Intent, scale: &ScalePlan) -> Upgrade
         }
     }
     let witnesses: Vec<&MemberState> = scale.joined.iter().filter(|&&j| j != k).filter_map(|&j| member(input.members, j)).collect();
-    let step = handoff::step(names, m, input.endpoints.contains(&pod), &witnesses);
+    let step = handoff::step(names, m, input.endpoints.contains(&pod), &witnesses, input.now);
     status.message = step.describe(&pod);
     if step.complete() {
         status.message = format!("replacing {pod}: {}", status.message);

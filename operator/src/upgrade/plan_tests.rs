@@ -63,6 +63,7 @@ impl World {
             statefulset_replicas: Some(self.statefulset.replicas),
             members: &self.members,
             endpoints: &self.endpoints,
+            now: self.now,
         });
         let upgrade = plan(&input, &intent, &scale);
         (intent, scale, upgrade)
