@@ -83,6 +83,11 @@ if ((run_cargo)); then
     print_summary
     exit 1
   fi
+  # The upgrade tests roll clusters to a second engine build that reports another version.
+  if ! stage cargo "build the next engine (upgrade tests)" scripts/build-next-engine.sh; then
+    print_summary
+    exit 1
+  fi
   if cargo nextest --version >/dev/null 2>&1; then
     stage cargo "cargo nextest run --release" cargo nextest run --workspace --release "${locked[@]}" || true
   else
