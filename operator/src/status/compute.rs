@@ -206,14 +206,12 @@ fn mesh_connection(input: &StatusInput) -> ConditionState {
         };
         for &j in joined.iter().filter(|&&j| j != i) {
             let host = peer_of(input.names, j).host;
-            let link = status
-                .peers
-                .iter()
-                .find(|p| p.peer.as_ref().is_some_and(|p| p.host.trim_end_matches('.').eq_ignore_ascii_case(&host)))
-                .map(|p| p.link.as_str());
+            let link = status.peers.iter().find(|p| p.peer.as_ref().is_some_and(|p| p.host.trim_end_matches('.').eq_ignore_ascii_case(&host)));
             match link {
-                Some("connected") => {}
-                Some(state) => missing.push(format!("{pod} → {} is {state}", input.names.pod(j))),
+                Some(l) if l.link == "connected" => {}
+                // The engine's own reason, e.g. an incompatible mesh protocol during a roll.
+                Some(l) if !l.error.is_empty() => missing.push(format!("{pod} → {} is {}: {}", input.names.pod(j), l.link, l.error)),
+                Some(l) => missing.push(format!("{pod} → {} is {}", input.names.pod(j), l.link)),
                 None => missing.push(format!("{pod} does not list {}", input.names.pod(j))),
             }
         }

@@ -239,3 +239,16 @@ fn a_missing_password_leaves_the_mesh_unknown() {
     let mesh = condition(&status, types::MESH_CONNECTED);
     assert_eq!((mesh.status.as_str(), mesh.reason.as_str()), ("Unknown", "NoPassword"), "{status:#?}");
 }
+
+#[test]
+fn a_refused_link_names_the_engines_reason() {
+    let c = cluster("{}");
+    let mut members = full_mesh(3);
+    if let Ok(s) = &mut members[0].status {
+        s.peers[0].link = "down".into();
+        s.peers[0].error = "origin refused the stream: incompatible mesh protocol: the peer speaks version 4, this node 2".into();
+    }
+    let status = status_of(&c, &members, Some(3), at("2024-01-01T00:00:00Z"));
+    let mesh = condition(&status, types::MESH_CONNECTED);
+    assert!(mesh.message.contains("demo-0 → demo-1 is down: origin refused the stream: incompatible mesh protocol"), "{status:#?}");
+}
