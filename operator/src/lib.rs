@@ -18,6 +18,7 @@ pub mod names;
 pub mod observe;
 pub mod quantity;
 pub mod status;
+pub mod tuner;
 pub mod upgrade;
 pub mod validate;
 

@@ -22,6 +22,8 @@ use tracing::{error, info};
 #[derive(Debug, Parser)]
 #[command(name = "keymesh-operator", version, about = "Runs KeyMesh CacheClusters on Kubernetes")]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Watch CacheClusters in this namespace only (default: all namespaces).
     #[arg(long, env = "WATCH_NAMESPACE")]
     namespace: Option<String>,
@@ -43,6 +45,49 @@ struct Args {
     /// This replica's identity in the Lease (default: the pod name, else the host name).
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
+    /// The image the node-tuning DaemonSets run (this operator's own image).
+    #[arg(long, env = "KEYMESH_TUNER_IMAGE", default_value = concat!("keymesh/keymesh-operator:", env!("CARGO_PKG_VERSION")))]
+    tuner_image: String,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Runs the node tuner (what a CacheCluster's node-tuning DaemonSet runs on each node).
+    Tune(TuneArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct TuneArgs {
+    /// The CacheCluster this tuner works for, `<namespace>/<name>`.
+    #[arg(long)]
+    owner: String,
+    /// The node it runs on (for its status).
+    #[arg(long, env = "NODE_NAME", default_value = "")]
+    node: String,
+    /// Transparent huge pages: always, madvise, never, or unchanged.
+    #[arg(long, default_value = "never")]
+    transparent_hugepages: String,
+    /// vm.overcommit_memory: 0, 1, 2, or unchanged.
+    #[arg(long, default_value = "1")]
+    overcommit_memory: String,
+    /// Where the host's /sys is mounted.
+    #[arg(long, default_value = "/host/sys")]
+    sys: std::path::PathBuf,
+    /// Where the host's /proc/sys is mounted.
+    #[arg(long, default_value = "/host/proc/sys")]
+    proc_sys: std::path::PathBuf,
+    /// The node's tuning state directory (a hostPath shared by every tuner on the node).
+    #[arg(long, default_value = "/var/lib/keymesh/node-tuning")]
+    state_dir: std::path::PathBuf,
+    /// Seconds between checks.
+    #[arg(long, default_value_t = 5)]
+    interval_seconds: u64,
+    /// Seconds an outside change is reported before the tuner reapplies the value.
+    #[arg(long, default_value_t = 20)]
+    drift_hold_seconds: u64,
+    /// Address of /readyz and /status.
+    #[arg(long, default_value = "0.0.0.0:8081")]
+    listen: SocketAddr,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -57,6 +102,8 @@ enum MainError {
     Discovery(#[from] DiscoveryError),
     #[error(transparent)]
     Http(#[from] HttpError),
+    #[error(transparent)]
+    Tuner(#[from] keymesh_operator::tuner::TunerError),
     #[error("stopped acting as leader (the lease could not be renewed in time); exiting so that only the new leader reconciles")]
     LostLeadership,
 }
@@ -73,6 +120,25 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+async fn run_tuner(args: TuneArgs) -> Result<(), MainError> {
+    use keymesh_operator::tuner::{self, Roots, Setting, StateDir, TunerConfig};
+    let wanted = [(Setting::TransparentHugePages, args.transparent_hugepages), (Setting::OvercommitMemory, args.overcommit_memory)]
+        .into_iter()
+        .filter(|(_, value)| value != "unchanged")
+        .collect();
+    let config = TunerConfig {
+        owner: args.owner,
+        node: args.node,
+        wanted,
+        roots: Roots { sys: args.sys, proc_sys: args.proc_sys },
+        state: StateDir(args.state_dir),
+        interval: std::time::Duration::from_secs(args.interval_seconds.max(1)),
+        drift_hold: std::time::Duration::from_secs(args.drift_hold_seconds),
+        listen: args.listen,
+    };
+    Ok(tuner::run(config).await?)
 }
 
 /// Resolves once `stop` turns true (or its sender is gone).
@@ -100,6 +166,9 @@ async fn signals(stop: watch::Sender<bool>) {
 }
 
 async fn run(args: Args) -> Result<(), MainError> {
+    if let Some(Command::Tune(tune)) = args.command {
+        return run_tuner(tune).await;
+    }
     let config = kube::Config::infer().await.map_err(|e| MainError::Client(kube::Error::InferConfig(e)))?;
     // The election's own client is not gated (it must renew); everything else is.
     let election_client = kube::Client::try_from(config.clone())?;
