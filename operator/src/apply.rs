@@ -3,12 +3,14 @@
 //!
 //! 1. Secret (generated auth), 2. the settings ConfigMap and 3. the peers ConfigMap: what
 //!    pods need before they can start;
-//! 4. headless Service: the pods' DNS names, before the pods exist;
-//! 5. client Service; 6. StatefulSet (its `replicas` is the scale plan's answer, its template
-//!    and partition the upgrade's);
-//! 7. PodDisruptionBudget; 8. ServiceMonitor.
+//! 4. the node-tuning DaemonSet: nodes are tuned before the pods come;
+//! 5. headless Service: the pods' DNS names, before the pods exist;
+//! 6. client Service; 7. StatefulSet (its `replicas` is the scale plan's answer, its template
+//!    and partition the upgrade's; held back while a new cluster's nodes are being tuned);
+//! 8. PodDisruptionBudget; 9. ServiceMonitor.
 //!
-//! An optional child that is switched off (PDB, ServiceMonitor) is deleted if it exists. The
+//! An optional child that is switched off (PDB, ServiceMonitor, node tuning) is deleted if it
+//! exists. The
 //! settings ConfigMaps of earlier revisions are deleted once no upgrade is in flight or on
 //! record (`collect_old_config_maps`): until then a pod may restart, or be rolled back, onto
 //! one of them.
@@ -21,6 +23,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
 
@@ -57,17 +60,33 @@ pub async fn collect_old_config_maps(client: &kube::Client, names: &ClusterNames
 }
 
 /// Applies every child, in the documented order.
-pub async fn apply_children(client: &kube::Client, names: &ClusterNames, children: Children, capabilities: Capabilities) -> Result<(), ApplyError> {
-    let Children { secret, config_map, peers_config_map, headless_service, client_service, statefulset, pdb, service_monitor } = children;
+/// `node_tuning_exists`: the DaemonSet exists (it is deleted when tuning is off).
+pub async fn apply_children(
+    client: &kube::Client,
+    names: &ClusterNames,
+    children: Children,
+    capabilities: Capabilities,
+    node_tuning_exists: bool,
+) -> Result<(), ApplyError> {
+    let Children { secret, config_map, peers_config_map, headless_service, client_service, statefulset, pdb, service_monitor, node_tuning } = children;
     let ns = names.namespace.as_str();
     if let Some(secret) = secret {
         apply(&Api::namespaced(client.clone(), ns), &secret).await?;
     }
     apply(&Api::namespaced(client.clone(), ns), &config_map).await?;
     apply(&Api::namespaced(client.clone(), ns), &peers_config_map).await?;
+    let daemonsets: Api<DaemonSet> = Api::namespaced(client.clone(), ns);
+    match node_tuning {
+        Some(daemonset) => apply(&daemonsets, &daemonset).await?,
+        // Its tuners restore the nodes' values when they stop.
+        None if node_tuning_exists => delete_if_present(&daemonsets, &names.node_tuning()).await?,
+        None => {}
+    }
     apply(&Api::namespaced(client.clone(), ns), &headless_service).await?;
     apply(&Api::namespaced(client.clone(), ns), &client_service).await?;
-    apply(&Api::namespaced(client.clone(), ns), &statefulset).await?;
+    if let Some(statefulset) = statefulset {
+        apply(&Api::namespaced(client.clone(), ns), &statefulset).await?;
+    }
     if let Some(version) = capabilities.pdb {
         apply_or_delete(client, ns, &version.api_resource(), pdb, &names.statefulset()).await?;
     }
@@ -75,6 +94,17 @@ pub async fn apply_children(client: &kube::Client, names: &ClusterNames, childre
         apply_or_delete(client, ns, &service_monitor_resource(), service_monitor, &names.statefulset()).await?;
     }
     Ok(())
+}
+
+async fn delete_if_present<K>(api: &Api<K>, name: &str) -> Result<(), ApplyError>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(source) => Err(ApplyError::Delete { kind: K::kind(&()).into_owned(), name: name.to_string(), source }),
+    }
 }
 
 async fn apply<K>(api: &Api<K>, object: &K) -> Result<(), ApplyError>

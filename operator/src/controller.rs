@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::NamespaceResourceScope;
@@ -39,6 +39,7 @@ use crate::handoff::{self, HandoffReport};
 use crate::mesh::{self, MeshClient, PlanInput, ScalePlan, WiringReport};
 use crate::metrics::Metrics;
 use crate::names::ClusterNames;
+use crate::node_tuning::{self, NodeTuningError, Tuners};
 use crate::observe::{self, ObserveError};
 use crate::status::{self, StatusError, StatusInput};
 use crate::upgrade::{self, HistoryError, Intent, UpgradeInput, UpgradePlan};
@@ -65,13 +66,23 @@ pub struct Context {
     pub metrics: Metrics,
     /// The cluster's DNS domain (`cluster.local`), for the pods' stable names.
     pub cluster_domain: String,
+    /// The image node-tuning DaemonSets run (the operator's own).
+    pub tuner_image: String,
     /// Consecutive failed reconciles per object, for the backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
 
 impl Context {
-    pub fn new(client: kube::Client, mesh: Arc<dyn MeshClient>, recorder: Recorder, metrics: Metrics, cluster_domain: &str) -> Context {
-        Context { client, mesh, recorder, metrics, cluster_domain: cluster_domain.to_string(), failures: Mutex::new(HashMap::new()) }
+    pub fn new(client: kube::Client, mesh: Arc<dyn MeshClient>, recorder: Recorder, metrics: Metrics, cluster_domain: &str, tuner_image: &str) -> Context {
+        Context {
+            client,
+            mesh,
+            recorder,
+            metrics,
+            cluster_domain: cluster_domain.to_string(),
+            tuner_image: tuner_image.to_string(),
+            failures: Mutex::new(HashMap::new()),
+        }
     }
 
     fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
@@ -97,6 +108,8 @@ pub enum Error {
     Status(#[from] StatusError),
     #[error(transparent)]
     History(#[from] HistoryError),
+    #[error(transparent)]
+    NodeTuning(#[from] NodeTuningError),
 }
 
 impl Error {
@@ -111,6 +124,7 @@ impl Error {
             Error::Apply(_) => "apply",
             Error::Status(_) => "status",
             Error::History(_) => "history",
+            Error::NodeTuning(_) => "node_tuning",
         }
     }
 }
@@ -171,6 +185,7 @@ async fn reconcile_cluster(cluster: &CacheCluster, ctx: &Context) -> Result<Acti
     let capabilities = discovery::capabilities(&ctx.client).await?;
     let password = auth::password(&Api::<Secret>::namespaced(ctx.client.clone(), &namespace), &spec.auth).await?;
     let observed = observe::observe(&ctx.client, &names).await?;
+    let tuners = node_tuning::observe(&ctx.client, &names, spec.node_tuning.is_some()).await?;
     let settings = engine_settings(&spec, &names);
     let built = pod_template(&spec, &names, &settings);
     let config_keys: Vec<String> = settings.live.keys().cloned().collect();
@@ -218,7 +233,7 @@ async fn reconcile_cluster(cluster: &CacheCluster, ctx: &Context) -> Result<Acti
         }
     };
 
-    let children = build_children(&BuildInput {
+    let mut children = build_children(&BuildInput {
         cluster,
         spec: &spec,
         names: &names,
@@ -228,8 +243,12 @@ async fn reconcile_cluster(cluster: &CacheCluster, ctx: &Context) -> Result<Acti
         capabilities,
         template: &template,
         partition: upgrade.partition,
+        tuner_image: &ctx.tuner_image,
     })?;
-    apply_children(&ctx.client, &names, children, capabilities).await?;
+    if node_tuning::holds_creation(spec.node_tuning.is_some(), &plan.step, &tuners) {
+        children.statefulset = None;
+    }
+    apply_children(&ctx.client, &names, children, capabilities, tuners.daemonset).await?;
 
     let (handoffs, wiring) = match password {
         Password::Missing { .. } => (HandoffReport::default(), WiringReport::default()),
@@ -249,6 +268,7 @@ async fn reconcile_cluster(cluster: &CacheCluster, ctx: &Context) -> Result<Acti
         members: &members,
         plan: &plan,
         upgrade: &upgrade,
+        tuners: &tuners,
         wiring: &wiring,
         password: &password,
         now,
@@ -259,7 +279,7 @@ async fn reconcile_cluster(cluster: &CacheCluster, ctx: &Context) -> Result<Acti
     if status.upgrade.is_none() {
         apply::collect_old_config_maps(&ctx.client, &names, &names.config_map(&settings.hash)).await?;
     }
-    Ok(Action::requeue(requeue_after(&plan, &upgrade, &wiring, &status)))
+    Ok(Action::requeue(requeue_after(&plan, &upgrade, &tuners, spec.node_tuning.is_some(), &wiring, &status)))
 }
 
 /// The template of the revision a failed upgrade rolls back to: `Ok(None)` when not rolling
@@ -275,12 +295,12 @@ async fn rollback_template(ctx: &Context, names: &ClusterNames, upgrade: &Upgrad
 }
 
 /// Soon while something is moving; slowly once the cluster runs with a full mesh.
-pub fn requeue_after(plan: &ScalePlan, upgrade: &UpgradePlan, wiring: &WiringReport, status: &CacheClusterStatus) -> Duration {
+pub fn requeue_after(plan: &ScalePlan, upgrade: &UpgradePlan, tuners: &Tuners, tuning: bool, wiring: &WiringReport, status: &CacheClusterStatus) -> Duration {
     let connected = status.condition(condition_types::MESH_CONNECTED).is_some_and(|c| c.status == "True");
     let handing_off = upgrade.handoff.is_some() || plan.handoffs.values().any(|step| !step.complete());
     if handing_off || upgrade.in_flight() {
         REQUEUE_HANDOFF
-    } else if !plan.settled() || !wiring.failed.is_empty() {
+    } else if !plan.settled() || !wiring.failed.is_empty() || (tuning && !tuners.all_ready()) {
         REQUEUE_SCALING
     } else if status.phase != Some(Phase::Running) || !connected {
         REQUEUE_NOT_WIRED
@@ -316,6 +336,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<&str>, capabilities: Capab
         .owns(api::<Service>(client, namespace), owned())
         .owns(api::<ConfigMap>(client, namespace), owned())
         .owns(api::<Secret>(client, namespace), owned())
+        .owns(api::<DaemonSet>(client, namespace), owned())
         .watches(api::<Pod>(client, namespace), owned(), pod_owner);
     if let Some(version) = capabilities.pdb {
         let resource = version.api_resource();

@@ -12,6 +12,7 @@ use crate::test_support::{cluster, engine, full_mesh};
 
 const PDB_V1BETA1: &str = "/apis/policy/v1beta1/namespaces/cache/poddisruptionbudgets/demo";
 const CONFIG_MAPS: &str = "/api/v1/namespaces/cache/configmaps";
+const NODE_TUNING: &str = "/apis/apps/v1/namespaces/cache/daemonsets/demo-node-tuning";
 
 /// The revision (template hash) and settings hash a spec builds.
 fn hashes(c: &CacheCluster) -> (String, String) {
@@ -59,6 +60,7 @@ impl ApiServerVerifier {
                     self.handle_get("/apis/apps/v1/namespaces/cache/statefulsets/demo", None).await;
                     self.handle_list_pods(vec![]).await;
                     self.handle_get("/api/v1/namespaces/cache/endpoints/demo", None).await;
+                    self.handle_get(NODE_TUNING, None).await;
                     self.handle_applies(&settings).await;
                     self.handle_status(&cluster).await;
                     self.handle_list(CONFIG_MAPS, "ConfigMapList", vec![]).await;
@@ -73,6 +75,7 @@ impl ApiServerVerifier {
                     for (i, name) in ["node-a", "node-b", "node-c"].into_iter().enumerate().take(pods.len().min(3)) {
                         self.handle_get(&format!("/api/v1/nodes/{name}"), Some(node(name, &format!("zone-{i}")))).await;
                     }
+                    self.handle_get(NODE_TUNING, None).await;
                     self.handle_applies(&settings).await;
                     for pod in gates {
                         self.handle_gate(pod).await;
@@ -225,6 +228,7 @@ async fn a_version_change_freezes_the_partition_and_takes_the_highest_pod_out_of
         for (i, name) in ["node-a", "node-b", "node-c"].into_iter().enumerate() {
             verifier.handle_get(&format!("/api/v1/nodes/{name}"), Some(node(name, &format!("zone-{i}")))).await;
         }
+        verifier.handle_get(NODE_TUNING, None).await;
         assert_eq!(old_settings, new_settings, "a version change keeps the settings");
         verifier.handle_applies(&new_settings).await;
         assert_eq!(verifier.handle_gate("demo-2").await, "False", "the highest pod leaves the Service first");

@@ -37,7 +37,7 @@ pub fn test_context(mesh: Arc<FakeMesh>) -> (Arc<Context>, ApiServerVerifier) {
     let client = kube::Client::new(service, "default");
     let recorder = Recorder::new(client.clone(), Reporter { controller: "keymesh-operator".into(), instance: Some("test".into()) });
     let metrics = Metrics::new().expect("metrics register");
-    let ctx = Context::new(client, mesh, recorder, metrics, "cluster.local");
+    let ctx = Context::new(client, mesh, recorder, metrics, "cluster.local", "keymesh/keymesh-operator:test");
     (Arc::new(ctx), ApiServerVerifier { handle, events: Vec::new(), applied: BTreeMap::new(), statuses: Vec::new() })
 }
 

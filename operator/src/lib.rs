@@ -15,6 +15,7 @@ pub mod leader;
 pub mod mesh;
 pub mod metrics;
 pub mod names;
+pub mod node_tuning;
 pub mod observe;
 pub mod quantity;
 pub mod status;

@@ -203,7 +203,7 @@ async fn run(args: Args) -> Result<(), MainError> {
     info!(?capabilities, namespace = args.namespace.as_deref().unwrap_or("<all>"), "starting the CacheCluster controller");
     let recorder = Recorder::new(client.clone(), Reporter { controller: "keymesh-operator".to_string(), instance: Some(identity) });
     let mesh = Arc::new(GatedMeshClient { inner: GrpcMeshClient::default(), gate: gate.clone() });
-    let ctx = Arc::new(Context::new(client, mesh, recorder, metrics.clone(), &args.cluster_domain));
+    let ctx = Arc::new(Context::new(client, mesh, recorder, metrics.clone(), &args.cluster_domain, &args.tuner_image));
     let controller = controller::run(ctx, args.namespace.as_deref(), capabilities, stopped(stop_rx.clone()));
     let outcome = tokio::select! {
         _ = controller => Ok(()),

@@ -42,6 +42,11 @@ impl ClusterNames {
         format!("{}-config", self.name)
     }
 
+    /// The node-tuning DaemonSet.
+    pub fn node_tuning(&self) -> String {
+        format!("{}-node-tuning", self.name)
+    }
+
     pub fn peers_config_map(&self) -> String {
         format!("{}-peers", self.name)
     }

@@ -56,6 +56,10 @@ pub struct PodFacts {
     pub start_failure: Option<String>,
     /// The container's last problem, for messages: waiting or terminated reason and message.
     pub problem: Option<String>,
+    /// The node the pod runs on.
+    pub node: Option<String>,
+    /// The kubelet refused the pod's sysctls (`SysctlForbidden`): its message.
+    pub sysctl_forbidden: Option<String>,
 }
 
 /// The live StatefulSet.
@@ -168,6 +172,10 @@ pub fn pod_facts(pod: &Pod) -> PodFacts {
         restarts: engine.map_or(0, |c| c.restart_count),
         start_failure,
         problem,
+        node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+        sysctl_forbidden: status
+            .filter(|s| s.reason.as_deref() == Some("SysctlForbidden"))
+            .map(|s| s.message.clone().unwrap_or_else(|| "SysctlForbidden".to_string())),
     }
 }
 

@@ -87,6 +87,21 @@ pub struct ValidatedSpec {
     pub service_monitor: Option<ServiceMonitorSpec>,
     pub pod: PodOverrides,
     pub upgrade: UpgradeSpec,
+    /// The engine pods' `securityContext.sysctls`.
+    pub sysctls: BTreeMap<String, String>,
+    /// `None` when node tuning is off.
+    pub node_tuning: Option<NodeTuning>,
+    /// Things the spec should change (deprecated fields), for the `SpecWarnings` condition.
+    pub warnings: Vec<String>,
+}
+
+/// Node tuning with its values resolved: `None` leaves a setting unchanged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeTuning {
+    pub transparent_huge_pages: Option<&'static str>,
+    pub overcommit_memory: Option<String>,
+    pub node_selector: BTreeMap<String, String>,
+    pub tolerations: Vec<k8s_openapi::api::core::v1::Toleration>,
 }
 
 /// Checks `cluster` and resolves its defaults.
@@ -116,12 +131,9 @@ pub fn validate(cluster: &CacheCluster) -> Result<ValidatedSpec, InvalidSpec> {
                 .to_string(),
         );
     }
-    if spec.node_tuning.enabled {
-        errors.push(
-            "spec.nodeTuning.enabled: node tuning is not supported yet by this operator version (the node-tuning DaemonSet is not built yet); set it to false"
-                .to_string(),
-        );
-    }
+    let mut warnings = Vec::new();
+    let sysctls = sysctls(spec, &mut errors, &mut warnings);
+    let node_tuning = node_tuning(&spec.node_tuning, &mut errors);
     let memory_limit = memory_limit(spec.resources.as_ref(), &mut errors);
     let mut engine_directives = engine_directives(cluster, memory_limit, &mut errors);
     engine_directives.extend(extra_config(&spec.engine.extra_config, &mut errors));
@@ -168,6 +180,75 @@ pub fn validate(cluster: &CacheCluster) -> Result<ValidatedSpec, InvalidSpec> {
         service_monitor: spec.metrics.service_monitor.enabled.then(|| spec.metrics.service_monitor.clone()),
         pod: spec.pod.clone(),
         upgrade: spec.upgrade.clone(),
+        sysctls,
+        node_tuning,
+        warnings,
+    })
+}
+
+/// Sysctls Kubernetes sets per pod (they live in the pod's own namespaces): the `net.*` tree and
+/// IPC's. Everything else is node-wide.
+fn per_pod_sysctl(name: &str) -> bool {
+    name.starts_with("net.") || name.starts_with("kernel.shm") || name.starts_with("kernel.msg") || name == "kernel.sem" || name.starts_with("fs.mqueue.")
+}
+
+/// `spec.sysctls`, with the deprecated `nodeTuning.somaxconn` copied in.
+fn sysctls(spec: &crate::api::CacheClusterSpec, errors: &mut Vec<String>, warnings: &mut Vec<String>) -> BTreeMap<String, String> {
+    let mut sysctls = BTreeMap::new();
+    for (name, value) in &spec.sysctls {
+        let field = format!("spec.sysctls.{name}");
+        let well_formed =
+            !name.is_empty() && name.split('.').all(|part| !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'));
+        if !well_formed {
+            errors.push(format!("{field}: not a sysctl name (dot-separated words, like net.core.somaxconn)"));
+        } else if !per_pod_sysctl(name) {
+            let hint = match name.as_str() {
+                "vm.overcommit_memory" => " (spec.nodeTuning.vmOvercommitMemory)",
+                _ => "",
+            };
+            errors.push(format!(
+                "{field}: a node-wide sysctl cannot be set per pod (only net.*, kernel.shm*, kernel.msg*, kernel.sem and fs.mqueue.* are); node-wide settings belong in spec.nodeTuning{hint}"
+            ));
+        } else if value.trim().is_empty() || value.contains(['\n', '\r']) {
+            errors.push(format!("{field}: needs a value on one line"));
+        } else {
+            sysctls.insert(name.clone(), value.trim().to_string());
+        }
+    }
+    if let Some(somaxconn) = spec.node_tuning.somaxconn {
+        warnings.push("spec.nodeTuning.somaxconn is deprecated (a pod setting under the node section): use spec.sysctls.net.core.somaxconn".to_string());
+        sysctls.entry("net.core.somaxconn".to_string()).or_insert_with(|| somaxconn.to_string());
+    }
+    sysctls
+}
+
+fn node_tuning(tuning: &crate::api::NodeTuningSpec, errors: &mut Vec<String>) -> Option<NodeTuning> {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    if !tuning.enabled {
+        return None;
+    }
+    let overcommit = match &tuning.vm_overcommit_memory {
+        IntOrString::Int(n) if (0..=2).contains(n) => Some(n.to_string()),
+        IntOrString::String(s) if s == "unchanged" => None,
+        IntOrString::String(s) if matches!(s.as_str(), "0" | "1" | "2") => Some(s.clone()),
+        other => {
+            let shown = match other {
+                IntOrString::Int(n) => n.to_string(),
+                IntOrString::String(s) => s.clone(),
+            };
+            errors.push(format!("spec.nodeTuning.vmOvercommitMemory: '{shown}' is not 0, 1, 2 or unchanged"));
+            None
+        }
+    };
+    let thp = match tuning.transparent_huge_pages {
+        crate::api::ThpMode::Unchanged => None,
+        mode => Some(mode.as_str()),
+    };
+    Some(NodeTuning {
+        transparent_huge_pages: thp,
+        overcommit_memory: overcommit,
+        node_selector: tuning.node_selector.clone(),
+        tolerations: tuning.tolerations.clone(),
     })
 }
 

@@ -54,11 +54,52 @@ fn maxmemory_errors_name_the_field() {
 
 #[test]
 fn unsupported_features_say_why() {
-    let errors = errors_of("tls: {enabled: true, secretName: certs}\npersistence: {enabled: true}\nnodeTuning: {enabled: true}");
-    assert_eq!(errors.len(), 3, "{errors:?}");
+    let errors = errors_of("tls: {enabled: true, secretName: certs}\npersistence: {enabled: true}");
+    assert_eq!(errors.len(), 2, "{errors:?}");
     assert!(errors[0].starts_with("spec.tls.enabled: TLS is not supported yet") && errors[0].contains("engine has no TLS"), "{errors:?}");
     assert!(errors[1].starts_with("spec.persistence.enabled: persistence is not supported") && errors[1].contains("in memory"), "{errors:?}");
-    assert!(errors[2].starts_with("spec.nodeTuning.enabled: node tuning is not supported yet"), "{errors:?}");
+}
+
+#[test]
+fn per_pod_sysctls_pass_and_node_wide_ones_point_to_node_tuning() {
+    let spec = valid("sysctls: {net.core.somaxconn: '8192', net.ipv4.tcp_max_syn_backlog: '8192', kernel.shm_rmid_forced: '1'}");
+    assert_eq!(spec.sysctls.get("net.core.somaxconn").map(String::as_str), Some("8192"), "{spec:#?}");
+    assert_eq!(spec.sysctls.len(), 3);
+    let errors = errors_of("sysctls: {vm.overcommit_memory: '1', kernel.pid_max: '99999', 'net..x': '1', net.core.rmem_max: ''}");
+    assert_eq!(errors.len(), 4, "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with("spec.sysctls.vm.overcommit_memory: a node-wide sysctl")
+                && e.contains("spec.nodeTuning (spec.nodeTuning.vmOvercommitMemory)")),
+        "{errors:?}"
+    );
+    assert!(errors.iter().any(|e| e.starts_with("spec.sysctls.kernel.pid_max: a node-wide sysctl")), "{errors:?}");
+    assert!(errors.iter().any(|e| e.starts_with("spec.sysctls.net..x: not a sysctl name")), "{errors:?}");
+    assert!(errors.iter().any(|e| e.starts_with("spec.sysctls.net.core.rmem_max: needs a value")), "{errors:?}");
+}
+
+#[test]
+fn the_deprecated_somaxconn_becomes_a_sysctl_with_a_warning() {
+    let spec = valid("nodeTuning: {somaxconn: 4096}");
+    assert_eq!(spec.sysctls.get("net.core.somaxconn").map(String::as_str), Some("4096"), "{spec:#?}");
+    assert!(spec.warnings.iter().any(|w| w.contains("spec.nodeTuning.somaxconn is deprecated") && w.contains("spec.sysctls.net.core.somaxconn")), "{spec:#?}");
+    let spec = valid("nodeTuning: {somaxconn: 4096}\nsysctls: {net.core.somaxconn: '8192'}");
+    assert_eq!(spec.sysctls.get("net.core.somaxconn").map(String::as_str), Some("8192"), "spec.sysctls wins");
+    assert!(valid("{}").warnings.is_empty());
+}
+
+#[test]
+fn node_tuning_resolves_its_values() {
+    assert_eq!(valid("{}").node_tuning, None);
+    let tuning = valid("nodeTuning: {enabled: true}").node_tuning.expect("tuning on");
+    assert_eq!((tuning.transparent_huge_pages, tuning.overcommit_memory.as_deref()), (Some("never"), Some("1")), "the defaults");
+    let tuning = valid("nodeTuning: {enabled: true, transparentHugePages: unchanged, vmOvercommitMemory: unchanged}").node_tuning.expect("on");
+    assert_eq!((tuning.transparent_huge_pages, tuning.overcommit_memory), (None, None));
+    let tuning = valid("nodeTuning: {enabled: true, transparentHugePages: madvise, vmOvercommitMemory: '2'}").node_tuning.expect("on");
+    assert_eq!((tuning.transparent_huge_pages, tuning.overcommit_memory.as_deref()), (Some("madvise"), Some("2")));
+    let errors = errors_of("nodeTuning: {enabled: true, vmOvercommitMemory: 3}");
+    assert!(errors[0].starts_with("spec.nodeTuning.vmOvercommitMemory: '3' is not 0, 1, 2 or unchanged"), "{errors:?}");
 }
 
 #[test]

@@ -9,6 +9,8 @@
 mod spec;
 mod status;
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -16,7 +18,7 @@ use serde::{Deserialize, Serialize};
 
 pub use spec::{
     AuthSpec, EngineSpec, EvictionPolicy, ImagePullPolicy, MetricsSpec, NodeTuningSpec, PersistenceSpec, PodDisruptionBudgetSpec, PodOverrides, SecretRef,
-    ServiceMonitorSpec, ServiceSpec, ServiceType, SpreadMode, TlsSpec, TopologySpec, UpgradeSpec,
+    ServiceMonitorSpec, ServiceSpec, ServiceType, SpreadMode, ThpMode, TlsSpec, TopologySpec, UpgradeSpec,
 };
 pub use status::{condition_types, CacheClusterStatus, MemberStatus, Phase, UpgradeState, UpgradeStatus};
 
@@ -85,6 +87,13 @@ pub struct CacheClusterSpec {
     pub pod_disruption_budget: PodDisruptionBudgetSpec,
     #[serde(default)]
     pub node_tuning: NodeTuningSpec,
+    /// Per-pod sysctls of the engine pods (`securityContext.sysctls`), e.g.
+    /// `net.core.somaxconn: "8192"`. Only sysctls Kubernetes treats as per pod (`net.*`, and
+    /// IPC's `kernel.shm*`, `kernel.msg*`, `kernel.sem`, `fs.mqueue.*`); node-wide ones belong in
+    /// `nodeTuning`. Unsafe ones (most `net.*` outside a small safe set) need the kubelet's
+    /// `--allowed-unsafe-sysctls`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sysctls: BTreeMap<String, String>,
     #[serde(default)]
     pub upgrade: UpgradeSpec,
     #[serde(default)]

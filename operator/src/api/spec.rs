@@ -228,16 +228,31 @@ fn one() -> i32 {
     1
 }
 
-/// Node kernel tuning by a privileged DaemonSet (not supported yet by this operator version).
+/// Node-wide kernel settings, applied by a privileged DaemonSet `<name>-node-tuning` (the
+/// operator's own image running `keymesh-operator tune`) on the nodes the engine pods may run on;
+/// restored when tuning is disabled or the cluster deleted. Per-pod (network-namespaced)
+/// settings such as `net.core.somaxconn` belong in `spec.sysctls`.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeTuningSpec {
     #[serde(default)]
     pub enabled: bool,
-    /// Transparent huge pages mode set on the nodes (`never` is what Redis-like engines want).
-    #[serde(default = "thp_never")]
-    pub transparent_huge_pages: String,
-    /// `net.core.somaxconn` inside the pods' network namespace.
+    /// Transparent huge pages on the nodes: `never` is what in-memory stores want (latency
+    /// spikes and memory bloat otherwise); `unchanged` leaves it alone.
+    #[serde(default)]
+    pub transparent_huge_pages: ThpMode,
+    /// `vm.overcommit_memory`: 0, 1 (what Redis recommends: forks and large allocations do not
+    /// fail), 2, or `unchanged`.
+    #[serde(default = "overcommit_one")]
+    pub vm_overcommit_memory: k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
+    /// Where the tuner runs; defaults to the engine pods' `pod.nodeSelector`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations of the tuner; default to the engine pods' `pod.tolerations`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    /// Deprecated: use `spec.sysctls` (`net.core.somaxconn`), which this is copied to. Accepted
+    /// for one release, with a warning in the status.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 128))]
     pub somaxconn: Option<i32>,
@@ -245,12 +260,39 @@ pub struct NodeTuningSpec {
 
 impl Default for NodeTuningSpec {
     fn default() -> Self {
-        NodeTuningSpec { enabled: false, transparent_huge_pages: thp_never(), somaxconn: None }
+        NodeTuningSpec {
+            enabled: false,
+            transparent_huge_pages: ThpMode::default(),
+            vm_overcommit_memory: overcommit_one(),
+            node_selector: BTreeMap::new(),
+            tolerations: Vec::new(),
+            somaxconn: None,
+        }
     }
 }
 
-fn thp_never() -> String {
-    "never".to_string()
+fn overcommit_one() -> k8s_openapi::apimachinery::pkg::util::intstr::IntOrString {
+    k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1)
+}
+
+/// A transparent-huge-pages mode.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ThpMode {
+    #[default]
+    Never,
+    Madvise,
+    Unchanged,
+}
+
+impl ThpMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ThpMode::Never => "never",
+            ThpMode::Madvise => "madvise",
+            ThpMode::Unchanged => "unchanged",
+        }
+    }
 }
 
 /// How pod-template changes (version, image, resources, restart-only engine settings) roll

@@ -18,10 +18,18 @@ pub mod condition_types {
     pub const MESH_CONNECTED: &str = "MeshConnected";
     /// A member sees a peer's clock further ahead than `spec.engine.maxClockSkewMs`.
     pub const CLOCK_SKEW: &str = "ClockSkew";
-    /// The node-tuning DaemonSet applied its settings (not supported yet).
+    /// The node-tuning DaemonSet's settings hold on every node that runs an engine pod.
     pub const NODE_TUNED: &str = "NodeTuned";
+    /// Every sysctl of `spec.sysctls` is allowed by the kubelets (False names the refused one
+    /// and how to allow it).
+    pub const SYSCTLS_ALLOWED: &str = "SysctlsAllowed";
+    /// The engines report no kernel setting that hurts them (THP `always`, overcommit not 1, a
+    /// listen backlog above `somaxconn`).
+    pub const KERNEL_SETTINGS: &str = "KernelSettings";
+    /// The spec uses something deprecated (the message says what to use instead).
+    pub const SPEC_WARNINGS: &str = "SpecWarnings";
 
-    pub const ALL: [&str; 6] = [READY, PROGRESSING, DEGRADED, MESH_CONNECTED, CLOCK_SKEW, NODE_TUNED];
+    pub const ALL: [&str; 9] = [READY, PROGRESSING, DEGRADED, MESH_CONNECTED, CLOCK_SKEW, NODE_TUNED, SYSCTLS_ALLOWED, KERNEL_SETTINGS, SPEC_WARNINGS];
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]

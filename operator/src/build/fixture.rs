@@ -51,6 +51,7 @@ impl Fixture {
             capabilities: self.capabilities,
             template: &self.template,
             partition: self.partition,
+            tuner_image: "keymesh/keymesh-operator:test",
         }
     }
 

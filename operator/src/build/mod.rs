@@ -6,6 +6,7 @@
 //! Kubernetes 1.20 API server does not know (its server-side apply rejects unknown fields).
 
 mod configmap;
+mod node_tuning;
 mod pdb;
 mod secret;
 mod servicemonitor;
@@ -14,7 +15,7 @@ mod statefulset;
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::DynamicObject;
@@ -25,6 +26,7 @@ use crate::names::ClusterNames;
 use crate::validate::ValidatedSpec;
 
 pub use configmap::{build_config_map, build_peers_config_map, config_hash, engine_settings, EngineSettings, LIVE_DIRECTIVES};
+pub use node_tuning::{build_node_tuning, tuner_selector, TUNER_PORT};
 pub use pdb::{build_pdb, PdbVersion};
 pub use secret::build_secret;
 pub use servicemonitor::{build_service_monitor, service_monitor_resource};
@@ -75,6 +77,8 @@ pub struct BuildInput<'a> {
     /// The StatefulSet's rolling-update partition: pods at or above it are replaced with the
     /// template (`crate::upgrade`).
     pub partition: u32,
+    /// The image the node-tuning DaemonSet runs (the operator's own).
+    pub tuner_image: &'a str,
 }
 
 /// Every child of a cluster. Consumers destructure it without `..`, so adding a child here
@@ -89,11 +93,14 @@ pub struct Children {
     pub peers_config_map: ConfigMap,
     pub headless_service: Service,
     pub client_service: Service,
-    pub statefulset: StatefulSet,
+    /// `None` while a new cluster waits for its nodes to be tuned (`node_tuning::holds_creation`).
+    pub statefulset: Option<StatefulSet>,
     /// `None` when disabled or when the server serves no PodDisruptionBudget API.
     pub pdb: Option<DynamicObject>,
     /// `None` when disabled or when the ServiceMonitor CRD is absent.
     pub service_monitor: Option<DynamicObject>,
+    /// `None` when node tuning is off.
+    pub node_tuning: Option<DaemonSet>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -113,9 +120,10 @@ pub fn build_children(input: &BuildInput) -> Result<Children, BuildError> {
         peers_config_map: build_peers_config_map(input)?,
         headless_service: build_headless_service(input)?,
         client_service: build_client_service(input)?,
-        statefulset: build_statefulset(input)?,
+        statefulset: Some(build_statefulset(input)?),
         pdb: build_pdb(input)?,
         service_monitor: build_service_monitor(input)?,
+        node_tuning: build_node_tuning(input)?,
     })
 }
 

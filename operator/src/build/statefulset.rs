@@ -11,8 +11,8 @@
 
 use k8s_openapi::api::apps::v1::{RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, PodReadinessGate, PodSpec, PodTemplateSpec,
-    Probe, SecretKeySelector, TopologySpreadConstraint, Volume, VolumeMount,
+    ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, PodReadinessGate, PodSecurityContext, PodSpec,
+    PodTemplateSpec, Probe, SecretKeySelector, Sysctl, TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -99,6 +99,11 @@ pub fn pod_template(spec: &ValidatedSpec, names: &ClusterNames, settings: &Engin
             tolerations: (!pod.tolerations.is_empty()).then(|| pod.tolerations.clone()),
             affinity: pod.affinity.clone(),
             priority_class_name: pod.priority_class_name.clone(),
+            // Per-pod (network-namespaced) kernel settings, e.g. the listen backlog.
+            security_context: (!spec.sysctls.is_empty()).then(|| PodSecurityContext {
+                sysctls: Some(spec.sysctls.iter().map(|(name, value)| Sysctl { name: name.clone(), value: value.clone() }).collect()),
+                ..PodSecurityContext::default()
+            }),
             ..PodSpec::default()
         }),
     };

@@ -5,7 +5,7 @@ use super::*;
 use crate::build::fixture::{build, yaml, Fixture};
 
 fn sts(spec_yaml: &str) -> StatefulSet {
-    build(spec_yaml).statefulset
+    build(spec_yaml).statefulset.expect("a StatefulSet")
 }
 
 fn pod_spec(sts: &StatefulSet) -> &PodSpec {
@@ -136,7 +136,7 @@ pod:
 #[test]
 fn restart_settings_and_versions_change_the_revision_live_settings_and_scaling_do_not() {
     let hash = |f: &Fixture| {
-        let sts = f.build().statefulset;
+        let sts = f.build().statefulset.expect("a StatefulSet");
         let stamped = sts.spec.and_then(|s| s.template.metadata).and_then(|m| m.annotations).and_then(|a| a.get(TEMPLATE_HASH_ANNOTATION).cloned());
         assert_eq!(stamped.as_deref(), Some(f.template.hash.as_str()), "the template carries its own hash");
         f.template.hash.clone()
@@ -157,7 +157,7 @@ fn the_partition_and_a_rolled_back_template_come_from_the_upgrade() {
     let old = Fixture::new("version: 0.0.9").template;
     fixture.template = old.clone();
     fixture.partition = 2;
-    let sts = fixture.build().statefulset;
+    let sts = fixture.build().statefulset.expect("a StatefulSet");
     let spec = sts.spec.as_ref().expect("spec");
     assert_eq!(spec.update_strategy.as_ref().and_then(|u| u.rolling_update.as_ref()).and_then(|r| r.partition), Some(2), "{}", yaml(&sts));
     assert_eq!(spec.template, old.template, "{}", yaml(&sts));
@@ -168,7 +168,7 @@ fn the_partition_and_a_rolled_back_template_come_from_the_upgrade() {
 fn replicas_come_from_the_scale_plan() {
     let mut fixture = Fixture::new("replicas: 2");
     fixture.statefulset_replicas = 4;
-    let sts = fixture.build().statefulset;
+    let sts = fixture.build().statefulset.expect("a StatefulSet");
     assert_eq!(sts.spec.as_ref().and_then(|s| s.replicas), Some(4), "{}", yaml(&sts));
 }
 
@@ -194,6 +194,7 @@ fn no_field_newer_than_kubernetes_1_20() {
     let children = build("pod: {labels: {team: a}}\nservice: {type: LoadBalancer}");
     let objects = [
         serde_json::to_string(&children.statefulset),
+        serde_json::to_string(&children.node_tuning),
         serde_json::to_string(&children.client_service),
         serde_json::to_string(&children.headless_service),
         serde_json::to_string(&children.pdb),
@@ -204,4 +205,19 @@ fn no_field_newer_than_kubernetes_1_20() {
             assert!(!json.contains(&format!("\"{field}\"")), "{field} is newer than Kubernetes 1.20: {json}");
         }
     }
+}
+
+#[test]
+fn spec_sysctls_become_the_pods_sysctls_and_roll() {
+    let sts = sts("sysctls: {net.core.somaxconn: '8192', net.ipv4.tcp_max_syn_backlog: '8192'}");
+    let sysctls: Vec<(String, String)> =
+        pod_spec(&sts).security_context.iter().flat_map(|c| c.sysctls.iter().flatten()).map(|s| (s.name.clone(), s.value.clone())).collect();
+    assert_eq!(
+        sysctls,
+        [("net.core.somaxconn".to_string(), "8192".to_string()), ("net.ipv4.tcp_max_syn_backlog".to_string(), "8192".to_string())],
+        "{}",
+        yaml(&sts)
+    );
+    assert!(pod_spec(&self::sts("{}")).security_context.as_ref().is_none_or(|c| c.sysctls.is_none()), "none without spec.sysctls");
+    assert_ne!(Fixture::new("{}").template.hash, Fixture::new("sysctls: {net.core.somaxconn: '8192'}").template.hash, "a sysctl change rolls");
 }

@@ -10,6 +10,7 @@ use crate::api::{condition_types as types, CacheCluster, CacheClusterStatus, Mem
 use crate::auth::Password;
 use crate::mesh::{peer_of, MemberState, ScalePlan, ScaleStep, WiringReport};
 use crate::names::ClusterNames;
+use crate::node_tuning::{self, Tuners};
 use crate::upgrade::UpgradePlan;
 use crate::validate::{InvalidSpec, ValidatedSpec};
 
@@ -20,6 +21,7 @@ pub struct StatusInput<'a> {
     pub members: &'a [MemberState],
     pub plan: &'a ScalePlan,
     pub upgrade: &'a UpgradePlan,
+    pub tuners: &'a Tuners,
     pub wiring: &'a WiringReport,
     pub password: &'a Password,
     pub now: Timestamp,
@@ -51,7 +53,11 @@ pub fn compute(input: &StatusInput) -> CacheClusterStatus {
     });
     states.push(mesh);
     states.push(clock_skew(input));
-    states.push(node_tuned());
+    let engine_nodes: BTreeSet<String> = input.members.iter().filter_map(|m| m.pod.node.clone()).collect();
+    states.push(node_tuning::condition(input.spec.node_tuning.is_some(), input.tuners, &engine_nodes));
+    states.push(sysctls_allowed(input, &previous, all_ready));
+    states.push(node_tuning::kernel_condition(input.members));
+    states.push(spec_warnings(input));
     CacheClusterStatus {
         phase: Some(phase),
         observed_generation: input.cluster.metadata.generation,
@@ -134,6 +140,9 @@ fn progressing(input: &StatusInput, phase: Phase) -> ConditionState {
         }
     }
     let (reason, message) = match &plan.step {
+        ScaleStep::Create if node_tuning::holds_creation(input.spec.node_tuning.is_some(), &plan.step, input.tuners) => {
+            ("AwaitingNodeTuning", "the pods are created once every node's tuner is ready (see NodeTuned)".to_string())
+        }
         ScaleStep::Create => ("Creating", "creating the StatefulSet".to_string()),
         ScaleStep::ScaleUp { from, to } => ("ScalingUp", format!("StatefulSet grows from {from} to {to} pods")),
         ScaleStep::AwaitJoin { pods } if phase == Phase::Creating => ("Creating", format!("waiting for {} to start and sync", pods.join(", "))),
@@ -249,8 +258,41 @@ fn clock_skew(input: &StatusInput) -> ConditionState {
     }
 }
 
-fn node_tuned() -> ConditionState {
-    ConditionState::new(types::NODE_TUNED, Status::False, "NotEnabled", "node tuning is not enabled (not supported yet by this operator version)")
+/// The per-pod sysctls a kubelet refused (`SysctlForbidden`), with how to allow them. Once
+/// False it stays False until every pod is ready again (refused pods are deleted and recreated
+/// by the StatefulSet controller, so a moment without one proves nothing).
+fn sysctls_allowed(input: &StatusInput, previous: &CacheClusterStatus, all_ready: bool) -> ConditionState {
+    let sysctls = &input.spec.sysctls;
+    if sysctls.is_empty() {
+        return ConditionState::new(types::SYSCTLS_ALLOWED, Status::True, "NoSysctls", "spec.sysctls is empty");
+    }
+    let refused: Vec<(&str, &str, &str)> =
+        input.members.iter().filter_map(|m| Some((m.member.pod.as_str(), m.pod.node.as_deref().unwrap_or("?"), m.pod.sysctl_forbidden.as_deref()?))).collect();
+    if !refused.is_empty() {
+        let names: BTreeSet<&str> = refused.iter().flat_map(|(_, _, message)| message.split('"').skip(1).step_by(2)).collect();
+        let names: Vec<&str> = if names.is_empty() { sysctls.keys().map(String::as_str).collect() } else { names.into_iter().collect() };
+        let pods: Vec<String> = refused.iter().map(|(pod, node, message)| format!("{pod} on {node}: {message}")).collect();
+        let message = format!(
+            "the kubelet refuses {}: {}. Allow them on the nodes with the kubelet flag --allowed-unsafe-sysctls={} (EKS managed node groups:              kubeletExtraConfig.allowedUnsafeSysctls in the node group's config; Bottlerocket: settings.kubernetes.allowed-unsafe-sysctls),              or remove them from spec.sysctls",
+            names.join(", "),
+            pods.join("; "),
+            names.join(",")
+        );
+        return ConditionState::new(types::SYSCTLS_ALLOWED, Status::False, "SysctlForbidden", message);
+    }
+    if let Some(before) = previous.condition(types::SYSCTLS_ALLOWED).filter(|c| c.status == "False" && !all_ready) {
+        return ConditionState::new(types::SYSCTLS_ALLOWED, Status::False, "SysctlForbidden", before.message.clone());
+    }
+    let names: Vec<&str> = sysctls.keys().map(String::as_str).collect();
+    ConditionState::new(types::SYSCTLS_ALLOWED, Status::True, "Allowed", format!("no kubelet refused {}", names.join(", ")))
+}
+
+fn spec_warnings(input: &StatusInput) -> ConditionState {
+    if input.spec.warnings.is_empty() {
+        ConditionState::new(types::SPEC_WARNINGS, Status::False, "NoWarnings", "the spec uses nothing deprecated")
+    } else {
+        ConditionState::new(types::SPEC_WARNINGS, Status::True, "Deprecated", input.spec.warnings.join("; "))
+    }
 }
 
 fn member_status(m: &MemberState) -> MemberStatus {

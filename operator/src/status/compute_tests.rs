@@ -1,6 +1,7 @@
 use super::*;
 use crate::api::condition_types as types;
 use crate::mesh::{plan, PlanInput};
+use crate::node_tuning::Tuners;
 use crate::test_support::{cluster, engine, full_mesh, names, silent};
 use crate::validate::validate;
 
@@ -37,7 +38,18 @@ fn status_with(
         now: k8s_openapi::jiff::Timestamp::now(),
     });
     let password = Password::Generated("pw".into());
-    compute(&StatusInput { cluster, names: &names, spec: &spec, members, plan: &plan, upgrade, wiring: &WiringReport::default(), password: &password, now })
+    compute(&StatusInput {
+        cluster,
+        names: &names,
+        spec: &spec,
+        members,
+        plan: &plan,
+        upgrade,
+        tuners: &Tuners::default(),
+        wiring: &WiringReport::default(),
+        password: &password,
+        now,
+    })
 }
 
 fn upgrade(state: crate::api::UpgradeState, current_pod: Option<&str>, message: &str) -> UpgradePlan {
@@ -232,6 +244,7 @@ fn a_missing_password_leaves_the_mesh_unknown() {
         members: &members,
         plan: &plan,
         upgrade: &steady(),
+        tuners: &Tuners::default(),
         wiring: &WiringReport::default(),
         password: &password,
         now: at("2024-01-01T00:00:00Z"),
