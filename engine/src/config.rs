@@ -89,6 +89,12 @@ const DIRECTIVES: &[Directive] = &[
     Directive { name: "list-max-listpack-size", default: "-2", kind: Kind::Int(-5, i64::MAX), live: true },
     Directive { name: "list-max-ziplist-size", default: "-2", kind: Kind::Int(-5, i64::MAX), live: true },
     Directive { name: "list-compress-depth", default: "0", kind: Kind::Int(0, i64::MAX), live: true },
+    // The listen backlog (Redis's `tcp-backlog`); capped by the kernel's net.core.somaxconn.
+    Directive { name: "tcp-backlog", default: "511", kind: Kind::Int(1, 65535), live: false },
+    // Where kernel settings are read from (`crate::kernel`); test hooks, to show the engine a
+    // node's files without touching this machine's.
+    Directive { name: "kernel-sys-dir", default: "/sys", kind: Kind::Str, live: false },
+    Directive { name: "kernel-proc-sys-dir", default: "/proc/sys", kind: Kind::Str, live: false },
     // Test hook: shifts this node's wall clock, to prove convergence under clock skew.
     Directive { name: "clock-offset-ms", default: "0", kind: Kind::Int(-86_400_000, 86_400_000), live: false },
 ];

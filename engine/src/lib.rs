@@ -16,6 +16,7 @@ pub mod glob;
 pub mod handoff;
 pub mod hlc;
 pub mod http;
+pub mod kernel;
 pub mod memory;
 pub mod mesh;
 pub mod metrics;

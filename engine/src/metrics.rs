@@ -27,6 +27,7 @@ pub struct Metrics {
     memory_rss: IntGauge,
     connections: IntCounter,
     rejected_connections: IntCounter,
+    kernel_warnings: prometheus::IntGaugeVec,
 }
 
 fn counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
@@ -57,7 +58,14 @@ impl Metrics {
         )
         .expect("static metric");
         registry.register(Box::new(latency.clone())).expect("unique metric");
+        let kernel_warnings = prometheus::IntGaugeVec::new(
+            Opts::new("keymesh_kernel_warning", "1 while a kernel setting hurts the engine (see INFO kernel), by setting."),
+            &["setting"],
+        )
+        .expect("static metric");
+        registry.register(Box::new(kernel_warnings.clone())).expect("unique metric");
         Metrics {
+            kernel_warnings,
             commands,
             failed,
             latency,
@@ -104,6 +112,10 @@ impl Metrics {
         self.memory_used.set(crate::memory::refresh() as i64);
         self.memory_rss.set(crate::memory::rss_bytes() as i64);
         server.mesh.refresh_metrics();
+        let kernel = server.kernel.get();
+        for setting in crate::kernel::SETTINGS {
+            self.kernel_warnings.with_label_values(&[setting]).set(i64::from(kernel.warnings.iter().any(|(s, _)| *s == setting)));
+        }
         let mut out = Vec::new();
         let _ = TextEncoder::new().encode(&self.registry.gather(), &mut out);
         String::from_utf8_lossy(&out).into_owned()

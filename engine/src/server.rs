@@ -76,6 +76,8 @@ pub struct Server {
     pub version: String,
     /// Handing clients off before the node leaves the mesh (admin `Handoff`).
     pub handoff: crate::handoff::Handoff,
+    /// The kernel settings that hurt the engine (`crate::kernel`).
+    pub kernel: crate::kernel::KernelState,
     pub started: Instant,
     pub port: AtomicUsize,
     shutdown: watch::Sender<bool>,
@@ -127,6 +129,7 @@ impl Server {
             node_name,
             version: version.to_string(),
             handoff: crate::handoff::Handoff::default(),
+            kernel: crate::kernel::KernelState::default(),
             started: Instant::now(),
             port: AtomicUsize::new(0),
             shutdown,
@@ -163,6 +166,13 @@ impl Server {
         *self.config.write() = next;
         self.apply_config();
         Ok(())
+    }
+
+    /// Where the kernel's settings are read from, and the listen backlog.
+    pub fn kernel_files(&self) -> (crate::kernel::KernelFiles, u32) {
+        let c = self.config.read();
+        let files = crate::kernel::KernelFiles { sys: c.get("kernel-sys-dir").into(), proc_sys: c.get("kernel-proc-sys-dir").into() };
+        (files, c.int("tcp-backlog") as u32)
     }
 
     pub fn parse_limits(&self) -> Limits {
@@ -222,9 +232,10 @@ pub async fn bind(server: &Server) -> Result<(Vec<TcpListener>, Option<TcpListen
     };
     let mut listeners = Vec::new();
     let mut actual_port = port;
+    let backlog = server.config.read().int("tcp-backlog") as u32;
     for (addr, optional) in bind_addrs(&bind, port) {
         let addr = SocketAddr::new(addr.ip(), actual_port);
-        match bind_reuse(addr) {
+        match bind_reuse(addr, backlog) {
             Ok(l) => {
                 actual_port = l.local_addr().map(|a| a.port()).unwrap_or(actual_port);
                 listeners.push(l);
@@ -250,21 +261,26 @@ pub async fn bind(server: &Server) -> Result<(Vec<TcpListener>, Option<TcpListen
     } else {
         let host = listeners[0].local_addr().map(|a| a.ip()).unwrap_or([0, 0, 0, 0].into());
         let addr = SocketAddr::new(host, metrics_port);
-        Some(bind_reuse(addr).map_err(|source| ServerError::Bind { what: "metrics port", addr: addr.to_string(), source })?)
+        Some(bind_reuse(addr, 511).map_err(|source| ServerError::Bind { what: "metrics port", addr: addr.to_string(), source })?)
     };
     Ok((listeners, metrics))
 }
 
-fn bind_reuse(addr: SocketAddr) -> std::io::Result<TcpListener> {
+fn bind_reuse(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
     let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
-    socket.listen(511)
+    socket.listen(backlog)
 }
 
 /// Runs until SIGTERM/SIGINT (or `SHUTDOWN`).
 pub async fn run(server: Arc<Server>, listeners: Vec<TcpListener>, metrics: Option<TcpListener>) {
     tokio::spawn(crate::db::expire::run_active_expiry(server.store.clone()));
+    // The first look happens before any client connects, so INFO never shows it unknown.
+    let (files, backlog) = server.kernel_files();
+    let thp_off = crate::kernel::disable_thp_if_always(&files);
+    server.kernel.update(crate::kernel::inspect(&files, backlog, thp_off));
+    tokio::spawn(check_kernel(server.clone(), thp_off));
     tokio::spawn(crate::memory::run_refresher());
     if let Some(listener) = metrics {
         let app = crate::http::router(server.clone());
@@ -290,6 +306,19 @@ pub async fn run(server: Arc<Server>, listeners: Vec<TcpListener>, metrics: Opti
     let deadline = Instant::now() + Duration::from_secs(5);
     while server.clients.count() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Checks the kernel settings again every `kernel::RECHECK` (a node tuner may change them).
+async fn check_kernel(server: Arc<Server>, thp_off: bool) {
+    let (files, backlog) = server.kernel_files();
+    let mut stop = server.shutdown_signal();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(crate::kernel::RECHECK) => {}
+            _ = stop.changed() => return,
+        }
+        server.kernel.update(crate::kernel::inspect(&files, backlog, thp_off));
     }
 }
 

@@ -33,6 +33,7 @@ pub mod runtime;
 pub mod spec;
 pub mod status;
 pub mod sync;
+pub mod sysctls;
 pub mod volumes;
 
 use std::collections::BTreeMap;
@@ -85,12 +86,14 @@ pub struct AgentOptions {
     /// The agent's directory (pods' files, logs). Default: a fresh temporary directory, removed
     /// on drop unless `KEYMESH_KEEP_TMP` is set or a panic is unwinding.
     pub dir: Option<PathBuf>,
+    /// Sysctls allowed beyond Kubernetes' safe set, as a kubelet's `--allowed-unsafe-sysctls`.
+    pub allowed_unsafe_sysctls: Vec<String>,
 }
 
 impl AgentOptions {
     /// The default three nodes, and `image_map`.
     pub fn new(image_map: ImageMap) -> Self {
-        AgentOptions { nodes: AgentNode::defaults(), image_map, node_root: None, dir: None }
+        AgentOptions { nodes: AgentNode::defaults(), image_map, node_root: None, dir: None, allowed_unsafe_sysctls: Vec::new() }
     }
 }
 
@@ -128,6 +131,7 @@ pub struct Shared {
     pub(crate) tools: runtime::Tools,
     pub(crate) network: ClusterNetwork,
     pub(crate) service_ip: Ipv4Addr,
+    pub(crate) allowed_unsafe_sysctls: Vec<String>,
     dir: PathBuf,
     node_root: PathBuf,
     nodes: Vec<AgentNode>,
@@ -244,6 +248,10 @@ impl NodeAgent {
         for d in [&dir, &node_root] {
             std::fs::create_dir_all(d).map_err(|source| AgentError::Files { path: d.clone(), source })?;
         }
+        for node in &options.nodes {
+            let root = node_root.join(&node.name);
+            sysctls::init_node_files(&root).map_err(|source| AgentError::Files { path: root.clone(), source })?;
+        }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -267,6 +275,7 @@ impl NodeAgent {
             tools,
             network,
             service_ip,
+            allowed_unsafe_sysctls: options.allowed_unsafe_sysctls.clone(),
             dir,
             node_root,
             nodes: options.nodes.clone(),

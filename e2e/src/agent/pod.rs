@@ -22,7 +22,7 @@ use super::runtime::{self, Start};
 use super::spec::{self, Sources};
 use super::status::{self, Conditions, ContainerReport, PodReport, State};
 use super::volumes;
-use super::{Shared, IMAGE_MAP_ENV};
+use super::{sysctls, Shared, IMAGE_MAP_ENV};
 
 const TICK: Duration = Duration::from_millis(500);
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -115,6 +115,8 @@ impl Run {
 enum Stage {
     /// The pod asks for something the agent does not do; nothing runs.
     Refused(String),
+    /// Rejected at admission as a kubelet rejects it (phase Failed): `(reason, message)`.
+    Rejected(String, String),
     /// Network or volumes not ready yet (the message says why).
     Preparing(Option<String>),
     Running,
@@ -174,12 +176,16 @@ impl Worker {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let dir = shared.pod_dir(&namespace, &name, &uid);
         let spec = pod.spec.clone().unwrap_or_default();
-        let stage = match spec::unsupported(pod) {
-            Some(why) => {
+        let stage = match (spec::unsupported(pod), sysctls::forbidden(pod, &shared.allowed_unsafe_sysctls)) {
+            (Some(why), _) => {
                 tracing::warn!(pod = %format!("{namespace}/{name}"), %why, "refusing pod");
                 Stage::Refused(why)
             }
-            None => Stage::Preparing(None),
+            (None, Some(message)) => {
+                tracing::warn!(pod = %format!("{namespace}/{name}"), %message, "rejecting pod");
+                Stage::Rejected("SysctlForbidden".into(), message)
+            }
+            (None, None) => Stage::Preparing(None),
         };
         let init = spec.init_containers.iter().flatten().map(|c| Run::new(c, &shared)).collect();
         let main = spec.containers.iter().map(|c| Run::new(c, &shared)).collect();
@@ -207,7 +213,7 @@ impl Worker {
     }
 
     async fn step(&mut self, pod: &Pod) {
-        if matches!(self.stage, Stage::Refused(_)) {
+        if matches!(self.stage, Stage::Refused(_) | Stage::Rejected(..)) {
             return;
         }
         if let Stage::Preparing(_) = self.stage {
@@ -240,7 +246,11 @@ impl Worker {
             std::fs::create_dir_all(&self.dir).map_err(|e| format!("failed to create {}: {e}", self.dir.display()))?;
             let net = self.shared.network.add_pod(self.node).await.map_err(|e| format!("failed to set up the pod network: {e}"))?;
             self.shared.set_net(&self.uid, Some(net.clone()));
+            // Per-pod sysctls live in the pod's own namespaces: set before any container starts.
+            let wanted = sysctls::of(pod);
+            let ns = net.ns.clone();
             self.net = Some(net);
+            tokio::task::spawn_blocking(move || sysctls::apply(&ns, &wanted)).await.map_err(|e| format!("sysctls: {e}"))??;
             let resolv = format!("search {ns}.svc.cluster.local svc.cluster.local cluster.local\nnameserver 127.0.0.1\noptions ndots:5\n", ns = self.namespace);
             std::fs::write(self.dir.join("resolv.conf"), resolv).map_err(|e| format!("failed to write resolv.conf: {e}"))?;
             self.shared.refresh_hosts();
@@ -449,6 +459,14 @@ impl Worker {
                 reason = Some("Unsupported".to_owned());
                 message = Some(format!("the keymesh node agent cannot run this pod: {why}"));
                 "Pending"
+            }
+            Stage::Rejected(why, text) => {
+                for c in init.iter_mut().chain(main.iter_mut()) {
+                    c.state = State::Waiting { reason: why.clone(), message: Some(text.clone()) };
+                }
+                reason = Some(why.clone());
+                message = Some(text.clone());
+                "Failed"
             }
             Stage::Preparing(why) => {
                 for c in init.iter_mut().chain(main.iter_mut()) {

@@ -52,6 +52,9 @@ pub fn next_version() -> String {
     format!("{VERSION}-next")
 }
 
+/// The unsafe sysctls the local cluster's kubelets (the node agent) allow.
+pub const LOCAL_UNSAFE_SYSCTLS: [&str; 2] = ["net.core.somaxconn", "net.ipv4.tcp_max_syn_backlog"];
+
 /// The example the main job applies (a 3-replica CacheCluster named `demo`).
 pub const EXAMPLE: &str = "manifests/examples/cachecluster.yaml";
 pub const EXAMPLE_NAME: &str = "demo";
@@ -209,7 +212,9 @@ impl LocalCluster {
         let cp_took = started.elapsed();
         check_cancel(&options, "the node agent")?;
         let started = Instant::now();
-        let agent = NodeAgent::start(&cp, AgentOptions::new(images))?;
+        // As the docs tell EKS users to do for the listen backlog.
+        let agent_options = AgentOptions { allowed_unsafe_sysctls: LOCAL_UNSAFE_SYSCTLS.iter().map(|s| s.to_string()).collect(), ..AgentOptions::new(images) };
+        let agent = NodeAgent::start(&cp, agent_options)?;
         let cluster = LocalCluster { agent, cp, phases: Mutex::new(Vec::new()), options };
         cluster.record("control plane (etcd, apiserver, controller manager, scheduler)", cp_took);
         cluster.record("node agent (3 nodes Ready)", started.elapsed());

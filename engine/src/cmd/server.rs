@@ -415,6 +415,9 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     if want("replication") {
         out.push_str(&server.mesh.info_replication());
     }
+    if want("kernel") {
+        out.push_str(&server.kernel.info());
+    }
     if want("cpu") {
         out.push_str("# CPU\r\nused_cpu_sys:0.000000\r\nused_cpu_user:0.000000\r\n\r\n");
     }

@@ -51,6 +51,7 @@ impl AdminService {
         status.version = server.version.clone();
         status.handoff = server.handoff.phase().as_str().to_string();
         status.clients = server.clients.count() as u64;
+        status.kernel_warnings = server.kernel.get().warnings.into_iter().map(|(_, w)| w).collect();
         let config = server.config.read();
         status.config = config_keys.iter().map(|k| (k.clone(), config.get(k).to_string())).collect();
         status
