@@ -260,7 +260,7 @@ fn readiness_gates_hold_a_pod_out_of_ready_until_their_condition_is_true() {
     eventually("containers ready, pod not ready", WAIT, || conditions(&cp).and_then(|c| if c == "True|False" { Ok(()) } else { Err(c) }));
     let set_gate = |status: &str| {
         let patch = format!(r#"{{"status":{{"conditions":[{{"type":"example.com/serving","status":"{status}"}}]}}}}"#);
-        cp.kubectl(&["patch", "pod", "gated", "--subresource=status", "--type=strategic", "-p", &patch]).unwrap();
+        cp.kubectl(["patch", "pod", "gated", "--subresource=status", "--type=strategic", "-p", &patch]).unwrap();
     };
     set_gate("True");
     eventually("Ready once the gate opens", WAIT, || conditions(&cp).and_then(|c| if c == "True|True" { Ok(()) } else { Err(c) }));

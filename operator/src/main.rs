@@ -71,10 +71,10 @@ struct TuneArgs {
     #[arg(long, default_value = "1")]
     overcommit_memory: String,
     /// Where the host's /sys is mounted.
-    #[arg(long, default_value = "/host/sys")]
+    #[arg(long, default_value = "/mnt/host/sys")]
     sys: std::path::PathBuf,
     /// Where the host's /proc/sys is mounted.
-    #[arg(long, default_value = "/host/proc/sys")]
+    #[arg(long, default_value = "/mnt/host/proc/sys")]
     proc_sys: std::path::PathBuf,
     /// The node's tuning state directory (a hostPath shared by every tuner on the node).
     #[arg(long, default_value = "/var/lib/keymesh/node-tuning")]

@@ -78,9 +78,11 @@ pub async fn observe(client: &kube::Client, names: &ClusterNames, enabled: bool)
     for pod in list.items.iter().filter(|p| p.metadata.deletion_timestamp.is_none()) {
         let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
         let ready = pod.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-        let status = match pod.status.as_ref().and_then(|s| s.pod_ip.as_deref()).filter(|ip| !ip.is_empty()) {
-            Some(ip) => tuner_status(&http, ip).await,
-            None => Err(format!("tuner pod {} has no IP yet", pod.name_any())),
+        let problem = pod.status.as_ref().and_then(|s| Some(format!("{}: {}", s.reason.as_ref()?, s.message.clone().unwrap_or_default())));
+        let status = match (problem, pod.status.as_ref().and_then(|s| s.pod_ip.as_deref()).filter(|ip| !ip.is_empty())) {
+            (Some(problem), _) => Err(format!("tuner pod {}: {problem}", pod.name_any())),
+            (None, Some(ip)) => tuner_status(&http, ip).await,
+            (None, None) => Err(format!("tuner pod {} has no IP yet", pod.name_any())),
         };
         tuners.push(TunerPod { node, ready, status });
     }

@@ -340,6 +340,7 @@ const ALLOWED: &[(&str, Check)] = &[
     ("tcp-keepalive", Check::Int(0, INT32)),
     ("repl-timeout", Check::Int(1, INT32)),
     ("repl-backlog-size", Check::Bytes),
+    ("tcp-backlog", Check::Int(1, 65535)),
     ("loglevel", Check::OneOf(&["debug", "verbose", "notice", "warning", "nothing"])),
     ("proto-max-bulk-len", Check::Bytes),
     ("client-query-buffer-limit", Check::Bytes),
@@ -381,6 +382,8 @@ const OWNED: &[(&str, &str)] = &[
     ("save", "the engine keeps data in memory only"),
     ("appendonly", "the engine keeps data in memory only"),
     ("clock-offset-ms", "it is a test hook"),
+    ("kernel-sys-dir", "it is a test hook"),
+    ("kernel-proc-sys-dir", "it is a test hook"),
 ];
 
 fn extra_config(extra: &BTreeMap<String, String>, errors: &mut Vec<String>) -> Vec<(String, String)> {

@@ -56,6 +56,10 @@ pub struct CacheClusterStatus {
     /// The rolling upgrade in flight, or the last one that failed (until the spec changes).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<UpgradeStatus>,
+    /// Sysctls of `spec.sysctls` a kubelet refused (`SysctlForbidden`); kept while the spec
+    /// asks for them until pods with them run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused_sysctls: Vec<String>,
 }
 
 impl CacheClusterStatus {

@@ -94,9 +94,9 @@ fn container(input: &BuildInput, tuning: &NodeTuning) -> Container {
         "--overcommit-memory",
         tuning.overcommit_memory.as_deref().unwrap_or("unchanged"),
         "--sys",
-        "/host/sys",
+        "/mnt/host/sys",
         "--proc-sys",
-        "/host/proc/sys",
+        "/mnt/host/proc/sys",
         "--state-dir",
         STATE_DIR,
     ];
@@ -129,7 +129,7 @@ fn container(input: &BuildInput, tuning: &NodeTuning) -> Container {
         }),
         // Writing the host's /sys and /proc/sys needs a privileged container.
         security_context: Some(SecurityContext { privileged: Some(true), ..SecurityContext::default() }),
-        volume_mounts: Some(vec![mount("host-sys", "/host/sys"), mount("host-proc-sys", "/host/proc/sys"), mount("state", STATE_DIR)]),
+        volume_mounts: Some(vec![mount("host-sys", "/mnt/host/sys"), mount("host-proc-sys", "/mnt/host/proc/sys"), mount("state", STATE_DIR)]),
         ..Container::default()
     }
 }

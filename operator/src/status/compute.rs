@@ -55,7 +55,8 @@ pub fn compute(input: &StatusInput) -> CacheClusterStatus {
     states.push(clock_skew(input));
     let engine_nodes: BTreeSet<String> = input.members.iter().filter_map(|m| m.pod.node.clone()).collect();
     states.push(node_tuning::condition(input.spec.node_tuning.is_some(), input.tuners, &engine_nodes));
-    states.push(sysctls_allowed(input, &previous, all_ready));
+    let refused = refused_sysctls(input, &previous, all_ready);
+    states.push(sysctls_allowed(input, &refused));
     states.push(node_tuning::kernel_condition(input.members));
     states.push(spec_warnings(input));
     CacheClusterStatus {
@@ -67,6 +68,7 @@ pub fn compute(input: &StatusInput) -> CacheClusterStatus {
         conditions: merge(&previous.conditions, states, input.cluster.metadata.generation, input.now),
         members: input.members.iter().map(member_status).collect(),
         upgrade: input.upgrade.status.clone(),
+        refused_sysctls: refused,
     }
 }
 
@@ -258,33 +260,45 @@ fn clock_skew(input: &StatusInput) -> ConditionState {
     }
 }
 
-/// The per-pod sysctls a kubelet refused (`SysctlForbidden`), with how to allow them. Once
-/// False it stays False until every pod is ready again (refused pods are deleted and recreated
-/// by the StatefulSet controller, so a moment without one proves nothing).
-fn sysctls_allowed(input: &StatusInput, previous: &CacheClusterStatus, all_ready: bool) -> ConditionState {
+/// The per-pod sysctls a kubelet refused (`SysctlForbidden`): the ones a pod shows now, and
+/// those refused before that the spec still asks for until pods with them run (refused pods
+/// are deleted and recreated, or rolled back, so a moment without one proves nothing).
+fn refused_sysctls(input: &StatusInput, previous: &CacheClusterStatus, all_ready: bool) -> Vec<String> {
+    let mut refused: BTreeSet<String> = input
+        .members
+        .iter()
+        .filter_map(|m| m.pod.sysctl_forbidden.as_deref())
+        .flat_map(|message| message.split('"').skip(1).step_by(2).map(str::to_string).collect::<Vec<_>>())
+        .collect();
+    let proven = input.upgrade.complete && all_ready;
+    refused.extend(previous.refused_sysctls.iter().filter(|n| input.spec.sysctls.contains_key(*n) && !proven).cloned());
+    refused.into_iter().collect()
+}
+
+/// `SysctlsAllowed`: which sysctls a kubelet refused, on which pod, and how to allow them.
+fn sysctls_allowed(input: &StatusInput, refused: &[String]) -> ConditionState {
     let sysctls = &input.spec.sysctls;
-    if sysctls.is_empty() {
+    if sysctls.is_empty() && refused.is_empty() {
         return ConditionState::new(types::SYSCTLS_ALLOWED, Status::True, "NoSysctls", "spec.sysctls is empty");
     }
-    let refused: Vec<(&str, &str, &str)> =
-        input.members.iter().filter_map(|m| Some((m.member.pod.as_str(), m.pod.node.as_deref().unwrap_or("?"), m.pod.sysctl_forbidden.as_deref()?))).collect();
-    if !refused.is_empty() {
-        let names: BTreeSet<&str> = refused.iter().flat_map(|(_, _, message)| message.split('"').skip(1).step_by(2)).collect();
-        let names: Vec<&str> = if names.is_empty() { sysctls.keys().map(String::as_str).collect() } else { names.into_iter().collect() };
-        let pods: Vec<String> = refused.iter().map(|(pod, node, message)| format!("{pod} on {node}: {message}")).collect();
-        let message = format!(
-            "the kubelet refuses {}: {}. Allow them on the nodes with the kubelet flag --allowed-unsafe-sysctls={} (EKS managed node groups:              kubeletExtraConfig.allowedUnsafeSysctls in the node group's config; Bottlerocket: settings.kubernetes.allowed-unsafe-sysctls),              or remove them from spec.sysctls",
-            names.join(", "),
-            pods.join("; "),
-            names.join(",")
-        );
-        return ConditionState::new(types::SYSCTLS_ALLOWED, Status::False, "SysctlForbidden", message);
+    if refused.is_empty() {
+        let names: Vec<&str> = sysctls.keys().map(String::as_str).collect();
+        return ConditionState::new(types::SYSCTLS_ALLOWED, Status::True, "Allowed", format!("no kubelet refused {}", names.join(", ")));
     }
-    if let Some(before) = previous.condition(types::SYSCTLS_ALLOWED).filter(|c| c.status == "False" && !all_ready) {
-        return ConditionState::new(types::SYSCTLS_ALLOWED, Status::False, "SysctlForbidden", before.message.clone());
-    }
-    let names: Vec<&str> = sysctls.keys().map(String::as_str).collect();
-    ConditionState::new(types::SYSCTLS_ALLOWED, Status::True, "Allowed", format!("no kubelet refused {}", names.join(", ")))
+    let pods: Vec<String> = input
+        .members
+        .iter()
+        .filter_map(|m| Some(format!("{} on {}: {}", m.member.pod, m.pod.node.as_deref().unwrap_or("?"), m.pod.sysctl_forbidden.as_deref()?)))
+        .collect();
+    let seen = if pods.is_empty() { String::new() } else { format!(" ({})", pods.join("; ")) };
+    let message = format!(
+        "the kubelet refuses {}{seen}. Allow them on the nodes with the kubelet flag --allowed-unsafe-sysctls={} (EKS managed node groups: \
+         kubeletExtraConfig.allowedUnsafeSysctls in the node group's config; Bottlerocket: settings.kubernetes.allowed-unsafe-sysctls), \
+         or remove them from spec.sysctls",
+        refused.join(", "),
+        refused.join(",")
+    );
+    ConditionState::new(types::SYSCTLS_ALLOWED, Status::False, "SysctlForbidden", message)
 }
 
 fn spec_warnings(input: &StatusInput) -> ConditionState {

@@ -265,3 +265,31 @@ fn a_refused_link_names_the_engines_reason() {
     let mesh = condition(&status, types::MESH_CONNECTED);
     assert!(mesh.message.contains("demo-0 → demo-1 is down: origin refused the stream: incompatible mesh protocol"), "{status:#?}");
 }
+
+#[test]
+fn a_refused_sysctl_is_named_with_how_to_allow_it_until_the_spec_drops_it() {
+    let mut c = cluster("sysctls: {net.ipv4.tcp_fastopen: '3', net.core.somaxconn: '8192'}");
+    let mut members = full_mesh(3);
+    members[1].pod.node = Some("km-node-b".into());
+    members[1].pod.sysctl_forbidden = Some("Pod forbidden sysctl: \"net.ipv4.tcp_fastopen\" not allowlisted".into());
+    let status = status_of(&c, &members, Some(3), at("2024-01-01T00:00:00Z"));
+    let allowed = condition(&status, types::SYSCTLS_ALLOWED);
+    assert_eq!((allowed.status.as_str(), allowed.reason.as_str()), ("False", "SysctlForbidden"), "{status:#?}");
+    assert!(allowed.message.contains("refuses net.ipv4.tcp_fastopen (demo-1 on km-node-b"), "{status:#?}");
+    assert!(allowed.message.contains("--allowed-unsafe-sysctls=net.ipv4.tcp_fastopen") && allowed.message.contains("Bottlerocket"), "{status:#?}");
+    assert_eq!(status.refused_sysctls, ["net.ipv4.tcp_fastopen"]);
+
+    // No pod shows it right now (it was deleted to be recreated): still refused.
+    c.status = Some(status);
+    let mut waiting = upgrade(crate::api::UpgradeState::Rolling, Some("demo-1"), "syncing");
+    waiting.complete = false;
+    let status = status_with(&c, &full_mesh(3), Some(3), &waiting, at("2024-01-01T00:00:05Z"));
+    assert_eq!(condition(&status, types::SYSCTLS_ALLOWED).status, "False", "{status:#?}");
+
+    // The spec drops it: allowed.
+    let mut dropped = cluster("sysctls: {net.core.somaxconn: '8192'}");
+    dropped.status = Some(status);
+    let status = status_of(&dropped, &full_mesh(3), Some(3), at("2024-01-01T00:00:10Z"));
+    assert_eq!(condition(&status, types::SYSCTLS_ALLOWED).status, "True", "{status:#?}");
+    assert!(status.refused_sysctls.is_empty());
+}

@@ -86,9 +86,11 @@ fn at(members: &[MemberState], ordinal: u32, target: &str) -> bool {
     member(members, ordinal).is_some_and(|m| m.pod.template_hash.as_deref() == Some(target))
 }
 
-/// Ready and synced: the engine serves with the whole keyspace.
+/// Serves: its containers are ready and its engine says it is ready, which means it finished
+/// an initial sync from a peer that answered (or none answered within the start-up grace: a
+/// cluster whose every other pod is down).
 fn healthy(m: &MemberState) -> bool {
-    m.pod.containers_ready && m.node_status().is_some_and(|s| s.ready && s.synced)
+    m.pod.containers_ready && m.node_status().is_some_and(|s| s.ready)
 }
 
 /// Serves nothing: its containers are not ready and its engine is silent or not ready.
@@ -167,6 +169,9 @@ fn failure(input: &UpgradeInput, m: &MemberState) -> Option<String> {
     let why = || m.pod.problem.clone().or_else(|| m.status.as_ref().err().cloned()).unwrap_or_else(|| "its engine is not ready".to_string());
     if let Some(failure) = &m.pod.start_failure {
         return Some(format!("{pod} cannot start: {failure}"));
+    }
+    if let Some(refused) = &m.pod.sysctl_forbidden {
+        return Some(format!("{pod} was refused by its kubelet: {refused}"));
     }
     if m.pod.restarts >= CRASH_LOOP_RESTARTS {
         return Some(format!("{pod} restarted {} times: {}", m.pod.restarts, why()));
