@@ -8,13 +8,18 @@
 //! a counter is the sum of every increment since the last `DEL`, whichever side made it, and a
 //! `DEL` hides everything older than it (nothing deleted comes back).
 //!
+//! A removal is a removal whatever the node found: a `DEL`, `HDEL`, `SREM` or `ZREM` that
+//! answered 0 because its node never saw the write it removes (made across the partition, or
+//! not arrived yet) still removes it everywhere, as every write command is a versioned write
+//! (DESIGN.md, Merge semantics).
+//!
 //! Where the spec leaves the outcome open, the key becomes *indeterminate* and is not checked
 //! (all nodes must still agree on it): when a node's reply shows its local view disagreed with
-//! the global order in a way that changes the result, e.g. `SREM m` answered 0 because the
-//! node never saw the `SADD m` made across the partition (does an unseen remove win?), or an
-//! `EXPIRE` on a key the node holds but the other side deleted; and when a write's outcome is
-//! unknown (the connection failed). A later acknowledged `DEL` (or `SET` of a string) makes
-//! the key determinate again, since it dominates everything before it.
+//! the global order in a way that changes the result, e.g. an `EXPIRE` on a key the node does
+//! not hold yet (a TTL for a missing key is refused, and replicates nothing) or holds but the
+//! other side deleted; and when a write's outcome is unknown (the connection failed). A later
+//! acknowledged `DEL` (or `SET` of a string) makes the key determinate again, since it
+//! dominates everything before it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -54,6 +59,11 @@ impl Op {
             | Op::ZAdd { key, .. }
             | Op::ZRem { key, .. } => key,
         }
+    }
+
+    /// Whether the write removes something (a key, field or member).
+    pub fn is_removal(&self) -> bool {
+        matches!(self, Op::Del { .. } | Op::HDel { .. } | Op::SRem { .. } | Op::ZRem { .. })
     }
 
     /// The command that performs the write.
@@ -136,6 +146,8 @@ impl Model {
         let predicted = self.predicted_count(op);
         let got = reply.as_int();
         let disagrees = match (predicted, got) {
+            // A removal removes whatever its node saw (module docs).
+            _ if op.is_removal() => false,
             // Removing what the global order says is already gone is harmless either way...
             (Some(0), Some(1)) => matches!(op, Op::Expire { .. }),
             // ...but a no-op where the global order says something was there leaves it open.
@@ -194,7 +206,8 @@ impl Model {
                 }
             }
         }
-        let dominates = matches!(op, Op::Set { .. }) || (matches!(op, Op::Del { .. }) && got == Some(1));
+        // A DEL dominates everything before it whether or not its node held the key.
+        let dominates = matches!(op, Op::Set { .. } | Op::Del { .. });
         if disagrees {
             self.indeterminate.insert(key, Unchecked::ReplyDisagreed);
         } else if dominates {

@@ -8,6 +8,7 @@
 
 pub mod counter;
 pub mod ctx;
+pub mod edit;
 pub mod entry;
 pub mod evict;
 pub mod expire;
@@ -68,11 +69,11 @@ impl Ghost {
     /// Prepares a collection re-created at a ghost's key: of the same type it inherits the
     /// ghost's tombstones; of another type it starts after everything the ghost remembers.
     /// Returns the new incarnation's key tombstone.
-    pub fn revive(ghost: Option<Ghost>, kind: Kind, fresh: &mut impl Tombstoned) -> Version {
+    pub fn revive(ghost: Option<&Ghost>, kind: Kind, fresh: &mut impl Tombstoned) -> Version {
         let cleared = match ghost {
             None => Version::ZERO,
             Some(g) if g.kind.is_none() || g.kind == Some(kind) => {
-                fresh.set_removed(g.removed);
+                fresh.set_removed(g.removed.clone());
                 g.cleared
             }
             Some(g) => g.newest(),
