@@ -102,7 +102,11 @@ pub enum Unchecked {
     /// A write on it got no reply.
     OutcomeUnknown,
     /// A container with an expiry lost its last member: whether the old expiry applies when
-    /// the key is re-created depends on how the engine keeps expiry registers.
+    /// the key is re-created depends on how the engine keeps expiry registers. Also when a
+    /// member was removed from a container with an expiry that holds members another node
+    /// wrote: the removing node may not have seen them, and a container that empties in a
+    /// node's view drops its expiry there (Redis deletes an emptied key), which then applies
+    /// to the members it had not seen.
     EmptiedWithExpiry,
     /// A node incremented a counter both before and after another node's DEL/SET of it. The
     /// engine's per-origin totals are cumulative (README, "Replication"): if that node had not
@@ -127,6 +131,8 @@ pub struct Model {
     /// and nodes that incremented it since.
     incr_before: BTreeMap<Vec<u8>, BTreeSet<usize>>,
     incr_since: BTreeMap<Vec<u8>, BTreeSet<usize>>,
+    /// Per container key: the node that last wrote each member.
+    writers: BTreeMap<Vec<u8>, BTreeMap<Vec<u8>, usize>>,
 }
 
 impl Model {
@@ -158,9 +164,11 @@ impl Model {
         match op {
             Op::Set { value, .. } => {
                 self.keys.insert(key.clone(), ModelEntry { slot: Slot::Str(value.clone()), expire_at_ms: None });
+                self.writers.remove(&key);
             }
             Op::Del { .. } => {
                 self.keys.remove(&key);
+                self.writers.remove(&key);
             }
             Op::Expire { secs, .. } => {
                 if let Some(e) = self.keys.get_mut(&key) {
@@ -177,16 +185,19 @@ impl Model {
                 if let Slot::Hash(h) = &mut self.container(&key, || Slot::Hash(BTreeMap::new())).slot {
                     h.insert(field.clone(), value.clone());
                 }
+                self.writers.entry(key.clone()).or_default().insert(field.clone(), node);
             }
             Op::SAdd { member, .. } => {
                 if let Slot::Set(s) = &mut self.container(&key, || Slot::Set(BTreeSet::new())).slot {
                     s.insert(member.clone());
                 }
+                self.writers.entry(key.clone()).or_default().insert(member.clone(), node);
             }
             Op::ZAdd { member, score, .. } => {
                 if let Slot::ZSet(z) = &mut self.container(&key, || Slot::ZSet(BTreeMap::new())).slot {
                     z.insert(member.clone(), *score);
                 }
+                self.writers.entry(key.clone()).or_default().insert(member.clone(), node);
             }
             Op::HDel { field: m, .. } | Op::SRem { member: m, .. } | Op::ZRem { member: m, .. } => {
                 if let Some(e) = self.keys.get_mut(&key) {
@@ -196,12 +207,17 @@ impl Model {
                         Slot::ZSet(z) => z.remove(m).is_some() && z.is_empty(),
                         Slot::Str(_) | Slot::Counter(_) => false,
                     };
+                    let writers = self.writers.entry(key.clone()).or_default();
+                    writers.remove(m);
+                    let others_wrote = writers.values().any(|&w| w != node);
                     if now_empty {
                         self.keys.remove(&key);
-                        // Does the old expiry register apply to a container re-created later?
-                        if had_expiry {
-                            self.indeterminate.insert(key.clone(), Unchecked::EmptiedWithExpiry);
-                        }
+                        self.writers.remove(&key);
+                    }
+                    // Does the old expiry register apply to a container re-created later, or
+                    // to members the removing node may not have seen (see `Unchecked`)?
+                    if had_expiry && (now_empty || others_wrote) {
+                        self.indeterminate.insert(key.clone(), Unchecked::EmptiedWithExpiry);
                     }
                 }
             }
