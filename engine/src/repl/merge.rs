@@ -11,6 +11,15 @@
 //! - fields and members merge one by one, tombstones included;
 //! - counters merge per-origin totals by maximum over the same base;
 //! - expiry is its own LWW register (deadline, version).
+//!
+//! Every write command is a versioned write, whether or not it changed anything on the node
+//! that ran it: a `DEL` of a key it did not hold, an `HDEL`/`SREM`/`ZREM` of elements it did
+//! not hold, a `PERSIST` of a key without a TTL, a `FLUSHDB` of an empty database all reach
+//! this merge as a tombstone or register at their version, and so dominate every older write
+//! they conflict with, wherever it was made — a delete that raced an older write not yet
+//! received still wins (the cache-invalidation race). `db::edit` enforces this on the local
+//! side and applies such writes to its own keyspace through `merge_locked`, so the node that
+//! made them ends exactly where its peers do.
 
 use std::sync::atomic::Ordering;
 
@@ -337,7 +346,7 @@ fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u8], flushed
                     value = op.empty_value(floor.max(ghost.newest()));
                 }
                 // Re-created as the same type: its removed fields keep their tombstones.
-                Some(ghost) => restore_removed(&mut value, ghost.removed),
+                Some(ghost) => restore_removed(&mut value, ghost.into_removed()),
                 None => {}
             }
             shard.insert(dbref, key, Entry::new(value, op_newest));
