@@ -40,7 +40,7 @@
 #   listed in e2e/tcl/skip.txt.
 #
 # Against redis-server 7.0.15 every test of the default units passes in external mode with these
-# flags (923 without the skip file; 892 passed + 31 skipped with it). The default-unit run takes
+# flags (923 without the skip file; 893 passed + 30 skipped with it). The default-unit run takes
 # 31-40 s against redis-server on this 2-core machine (unit/type/list is the longest, ~12 s).
 set -euo pipefail
 
@@ -139,8 +139,8 @@ start_server() {
         echo "redis-tcl-suite: keymesh-server binary $keymesh_bin not found (build it or set KEYMESH_SERVER)" >&2
         return 1
       fi
-      # --metrics-port 0: the default metrics port (9121) is fixed, so a second engine on this
-      # machine (another test run) would fail to start.
+      # --metrics-port 0: the suite needs no HTTP endpoint, and the derived one (client port +
+      # 2742) could be taken by another process on this machine.
       # shellcheck disable=SC2086 # KEYMESH_SERVER_ARGS is a list of flags
       "$keymesh_bin" --port "$port" --bind 127.0.0.1 $keymesh_extra_args >"$log" 2>&1 &
       ;;

@@ -111,7 +111,8 @@ server_log="$(mktemp /tmp/keymesh-test-server.XXXXXX.log)"
 start_keymesh() {
   cleanup
   port="$(free_port)"
-  # --metrics-port 0: the fixed default (9121) would collide with any other engine on the machine.
+  # --metrics-port 0: no HTTP endpoint is needed, and the derived one (client port + 2742) could
+  # be taken by another process on this machine.
   "$KEYMESH_SERVER" --port "$port" --bind 127.0.0.1 --server-threads 2 --metrics-port 0 >"$server_log" 2>&1 &
   server_pid=$!
   await_ping "$server_pid" "$port" "$server_log" "test.sh: keymesh-server" || { server_pid=""; return 1; }

@@ -8,13 +8,18 @@
 //! a counter is the sum of every increment since the last `DEL`, whichever side made it, and a
 //! `DEL` hides everything older than it (nothing deleted comes back).
 //!
+//! A removal is a removal whatever the node found: a `DEL`, `HDEL`, `SREM` or `ZREM` that
+//! answered 0 because its node never saw the write it removes (made across the partition, or
+//! not arrived yet) still removes it everywhere, as every write command is a versioned write
+//! (DESIGN.md, Merge semantics).
+//!
 //! Where the spec leaves the outcome open, the key becomes *indeterminate* and is not checked
 //! (all nodes must still agree on it): when a node's reply shows its local view disagreed with
-//! the global order in a way that changes the result, e.g. `SREM m` answered 0 because the
-//! node never saw the `SADD m` made across the partition (does an unseen remove win?), or an
-//! `EXPIRE` on a key the node holds but the other side deleted; and when a write's outcome is
-//! unknown (the connection failed). A later acknowledged `DEL` (or `SET` of a string) makes
-//! the key determinate again, since it dominates everything before it.
+//! the global order in a way that changes the result, e.g. an `EXPIRE` on a key the node does
+//! not hold yet (a TTL for a missing key is refused, and replicates nothing) or holds but the
+//! other side deleted; and when a write's outcome is unknown (the connection failed). A later
+//! acknowledged `DEL` (or `SET` of a string) makes the key determinate again, since it
+//! dominates everything before it.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -56,6 +61,11 @@ impl Op {
         }
     }
 
+    /// Whether the write removes something (a key, field or member).
+    pub fn is_removal(&self) -> bool {
+        matches!(self, Op::Del { .. } | Op::HDel { .. } | Op::SRem { .. } | Op::ZRem { .. })
+    }
+
     /// The command that performs the write.
     pub fn command(&self) -> Vec<Vec<u8>> {
         let c = |parts: &[&[u8]]| parts.iter().map(|p| p.to_vec()).collect();
@@ -92,7 +102,11 @@ pub enum Unchecked {
     /// A write on it got no reply.
     OutcomeUnknown,
     /// A container with an expiry lost its last member: whether the old expiry applies when
-    /// the key is re-created depends on how the engine keeps expiry registers.
+    /// the key is re-created depends on how the engine keeps expiry registers. Also when a
+    /// member was removed from a container with an expiry that holds members another node
+    /// wrote: the removing node may not have seen them, and a container that empties in a
+    /// node's view drops its expiry there (Redis deletes an emptied key), which then applies
+    /// to the members it had not seen.
     EmptiedWithExpiry,
     /// A node incremented a counter both before and after another node's DEL/SET of it. The
     /// engine's per-origin totals are cumulative (README, "Replication"): if that node had not
@@ -117,6 +131,8 @@ pub struct Model {
     /// and nodes that incremented it since.
     incr_before: BTreeMap<Vec<u8>, BTreeSet<usize>>,
     incr_since: BTreeMap<Vec<u8>, BTreeSet<usize>>,
+    /// Per container key: the node that last wrote each member.
+    writers: BTreeMap<Vec<u8>, BTreeMap<Vec<u8>, usize>>,
 }
 
 impl Model {
@@ -136,6 +152,8 @@ impl Model {
         let predicted = self.predicted_count(op);
         let got = reply.as_int();
         let disagrees = match (predicted, got) {
+            // A removal removes whatever its node saw (module docs).
+            _ if op.is_removal() => false,
             // Removing what the global order says is already gone is harmless either way...
             (Some(0), Some(1)) => matches!(op, Op::Expire { .. }),
             // ...but a no-op where the global order says something was there leaves it open.
@@ -146,9 +164,11 @@ impl Model {
         match op {
             Op::Set { value, .. } => {
                 self.keys.insert(key.clone(), ModelEntry { slot: Slot::Str(value.clone()), expire_at_ms: None });
+                self.writers.remove(&key);
             }
             Op::Del { .. } => {
                 self.keys.remove(&key);
+                self.writers.remove(&key);
             }
             Op::Expire { secs, .. } => {
                 if let Some(e) = self.keys.get_mut(&key) {
@@ -165,16 +185,19 @@ impl Model {
                 if let Slot::Hash(h) = &mut self.container(&key, || Slot::Hash(BTreeMap::new())).slot {
                     h.insert(field.clone(), value.clone());
                 }
+                self.writers.entry(key.clone()).or_default().insert(field.clone(), node);
             }
             Op::SAdd { member, .. } => {
                 if let Slot::Set(s) = &mut self.container(&key, || Slot::Set(BTreeSet::new())).slot {
                     s.insert(member.clone());
                 }
+                self.writers.entry(key.clone()).or_default().insert(member.clone(), node);
             }
             Op::ZAdd { member, score, .. } => {
                 if let Slot::ZSet(z) = &mut self.container(&key, || Slot::ZSet(BTreeMap::new())).slot {
                     z.insert(member.clone(), *score);
                 }
+                self.writers.entry(key.clone()).or_default().insert(member.clone(), node);
             }
             Op::HDel { field: m, .. } | Op::SRem { member: m, .. } | Op::ZRem { member: m, .. } => {
                 if let Some(e) = self.keys.get_mut(&key) {
@@ -184,17 +207,23 @@ impl Model {
                         Slot::ZSet(z) => z.remove(m).is_some() && z.is_empty(),
                         Slot::Str(_) | Slot::Counter(_) => false,
                     };
+                    let writers = self.writers.entry(key.clone()).or_default();
+                    writers.remove(m);
+                    let others_wrote = writers.values().any(|&w| w != node);
                     if now_empty {
                         self.keys.remove(&key);
-                        // Does the old expiry register apply to a container re-created later?
-                        if had_expiry {
-                            self.indeterminate.insert(key.clone(), Unchecked::EmptiedWithExpiry);
-                        }
+                        self.writers.remove(&key);
+                    }
+                    // Does the old expiry register apply to a container re-created later, or
+                    // to members the removing node may not have seen (see `Unchecked`)?
+                    if had_expiry && (now_empty || others_wrote) {
+                        self.indeterminate.insert(key.clone(), Unchecked::EmptiedWithExpiry);
                     }
                 }
             }
         }
-        let dominates = matches!(op, Op::Set { .. }) || (matches!(op, Op::Del { .. }) && got == Some(1));
+        // A DEL dominates everything before it whether or not its node held the key.
+        let dominates = matches!(op, Op::Set { .. } | Op::Del { .. });
         if disagrees {
             self.indeterminate.insert(key, Unchecked::ReplyDisagreed);
         } else if dominates {

@@ -6,7 +6,8 @@
 //! `KEYMESH_E2E_OPS` (writes per partition phase, default 25), `KEYMESH_E2E_SEED` (default:
 //! time-based, always printed), `KEYMESH_E2E_CONVERGE_SECS` (how long to wait for convergence
 //! after a heal, default 30), `KEYMESH_E2E_SPACING_MS` (pause between writes, default 3; must
-//! stay >= 2 so acknowledgement order is HLC order), `KEYMESH_SERVER` (the binary).
+//! stay >= 2 so acknowledgement order is HLC order), `KEYMESH_E2E_ONE_LINK_SECS` (the one-link
+//! cut's length, default 3), `KEYMESH_SERVER` (the binary).
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -283,4 +284,58 @@ fn a_node_cut_off_longer_than_the_tombstone_cap_wipes_and_resyncs() {
     assert_eq!(cluster.get(2, "fill:39").expect("GET"), Some(filler.into_bytes()), "n0's writes reached the wiped node");
     assert_eq!(cluster.info_field(2, "replication", "mesh_wipes").expect("INFO"), "1");
     assert_eq!(cluster.info_field(0, "replication", "mesh_wipes").expect("INFO"), "0");
+}
+
+/// Measures and pins down the non-transitive partition (README, "Replication"): with the
+/// n0–n1 link cut while both still reach n2, n2 holds both sides' writes within moments, but
+/// each node streams only the writes it originated (no relay through n2), so n1 holds none of
+/// n0's writes, nor n0 any of n1's, until the link heals; after the heal all three converge.
+/// Prints how stale n1 was when the cut ended and how long the heal took.
+#[test]
+fn a_one_link_cut_leaves_that_pair_stale_until_the_link_heals() {
+    require_netns!();
+    let cluster = start(3);
+    let mut d = Driver::new(&cluster);
+    d.write(0, Op::Set { key: b"onelink:from-n0".to_vec(), value: b"before".to_vec() });
+    d.write(1, Op::Set { key: b"onelink:from-n1".to_vec(), value: b"before".to_vec() });
+    d.assert_converges("onelink:", "the mesh did not replicate before the cut");
+    cluster.net().partition(&[0], &[1]).expect("cut the n0-n1 link");
+    let cut = Instant::now();
+    let mut n2_lag = Vec::new();
+    // KEYMESH_E2E_ONE_LINK_SECS: how long the cut lasts (default 3; past repl-timeout, 60 s,
+    // the pair's streams break and the heal goes through a reconnect).
+    let rounds = env_u64("KEYMESH_E2E_ONE_LINK_SECS", 3) * 10;
+    for i in 1..=rounds {
+        let value = format!("v{i}").into_bytes();
+        // From before the first write: includes both acknowledgements and the write spacing.
+        let written = Instant::now();
+        d.write(0, Op::Set { key: b"onelink:from-n0".to_vec(), value: value.clone() });
+        d.write(1, Op::Set { key: b"onelink:from-n1".to_vec(), value: value.clone() });
+        // n2 reaches both: it must hold both writes at once.
+        let deadline = written + Duration::from_secs(5);
+        while cluster.get(2, "onelink:from-n0").expect("GET on n2") != Some(value.clone())
+            || cluster.get(2, "onelink:from-n1").expect("GET on n2") != Some(value.clone())
+        {
+            assert!(Instant::now() < deadline, "n2, which reaches both sides, did not get write {i} within 5 s");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        n2_lag.push(written.elapsed());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let cut_for = cut.elapsed();
+    assert_eq!(
+        cluster.get(1, "onelink:from-n0").expect("GET on n1"),
+        Some(b"before".to_vec()),
+        "n1 got n0's write across the cut: was relaying added? update README and this test"
+    );
+    assert_eq!(cluster.get(0, "onelink:from-n1").expect("GET on n0"), Some(b"before".to_vec()), "n0 got n1's write across the cut");
+    cluster.net().heal_all().expect("heal");
+    d.note("healed".into());
+    let healed_in = d.assert_converges("onelink:", "after the one-link cut healed");
+    n2_lag.sort();
+    eprintln!(
+        "one-link cut of {cut_for:?}: n2 held both sides' writes {:?} (median) / {:?} (max) after the first was sent; n1 and n0 stayed at each other's pre-cut value for the whole cut and converged {healed_in:?} after the heal",
+        n2_lag[n2_lag.len() / 2],
+        n2_lag[n2_lag.len() - 1]
+    );
 }

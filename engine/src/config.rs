@@ -25,6 +25,8 @@ enum Kind {
     Bool,
     /// An integer within bounds.
     Int(i64, i64),
+    /// An integer within bounds, or empty (unset).
+    OptionalInt(i64, i64),
     /// A size with optional unit (`100mb`, `1gb`).
     Bytes,
     Str,
@@ -70,8 +72,10 @@ const DIRECTIVES: &[Directive] = &[
     Directive { name: "proto-max-bulk-len", default: "512mb", kind: Kind::Bytes, live: true },
     Directive { name: "client-query-buffer-limit", default: "1gb", kind: Kind::Bytes, live: true },
     Directive { name: "node-name", default: "", kind: Kind::Str, live: false },
+    // 0: derived from the client port (`Ports`).
     Directive { name: "mesh-port", default: "0", kind: Kind::Int(0, 65535), live: false },
-    Directive { name: "metrics-port", default: "9121", kind: Kind::Int(0, 65535), live: false },
+    // Empty: derived from the client port; 0: no metrics endpoint (`Ports`).
+    Directive { name: "metrics-port", default: "", kind: Kind::OptionalInt(0, 65535), live: false },
     Directive { name: "max-clock-skew-ms", default: "500", kind: Kind::Int(0, i32::MAX as i64), live: true },
     Directive { name: "tombstone-gc-seconds", default: "86400", kind: Kind::Int(1, i32::MAX as i64), live: true },
     // Redis's encoding thresholds. KeyMesh keeps one representation per type, so these only
@@ -101,6 +105,30 @@ const DIRECTIVES: &[Directive] = &[
 
 /// Directives that may appear more than once; their values accumulate.
 const REPEATABLE: &[&str] = &["replicaof"];
+
+/// The mesh port is the client port + 10000 unless `mesh-port` is set, as Redis Cluster's bus.
+pub const MESH_PORT_OFFSET: u16 = 10000;
+/// The metrics port is the client port + 2742 unless `metrics-port` is set: 9121 (the
+/// usual Redis exporter port) for 6379, and a distinct port for every other client port, so
+/// several servers run on one host without configuring it.
+pub const METRICS_PORT_OFFSET: u16 = 2742;
+
+/// Where a node listens. `None`/`FromClient`: derived from an ephemeral client port once it
+/// is bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ports {
+    pub client: u16,
+    pub mesh: Option<u16>,
+    pub metrics: MetricsPort,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsPort {
+    At(u16),
+    FromClient,
+    /// `metrics-port 0`: no HTTP endpoint.
+    Off,
+}
 
 /// A validated configuration: every directive has a value.
 #[derive(Debug, Clone)]
@@ -171,7 +199,35 @@ impl Config {
             }
             config.apply(name, &values, &format!("flag --{name}"))?;
         }
+        // Port derivations are checked before anything is bound.
+        config.ports()?;
         Ok(config)
+    }
+
+    /// The ports to listen on (module `Ports`), or an error naming the directive whose
+    /// derived port would be out of range.
+    pub fn ports(&self) -> Result<Ports, ConfigError> {
+        let client = self.int("port") as u16;
+        let derive = |name: &str, offset: u16| -> Result<Option<u16>, ConfigError> {
+            match client {
+                // An ephemeral client port: derived once it is bound.
+                0 => Ok(None),
+                _ => client.checked_add(offset).map(Some).ok_or_else(|| {
+                    let derived = u32::from(client) + u32::from(offset);
+                    invalid(name, format!("{name} defaults to port + {offset}, and {client} + {offset} = {derived} is above 65535; set {name} explicitly"))
+                }),
+            }
+        };
+        let mesh = match self.int("mesh-port") as u16 {
+            0 => derive("mesh-port", MESH_PORT_OFFSET)?,
+            port => Some(port),
+        };
+        let metrics = match self.get("metrics-port") {
+            "" => derive("metrics-port", METRICS_PORT_OFFSET)?.map_or(MetricsPort::FromClient, MetricsPort::At),
+            "0" => MetricsPort::Off,
+            _ => MetricsPort::At(self.int("metrics-port") as u16),
+        };
+        Ok(Ports { client, mesh, metrics })
     }
 
     fn load_file(&mut self, path: &Path, depth: usize) -> Result<(), ConfigError> {
@@ -235,7 +291,8 @@ impl Config {
                 "no" | "false" => "no".to_string(),
                 _ => return Err(format!("argument must be 'yes' or 'no' for '{name}'")),
             },
-            Kind::Int(min, max) => {
+            Kind::OptionalInt(_, _) if value.is_empty() => String::new(),
+            Kind::Int(min, max) | Kind::OptionalInt(min, max) => {
                 let n: i64 = value.parse().map_err(|_| format!("argument couldn't be parsed into an integer for '{name}'"))?;
                 if n < min || n > max {
                     return Err(format!("argument must be between {min} and {max} inclusive for '{name}'"));
@@ -310,6 +367,9 @@ Directives (file lines `name value`, or flags `--name value`):
   loglevel, save \"\", appendonly no, proto-max-bulk-len, client-query-buffer-limit,
   node-name, mesh-port, metrics-port, max-clock-skew-ms, tombstone-gc-seconds
 
+Ports: mesh-port defaults to port + 10000, metrics-port to port + 2742 (9121 for 6379);
+metrics-port 0 turns the HTTP endpoint off.
+
 Examples:
   keymesh-server --port 7000
   keymesh-server /etc/keymesh.conf --loglevel verbose
@@ -353,6 +413,24 @@ mod tests {
         std::fs::write(&file, "# comment\nport 7001\nmaxmemory-policy sometimes\n").unwrap();
         let e = Config::from_args(&[file.display().to_string()]).unwrap_err().to_string();
         assert!(e.contains("k.conf:3") && e.contains("maxmemory-policy"), "{e}");
+    }
+
+    #[test]
+    fn ports_derive_from_the_client_port_and_out_of_range_ones_are_errors() {
+        let ports = |s: &str| Config::from_args(&args(s)).map(|c| c.ports().unwrap());
+        let p = ports("").unwrap();
+        assert_eq!((p.client, p.mesh, p.metrics), (6379, Some(16379), MetricsPort::At(9121)));
+        let p = ports("--port 7001").unwrap();
+        assert_eq!((p.mesh, p.metrics), (Some(17001), MetricsPort::At(9743)), "a second server on the host gets its own ports");
+        let p = ports("--port 7001 --mesh-port 20000 --metrics-port 0").unwrap();
+        assert_eq!((p.mesh, p.metrics), (Some(20000), MetricsPort::Off));
+        let p = ports("--port 0").unwrap();
+        assert_eq!((p.mesh, p.metrics), (None, MetricsPort::FromClient), "derived once the ephemeral port is bound");
+        let e = ports("--port 60000").unwrap_err().to_string();
+        assert!(e.contains("mesh-port") && e.contains("70000") && e.contains("set mesh-port explicitly"), "{e}");
+        let e = ports("--port 63000 --mesh-port 1000").unwrap_err().to_string();
+        assert!(e.contains("metrics-port") && e.contains("65742"), "{e}");
+        assert!(ports("--port 63000 --mesh-port 1000 --metrics-port 9000").is_ok());
     }
 
     #[test]

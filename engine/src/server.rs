@@ -17,7 +17,7 @@ use tracing::{info, warn};
 
 use crate::blocking::Blocking;
 use crate::client::ClientRegistry;
-use crate::config::Config;
+use crate::config::{Config, MetricsPort, MESH_PORT_OFFSET, METRICS_PORT_OFFSET};
 use crate::db::evict::{self, Policy};
 use crate::db::Store;
 use crate::hlc::{node_id_from_name, Hlc, OffsetClock, WallClock};
@@ -226,10 +226,11 @@ fn bind_addrs(bind: &str, port: u16) -> Vec<(SocketAddr, bool)> {
 
 /// Binds every listener. Returns the listeners and the actual client port (for `--port 0`).
 pub async fn bind(server: &Server) -> Result<(Vec<TcpListener>, Option<TcpListener>), ServerError> {
-    let (bind, port, metrics_port) = {
+    let (bind, ports) = {
         let c = server.config.read();
-        (c.get("bind").to_string(), c.int("port") as u16, c.int("metrics-port") as u16)
+        (c.get("bind").to_string(), c.ports().map_err(|e| ServerError::Config(e.to_string()))?)
     };
+    let port = ports.client;
     let mut listeners = Vec::new();
     let mut actual_port = port;
     let backlog = server.config.read().int("tcp-backlog") as u32;
@@ -248,20 +249,33 @@ pub async fn bind(server: &Server) -> Result<(Vec<TcpListener>, Option<TcpListen
         return Err(ServerError::Config(format!("bind '{bind}' names no usable address")));
     }
     server.port.store(actual_port as usize, Ordering::Relaxed);
-    let mesh_port = match server.config.read().int("mesh-port") as u16 {
-        0 => actual_port
-            .checked_add(crate::mesh::MESH_PORT_OFFSET)
-            .ok_or_else(|| ServerError::Config(format!("mesh-port: client port {actual_port} + 10000 is not a valid port; set mesh-port explicitly")))?,
-        port => port,
+    // Derived from an ephemeral client port only now that it is bound.
+    let derived = |name: &str, offset: u16| {
+        actual_port
+            .checked_add(offset)
+            .ok_or_else(|| ServerError::Config(format!("{name}: client port {actual_port} + {offset} is above 65535; set {name} explicitly")))
+    };
+    let mesh_port = match ports.mesh {
+        Some(port) => port,
+        None => derived("mesh-port", MESH_PORT_OFFSET)?,
+    };
+    let metrics_port = match ports.metrics {
+        MetricsPort::At(port) => Some(port),
+        MetricsPort::FromClient => Some(derived("metrics-port", METRICS_PORT_OFFSET)?),
+        MetricsPort::Off => None,
     };
     let bound: Vec<SocketAddr> = listeners.iter().filter_map(|l| l.local_addr().ok()).collect();
     server.mesh.bind(&bound, mesh_port).map_err(|(addr, source)| ServerError::Bind { what: "mesh port", addr: addr.to_string(), source })?;
-    let metrics = if metrics_port == 0 {
-        None
-    } else {
-        let host = listeners[0].local_addr().map(|a| a.ip()).unwrap_or([0, 0, 0, 0].into());
-        let addr = SocketAddr::new(host, metrics_port);
-        Some(bind_reuse(addr, 511).map_err(|source| ServerError::Bind { what: "metrics port", addr: addr.to_string(), source })?)
+    let metrics = match metrics_port {
+        None => None,
+        Some(metrics_port) => {
+            let host = listeners[0].local_addr().map(|a| a.ip()).unwrap_or([0, 0, 0, 0].into());
+            let addr = SocketAddr::new(host, metrics_port);
+            let listener = bind_reuse(addr, 511).map_err(|source| ServerError::Bind { what: "metrics port", addr: addr.to_string(), source })?;
+            // CONFIG GET metrics-port reports the port serving, derived or not.
+            let _ = server.config.write().set("metrics-port", &metrics_port.to_string());
+            Some(listener)
+        }
     };
     Ok((listeners, metrics))
 }

@@ -379,3 +379,67 @@ fn a_push_replicated_from_a_peer_serves_a_client_blocked_in_blpop() {
         wait_for("the pop replicated", || conn.cmd(&["EXISTS", "queue"]).text() == "0");
     }
 }
+
+#[test]
+fn a_delete_of_a_key_not_yet_received_wins_over_the_older_write() {
+    // Proves DESIGN.md's rule that every write is versioned, no-ops included (issue 11's
+    // minimal case): b writes k while cut off from a; later a, which never saw k, deletes it
+    // (reply 0), removes a hash field, a set and a sorted-set member it does not hold, and
+    // persists a key without a TTL. Once linked, every node holds the newer outcome: the
+    // deletes win, the PERSIST wins. The control key, written after a's delete, survives.
+    let (a, b) = (Node::new(), Node::new());
+    let (sa, sb) = (a.start("a", &[], &[]), b.start("b", &[], &[]));
+    let (mut ca, mut cb) = (sa.connect(), sb.connect());
+    assert_eq!(cb.cmd(&["SET", "k", "old"]).text(), "OK");
+    assert_eq!(cb.cmd(&["HSET", "h", "f", "old", "g", "kept"]).text(), "2");
+    assert_eq!(cb.cmd(&["SADD", "s", "m"]).text(), "1");
+    assert_eq!(cb.cmd(&["ZADD", "z", "1", "m"]).text(), "1");
+    assert_eq!(cb.cmd(&["SET", "ttl", "v", "EX", "1000"]).text(), "OK");
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(ca.cmd(&["DEL", "control"]).text(), "0");
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(cb.cmd(&["SET", "control", "newer"]).text(), "OK");
+    assert_eq!(ca.cmd(&["DEL", "k"]).text(), "0");
+    assert_eq!(ca.cmd(&["HDEL", "h", "f"]).text(), "0");
+    assert_eq!(ca.cmd(&["SREM", "s", "m"]).text(), "0");
+    assert_eq!(ca.cmd(&["ZREM", "z", "m"]).text(), "0");
+    assert_eq!(ca.cmd(&["PERSIST", "ttl"]).text(), "0");
+
+    assert_eq!(ca.cmd(&["REPLICAOF", "127.0.0.1", &b.port.to_string()]).text(), "OK");
+    assert_eq!(cb.cmd(&["REPLICAOF", "127.0.0.1", &a.port.to_string()]).text(), "OK");
+    for (name, conn) in [("a", &mut ca), ("b", &mut cb)] {
+        wait_for(&format!("the removals on {name}"), || {
+            conn.cmd(&["EXISTS", "k", "s", "z"]).text() == "0" && conn.cmd(&["TTL", "ttl"]).text() == "-1" && get(conn, "control") == "newer"
+        });
+        assert_eq!(conn.cmd(&["HGETALL", "h"]).texts(), vec!["g", "kept"], "on {name}");
+    }
+}
+
+#[test]
+fn a_delete_55_ms_after_an_add_on_another_node_wins_though_the_add_had_not_arrived() {
+    // Proves issue 11's cache-invalidation race is settled by the newest write: node 1's link
+    // to node 0 is down (it subscribes to node 2 only, which does not forward node 0's writes),
+    // node 0 runs SADD, and 55 ms later node 1 runs DEL of that key, which it has not received
+    // (reply 0); the same for HSET then HDEL. Once node 1 links to node 0 again, every node
+    // ends without the key and the field: the later removals win.
+    let (nodes, _servers, mut conns) = full_mesh(3, &[]);
+    assert_eq!(conns[1].cmd(&["REPLICAOF", "NO", "ONE"]).text(), "OK");
+    assert_eq!(conns[1].cmd(&["REPLICAOF", "127.0.0.1", &nodes[2].port.to_string()]).text(), "OK");
+    wait_for("node 1 linked to node 2", || link_connected(&mut conns[1]));
+    assert_eq!(conns[0].cmd(&["SADD", "t4", "m0"]).text(), "1");
+    assert_eq!(conns[0].cmd(&["HSET", "h", "f", "v", "g", "kept"]).text(), "2");
+    std::thread::sleep(Duration::from_millis(55));
+    let del = conns[1].cmd(&["DEL", "t4"]).text();
+    let hdel = conns[1].cmd(&["HDEL", "h", "f"]).text();
+    eprintln!("DEL replied {del}, HDEL replied {hdel} on the node without the link");
+    assert_eq!(conns[1].cmd(&["REPLICAOF", "127.0.0.1", &nodes[0].port.to_string()]).text(), "OK");
+    for (n, conn) in conns.iter_mut().enumerate() {
+        wait_for(&format!("the removals on node {n}"), || conn.cmd(&["EXISTS", "t4"]).text() == "0" && conn.cmd(&["HLEN", "h"]).text() == "1");
+    }
+    // Nothing comes back once the mesh has settled.
+    std::thread::sleep(Duration::from_millis(300));
+    for conn in conns.iter_mut() {
+        assert_eq!(conn.cmd(&["EXISTS", "t4"]).text(), "0");
+        assert_eq!(conn.cmd(&["HGETALL", "h"]).texts(), vec!["g", "kept"]);
+    }
+}

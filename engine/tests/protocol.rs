@@ -212,3 +212,43 @@ fn help_version_and_bad_flags() {
     let unknown = run(&["--no-such-directive", "1"]);
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("unknown directive 'no-such-directive'"));
 }
+
+#[test]
+fn two_servers_on_one_host_need_only_different_client_ports() {
+    // Proves the derived ports (issue 11): given only --port, a server's mesh port is port +
+    // 10000 and its metrics port port + 2742, so two servers start side by side on one host
+    // and each serves /healthz on its own metrics port; a client port whose derived mesh port
+    // would be out of range is refused at start-up (exit 2, before anything is bound), naming
+    // mesh-port.
+    let bin = env!("CARGO_BIN_EXE_keymesh-server");
+    let ports: Vec<u16> = (0..2).map(|_| support::free_port_with(&[10000, 2742])).collect();
+    let mut children: Vec<std::process::Child> = ports
+        .iter()
+        .map(|p| {
+            std::process::Command::new(bin)
+                .args(["--port", &p.to_string(), "--bind", "127.0.0.1", "--loglevel", "warning"])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for &port in &ports {
+        let metrics = port + 2742;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", metrics)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "no metrics endpoint on {metrics} for the server on {port}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let mut conn = support::Conn::connect(port);
+        assert_eq!(conn.cmd(&["CONFIG", "GET", "metrics-port"]).texts(), vec!["metrics-port".to_string(), metrics.to_string()]);
+    }
+    for child in children.iter_mut() {
+        assert!(child.try_wait().unwrap().is_none(), "a server exited: two servers on one host collided");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let out = std::process::Command::new(bin).args(["--port", "60000", "--bind", "127.0.0.1"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("mesh-port") && stderr.contains("set mesh-port explicitly"), "{stderr}");
+}

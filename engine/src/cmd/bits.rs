@@ -161,7 +161,7 @@ fn bitop(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         })
         .collect();
     if result.is_empty() {
-        exec.ctx.del(&argv[2]);
+        exec.ctx.delete(&argv[2]);
     } else {
         exec.ctx.put(&argv[2], Value::string(&result), false);
     }

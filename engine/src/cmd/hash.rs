@@ -2,7 +2,7 @@
 //!
 //! Every field carries the version that last wrote it, so replication can merge hashes field
 //! by field (DESIGN.md, Merge semantics): each write stamps one fresh version on the fields
-//! it touches and hands it to `Ctx::written`.
+//! it touches, through `Ctx::edit_or_create` and `Ctx::remove_elements` (`db::edit`).
 
 use bytes::Bytes;
 use rand::seq::IteratorRandom;
@@ -11,7 +11,7 @@ use super::args::{cursor, eq_ignore_case, float, int, parse_float, scan_options}
 use super::flags::*;
 use super::set::{random_count, sample};
 use super::{wrong_arity, CommandSpec, Exec, Keys};
-use crate::db::entry::{Field, FieldMap};
+use crate::db::entry::{Collection, Field, FieldMap};
 use crate::db::Value;
 use crate::error::{CmdError, Reply};
 use crate::frame::{format_double_human, Frame, OK};
@@ -80,16 +80,14 @@ fn set_pairs(exec: &mut Exec, argv: &[Bytes], name: &str) -> Result<i64, CmdErro
     if argv.len() % 2 == 1 {
         return Err(wrong_arity(name));
     }
-    let key = &argv[1];
-    let v = exec.ctx.next_version(key);
-    let hash = exec.ctx.hash_or_create(key)?;
-    let mut created = 0;
-    for pair in argv[2..].chunks(2) {
-        let field = Field { value: own(&pair[1]), version: v };
-        created += hash.insert(own(&pair[0]), field).is_none() as i64;
-    }
-    exec.ctx.written(key, v);
-    Ok(created)
+    exec.ctx.edit_or_create(&argv[1], |hash: &mut Collection<Field>, v| {
+        let mut created = 0;
+        for pair in argv[2..].chunks(2) {
+            let field = Field { value: own(&pair[1]), version: v };
+            created += hash.insert(own(&pair[0]), field).is_none() as i64;
+        }
+        created
+    })
 }
 
 fn hset(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -103,10 +101,9 @@ fn hmset(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 
 /// Sets one field (the counters' write path).
 fn put_field(exec: &mut Exec, key: &[u8], field: &[u8], value: Bytes) -> Result<(), CmdError> {
-    let v = exec.ctx.next_version(key);
-    exec.ctx.hash_or_create(key)?.insert(own(field), Field { value, version: v });
-    exec.ctx.written(key, v);
-    Ok(())
+    exec.ctx.edit_or_create(key, |hash: &mut Collection<Field>, v| {
+        hash.insert(own(field), Field { value, version: v });
+    })
 }
 
 fn hsetnx(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -131,15 +128,7 @@ fn hmget(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn hdel(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let key = &argv[1];
-    let v = exec.ctx.next_version(key);
-    let Some(hash) = exec.ctx.hash(key)? else {
-        return Ok(Frame::Integer(0));
-    };
-    let deleted = argv[2..].iter().filter(|f| hash.remove(f).is_some()).count();
-    if deleted > 0 {
-        exec.ctx.written(key, v);
-    }
+    let deleted = exec.ctx.remove_elements::<Collection<Field>>(&argv[1], &argv[2..])?;
     Ok(Frame::Integer(deleted as i64))
 }
 

@@ -53,7 +53,7 @@ pub const COMMANDS: &[CommandSpec] = &[
 ];
 
 fn del(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let deleted = argv[1..].iter().filter(|k| exec.ctx.del(k)).count();
+    let deleted = argv[1..].iter().filter(|k| exec.ctx.delete(k)).count();
     Ok(Frame::Integer(deleted as i64))
 }
 
@@ -74,7 +74,7 @@ fn transfer(exec: &mut Exec, src: &[u8], dst_db: usize, dst: &[u8], keep_src: bo
     };
     let (value, deadline) = (entry.value.clone(), entry.deadline());
     if !keep_src {
-        exec.ctx.del(src);
+        exec.ctx.delete(src);
     }
     exec.ctx.put_in(dst_db, dst, value, false);
     if let Some(at) = deadline {
@@ -158,7 +158,7 @@ fn copy(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         if !replace {
             return Ok(Frame::Integer(0));
         }
-        exec.ctx.del_in(target, dst);
+        exec.ctx.delete_in(target, dst);
     }
     Ok(Frame::Integer(transfer(exec, src, target, dst, true) as i64))
 }
@@ -280,7 +280,7 @@ fn expire_generic(exec: &mut Exec, argv: &[Bytes], unit_ms: i64, absolute: bool)
         return Ok(Frame::Integer(0));
     }
     if when <= exec.ctx.now_ms as i64 {
-        exec.ctx.del(key);
+        exec.ctx.delete(key);
     } else {
         exec.ctx.set_deadline(key, when as u64);
     }
@@ -329,10 +329,5 @@ fn pexpiretime(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn persist(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let key = &argv[1];
-    if exec.ctx.deadline(key).is_none() {
-        return Ok(Frame::Integer(0));
-    }
-    exec.ctx.set_deadline(key, 0);
-    Ok(Frame::Integer(1))
+    Ok(Frame::Integer(exec.ctx.persist(&argv[1]) as i64))
 }

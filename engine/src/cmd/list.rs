@@ -14,6 +14,7 @@ use super::args::{eq_ignore_case, int, resolve_range};
 use super::flags::*;
 use super::zset::{int_at_least, numkeys_positions, positive};
 use super::{wrong_arity, CommandSpec, Exec, Keys};
+use crate::db::entry::ListValue;
 use crate::db::{Kind, Value};
 use crate::error::{CmdError, Reply};
 use crate::frame::{Frame, OK};
@@ -72,10 +73,10 @@ fn numkeys_at_1(argv: &[Bytes]) -> Vec<usize> {
 }
 
 /// The list at `key` for a read command (counts a keyspace hit or miss).
-fn read<'e>(exec: &'e mut Exec<'_, '_>, key: &[u8]) -> Result<Option<&'e mut VecDeque<Bytes>>, CmdError> {
-    match exec.ctx.lookup_read(key).map(|e| &mut e.value) {
+fn read<'e>(exec: &'e mut Exec<'_, '_>, key: &[u8]) -> Result<Option<&'e VecDeque<Bytes>>, CmdError> {
+    match exec.ctx.lookup_read(key).map(|e| &e.value) {
         None => Ok(None),
-        Some(Value::List(l)) => Ok(Some(&mut **l)),
+        Some(Value::List(l)) => Ok(Some(l)),
         Some(_) => Err(CmdError::WrongType),
     }
 }
@@ -114,17 +115,16 @@ fn push(exec: &mut Exec, argv: &[Bytes], left: bool, only_existing: bool) -> Rep
     if !is_list(exec, key)? && only_existing {
         return Ok(Frame::Integer(0));
     }
-    let v = exec.ctx.next_version(key);
-    let list = exec.ctx.list_or_create(key)?;
-    for element in &argv[2..] {
-        if left {
-            list.push_front(element.clone());
-        } else {
-            list.push_back(element.clone());
+    let len = exec.ctx.edit_or_create(key, |list: &mut ListValue, _| {
+        for element in &argv[2..] {
+            if left {
+                list.push_front(element.clone());
+            } else {
+                list.push_back(element.clone());
+            }
         }
-    }
-    let len = list.len();
-    exec.ctx.written(key, v);
+        list.len()
+    })?;
     Ok(Frame::Integer(len as i64))
 }
 
@@ -151,21 +151,16 @@ pub(crate) fn pop_from(exec: &mut Exec, key: &[u8], left: bool, count: usize) ->
     if !is_list(exec, key)? || count == 0 {
         return Ok(Vec::new());
     }
-    let v = exec.ctx.next_version(key);
-    let Some(list) = exec.ctx.list(key)? else {
-        return Ok(Vec::new());
-    };
-    let n = count.min(list.len());
-    let popped: Vec<Bytes> = if left {
-        list.drain(..n).collect()
-    } else {
-        let len = list.len();
-        list.drain(len - n..).rev().collect()
-    };
-    if !popped.is_empty() {
-        exec.ctx.written(key, v);
-    }
-    Ok(popped)
+    let popped = exec.ctx.edit(key, |list: &mut ListValue, _| {
+        let n = count.min(list.len());
+        if left {
+            list.drain(..n).collect()
+        } else {
+            let len = list.len();
+            list.drain(len - n..).rev().collect()
+        }
+    })?;
+    Ok(popped.unwrap_or_default())
 }
 
 /// LPOP/RPOP `key [count]`: a bulk without a count, an array with one (null bulk vs null
@@ -290,12 +285,7 @@ fn lset(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let index = int(&argv[2])?;
     let len = exec.ctx.list(key)?.map_or(0, |l| l.len());
     let i = index_in(index, len).ok_or(CmdError::IndexOutOfRange)?;
-    let v = exec.ctx.next_version(key);
-    let Some(list) = exec.ctx.list(key)? else {
-        return Err(CmdError::NoSuchKey);
-    };
-    list[i] = argv[3].clone();
-    exec.ctx.written(key, v);
+    exec.ctx.edit(key, |list: &mut ListValue, _| list[i] = argv[3].clone())?.ok_or(CmdError::NoSuchKey)?;
     Ok(OK)
 }
 
@@ -312,13 +302,11 @@ fn ltrim(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     if head + tail == 0 {
         return Ok(OK);
     }
-    let v = exec.ctx.next_version(key);
-    if let Some(list) = exec.ctx.list(key)? {
+    exec.ctx.edit(key, |list: &mut ListValue, _| {
         list.drain(..head);
         let keep = list.len() - tail;
         list.truncate(keep);
-    }
-    exec.ctx.written(key, v);
+    })?;
     Ok(OK)
 }
 
@@ -334,9 +322,8 @@ fn lrem(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     }
     let limit = to_remove.unsigned_abs();
     let from_tail = to_remove < 0;
-    let v = exec.ctx.next_version(key);
     let mut removed = 0u64;
-    if let Some(list) = exec.ctx.list(key)? {
+    exec.ctx.edit(key, |list: &mut ListValue, _| {
         if from_tail {
             list.make_contiguous().reverse();
         }
@@ -351,8 +338,7 @@ fn lrem(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         if from_tail {
             list.make_contiguous().reverse();
         }
-    }
-    exec.ctx.written(key, v);
+    })?;
     Ok(Frame::Integer(removed as i64))
 }
 
@@ -372,14 +358,11 @@ fn linsert(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let Some(pivot) = pivot else {
         return Ok(Frame::Integer(-1));
     };
-    let v = exec.ctx.next_version(key);
-    let Some(list) = exec.ctx.list(key)? else {
-        return Ok(Frame::Integer(0));
-    };
-    list.insert(if after { pivot + 1 } else { pivot }, argv[4].clone());
-    let len = list.len();
-    exec.ctx.written(key, v);
-    Ok(Frame::Integer(len as i64))
+    let len = exec.ctx.edit(key, |list: &mut ListValue, _| {
+        list.insert(if after { pivot + 1 } else { pivot }, argv[4].clone());
+        list.len()
+    })?;
+    Ok(Frame::Integer(len.unwrap_or(0) as i64))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -395,30 +378,26 @@ pub(crate) fn move_element(exec: &mut Exec, src: &[u8], dst: &[u8], from_left: b
         _ => return Ok(Frame::Null),
     }
     is_list(exec, dst)?;
-    let vs = exec.ctx.next_version(src);
-    let Some(list) = exec.ctx.list(src)? else {
-        return Ok(Frame::Null);
-    };
-    let Some(value) = (if from_left { list.pop_front() } else { list.pop_back() }) else {
-        return Ok(Frame::Null);
-    };
-    if src == dst {
+    let push = |list: &mut ListValue, value: &Bytes| {
         if to_left {
             list.push_front(value.clone());
         } else {
             list.push_back(value.clone());
         }
-        exec.ctx.written(src, vs);
-    } else {
-        exec.ctx.written(src, vs);
-        let vd = exec.ctx.next_version(dst);
-        let target = exec.ctx.list_or_create(dst)?;
-        if to_left {
-            target.push_front(value.clone());
-        } else {
-            target.push_back(value.clone());
+    };
+    let popped = exec.ctx.edit(src, |list: &mut ListValue, _| {
+        let value = if from_left { list.pop_front() } else { list.pop_back() };
+        // Rotating one list is one edit.
+        if let (Some(value), true) = (&value, src == dst) {
+            push(list, value);
         }
-        exec.ctx.written(dst, vd);
+        value
+    })?;
+    let Some(value) = popped.flatten() else {
+        return Ok(Frame::Null);
+    };
+    if src != dst {
+        exec.ctx.edit_or_create(dst, |list: &mut ListValue, _| push(list, &value))?;
     }
     Ok(Frame::Bulk(value))
 }

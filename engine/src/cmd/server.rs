@@ -62,26 +62,16 @@ fn flush_mode(argv: &[Bytes]) -> Result<(), CmdError> {
     }
 }
 
-fn flush_db(exec: &mut Exec, db: usize) {
-    for shard in 0..SHARDS_PER_DB {
-        exec.ctx.with_shard(db, shard, |dbref, s| {
-            s.touch_existing();
-            s.clear(dbref);
-        });
-    }
-    exec.server.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
-}
-
 fn flushdb(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     flush_mode(argv)?;
-    flush_db(exec, exec.ctx.db);
+    exec.ctx.flush_db(exec.ctx.db);
     Ok(OK)
 }
 
 fn flushall(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     flush_mode(argv)?;
     for db in 0..exec.server.store.databases() {
-        flush_db(exec, db);
+        exec.ctx.flush_db(db);
     }
     Ok(OK)
 }

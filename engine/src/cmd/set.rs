@@ -104,41 +104,28 @@ pub(super) fn sample<T: Copy>(items: impl Iterator<Item = T>, len: usize, count:
 }
 
 fn sadd(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let key = &argv[1];
-    let v = exec.ctx.next_version(key);
     // In a mesh, re-adding a member is a write too (its add version moves on), so it survives a
-    // concurrent SREM or DEL elsewhere that is older, as an LWW element set says.
+    // concurrent SREM or DEL elsewhere that is older, as an LWW element set says. Standalone,
+    // an existing key that gained no member is untouched (Redis neither signals WATCH nor
+    // counts a change then).
     let replicating = exec.ctx.store.replicating();
-    let set = exec.ctx.set_or_create(key)?;
-    let mut added = 0;
-    let mut restamped = false;
-    for m in &argv[2..] {
-        if !set.contains_key(m) {
-            set.insert(own(m), v);
-            added += 1;
-        } else if replicating {
-            set.insert(own(m), v);
-            restamped = true;
+    let added = exec.ctx.edit_or_create(&argv[1], |set: &mut Collection<Version>, v| {
+        let mut added = 0;
+        for m in &argv[2..] {
+            if !set.contains_key(m) {
+                set.insert(own(m), v);
+                added += 1;
+            } else if replicating {
+                set.insert(own(m), v);
+            }
         }
-    }
-    // Standalone, an existing key that gained no member is untouched (Redis neither signals
-    // WATCH nor counts a change then).
-    if added > 0 || restamped {
-        exec.ctx.written(key, v);
-    }
+        added
+    })?;
     Ok(Frame::Integer(added))
 }
 
 fn srem(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let key = &argv[1];
-    let v = exec.ctx.next_version(key);
-    let Some(set) = exec.ctx.set(key)? else {
-        return Ok(Frame::Integer(0));
-    };
-    let removed = argv[2..].iter().filter(|m| set.remove(m).is_some()).count();
-    if removed > 0 {
-        exec.ctx.written(key, v);
-    }
+    let removed = exec.ctx.remove_elements::<Collection<Version>>(&argv[1], &argv[2..])?;
     Ok(Frame::Integer(removed as i64))
 }
 
@@ -176,38 +163,34 @@ fn spop(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn spop_one(exec: &mut Exec, key: &[u8]) -> Reply {
-    let v = exec.ctx.next_version(key);
-    let Some(set) = exec.ctx.set(key)? else {
-        return Ok(Frame::Null);
-    };
-    let member = set.keys().choose(&mut rand::rng()).cloned();
-    if let Some(m) = &member {
-        set.remove(m);
-        exec.ctx.written(key, v);
-    }
-    Ok(member.map_or(Frame::Null, Frame::Bulk))
+    let member = exec.ctx.edit(key, |set: &mut Collection<Version>, _| {
+        let member = set.keys().choose(&mut rand::rng()).cloned();
+        if let Some(m) = &member {
+            set.remove(m);
+        }
+        member
+    })?;
+    Ok(member.flatten().map_or(Frame::Null, Frame::Bulk))
 }
 
 fn spop_many(exec: &mut Exec, key: &[u8], n: usize) -> Reply {
-    let v = exec.ctx.next_version(key);
-    let Some(set) = exec.ctx.set(key)? else {
-        return Ok(Frame::Set(Vec::new()));
-    };
     if n == 0 {
+        // Still type-checked, as Redis does.
+        exec.ctx.set(key)?;
         return Ok(Frame::Set(Vec::new()));
     }
-    let popped: Vec<Bytes> = if n >= set.len() {
-        set.drain().into_iter().map(|(m, _)| m).collect()
-    } else {
-        let picks: Vec<Bytes> = set.keys().choose_multiple(&mut rand::rng(), n).into_iter().cloned().collect();
-        for m in &picks {
-            set.remove(m);
+    let popped = exec.ctx.edit(key, |set: &mut Collection<Version>, _| {
+        if n >= set.len() {
+            set.drain().into_iter().map(|(m, _)| m).collect()
+        } else {
+            let picks: Vec<Bytes> = set.keys().choose_multiple(&mut rand::rng(), n).into_iter().cloned().collect();
+            for m in &picks {
+                set.remove(m);
+            }
+            picks
         }
-        picks
-    };
-    // Deletes the key when it was emptied.
-    exec.ctx.written(key, v);
-    Ok(Frame::Set(bulks(popped)))
+    })?;
+    Ok(Frame::Set(bulks(popped.unwrap_or_default())))
 }
 
 /// `SRANDMEMBER key [count]`.
@@ -243,18 +226,16 @@ fn smove(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         let found = exec.ctx.set(src)?.is_some_and(|s| s.contains_key(member));
         return Ok(Frame::Integer(found as i64));
     }
-    let v = exec.ctx.next_version(src);
-    let removed = exec.ctx.set(src)?.is_some_and(|s| s.remove(member).is_some());
-    if !removed {
+    // A conditional move: a member this node does not hold in `src` moves nothing.
+    let removed = exec.ctx.edit(src, |set: &mut Collection<Version>, _| set.remove(member).is_some())?;
+    if removed != Some(true) {
         return Ok(Frame::Integer(0));
     }
-    exec.ctx.written(src, v);
-    let v = exec.ctx.next_version(dst);
-    let set = exec.ctx.set_or_create(dst)?;
-    if !set.contains_key(member) {
-        set.insert(own(member), v);
-        exec.ctx.written(dst, v);
-    }
+    exec.ctx.edit_or_create(dst, |set: &mut Collection<Version>, v| {
+        if !set.contains_key(member) {
+            set.insert(own(member), v);
+        }
+    })?;
     Ok(Frame::Integer(1))
 }
 
@@ -327,7 +308,7 @@ fn diff(exec: &mut Exec, keys: &[Bytes]) -> Result<Members, CmdError> {
 fn store(exec: &mut Exec, dst: &[u8], members: Members) -> Reply {
     let len = members.len();
     if len == 0 {
-        exec.ctx.del(dst);
+        exec.ctx.delete(dst);
         return Ok(Frame::Integer(0));
     }
     // A whole-value write: `put` stamps every member with the write's version.

@@ -147,7 +147,7 @@ fn sort_generic(exec: &mut Exec, argv: &[Bytes], readonly: bool) -> Reply {
         // LIMIT range.
         Source::List(_) if dontsort => {
             let v = if end >= start {
-                let list = ctx.list(&argv[1])?.map(|l| &*l);
+                let list = ctx.list(&argv[1])?;
                 let (skip, take) = (start as usize, (end - start + 1) as usize);
                 match list {
                     Some(l) if desc => l.iter().rev().skip(skip).take(take).cloned().collect(),
@@ -206,9 +206,9 @@ fn sort_generic(exec: &mut Exec, argv: &[Bytes], readonly: bool) -> Reply {
         }
     }
     if outputlen > 0 {
-        ctx.put(dest, Value::List(Box::new(crate::db::entry::ListValue { items: list, cleared: Default::default() })), false);
+        ctx.put(dest, Value::List(Box::new(crate::db::entry::ListValue::new(list))), false);
     } else {
-        ctx.del(dest);
+        ctx.delete(dest);
     }
     Ok(Frame::Integer(outputlen as i64))
 }

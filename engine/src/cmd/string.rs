@@ -152,9 +152,8 @@ fn getset(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 
 fn getdel(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let old = exec.ctx.string(&argv[1])?;
-    if old.is_some() {
-        exec.ctx.del(&argv[1]);
-    }
+    // Deleting a key this node does not hold is still a delete (`db::edit`).
+    exec.ctx.delete(&argv[1]);
     Ok(Frame::bulk_opt(old))
 }
 
@@ -183,9 +182,7 @@ fn getex(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let value = exec.ctx.string(&argv[1])?;
     if let (Some(_), Some(at)) = (&value, change) {
         if at == 0 {
-            if exec.ctx.deadline(&argv[1]).is_some() {
-                exec.ctx.set_deadline(&argv[1], 0);
-            }
+            exec.ctx.persist(&argv[1]);
         } else {
             exec.ctx.set_deadline(&argv[1], at);
         }

@@ -130,20 +130,10 @@ fn scored_reply(items: Vec<(Bytes, f64)>, withscores: bool, resp: u8) -> Frame {
 }
 
 /// The sorted set at `key` for a read command (counts a keyspace hit or miss).
-fn read<'e>(exec: &'e mut Exec<'_, '_>, key: &[u8]) -> Result<Option<&'e mut SortedSet>, CmdError> {
-    match exec.ctx.lookup_read(key).map(|e| &mut e.value) {
+fn read<'e>(exec: &'e mut Exec<'_, '_>, key: &[u8]) -> Result<Option<&'e SortedSet>, CmdError> {
+    match exec.ctx.lookup_read(key).map(|e| &e.value) {
         None => Ok(None),
-        Some(Value::ZSet(z)) => Ok(Some(&mut **z)),
-        Some(_) => Err(CmdError::WrongType),
-    }
-}
-
-/// For an in-place edit of a sorted set that must already exist: the write's version, or
-/// `None` when the key is missing.
-fn edit_version(exec: &mut Exec, key: &[u8]) -> Result<Option<Version>, CmdError> {
-    match exec.ctx.kind(key) {
-        None => Ok(None),
-        Some(Kind::ZSet) => Ok(Some(exec.ctx.next_version(key))),
+        Some(Value::ZSet(z)) => Ok(Some(z)),
         Some(_) => Err(CmdError::WrongType),
     }
 }
@@ -188,8 +178,10 @@ fn nan_error() -> CmdError {
     CmdError::err("resulting score is not a number (NaN)")
 }
 
-/// Redis's `zsetAdd`: adds or updates one member under the ZADD flags.
-fn add_one(z: &mut SortedSet, member: &Bytes, score: f64, f: AddFlags, v: Version) -> Result<(AddOutcome, f64), CmdError> {
+/// Redis's `zsetAdd`: adds or updates one member under the ZADD flags. In a mesh
+/// (`restamp`), re-adding a member with its current score is a write too (its version moves
+/// on), so it survives an older concurrent `ZREM` or `DEL` made elsewhere.
+fn add_one(z: &mut SortedSet, member: &Bytes, score: f64, f: AddFlags, v: Version, restamp: bool) -> Result<(AddOutcome, f64), CmdError> {
     match z.score(member) {
         Some(current) => {
             if f.nx {
@@ -209,6 +201,9 @@ fn add_one(z: &mut SortedSet, member: &Bytes, score: f64, f: AddFlags, v: Versio
                 z.insert(member.clone(), next, v);
                 Ok((AddOutcome::Updated, next))
             } else {
+                if restamp {
+                    z.insert(member.clone(), next, v);
+                }
                 Ok((AddOutcome::Same, next))
             }
         }
@@ -268,35 +263,23 @@ fn zadd_generic(exec: &mut Exec, argv: &[Bytes], incr: bool) -> Reply {
     if !existed && f.xx {
         return Ok(if f.incr { Frame::Null } else { Frame::Integer(0) });
     }
-    let v = exec.ctx.next_version(key);
-    let z = exec.ctx.zset_or_create(key)?;
-    let (mut added, mut updated, mut processed, mut last) = (0i64, 0i64, 0i64, 0.0);
-    let mut failure = None;
-    for (pair, &score) in argv[i..].chunks(2).zip(&scores) {
-        match add_one(z, &pair[1], score, f, v) {
-            Ok((outcome, s)) => {
-                match outcome {
-                    AddOutcome::Added => added += 1,
-                    AddOutcome::Updated => updated += 1,
-                    AddOutcome::Same | AddOutcome::Nop => {}
-                }
-                if outcome != AddOutcome::Nop {
-                    processed += 1;
-                }
-                last = s;
+    let restamp = exec.ctx.store.replicating();
+    let (added, updated, processed, last) = exec.ctx.edit_or_create(key, |z: &mut SortedSet, v| {
+        let (mut added, mut updated, mut processed, mut last) = (0i64, 0i64, 0i64, 0.0);
+        for (pair, &score) in argv[i..].chunks(2).zip(&scores) {
+            let (outcome, s) = add_one(z, &pair[1], score, f, v, restamp)?;
+            match outcome {
+                AddOutcome::Added => added += 1,
+                AddOutcome::Updated => updated += 1,
+                AddOutcome::Same | AddOutcome::Nop => {}
             }
-            Err(e) => {
-                failure = Some(e);
-                break;
+            if outcome != AddOutcome::Nop {
+                processed += 1;
             }
+            last = s;
         }
-    }
-    if added + updated > 0 || !existed {
-        exec.ctx.written(key, v);
-    }
-    if let Some(e) = failure {
-        return Err(e);
-    }
+        Ok::<_, CmdError>((added, updated, processed, last))
+    })??;
     if f.incr {
         Ok(if processed > 0 { Frame::Double(last) } else { Frame::Null })
     } else {
@@ -313,17 +296,7 @@ fn zincrby(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn zrem(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let key = &argv[1];
-    let Some(v) = edit_version(exec, key)? else {
-        return Ok(Frame::Integer(0));
-    };
-    let Some(z) = exec.ctx.zset(key)? else {
-        return Ok(Frame::Integer(0));
-    };
-    let deleted = argv[2..].iter().filter(|m| z.remove(m).is_some()).count();
-    if deleted > 0 {
-        exec.ctx.written(key, v);
-    }
+    let deleted = exec.ctx.remove_elements::<SortedSet>(&argv[1], &argv[2..])?;
     Ok(Frame::Integer(deleted as i64))
 }
 
@@ -461,14 +434,10 @@ fn zrange_generic(exec: &mut Exec, argv: &[Bytes], src_idx: usize, dst: Option<&
 /// Replaces `dst` with a sorted set of `items` (deleting it when there are none). Returns
 /// the stored cardinality.
 fn store_items(exec: &mut Exec, dst: &[u8], items: Vec<(Bytes, f64)>) -> usize {
-    if items.is_empty() {
-        exec.ctx.del(dst);
-        return 0;
-    }
-    let v = exec.ctx.next_version(dst);
+    // A whole-value write: `put` stamps every member with the write's version.
     let mut z = SortedSet::default();
     for (m, s) in items {
-        z.insert(m, s, v);
+        z.insert(m, s, Version::ZERO);
     }
     store_set(exec, dst, z)
 }
@@ -476,7 +445,7 @@ fn store_items(exec: &mut Exec, dst: &[u8], items: Vec<(Bytes, f64)>) -> usize {
 fn store_set(exec: &mut Exec, dst: &[u8], z: SortedSet) -> usize {
     let n = z.len();
     if n == 0 {
-        exec.ctx.del(dst);
+        exec.ctx.delete(dst);
     } else {
         exec.ctx.put(dst, Value::ZSet(Box::new(z)), false);
     }
@@ -516,21 +485,14 @@ fn zrangestore(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 
 /// Removes the members `select` picks from the set at `argv[1]`; replies with their count.
 fn zremrange(exec: &mut Exec, argv: &[Bytes], select: impl FnOnce(&SortedSet) -> Vec<Bytes>) -> Reply {
-    let key = &argv[1];
-    let Some(v) = edit_version(exec, key)? else {
-        return Ok(Frame::Integer(0));
-    };
-    let Some(z) = exec.ctx.zset(key)? else {
-        return Ok(Frame::Integer(0));
-    };
-    let victims = select(z);
-    for m in &victims {
-        z.remove(m);
-    }
-    if !victims.is_empty() {
-        exec.ctx.written(key, v);
-    }
-    Ok(Frame::Integer(victims.len() as i64))
+    let removed = exec.ctx.edit(&argv[1], |z: &mut SortedSet, _| {
+        let victims = select(z);
+        for m in &victims {
+            z.remove(m);
+        }
+        victims.len()
+    })?;
+    Ok(Frame::Integer(removed.unwrap_or(0) as i64))
 }
 
 fn zremrangebyrank(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -677,10 +639,8 @@ fn setop_generic(exec: &mut Exec, argv: &[Bytes], dst: Option<&Bytes>, numkeys_i
         // Smallest first, as Redis: intersections probe the others with the smallest's members.
         sources.sort_by_key(|s| s.items.len());
     }
-    let v = match dst {
-        Some(dst) => exec.ctx.next_version(dst),
-        None => Version::ZERO,
-    };
+    // Stored results are whole-value writes: `put` stamps every member.
+    let v = Version::ZERO;
     let mut result = SortedSet::default();
     match op {
         SetOp::Inter => {
@@ -787,20 +747,16 @@ pub(crate) fn zpop(exec: &mut Exec, key: &[u8], max: bool, count: usize) -> Resu
     if count == 0 {
         return Ok(Vec::new());
     }
-    let v = exec.ctx.next_version(key);
-    let Some(z) = exec.ctx.zset(key)? else {
-        return Ok(Vec::new());
-    };
-    let mut popped = Vec::with_capacity(count.min(z.len()));
-    while popped.len() < count {
-        let Some((m, s)) = z.first(max) else { break };
-        z.remove(&m);
-        popped.push((m, s));
-    }
-    if !popped.is_empty() {
-        exec.ctx.written(key, v);
-    }
-    Ok(popped)
+    let popped = exec.ctx.edit(key, |z: &mut SortedSet, _| {
+        let mut popped = Vec::with_capacity(count.min(z.len()));
+        while popped.len() < count {
+            let Some((m, s)) = z.first(max) else { break };
+            z.remove(&m);
+            popped.push((m, s));
+        }
+        popped
+    })?;
+    Ok(popped.unwrap_or_default())
 }
 
 /// ZPOPMIN/ZPOPMAX `key [count]`: flat pairs, nested in RESP3 when a count is given.

@@ -1,9 +1,12 @@
 //! `Ctx`: what a data command sees while it runs — the shards it locked, the current
 //! database, the time, and typed accessors that apply lazy expiry and Redis's type checks.
 //!
-//! Every write goes through `put`, `del` or `written`, which stamp a new `Version`, keep the
-//! expiry index and watchers in step, delete collections that became empty, and note keys
-//! that blocked clients may be waiting on.
+//! Reads hand out shared references only. Every write goes through a method that stamps the
+//! write's `Version` and records its replicated effect itself — `put`, `incr`,
+//! `set_deadline` here, and the edit API in `db::edit` (`edit`, `edit_or_create`,
+//! `remove_elements`, `delete`, `persist`, `flush_db`) — so a command cannot forget either.
+//! `finish` is where an in-place edit ends: it keeps the expiry index and watchers in step,
+//! deletes collections that became empty, and notes keys blocked clients may wait on.
 
 use std::sync::atomic::Ordering;
 
@@ -34,7 +37,7 @@ impl<'a> Ctx<'a> {
         Ctx { store, db, now_ms, locks, ready_keys: Vec::new(), effects: Vec::new() }
     }
 
-    fn emit(&mut self, op: impl FnOnce() -> pb::Op) {
+    pub(super) fn emit(&mut self, op: impl FnOnce() -> pb::Op) {
         if self.store.replicating() {
             self.effects.push(op());
         }
@@ -45,7 +48,7 @@ impl<'a> Ctx<'a> {
         self.emit(|| effects::publish(channel, message));
     }
 
-    fn parts(&mut self, db: usize, key: &[u8]) -> (&'a Db, &mut Shard) {
+    pub(super) fn parts(&mut self, db: usize, key: &[u8]) -> (&'a Db, &mut Shard) {
         let shard = self.store.shard_of(key);
         (self.store.db(db), self.locks.get(db, shard))
     }
@@ -67,7 +70,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// The live entry in database `db`; an expired one is deleted on the way (lazy expiry).
-    pub fn get_in(&mut self, db: usize, key: &[u8]) -> Option<&mut Entry> {
+    pub(super) fn entry_mut_in(&mut self, db: usize, key: &[u8]) -> Option<&mut Entry> {
         let now = self.now_ms;
         let store = self.store;
         let (dbref, shard) = self.parts(db, key);
@@ -84,12 +87,16 @@ impl<'a> Ctx<'a> {
         Some(entry)
     }
 
-    pub fn get(&mut self, key: &[u8]) -> Option<&mut Entry> {
+    pub fn get_in(&mut self, db: usize, key: &[u8]) -> Option<&Entry> {
+        self.entry_mut_in(db, key).map(|e| &*e)
+    }
+
+    pub fn get(&mut self, key: &[u8]) -> Option<&Entry> {
         self.get_in(self.db, key)
     }
 
     /// Like `get`, counting a keyspace hit or miss (read commands).
-    pub fn lookup_read(&mut self, key: &[u8]) -> Option<&mut Entry> {
+    pub fn lookup_read(&mut self, key: &[u8]) -> Option<&Entry> {
         let stats = &self.store.stats;
         let found = self.get(key);
         let counter = if found.is_some() { &stats.keyspace_hits } else { &stats.keyspace_misses };
@@ -106,8 +113,8 @@ impl<'a> Ctx<'a> {
     }
 
     /// A version for a write to `key` that supersedes what is stored.
-    pub fn next_version(&mut self, key: &[u8]) -> Version {
-        let stored = self.get(key).map(|e| e.version());
+    pub(super) fn next_version(&mut self, key: &[u8]) -> Version {
+        let stored = self.get(key).map(Entry::last_write);
         self.store.stamp(stored)
     }
 
@@ -136,18 +143,22 @@ impl<'a> Ctx<'a> {
         // The common case, overwriting a live key, updates it in place with one lookup.
         let found = match shard.raw_mut(key) {
             Some(entry) if !entry.is_expired(now) => {
-                let version = store.stamp(Some(entry.version()));
+                let version = store.stamp(Some(entry.last_write()));
                 entry.value = value;
                 entry.set_version(version);
                 Found::Live { version, drop_ttl: entry.expiry.is_some() && !keep_ttl }
             }
             Some(entry) => {
-                let old = entry.version();
+                let old = entry.last_write();
                 entry.value = value;
                 Found::Expired(old)
             }
             None => {
-                let version = store.stamp(None);
+                // Stamped after what the key's ghost and pending expiry register remember and
+                // the last flush, so the write supersedes them here as on every peer.
+                let ghost = shard.tombstones.get(key).map_or(Version::ZERO, super::Ghost::newest);
+                let orphan = shard.orphan_expiry.get(key).map_or(Version::ZERO, |e| e.version);
+                let version = store.stamp(Some(ghost.max(orphan).max(*dbref.flushed.lock())));
                 shard.insert(dbref, key, Entry::new(value, version));
                 shard.orphan_expiry.remove(key);
                 shard.tombstones.remove(key);
@@ -208,66 +219,62 @@ impl<'a> Ctx<'a> {
         version
     }
 
-    /// Deletes a live key. Returns whether it existed.
-    pub fn del(&mut self, key: &[u8]) -> bool {
-        self.del_in(self.db, key).is_some()
-    }
-
-    pub fn del_in(&mut self, db: usize, key: &[u8]) -> Option<Entry> {
-        let stored = self.get_in(db, key)?.version();
-        let (dbref, shard) = self.parts(db, key);
-        let old = shard.remove(dbref, key);
-        shard.touch(key);
-        self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
-        if self.store.replicating() {
-            let version = self.store.stamp(Some(stored));
-            self.parts(db, key).1.tombstones.insert(key.into(), super::Ghost::deleted(version));
-            self.effects.push(effects::delete(db, key, version));
-        }
-        old
-    }
-
-    /// Finishes an in-place edit of a live key: stamps `version`, deletes the key if it became
-    /// an empty collection, touches watchers, and wakes blocked clients.
-    pub fn written(&mut self, key: &[u8], version: Version) {
-        let db = self.db;
+    /// Ends an in-place edit of a live key at `version`. If the edit changed the value, it
+    /// deletes the key if it became an empty collection, touches watchers, wakes blocked
+    /// clients and counts a change. While replicating, `tombstones` names elements the edit
+    /// removed although this node did not hold them: they get tombstones too, so the write
+    /// still dominates older adds of them made elsewhere (DESIGN.md, Merge semantics). The
+    /// effect carries every changed and tombstoned name. An edit that did neither writes
+    /// nothing.
+    pub(super) fn finish(&mut self, db: usize, key: &[u8], version: Version, tombstones: &[Bytes]) {
         let replicating = self.store.replicating();
         let (dbref, shard) = self.parts(db, key);
         let Some(entry) = shard.raw_mut(key) else {
             return;
         };
-        entry.set_version(version);
-        let names = take_touched(&mut entry.value, version);
-        let op = replicating.then(|| effects::value_effect(db, key, &entry.value, version, &names));
-        let emptied = entry.value.is_empty_collection();
-        if emptied {
-            // Redis deletes an emptied collection. Replication keeps its field tombstones (a
-            // ghost), so a concurrent field added on another node survives, as per-field LWW says.
-            if replicating {
-                let had_ttl = shard.raw(key).is_some_and(|e| e.expiry.is_some());
-                shard.bury(dbref, key);
-                if had_ttl {
-                    // Redis drops an emptied key's TTL: say so with a newer register, so a
-                    // member added concurrently elsewhere does not revive the old one.
-                    shard.orphan_expiry.insert(key.into(), Expiry { deadline_ms: 0, version });
-                    self.effects.push(effects::expire(db, key, 0, version));
-                }
-            } else {
-                shard.remove(dbref, key);
-            }
-        } else if matches!(entry.value, Value::List(_) | Value::ZSet(_)) {
-            self.ready_keys.push((db, key.into()));
+        let changed = take_changes(&mut entry.value, version);
+        let mut names = changed.clone().unwrap_or_default();
+        if replicating {
+            names.extend(tombstones.iter().filter(|n| add_tombstone(&mut entry.value, n, version)).cloned());
+            names.sort_unstable();
+            names.dedup();
         }
-        let (_, shard) = self.parts(db, key);
-        shard.touch(key);
+        let whole = matches!(entry.value, Value::List(_));
+        if changed.is_none() && (names.is_empty() || whole) {
+            return;
+        }
+        entry.set_version(version);
+        let op = replicating.then(|| effects::value_effect(db, key, &entry.value, version, &names));
+        if changed.is_some() {
+            if entry.value.is_empty_collection() {
+                // Redis deletes an emptied collection. Replication keeps its field tombstones (a
+                // ghost), so a concurrent field added on another node survives, as per-field LWW
+                // says.
+                if replicating {
+                    let had_ttl = entry.expiry.is_some();
+                    shard.bury(dbref, key);
+                    if had_ttl {
+                        // Redis drops an emptied key's TTL: say so with a newer register, so a
+                        // member added concurrently elsewhere does not revive the old one.
+                        shard.orphan_expiry.insert(key.into(), Expiry { deadline_ms: 0, version });
+                        self.effects.push(effects::expire(db, key, 0, version));
+                    }
+                } else {
+                    shard.remove(dbref, key);
+                }
+            } else if matches!(entry.value, Value::List(_) | Value::ZSet(_)) {
+                self.ready_keys.push((db, key.into()));
+            }
+            let (_, shard) = self.parts(db, key);
+            shard.touch(key);
+            self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+        }
         if let Some(op) = op {
-            let whole = matches!(op.effect, Some(pb::op::Effect::List(_)));
             self.effects.push(op);
             if whole {
                 self.restamp_ttl(db, key, version);
             }
         }
-        self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
     }
 
     /// After a whole-value write that keeps the key's TTL: the register takes the write's
@@ -285,8 +292,6 @@ impl<'a> Ctx<'a> {
     /// string as `INCR` does. Returns the new value.
     pub fn incr(&mut self, key: &[u8], delta: i64) -> Result<i64, CmdError> {
         let db = self.db;
-        let version = self.next_version(key);
-        let origin = self.store.counter_origin;
         let existing = match self.get(key).map(|e| (&e.value, e.version())) {
             None => None,
             Some((Value::Counter(_), _)) => Some(None),
@@ -294,29 +299,35 @@ impl<'a> Ctx<'a> {
             Some((Value::Str(s), v)) => Some(Some((crate::parse::parse_i64(s).ok_or(CmdError::NotInteger)?, v))),
             Some(_) => return Err(CmdError::WrongType),
         };
-        match existing {
+        let origin = self.store.counter_origin;
+        let version = match existing {
             None => {
                 // A counter starts after everything the key's ghost remembers, as on replicas.
-                let (_, shard) = self.parts(db, key);
-                let cleared = shard.tombstones.remove(key).map_or(Version::ZERO, |g| g.newest());
-                let counter = Value::Counter(Box::new(super::counter::Counter::new(0, cleared)));
+                let store = self.store;
+                let flushed = *store.db(db).flushed.lock();
                 let (dbref, shard) = self.parts(db, key);
+                let cleared = shard.tombstones.remove(key).map_or(Version::ZERO, |g| g.newest()).max(flushed);
+                let version = store.stamp(Some(cleared));
+                let counter = Value::Counter(Box::new(super::counter::Counter::new(0, cleared)));
                 shard.insert(dbref, key, Entry::new(counter, version));
                 shard.adopt_orphan_expiry(dbref, key, cleared);
+                version
             }
             // An integer string becomes the counter's base (its SET is the base version).
             Some(Some((n, v))) => {
-                if let Some(e) = self.get(key) {
+                let version = self.next_version(key);
+                if let Some(e) = self.entry_mut_in(db, key) {
                     e.value = Value::Counter(Box::new(super::counter::Counter::new(n, v)));
                 }
+                version
             }
-            Some(None) => {}
-        }
-        let Some(Value::Counter(c)) = self.get(key).map(|e| &mut e.value) else {
+            Some(None) => self.next_version(key),
+        };
+        let Some(Value::Counter(c)) = self.entry_mut_in(db, key).map(|e| &mut e.value) else {
             return Err(CmdError::WrongType);
         };
         let next = c.add(origin, delta, version).ok_or(CmdError::Overflow)?;
-        self.written(key, version);
+        self.finish(db, key, version, &[]);
         Ok(next)
     }
 
@@ -332,7 +343,7 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn set_deadline_in(&mut self, db: usize, key: &[u8], deadline_ms: u64) {
-        let stored = self.get_in(db, key).map(|e| e.version());
+        let stored = self.get_in(db, key).map(Entry::last_write);
         let version = self.store.stamp(stored);
         let (dbref, shard) = self.parts(db, key);
         shard.set_expiry(dbref, key, Some(Expiry { deadline_ms, version }));
@@ -357,48 +368,26 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// Typed accessors, one pair per collection type: `X` returns the live value if present and
-/// `X_or_create` creates an empty one. Both fail with WRONGTYPE on a key of another type.
-macro_rules! collection_accessors {
-    ($get:ident, $create:ident, $variant:ident, $kind:expr, $ty:ty, $new:expr) => {
+/// Typed read accessors, one per collection type: the live value if present, WRONGTYPE on a
+/// key of another type. Writes go through `Ctx::edit` and friends (`db::edit`).
+macro_rules! collection_accessor {
+    ($get:ident, $variant:ident, $ty:ty) => {
         impl<'a> Ctx<'a> {
-            pub fn $get(&mut self, key: &[u8]) -> Result<Option<&mut $ty>, CmdError> {
-                match self.get(key).map(|e| &mut e.value) {
+            pub fn $get(&mut self, key: &[u8]) -> Result<Option<&$ty>, CmdError> {
+                match self.get(key).map(|e| &e.value) {
                     None => Ok(None),
                     Some(Value::$variant(v)) => Ok(Some(v)),
                     Some(_) => Err(CmdError::WrongType),
-                }
-            }
-
-            pub fn $create(&mut self, key: &[u8]) -> Result<&mut $ty, CmdError> {
-                match self.get(key).map(|e| e.value.kind()) {
-                    None => {
-                        let version = self.store.stamp(None);
-                        let db = self.db;
-                        let (dbref, shard) = self.parts(db, key);
-                        // Re-created from its ghost exactly as a replica merging this write would:
-                        // older writes stay dead, removed fields keep their tombstones.
-                        let mut fresh = $new;
-                        let cleared = super::Ghost::revive(shard.tombstones.remove(key), $kind, &mut fresh);
-                        shard.insert(dbref, key, Entry::new(Value::$variant(Box::new(fresh)), version));
-                        shard.adopt_orphan_expiry(dbref, key, cleared);
-                    }
-                    Some(kind) if kind == $kind => {}
-                    Some(_) => return Err(CmdError::WrongType),
-                }
-                match self.get(key).map(|e| &mut e.value) {
-                    Some(Value::$variant(v)) => Ok(v),
-                    _ => Err(CmdError::WrongType),
                 }
             }
         }
     };
 }
 
-collection_accessors!(hash, hash_or_create, Hash, Kind::Hash, Collection<Field>, Collection::<Field>::default());
-collection_accessors!(set, set_or_create, Set, Kind::Set, Collection<Version>, Collection::<Version>::default());
-collection_accessors!(zset, zset_or_create, ZSet, Kind::ZSet, SortedSet, SortedSet::default());
-collection_accessors!(list, list_or_create, List, Kind::List, ListValue, ListValue::default());
+collection_accessor!(hash, Hash, Collection<Field>);
+collection_accessor!(set, Set, Collection<Version>);
+collection_accessor!(zset, ZSet, SortedSet);
+collection_accessor!(list, List, ListValue);
 
 /// Every field or member name of a collection (for a whole-value effect).
 fn all_names(value: &Value) -> Vec<Bytes> {
@@ -428,8 +417,9 @@ fn restamp(value: &mut Value, version: Version) {
     }
 }
 
-/// The names an in-place edit changed; removed ones get tombstones at `version`.
-fn take_touched(value: &mut Value, version: Version) -> Vec<Bytes> {
+/// What an in-place edit changed: `None` if nothing, else the names it changed (removed ones
+/// get tombstones at `version`; empty for values that replicate whole).
+fn take_changes(value: &mut Value, version: Version) -> Option<Vec<Bytes>> {
     match value {
         Value::Hash(h) => {
             let names = h.take_touched();
@@ -438,7 +428,7 @@ fn take_touched(value: &mut Value, version: Version) -> Vec<Bytes> {
                     h.removed.insert(n.clone(), version);
                 }
             }
-            names
+            (!names.is_empty()).then_some(names)
         }
         Value::Set(s) => {
             let names = s.take_touched();
@@ -447,9 +437,27 @@ fn take_touched(value: &mut Value, version: Version) -> Vec<Bytes> {
                     s.removed.insert(n.clone(), version);
                 }
             }
-            names
+            (!names.is_empty()).then_some(names)
         }
-        Value::ZSet(z) => z.take_touched(version),
-        _ => Vec::new(),
+        Value::ZSet(z) => {
+            let names = z.take_touched(version);
+            (!names.is_empty()).then_some(names)
+        }
+        Value::List(l) => l.take_changed().then(Vec::new),
+        // Strings and counters are edited in place only by `incr`, which always changes them.
+        Value::Str(_) | Value::Int(_) | Value::Counter(_) => Some(Vec::new()),
     }
+}
+
+/// Records a tombstone at `version` for an element the collection does not hold. Returns
+/// whether it did (false for a live name, or a value without elements).
+fn add_tombstone(value: &mut Value, name: &Bytes, version: Version) -> bool {
+    let removed = match value {
+        Value::Hash(h) if !h.contains_key(name) => &mut h.removed,
+        Value::Set(s) if !s.contains_key(name) => &mut s.removed,
+        Value::ZSet(z) if z.score(name).is_none() => &mut z.removed,
+        _ => return false,
+    };
+    removed.insert(name.clone(), version);
+    true
 }

@@ -47,10 +47,29 @@ pub enum Value {
 }
 
 /// A list's items and its key-level tombstone (lists replicate as whole values).
+///
+/// Reads go through `Deref`; any mutable access (`DerefMut`) marks the list changed, so an
+/// edit that changes it is replicated (`Ctx::edit`). Commands check before they touch.
 #[derive(Debug, Clone, Default)]
 pub struct ListValue {
-    pub items: VecDeque<Bytes>,
+    items: VecDeque<Bytes>,
     pub cleared: Version,
+    changed: bool,
+}
+
+impl ListValue {
+    pub fn new(items: VecDeque<Bytes>) -> ListValue {
+        ListValue { items, cleared: Version::ZERO, changed: false }
+    }
+
+    /// Whether it changed since the last call.
+    pub fn take_changed(&mut self) -> bool {
+        std::mem::take(&mut self.changed)
+    }
+
+    pub fn changed(&self) -> bool {
+        self.changed
+    }
 }
 
 impl std::ops::Deref for ListValue {
@@ -62,6 +81,7 @@ impl std::ops::Deref for ListValue {
 
 impl std::ops::DerefMut for ListValue {
     fn deref_mut(&mut self) -> &mut VecDeque<Bytes> {
+        self.changed = true;
         &mut self.items
     }
 }
@@ -117,6 +137,11 @@ impl<V> Collection<V> {
         let all: Vec<(Bytes, V)> = self.live.drain().collect();
         self.touched.extend(all.iter().map(|(k, _)| k.clone()));
         all
+    }
+
+    /// Whether a name changed since the last `take_touched`.
+    pub fn changed(&self) -> bool {
+        !self.touched.is_empty()
     }
 
     /// Names changed since the last call.
@@ -239,6 +264,27 @@ impl Entry {
     /// Version of the last write to this key (whole-key LWW, and creation).
     pub fn version(&self) -> Version {
         Version { hlc: self.hlc, node: self.node }
+    }
+
+    /// The newest write the key holds, the version it competes with when another type or a
+    /// whole write meets it, and that a local write must supersede: for a collection,
+    /// removals included; for a counter, its latest contribution.
+    pub fn newest(&self) -> Version {
+        let removed_max = |r: &FieldMap<Version>| r.values().copied().fold(Version::ZERO, Version::max);
+        match &self.value {
+            Value::Counter(c) => c.newest(),
+            // A removal is a write too: a collection whose newest write removed a field is that new.
+            Value::Hash(h) => self.version().max(removed_max(&h.removed)),
+            Value::Set(s) => self.version().max(removed_max(&s.removed)),
+            Value::ZSet(z) => self.version().max(removed_max(&z.removed)),
+            _ => self.version(),
+        }
+    }
+
+    /// The newest version anything in the entry carries, its expiry register included: a
+    /// local write stamps above it, so it supersedes everything the writer could read.
+    pub fn last_write(&self) -> Version {
+        self.expiry.as_ref().map_or(Version::ZERO, |e| e.version).max(self.newest())
     }
 
     pub fn set_version(&mut self, version: Version) {

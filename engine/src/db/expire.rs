@@ -54,6 +54,13 @@ pub fn collect_tombstones(store: &Store, now_ms: u64, horizon: crate::hlc::Times
             shard.tombstones.retain(|_, g| keep(&g.newest()));
             dropped += before - shard.tombstones.len();
             shard.orphan_expiry.retain(|_, e| keep(&e.version));
+            // A burst of deletes grows the tables; give the memory back once it is collected.
+            if shard.tombstones.capacity() > 4 * shard.tombstones.len().max(8) {
+                shard.tombstones.shrink_to_fit();
+            }
+            if shard.orphan_expiry.capacity() > 4 * shard.orphan_expiry.len().max(8) {
+                shard.orphan_expiry.shrink_to_fit();
+            }
             dropped += shard.retain_field_tombstones(&keep);
         }
     }

@@ -8,6 +8,7 @@
 
 pub mod counter;
 pub mod ctx;
+pub mod edit;
 pub mod entry;
 pub mod evict;
 pub mod expire;
@@ -48,31 +49,58 @@ pub struct KeyspaceStats {
 /// older write of any type is dead) and, for a collection emptied by removals, the
 /// tombstones of its fields or members (a concurrent older field on another node must still
 /// lose to them, whether it arrives before or after the collection emptied).
+///
+/// Kept small (32 bytes): most ghosts are plain deletes, and a node holds one per deleted key
+/// until every peer is past it (docs/benchmarks.md, "Tombstones").
 #[derive(Debug, Clone, Default)]
 pub struct Ghost {
     pub cleared: Version,
     pub kind: Option<Kind>,
-    pub removed: Map<bytes::Bytes, Version>,
+    /// The emptied collection's field or member tombstones; `None` when there are none.
+    removed: Option<Box<Map<bytes::Bytes, Version>>>,
 }
+
+// Every deleted key costs one of these while replicating: keep it from growing by accident.
+const _: () = assert!(std::mem::size_of::<Ghost>() <= 32);
 
 impl Ghost {
     pub fn deleted(at: Version) -> Ghost {
-        Ghost { cleared: at, kind: None, removed: Map::default() }
+        Ghost { cleared: at, kind: None, removed: None }
     }
 
     /// The newest write the ghost remembers.
     pub fn newest(&self) -> Version {
-        self.removed.values().copied().fold(self.cleared, Version::max)
+        self.removed().map(|(_, v)| *v).fold(self.cleared, Version::max)
+    }
+
+    /// The field or member tombstones of the emptied collection.
+    pub fn removed(&self) -> impl Iterator<Item = (&bytes::Bytes, &Version)> {
+        self.removed.iter().flat_map(|m| m.iter())
+    }
+
+    pub fn has_removed(&self) -> bool {
+        self.removed.is_some()
+    }
+
+    pub fn into_removed(self) -> Map<bytes::Bytes, Version> {
+        self.removed.map(|m| *m).unwrap_or_default()
+    }
+
+    fn add_removed<'r>(&mut self, removed: impl Iterator<Item = (&'r bytes::Bytes, &'r Version)>) {
+        let mut removed = removed.peekable();
+        if removed.peek().is_some() {
+            self.removed.get_or_insert_with(Box::default).extend(removed.map(|(k, v)| (k.clone(), *v)));
+        }
     }
 
     /// Prepares a collection re-created at a ghost's key: of the same type it inherits the
     /// ghost's tombstones; of another type it starts after everything the ghost remembers.
     /// Returns the new incarnation's key tombstone.
-    pub fn revive(ghost: Option<Ghost>, kind: Kind, fresh: &mut impl Tombstoned) -> Version {
+    pub fn revive(ghost: Option<&Ghost>, kind: Kind, fresh: &mut impl Tombstoned) -> Version {
         let cleared = match ghost {
             None => Version::ZERO,
             Some(g) if g.kind.is_none() || g.kind == Some(kind) => {
-                fresh.set_removed(g.removed);
+                fresh.set_removed(g.removed.as_deref().cloned().unwrap_or_default());
                 g.cleared
             }
             Some(g) => g.newest(),
@@ -85,8 +113,13 @@ impl Ghost {
     pub fn clear(&mut self, v: Version) {
         if v > self.cleared {
             self.cleared = v;
-            self.removed.retain(|_, r| *r >= v);
-            if self.removed.is_empty() {
+            if let Some(removed) = &mut self.removed {
+                removed.retain(|_, r| *r >= v);
+                if removed.is_empty() {
+                    self.removed = None;
+                }
+            }
+            if self.removed.is_none() {
                 // Only the key tombstone is left, and it dominates every type alike.
                 self.kind = None;
             }
@@ -422,7 +455,7 @@ impl Shard {
     /// key-level and field tombstones for replication.
     /// The expiry register outlives the value (as an orphan): whether a later incarnation keeps
     /// it is decided by versions — a delete or whole write drops older registers, and a
-    /// collection emptied by a local removal writes a "no TTL" register (see `Ctx::written`) —
+    /// collection emptied by a local removal writes a "no TTL" register (see `Ctx::finish`) —
     /// never by the order in which a replica happened to see the writes.
     pub fn bury(&mut self, db: &Db, key: &[u8]) {
         let Some(entry) = self.remove(db, key) else { return };
@@ -442,7 +475,7 @@ impl Shard {
         };
         ghost.cleared = ghost.cleared.max(cleared);
         if let Some(removed) = removed {
-            ghost.removed.extend(removed.iter().map(|(k, v)| (k.clone(), *v)));
+            ghost.add_removed(removed.iter());
         }
         self.tombstones.insert(key.into(), ghost);
     }

@@ -106,6 +106,11 @@ impl SortedSet {
         Some(old.score)
     }
 
+    /// Whether a member changed since the last `take_touched`.
+    pub fn changed(&self) -> bool {
+        !self.touched.is_empty()
+    }
+
     /// Replication: members changed since the last call; removed ones get tombstones at
     /// `version`.
     pub fn take_touched(&mut self, version: Version) -> Vec<Bytes> {

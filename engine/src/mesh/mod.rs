@@ -45,7 +45,7 @@ pub use origin::SubscriberInfo;
 pub const STARTUP_GRACE: Duration = Duration::from_secs(10);
 
 /// By convention (as Redis Cluster's bus) a node's mesh port is its client port + 10000.
-pub const MESH_PORT_OFFSET: u16 = 10000;
+pub use crate::config::MESH_PORT_OFFSET;
 
 /// The largest message a link accepts from an origin: snapshot batches carry whole keys.
 pub const MAX_MESSAGE_BYTES: usize = 1 << 30;

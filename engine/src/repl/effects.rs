@@ -7,7 +7,7 @@ use keymesh_proto as pb;
 
 use crate::db::entry::{Collection, Field};
 use crate::db::zset::SortedSet;
-use crate::db::Value;
+use crate::db::{Kind, Value};
 use crate::hlc::Version;
 
 pub fn version(v: Version) -> Option<pb::Version> {
@@ -36,6 +36,22 @@ pub fn flush_db(db: usize, v: Version) -> pb::Op {
 
 pub fn counter(db: usize, key: &[u8], delta: pb::CounterDelta) -> pb::Op {
     op(db, key, pb::op::Effect::Counter(delta))
+}
+
+/// Tombstones at `v` for named elements of a `kind` collection (a removal of elements this
+/// node may not hold: see `db::edit`).
+pub fn tombstones(db: usize, key: &[u8], kind: Kind, names: &[Bytes], v: Version) -> pb::Op {
+    let state = |n: &Bytes| pb::FieldState { name: n.to_vec(), value: None, version: version(v) };
+    let effect = match kind {
+        Kind::Hash => pb::op::Effect::Hash(pb::HashFields { fields: names.iter().map(state).collect() }),
+        Kind::Set => pb::op::Effect::Set(pb::SetMembers { members: names.iter().map(state).collect() }),
+        Kind::ZSet => pb::op::Effect::Zset(pb::ZSetMembers {
+            members: names.iter().map(|n| pb::ZSetMember { name: n.to_vec(), score: None, version: version(v) }).collect(),
+        }),
+        // Strings and lists have no elements: removing "elements" of them is a delete.
+        Kind::String | Kind::List => pb::op::Effect::Delete(pb::Delete { version: version(v) }),
+    };
+    op(db, key, effect)
 }
 
 pub fn publish(channel: &[u8], message: &[u8]) -> pb::Op {

@@ -1,6 +1,9 @@
 //! Property tests of the merge lattice: for random effects from three origins, applying them
 //! in any order, with duplicates and with any grouping, leaves every replica in the same
 //! state — i.e. `apply_op` is commutative, idempotent and associative on the keyspace.
+//! `local_writes` checks a node's own writes, no-ops included, against the same merge.
+
+mod local_writes;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -33,7 +36,7 @@ fn observe(store: &Store) -> BTreeMap<(usize, Vec<u8>), String> {
                     Value::Hash(h) => format!("hash {:?}", h.iter().map(|(k, f)| (k.clone(), f.value.clone())).collect::<BTreeMap<_, _>>()),
                     Value::Set(st) => format!("set {:?}", st.keys().cloned().collect::<std::collections::BTreeSet<_>>()),
                     Value::ZSet(z) => format!("zset {:?}", z.iter().map(|(m, sc)| (m.clone(), sc.to_bits())).collect::<BTreeMap<_, _>>()),
-                    Value::List(l) => format!("list {:?}", l.items.iter().map(|i| String::from_utf8_lossy(i).into_owned()).collect::<Vec<_>>()),
+                    Value::List(l) => format!("list {:?}", l.iter().map(|i| String::from_utf8_lossy(i).into_owned()).collect::<Vec<_>>()),
                 };
                 out.insert((db, key.to_vec()), format!("{value} ttl={:?}", entry.deadline()));
             }

@@ -1,5 +1,5 @@
 //! The origin's replication backlog: effects of local writes, numbered by sequence, bounded
-//! by `repl-backlog-size` bytes. Subscribers that present this run's id and a sequence still
+//! by `repl-backlog-size` bytes of memory. Subscribers that present this run's id and a sequence still
 //! held resume from it (partial resync); anyone else takes a full sync.
 
 use std::collections::VecDeque;
@@ -67,7 +67,9 @@ impl ReplLog {
         let mut last = 0;
         for op in ops {
             let seq = self.next_seq.fetch_add(1, Ordering::AcqRel);
-            let size = op.encoded_len() + 16;
+            // What the entry costs in memory: its slot plus the op's heap data, which its
+            // encoding approximates (a small op's slot outweighs its encoding several times).
+            let size = std::mem::size_of::<Entry>() + op.encoded_len();
             inner.bytes += size;
             inner.entries.push_back(Entry { seq, op, size });
             last = seq;

@@ -11,6 +11,15 @@
 //! - fields and members merge one by one, tombstones included;
 //! - counters merge per-origin totals by maximum over the same base;
 //! - expiry is its own LWW register (deadline, version).
+//!
+//! Every write command is a versioned write, whether or not it changed anything on the node
+//! that ran it: a `DEL` of a key it did not hold, an `HDEL`/`SREM`/`ZREM` of elements it did
+//! not hold, a `PERSIST` of a key without a TTL, a `FLUSHDB` of an empty database all reach
+//! this merge as a tombstone or register at their version, and so dominate every older write
+//! they conflict with, wherever it was made — a delete that raced an older write not yet
+//! received still wins (the cache-invalidation race). `db::edit` enforces this on the local
+//! side and applies such writes to its own keyspace through `merge_locked`, so the node that
+//! made them ends exactly where its peers do.
 
 use std::sync::atomic::Ordering;
 
@@ -50,46 +59,43 @@ pub fn apply_op(store: &Store, op: &pb::Op) -> ApplyOutcome {
         return flush_db(store, db, from_pb(f.version.as_ref()));
     }
     let flushed = *store.db(db).flushed.lock();
-    let key = &op.key[..];
-    let mut shard = store.lock_shard(db, store.shard_of(key));
-    let changed = match effect {
-        Effect::StringSet(s) => whole_write(store, db, &mut shard, key, Value::string(&s.value), from_pb(s.version.as_ref()), flushed),
-        // Popping a list's last item deletes the key, as in Redis: an empty list at `v` is a
-        // delete at `v` (both dominate everything older), never an empty key.
-        Effect::List(l) if l.items.is_empty() => delete(store, db, &mut shard, key, from_pb(l.version.as_ref()), flushed),
-        Effect::List(l) => {
-            let list = ListValue { items: l.items.iter().map(|i| Bytes::copy_from_slice(i)).collect(), cleared: Version::ZERO };
-            whole_write(store, db, &mut shard, key, Value::List(Box::new(list)), from_pb(l.version.as_ref()), flushed)
-        }
-        Effect::Delete(d) => delete(store, db, &mut shard, key, from_pb(d.version.as_ref()), flushed),
-        Effect::Expire(e) => expire(store, db, &mut shard, key, e.deadline_ms, from_pb(e.version.as_ref())),
-        Effect::Hash(h) => merge_fields(store, db, &mut shard, key, flushed, FieldsOp::Hash(h)),
-        Effect::Set(s) => merge_fields(store, db, &mut shard, key, flushed, FieldsOp::Set(s)),
-        Effect::Zset(z) => merge_fields(store, db, &mut shard, key, flushed, FieldsOp::ZSet(z)),
-        Effect::Counter(c) => merge_counter(store, db, &mut shard, key, c, flushed),
-        Effect::KeyState(_) | Effect::Publish(_) | Effect::FlushDb(_) => false,
-    };
-    if changed {
-        shard.touch(key);
-        store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+    let mut shard = store.lock_shard(db, store.shard_of(&op.key));
+    if merge_locked(store, db, &mut shard, op, flushed) {
         ApplyOutcome::Applied
     } else {
         ApplyOutcome::Superseded
     }
 }
 
-/// The version a key competes with when another type or a whole write meets it: its newest
-/// write (for a collection, removals included; for a counter, its latest contribution).
-fn newest(entry: &Entry) -> Version {
-    let removed_max = |r: &crate::db::entry::FieldMap<Version>| r.values().copied().fold(Version::ZERO, Version::max);
-    match &entry.value {
-        Value::Counter(c) => c.newest(),
-        // A removal is a write too: a collection whose newest write removed a field is that new.
-        Value::Hash(h) => entry.version().max(removed_max(&h.removed)),
-        Value::Set(s) => entry.version().max(removed_max(&s.removed)),
-        Value::ZSet(z) => entry.version().max(removed_max(&z.removed)),
-        _ => entry.version(),
+/// Merges one key's effect into its shard, which the caller holds locked; `flushed` is the
+/// database's flush version. Returns whether the keyspace changed (watchers are touched).
+/// Also how a node applies its own write that has no local state to edit (`db::edit`).
+pub fn merge_locked(store: &Store, db: usize, shard: &mut Shard, op: &pb::Op, flushed: Version) -> bool {
+    use pb::op::Effect;
+    let Some(effect) = &op.effect else { return false };
+    let key = &op.key[..];
+    let changed = match effect {
+        Effect::StringSet(s) => whole_write(store, db, shard, key, Value::string(&s.value), from_pb(s.version.as_ref()), flushed),
+        // Popping a list's last item deletes the key, as in Redis: an empty list at `v` is a
+        // delete at `v` (both dominate everything older), never an empty key.
+        Effect::List(l) if l.items.is_empty() => delete(store, db, shard, key, from_pb(l.version.as_ref()), flushed),
+        Effect::List(l) => {
+            let list = ListValue::new(l.items.iter().map(|i| Bytes::copy_from_slice(i)).collect());
+            whole_write(store, db, shard, key, Value::List(Box::new(list)), from_pb(l.version.as_ref()), flushed)
+        }
+        Effect::Delete(d) => delete(store, db, shard, key, from_pb(d.version.as_ref()), flushed),
+        Effect::Expire(e) => expire(store, db, shard, key, e.deadline_ms, from_pb(e.version.as_ref())),
+        Effect::Hash(h) => merge_fields(store, db, shard, key, flushed, FieldsOp::Hash(h)),
+        Effect::Set(s) => merge_fields(store, db, shard, key, flushed, FieldsOp::Set(s)),
+        Effect::Zset(z) => merge_fields(store, db, shard, key, flushed, FieldsOp::ZSet(z)),
+        Effect::Counter(c) => merge_counter(store, db, shard, key, c, flushed),
+        Effect::KeyState(_) | Effect::Publish(_) | Effect::FlushDb(_) => false,
+    };
+    if changed {
+        shard.touch(key);
+        store.stats.dirty.fetch_add(1, Ordering::Relaxed);
     }
+    changed
 }
 
 /// The version of the key's last whole-key write or delete: expiry registers older than it
@@ -178,7 +184,7 @@ fn whole_write(store: &Store, db: usize, shard: &mut Shard, key: &[u8], value: V
         }
     }
     match shard.raw_mut(key) {
-        Some(entry) if newest(entry) >= v => {
+        Some(entry) if entry.newest() >= v => {
             // The key holds newer data; the write still clears what is older than it (and an
             // integer SET becomes the base of a counter with newer increments).
             let int = match &value {
@@ -312,14 +318,14 @@ fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u8], flushed
         Some(entry) => {
             // Another type: the newer key write wins whole; the older one still ends the
             // incarnation before it (what the winner held from before it dies).
-            if newest(entry) >= op_newest {
+            if entry.newest() >= op_newest {
                 if clear_older(entry, op_newest) {
                     bury(store, db, shard, key);
                 }
                 drop_older_expiry(store, db, shard, key, op_newest);
                 return false;
             }
-            let cleared = newest(entry);
+            let cleared = entry.newest();
             entry.value = op.empty_value(cleared);
             entry.set_version(op_newest);
             // A new incarnation: expiry registers older than it died with the old one.
@@ -340,7 +346,7 @@ fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u8], flushed
                     value = op.empty_value(floor.max(ghost.newest()));
                 }
                 // Re-created as the same type: its removed fields keep their tombstones.
-                Some(ghost) => restore_removed(&mut value, ghost.removed),
+                Some(ghost) => restore_removed(&mut value, ghost.into_removed()),
                 None => {}
             }
             shard.insert(dbref, key, Entry::new(value, op_newest));
@@ -440,7 +446,7 @@ fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[u8], d: &pb
             true
         }
         Some(entry) => {
-            let (entry_newest, entry_version) = (newest(entry), entry.version());
+            let (entry_newest, entry_version) = (entry.newest(), entry.version());
             let changed = match &mut entry.value {
                 Value::Counter(c) => {
                     let before = c.clone();
@@ -496,21 +502,37 @@ fn flush_db(store: &Store, db: usize, v: Version) -> ApplyOutcome {
         }
         *flushed = v;
     }
-    let dbref = store.db(db);
     for s in 0..SHARDS_PER_DB {
-        let mut shard = store.lock_shard(db, s);
-        let dead: Vec<Bytes> = shard.iter().map(|(k, _)| Bytes::copy_from_slice(k)).collect();
-        for key in dead {
+        flush_shard(store, db, &mut store.lock_shard(db, s), v);
+    }
+    ApplyOutcome::Applied
+}
+
+/// Kills everything in one shard older than a flush at `v` (the database's `flushed`, set
+/// by the caller, dominates it from now on), touching the watchers of what changed. Ghosts
+/// and pending expiry registers the flush dominates are dropped: `flushed` stands for them.
+pub fn flush_shard(store: &Store, db: usize, shard: &mut Shard, v: Version) {
+    let dbref = store.db(db);
+    if shard.iter().all(|(_, e)| e.newest() < v && e.expiry.as_ref().is_none_or(|x| x.version < v)) {
+        // The common case: nothing survives, so drop the whole table at once.
+        shard.touch_existing();
+        shard.clear(dbref);
+    } else {
+        let keys: Vec<Bytes> = shard.iter().map(|(k, _)| Bytes::copy_from_slice(k)).collect();
+        for key in keys {
             let emptied = shard.raw_mut(&key).is_some_and(|e| clear_older(e, v));
             if emptied {
-                bury(store, db, &mut shard, &key);
+                bury(store, db, shard, &key);
                 shard.touch(&key);
             } else if shard.raw(&key).and_then(|e| e.expiry.as_ref()).is_some_and(|e| e.version < v) {
                 shard.set_expiry(dbref, &key, None);
+                shard.touch(&key);
             }
         }
-        shard.tombstones.values_mut().for_each(|g| g.clear(v));
-        shard.orphan_expiry.retain(|_, e| e.version > v);
     }
-    ApplyOutcome::Applied
+    shard.tombstones.retain(|_, g| {
+        g.clear(v);
+        g.newest() > v
+    });
+    shard.orphan_expiry.retain(|_, e| e.version > v);
 }

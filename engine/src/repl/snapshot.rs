@@ -84,15 +84,15 @@ fn ghost_state(db: usize, key: &[u8], ghost: &crate::db::Ghost, out: &mut Vec<pb
     if ghost.cleared > Version::ZERO {
         out.push(effects::delete(db, key, ghost.cleared));
     }
-    if ghost.removed.is_empty() {
+    if !ghost.has_removed() {
         return;
     }
     let dead = |n: &Bytes, v: &Version| pb::FieldState { name: n.to_vec(), value: None, version: effects::version(*v) };
     let effect = match ghost.kind {
-        Some(crate::db::Kind::Hash) => pb::op::Effect::Hash(pb::HashFields { fields: ghost.removed.iter().map(|(n, v)| dead(n, v)).collect() }),
-        Some(crate::db::Kind::Set) => pb::op::Effect::Set(pb::SetMembers { members: ghost.removed.iter().map(|(n, v)| dead(n, v)).collect() }),
+        Some(crate::db::Kind::Hash) => pb::op::Effect::Hash(pb::HashFields { fields: ghost.removed().map(|(n, v)| dead(n, v)).collect() }),
+        Some(crate::db::Kind::Set) => pb::op::Effect::Set(pb::SetMembers { members: ghost.removed().map(|(n, v)| dead(n, v)).collect() }),
         Some(crate::db::Kind::ZSet) => pb::op::Effect::Zset(pb::ZSetMembers {
-            members: ghost.removed.iter().map(|(n, v)| pb::ZSetMember { name: n.to_vec(), score: None, version: effects::version(*v) }).collect(),
+            members: ghost.removed().map(|(n, v)| pb::ZSetMember { name: n.to_vec(), score: None, version: effects::version(*v) }).collect(),
         }),
         _ => return,
     };

@@ -21,13 +21,19 @@ pub fn free_port() -> u16 {
 
 /// A free client port whose mesh port (client port + 10000) is free too.
 pub fn free_mesh_port() -> u16 {
+    free_port_with(&[10000])
+}
+
+/// A free client port such that `port + offset` is free too for every offset.
+pub fn free_port_with(offsets: &[u16]) -> u16 {
     for _ in 0..200 {
         let port = free_port();
-        if port <= 55535 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
+        let free = |offset: &u16| port.checked_add(*offset).is_some_and(|p| TcpListener::bind(("127.0.0.1", p)).is_ok());
+        if offsets.iter().all(free) {
             return port;
         }
     }
-    panic!("no free client port with a free mesh port (port + 10000)");
+    panic!("no free client port with free ports at offsets {offsets:?}");
 }
 
 impl Server {

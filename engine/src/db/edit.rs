@@ -1,0 +1,260 @@
+//! The edit API: every write a command makes to a key's value goes through one of these
+//! `Ctx` methods, which stamp the write's version and record its replicated effect
+//! themselves, so no command can forget either.
+//!
+//! The rule they enforce (DESIGN.md, Merge semantics): every write command is a versioned
+//! write, whether or not it changed anything locally. A `DEL` of a key this node does not
+//! hold, an `HDEL`/`SREM`/`ZREM` of elements it does not hold, a `PERSIST` of a key without a
+//! TTL and a `FLUSHDB` of an empty database still stamp a version and replicate a tombstone or
+//! register, so they dominate every older write they conflict with, wherever it was made
+//! (otherwise a delete that raced a not-yet-arrived older write would lose to it: the
+//! cache-invalidation race). Such a write has no local state to edit, so it is applied
+//! locally through the same merge a peer runs (`repl::merge::merge_locked`): this node ends
+//! up exactly where its peers will. Standalone (no mesh), a no-op stays a no-op.
+//!
+//! Writes that are conditional on what the node holds (`SET NX`, `EXPIRE` of a missing key,
+//! the `NX/XX/GT/LT` flags, `LREM`/`LINSERT` that find nothing) write nothing when the
+//! condition fails, and pops of a missing key name no element to remove.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use keymesh_proto as pb;
+
+use super::ctx::Ctx;
+use super::entry::{Collection, Field, ListValue};
+use super::zset::SortedSet;
+use super::{Ghost, Kind, Tombstoned, Value, SHARDS_PER_DB};
+use crate::error::CmdError;
+use crate::hlc::Version;
+use crate::repl::{effects, merge};
+
+/// A value a command edits in place: a collection or a list.
+pub trait Editable: Tombstoned + Default {
+    const KIND: Kind;
+    fn of(value: &mut Value) -> Option<&mut Self>;
+    fn into_value(self) -> Value;
+    /// Whether an edit changed it (and so must be recorded).
+    fn changed(&self) -> bool;
+}
+
+/// A collection whose elements are removed by name (`HDEL`, `SREM`, `ZREM`).
+pub trait Elements: Editable {
+    /// Removes `name`; false if it was not there.
+    fn remove_element(&mut self, name: &[u8]) -> bool;
+}
+
+macro_rules! editable {
+    ($ty:ty, $variant:ident, $kind:expr) => {
+        impl Editable for $ty {
+            const KIND: Kind = $kind;
+            fn of(value: &mut Value) -> Option<&mut Self> {
+                match value {
+                    Value::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn into_value(self) -> Value {
+                Value::$variant(Box::new(self))
+            }
+            fn changed(&self) -> bool {
+                <$ty>::changed(self)
+            }
+        }
+    };
+}
+
+editable!(Collection<Field>, Hash, Kind::Hash);
+editable!(Collection<Version>, Set, Kind::Set);
+editable!(SortedSet, ZSet, Kind::ZSet);
+editable!(ListValue, List, Kind::List);
+
+impl<V> Elements for Collection<V>
+where
+    Collection<V>: Editable,
+{
+    fn remove_element(&mut self, name: &[u8]) -> bool {
+        self.remove(name).is_some()
+    }
+}
+
+impl Elements for SortedSet {
+    fn remove_element(&mut self, name: &[u8]) -> bool {
+        self.remove(name).is_some()
+    }
+}
+
+impl<'a> Ctx<'a> {
+    /// Edits the `T` at `key` if the key exists (`Ok(None)` if not; WRONGTYPE for another
+    /// type). `f` gets the value and the write's version; whatever it changed is recorded.
+    pub fn edit<T: Editable, R>(&mut self, key: &[u8], f: impl FnOnce(&mut T, Version) -> R) -> Result<Option<R>, CmdError> {
+        let (db, store) = (self.db, self.store);
+        let Some(entry) = self.entry_mut_in(db, key) else {
+            return Ok(None);
+        };
+        let version = store.stamp(Some(entry.last_write()));
+        let value = T::of(&mut entry.value).ok_or(CmdError::WrongType)?;
+        let result = f(value, version);
+        self.finish(db, key, version, &[]);
+        Ok(Some(result))
+    }
+
+    /// Like `edit`, creating the key when it is missing. A new key is built as a replica
+    /// merging this write would build it (from the key's ghost: older writes stay dead,
+    /// removed elements keep their tombstones) and stored only if `f` put something in it.
+    pub fn edit_or_create<T: Editable, R>(&mut self, key: &[u8], f: impl FnOnce(&mut T, Version) -> R) -> Result<R, CmdError> {
+        match self.kind(key) {
+            Some(kind) if kind == T::KIND => {
+                let edited = self.edit(key, f)?;
+                return edited.ok_or(CmdError::WrongType);
+            }
+            Some(_) => return Err(CmdError::WrongType),
+            None => {}
+        }
+        let db = self.db;
+        let version = self.stamp_unseen(db, key);
+        let mut fresh = T::default();
+        let flushed = *self.store.db(db).flushed.lock();
+        // Everything older than the ghost, and than the database's last flush, is dead to it.
+        let cleared = Ghost::revive(self.parts(db, key).1.tombstones.get(key), T::KIND, &mut fresh).max(flushed);
+        fresh.set_cleared(cleared);
+        let result = f(&mut fresh, version);
+        if fresh.changed() {
+            let (dbref, shard) = self.parts(db, key);
+            shard.tombstones.remove(key);
+            shard.insert(dbref, key, super::Entry::new(fresh.into_value(), version));
+            shard.adopt_orphan_expiry(dbref, key, cleared);
+            self.finish(db, key, version, &[]);
+        }
+        Ok(result)
+    }
+
+    /// Removes `names` from the `T` at `key`; returns how many it held. While replicating,
+    /// every named element gets a tombstone, held or not, and so does a missing key: the
+    /// removal dominates older adds of those elements made anywhere (module docs).
+    pub fn remove_elements<T: Elements>(&mut self, key: &[u8], names: &[Bytes]) -> Result<usize, CmdError> {
+        let (db, store) = (self.db, self.store);
+        let replicating = store.replicating();
+        let Some(entry) = self.entry_mut_in(db, key) else {
+            if replicating {
+                let version = self.stamp_unseen(db, key);
+                let op = effects::tombstones(db, key, T::KIND, names, version);
+                self.apply_unseen(db, key, op);
+            }
+            return Ok(0);
+        };
+        let version = store.stamp(Some(entry.last_write()));
+        let value = T::of(&mut entry.value).ok_or(CmdError::WrongType)?;
+        let mut removed = 0;
+        let mut unseen = Vec::new();
+        for name in names {
+            if value.remove_element(name) {
+                removed += 1;
+            } else if replicating {
+                // A private copy: argv may be a slice of the connection's read buffer.
+                unseen.push(Bytes::copy_from_slice(name));
+            }
+        }
+        self.finish(db, key, version, &unseen);
+        Ok(removed)
+    }
+
+    /// Deletes `key`; returns whether it existed. A missing key is still deleted while
+    /// replicating: a tombstone, so older writes of it made elsewhere stay dead.
+    pub fn delete(&mut self, key: &[u8]) -> bool {
+        self.delete_in(self.db, key)
+    }
+
+    pub fn delete_in(&mut self, db: usize, key: &[u8]) -> bool {
+        let store = self.store;
+        let Some(stored) = self.get_in(db, key).map(super::Entry::last_write) else {
+            if store.replicating() {
+                let version = self.stamp_unseen(db, key);
+                self.apply_unseen(db, key, effects::delete(db, key, version));
+            }
+            return false;
+        };
+        let (dbref, shard) = self.parts(db, key);
+        shard.remove(dbref, key);
+        shard.touch(key);
+        store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+        if store.replicating() {
+            let version = store.stamp(Some(stored));
+            let (_, shard) = self.parts(db, key);
+            shard.tombstones.insert(key.into(), Ghost::deleted(version));
+            self.effects.push(effects::delete(db, key, version));
+        }
+        true
+    }
+
+    /// `PERSIST`: drops the key's TTL; returns whether it had one. While replicating, a key
+    /// without a TTL, or a missing one, still gets a newer "no TTL" register, so an older
+    /// `EXPIRE` of it made elsewhere loses.
+    pub fn persist(&mut self, key: &[u8]) -> bool {
+        let db = self.db;
+        let Some(entry) = self.get(key) else {
+            if self.store.replicating() {
+                let version = self.stamp_unseen(db, key);
+                self.apply_unseen(db, key, effects::expire(db, key, 0, version));
+            }
+            return false;
+        };
+        let (had_ttl, stored) = (entry.deadline().is_some(), entry.last_write());
+        if had_ttl {
+            self.set_deadline(key, 0);
+        } else if self.store.replicating() {
+            let version = self.store.stamp(Some(stored));
+            self.apply_unseen(db, key, effects::expire(db, key, 0, version));
+        }
+        had_ttl
+    }
+
+    /// `FLUSHDB`: empties database `db`. While replicating it is a database-wide tombstone at
+    /// a fresh version (replicated even when the database is empty here): everything older
+    /// dies, locally exactly as on peers (`merge::flush_shard`), so a write stamped later by
+    /// a concurrent command survives on every node alike.
+    pub fn flush_db(&mut self, db: usize) {
+        let store = self.store;
+        if !store.replicating() {
+            for shard in 0..SHARDS_PER_DB {
+                self.with_shard(db, shard, |dbref, s| {
+                    s.touch_existing();
+                    s.clear(dbref);
+                });
+            }
+        } else {
+            let version = {
+                let mut flushed = store.db(db).flushed.lock();
+                let version = store.stamp(Some(*flushed));
+                *flushed = version;
+                version
+            };
+            for shard in 0..SHARDS_PER_DB {
+                self.with_shard(db, shard, |_, s| merge::flush_shard(store, db, s, version));
+            }
+            self.effects.push(effects::flush_db(db, version));
+        }
+        store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A version for a write to a key this node holds no live value for: newer than what the
+    /// key's ghost and pending expiry register remember and than the database's last flush.
+    pub(super) fn stamp_unseen(&mut self, db: usize, key: &[u8]) -> Version {
+        let store = self.store;
+        let flushed = *store.db(db).flushed.lock();
+        let shard = self.parts(db, key).1;
+        let ghost = shard.tombstones.get(key).map_or(Version::ZERO, Ghost::newest);
+        let orphan = shard.orphan_expiry.get(key).map_or(Version::ZERO, |e| e.version);
+        store.stamp(Some(flushed.max(ghost).max(orphan)))
+    }
+
+    /// Applies a write that changes no live value here through the merge a peer runs, and
+    /// records it for the peers.
+    fn apply_unseen(&mut self, db: usize, key: &[u8], op: pb::Op) {
+        let store = self.store;
+        let flushed = *store.db(db).flushed.lock();
+        let (_, shard) = self.parts(db, key);
+        merge::merge_locked(store, db, shard, &op, flushed);
+        self.effects.push(op);
+    }
+}

@@ -1,0 +1,261 @@
+//! Property tests of local writes against the merge: a node's own writes — no-ops included
+//! (a `DEL` of a key it does not hold, an `HDEL`/`SREM`/`ZREM` of elements it does not hold,
+//! a `PERSIST` without TTL, a `FLUSHDB` of an empty database) — leave it exactly where their
+//! effects leave a peer, and such a no-op write dominates an older write it never saw
+//! (DESIGN.md, Merge semantics: every write command is a versioned write).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use keymesh_proto as pb;
+use proptest::prelude::*;
+
+use super::{apply_all, effect, observe, v};
+use crate::db::ctx::Ctx;
+use crate::db::entry::{Collection, Field};
+use crate::db::zset::SortedSet;
+use crate::db::{Store, Value};
+use crate::hlc::{Hlc, Version, WallClock};
+use crate::repl::effects;
+
+/// A wall clock the test sets: local stamps interleave with the remote versions.
+struct Manual(AtomicU64);
+
+impl WallClock for Manual {
+    fn now_ms(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A replicating store whose clock reads `ms`.
+fn store_at(ms: u64) -> Store {
+    let s = Store::new(2, Hlc::new(Arc::new(Manual(AtomicU64::new(ms))), 500), 9);
+    s.enable_replication();
+    s
+}
+
+/// One command's worth of local writes.
+#[derive(Debug, Clone)]
+enum Local {
+    Set(u8, u8),
+    Del(u8),
+    HSet(u8, u8),
+    HDel(u8, u8),
+    SAdd(u8, u8),
+    SRem(u8, u8),
+    ZAdd(u8, u8, u8),
+    ZRem(u8, u8),
+    Persist(u8),
+    Expire(u8, u8),
+    Incr(u8),
+    FlushDb,
+}
+
+fn key(k: u8) -> Vec<u8> {
+    vec![b'k', b'0' + k % 3]
+}
+
+fn name(x: u8) -> Bytes {
+    Bytes::from(vec![b'f', b'0' + x % 4])
+}
+
+fn local_strategy() -> impl Strategy<Value = Local> {
+    (0u8..12, any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(kind, k, a, b)| match kind {
+        0 => Local::Set(k, a),
+        1 => Local::Del(k),
+        2 => Local::HSet(k, a),
+        3 => Local::HDel(k, a),
+        4 => Local::SAdd(k, a),
+        5 => Local::SRem(k, a),
+        6 => Local::ZAdd(k, a, b),
+        7 => Local::ZRem(k, a),
+        8 => Local::Persist(k),
+        9 => Local::Expire(k, a),
+        10 => Local::Incr(k),
+        _ => Local::FlushDb,
+    })
+}
+
+/// Runs one local command on `store` (as its handler would, through the edit API) and
+/// returns the effects it emitted. Type errors write nothing, as in Redis.
+fn run(store: &Store, op: &Local) -> Vec<pb::Op> {
+    let locks = match op {
+        Local::FlushDb => crate::db::Locks::none(),
+        Local::Set(k, _)
+        | Local::Del(k)
+        | Local::HSet(k, _)
+        | Local::HDel(k, _)
+        | Local::SAdd(k, _)
+        | Local::SRem(k, _)
+        | Local::ZAdd(k, _, _)
+        | Local::ZRem(k, _)
+        | Local::Persist(k)
+        | Local::Expire(k, _)
+        | Local::Incr(k) => store.lock_many(vec![(0, store.shard_of(&key(*k)))]),
+    };
+    let mut ctx = Ctx::new(store, 0, 0, locks);
+    match op {
+        Local::Set(k, a) => {
+            ctx.put(&key(*k), Value::string(&[b'v', *a]), false);
+        }
+        Local::Del(k) => {
+            ctx.delete(&key(*k));
+        }
+        Local::HSet(k, a) => {
+            let _ = ctx.edit_or_create(&key(*k), |h: &mut Collection<Field>, v| h.insert(name(*a), Field { value: Bytes::from_static(b"x"), version: v }));
+        }
+        Local::HDel(k, a) => {
+            let _ = ctx.remove_elements::<Collection<Field>>(&key(*k), &[name(*a)]);
+        }
+        Local::SAdd(k, a) => {
+            let _ = ctx.edit_or_create(&key(*k), |s: &mut Collection<Version>, v| s.insert(name(*a), v));
+        }
+        Local::SRem(k, a) => {
+            let _ = ctx.remove_elements::<Collection<Version>>(&key(*k), &[name(*a)]);
+        }
+        Local::ZAdd(k, a, b) => {
+            let _ = ctx.edit_or_create(&key(*k), |z: &mut SortedSet, v| z.insert(name(*a), *b as f64, v));
+        }
+        Local::ZRem(k, a) => {
+            let _ = ctx.remove_elements::<SortedSet>(&key(*k), &[name(*a)]);
+        }
+        Local::Persist(k) => {
+            ctx.persist(&key(*k));
+        }
+        Local::Expire(k, a) => {
+            if ctx.exists(&key(*k)) {
+                ctx.set_deadline(&key(*k), 4_000_000_000_000 + *a as u64);
+            }
+        }
+        Local::Incr(k) => {
+            let _ = ctx.incr(&key(*k), 1);
+        }
+        Local::FlushDb => ctx.flush_db(0),
+    }
+    std::mem::take(&mut ctx.effects)
+}
+
+/// An effect from another origin: `effect`'s kind, key, origin, a, b, and an HLC seed.
+type Remote = (u8, u8, u32, u8, u8, u16);
+
+/// A step of one node's history: a local command, or an effect from another origin.
+fn steps() -> impl Strategy<Value = Vec<Result<Local, Remote>>> {
+    let remote = (any::<u8>(), any::<u8>(), 1u32..4, any::<u8>(), any::<u8>(), 1u16..500);
+    proptest::collection::vec(prop_oneof![local_strategy().prop_map(Ok), remote.prop_map(Err)], 1..40)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(500))]
+
+    /// A node's own writes, no-ops included, leave it where their effects leave a peer that
+    /// merges them, in any order, with everything else the node merged (local = remote).
+    #[test]
+    fn a_local_write_leaves_its_node_where_its_effect_leaves_a_peer(history in steps(), seed in any::<u64>()) {
+        let node = store_at(0);
+        let mut sent: Vec<pb::Op> = Vec::new();
+        for (i, step) in history.iter().enumerate() {
+            match step {
+                Ok(local) => sent.extend(run(&node, local)),
+                Err((kind, k, origin, a, b, hlc)) => {
+                    // Unique versions: the step index in the low bits.
+                    let ops = effect(*kind, *k, *hlc as u64 * 64 + i as u64, *origin, *a, *b);
+                    apply_all(&node, &ops);
+                    sent.extend(ops);
+                }
+            }
+        }
+        let mut rng = seed;
+        for i in (1..sent.len()).rev() {
+            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            sent.swap(i, (rng >> 33) as usize % (i + 1));
+        }
+        let peer = store_at(0);
+        apply_all(&peer, &sent);
+        prop_assert_eq!(observe(&node), observe(&peer));
+    }
+}
+
+/// What an older write on another node did, and the removal that must dominate it.
+struct Race {
+    older: Vec<pb::Op>,
+    removal: Local,
+}
+
+fn races() -> Vec<(&'static str, Race)> {
+    let at = v(1000, 2);
+    let field = |kind: u8| effect(kind, 0, 1000, 2, 1, 1);
+    vec![
+        (
+            "DEL of a key never seen, after a SET",
+            Race { older: vec![effects::value_effect(0, b"k0", &Value::string(b"old"), at, &[])], removal: Local::Del(0) },
+        ),
+        ("DEL of a key never seen, after an SADD", Race { older: field(4), removal: Local::Del(0) }),
+        ("HDEL of a field never seen", Race { older: field(3), removal: Local::HDel(0, 1) }),
+        ("SREM of a member never seen", Race { older: field(4), removal: Local::SRem(0, 1) }),
+        ("ZREM of a member never seen", Race { older: field(5), removal: Local::ZRem(0, 1) }),
+        ("FLUSHDB of an empty database", Race { older: field(3), removal: Local::FlushDb }),
+        ("DEL of a counter never seen", Race { older: field(6), removal: Local::Del(0) }),
+    ]
+}
+
+#[test]
+fn a_removal_that_found_nothing_dominates_the_older_write_it_never_saw() {
+    // The minimal case: n1 writes k; later n0, which never saw it, removes it (reply
+    // 0); after the exchange every node agrees the removal won. The control (the removal made
+    // before the write, by version) keeps the write.
+    for (what, race) in races() {
+        for (clock_ms, removal_wins) in [(1, true), (0, false)] {
+            // 1 ms = HLC 65536, newer than the older write's 1000; 0 ms stamps below it.
+            let (node, peer) = (store_at(clock_ms), store_at(clock_ms));
+            let removal = run(&node, &race.removal);
+            assert!(!removal.is_empty(), "{what}: the removal replicated nothing");
+            let control = if removal_wins { "" } else { " (control: removal older)" };
+            if !removal_wins {
+                // Make the node's stamp older than the write: its clock is at 0 ms and its
+                // HLC counter low, so it stamped below 1000.
+                assert!(removal.iter().all(|op| effect_version(op) < v(1000, 2)), "{what}: stamp not older");
+            }
+            apply_all(&node, &race.older);
+            apply_all(&peer, &race.older);
+            apply_all(&peer, &removal);
+            assert_eq!(observe(&node), observe(&peer), "{what}{control}: the nodes disagree");
+            assert_eq!(observe(&node).is_empty(), removal_wins, "{what}{control}: {:?}", observe(&node));
+        }
+    }
+}
+
+#[test]
+fn persist_of_a_key_without_ttl_dominates_an_older_expire() {
+    // A PERSIST on a node that holds k without a TTL (or not at all) still writes the "no TTL"
+    // register, so an older EXPIRE made elsewhere does not survive it.
+    for holds_key in [true, false] {
+        let (node, peer) = (store_at(1), store_at(1));
+        let set = effects::value_effect(0, b"k0", &Value::string(b"v"), v(500, 2), &[]);
+        let expire = effects::expire(0, b"k0", 4_000_000_000_000, v(1000, 2));
+        if holds_key {
+            apply_all(&node, std::slice::from_ref(&set));
+        }
+        let persist = run(&node, &Local::Persist(0));
+        assert_eq!(persist.len(), 1, "PERSIST replicated nothing (key held: {holds_key})");
+        apply_all(&node, &[set.clone(), expire.clone()]);
+        apply_all(&peer, &[set, expire]);
+        apply_all(&peer, &persist);
+        assert_eq!(observe(&node), observe(&peer));
+        assert!(observe(&node).values().all(|s| s.ends_with("ttl=None")), "{:?}", observe(&node));
+    }
+}
+
+fn effect_version(op: &pb::Op) -> Version {
+    use pb::op::Effect;
+    let first = |v: Option<&pb::Version>| effects::from_pb(v);
+    match &op.effect {
+        Some(Effect::Delete(d)) => first(d.version.as_ref()),
+        Some(Effect::FlushDb(f)) => first(f.version.as_ref()),
+        Some(Effect::Hash(h)) => h.fields.iter().map(|f| first(f.version.as_ref())).max().unwrap_or(Version::ZERO),
+        Some(Effect::Set(s)) => s.members.iter().map(|f| first(f.version.as_ref())).max().unwrap_or(Version::ZERO),
+        Some(Effect::Zset(z)) => z.members.iter().map(|f| first(f.version.as_ref())).max().unwrap_or(Version::ZERO),
+        Some(Effect::Expire(e)) => first(e.version.as_ref()),
+        _ => Version::ZERO,
+    }
+}
