@@ -12,8 +12,7 @@ use keymesh_operator::api::CacheCluster;
 use keymesh_operator::validate::validate;
 
 /// The release name, namespace and flags the plain manifest is rendered with.
-const HELM_ARGS: [&str; 7] =
-    ["template", "keymesh-operator", "charts/keymesh-operator", "--namespace", "keymesh-system", "--include-crds", "--set=namespace.create=true"];
+const HELM_ARGS: [&str; 6] = ["template", "keymesh-operator", "charts/keymesh-operator", "--namespace", "keymesh-system", "--set=namespace.create=true"];
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
