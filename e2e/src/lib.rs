@@ -30,6 +30,7 @@ pub mod keyspace;
 pub mod local_cluster;
 pub mod model;
 pub mod netns;
+pub mod operator_process;
 pub mod pod_security;
 pub mod promql;
 pub mod registry;
