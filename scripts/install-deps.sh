@@ -2,7 +2,8 @@
 # Installs what the tests and benchmarks need on a fresh Debian bookworm machine:
 # Redis 7.0 (the reference server and its clients), Redis's Tcl test suite from
 # Debian's source package, redis-py, the chart tools' checkers (promtool from `prometheus`, a
-# local OCI registry from `docker-registry`, `lua5.1` for Argo CD health checks), the Rust tools
+# local OCI registry from `docker-registry`, `lua5.1` for Argo CD health checks, Python's
+# `jsonschema` for the eksctl example), the Rust tools
 # the tests use (rustfmt, clippy, cargo-nextest), and for the control-plane tests Kubernetes
 # 1.20.2 built from Debian's source package plus kubectl and helm (see those two scripts).
 # Idempotent: a second run only checks (about a second). scripts/test.sh runs it first.
@@ -11,7 +12,7 @@ cache="${KEYMESH_CACHE:-/var/cache/keymesh}"
 mkdir -p "$cache"
 
 need_apt=()
-for pkg in redis-server redis-tools tcl iproute2 dpkg-dev python3-pip prometheus docker-registry lua5.1; do
+for pkg in redis-server redis-tools tcl iproute2 dpkg-dev python3-pip python3-yaml python3-jsonschema prometheus docker-registry lua5.1; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if ((${#need_apt[@]})); then

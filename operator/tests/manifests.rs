@@ -57,7 +57,7 @@ fn the_plain_manifest_is_the_rendered_chart() {
 
 #[test]
 fn the_example_cacheclusters_are_valid() {
-    for file in ["cachecluster.yaml", "cachecluster-aws-nlb.yaml"] {
+    for file in ["cachecluster.yaml", "cachecluster-aws-nlb.yaml", "eks/cachecluster.yaml"] {
         let text = std::fs::read_to_string(root().join("manifests/examples").join(file)).expect("the example exists");
         let mut cluster: CacheCluster = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{file} is not a CacheCluster: {e}"));
         cluster.metadata.namespace.get_or_insert_with(|| "default".into());
