@@ -69,7 +69,8 @@ pub async fn apply_children(
     capabilities: Capabilities,
     node_tuning_exists: bool,
 ) -> Result<(), ApplyError> {
-    let Children { secret, config_map, peers_config_map, headless_service, client_service, statefulset, pdb, service_monitor, node_tuning, network_policy } = children;
+    let Children { secret, config_map, peers_config_map, headless_service, client_service, statefulset, pdb, service_monitor, node_tuning, network_policy } =
+        children;
     let ns = names.namespace.as_str();
     if let Some(secret) = secret {
         apply(&Api::namespaced(client.clone(), ns), &secret).await?;

@@ -207,7 +207,9 @@ async fn run(args: Args) -> Result<(), MainError> {
     info!(?capabilities, namespace = args.namespace.as_deref().unwrap_or("<all>"), "starting the CacheCluster controller");
     let recorder = Recorder::new(client.clone(), Reporter { controller: "keymesh-operator".to_string(), instance: Some(identity) });
     let mesh = Arc::new(GatedMeshClient { inner: GrpcMeshClient::default(), gate: gate.clone() });
-    let ctx = Arc::new(Context::new(client, mesh, recorder, metrics.clone(), &args.cluster_domain, &args.tuner_image).with_operator_namespace(args.operator_namespace.clone()));
+    let ctx = Arc::new(
+        Context::new(client, mesh, recorder, metrics.clone(), &args.cluster_domain, &args.tuner_image).with_operator_namespace(args.operator_namespace.clone()),
+    );
     let controller = controller::run(ctx, args.namespace.as_deref(), capabilities, stopped(stop_rx.clone()));
     let outcome = tokio::select! {
         _ = controller => Ok(()),

@@ -17,8 +17,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use spec::{
-    AuthSpec, EngineSpec, EvictionPolicy, ImagePullPolicy, MetricsSpec, NetworkPolicySpec, NodeTuningSpec, PersistenceSpec, PodDisruptionBudgetSpec, PodOverrides, SecretRef,
-    ServiceMonitorSpec, ServiceSpec, ServiceType, SpreadMode, ThpMode, TlsSpec, TopologySpec, UpgradeSpec,
+    AuthSpec, EngineSpec, EvictionPolicy, ImagePullPolicy, MetricsSpec, NetworkPolicySpec, NodeTuningSpec, PersistenceSpec, PodDisruptionBudgetSpec,
+    PodOverrides, SecretRef, ServiceMonitorSpec, ServiceSpec, ServiceType, SpreadMode, ThpMode, TlsSpec, TopologySpec, UpgradeSpec,
 };
 pub use status::{condition_types, CacheClusterStatus, MemberStatus, Phase, UpgradeState, UpgradeStatus};
 

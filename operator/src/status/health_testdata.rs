@@ -12,6 +12,7 @@ use super::{compute, invalid, StatusInput};
 use crate::api::{CacheCluster, CacheClusterStatus, UpgradeState, UpgradeStatus};
 use crate::auth::Password;
 use crate::mesh::{plan, MemberState, PlanInput, WiringReport};
+use crate::node_tuning::Tuners;
 use crate::test_support::{cluster, full_mesh, names, silent};
 use crate::upgrade::UpgradePlan;
 use crate::validate::validate;
@@ -60,7 +61,18 @@ fn status_with(
     let endpoints = std::collections::BTreeSet::new();
     let plan = plan(&PlanInput { names: &names, desired: spec.replicas.unsigned_abs(), statefulset_replicas, members, endpoints: &endpoints, now });
     let password = Password::Generated("pw".into());
-    compute(&StatusInput { cluster, names: &names, spec: &spec, members, plan: &plan, upgrade, wiring: &WiringReport::default(), password: &password, now })
+    compute(&StatusInput {
+        cluster,
+        names: &names,
+        spec: &spec,
+        members,
+        plan: &plan,
+        upgrade,
+        tuners: &Tuners::default(),
+        wiring: &WiringReport::default(),
+        password: &password,
+        now,
+    })
 }
 
 /// A 3-pod cluster that ran 0.1.0, its spec now asking for 0.2.0 (`extra` more spec), with
