@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
-# Runs every test: builds the workspace, runs the Rust tests (unit, property and black-box, via
-# cargo-nextest), checks formatting and clippy, then drives a freshly started keymesh-server with
-# unmodified clients (redis-py over RESP2 and RESP3, redis-cli) and with Redis's own Tcl suite.
+# Runs every test: installs what the tests need (scripts/install-deps.sh: idempotent and cached,
+# about a second once done), builds the workspace, runs the Rust tests (unit, property,
+# black-box, control-plane, chart and cluster tests, via cargo-nextest), checks formatting and
+# clippy, then drives a freshly started keymesh-server with unmodified clients (redis-py over
+# RESP2 and RESP3, redis-cli) and with Redis's own Tcl suite.
 #
-#   scripts/test.sh [--no-cargo]
+#   scripts/test.sh [--no-cargo] [--no-install]
 #
 # --no-cargo skips the cargo stages and tests an already built binary ($KEYMESH_SERVER, default
-# target/release/keymesh-server). Each stage is timed; a failed stage does not stop the later
-# ones (except a failed build), and the exit status is non-zero if any stage failed. The last
-# line, `N passed, N failed`, counts the non-cargo stages. No server is left running.
-# Needs scripts/install-deps.sh to have run (redis-cli, redis-py, the Tcl suite, and the
-# control plane, kubectl and helm in $KEYMESH_CACHE, default /var/cache/keymesh).
+# target/release/keymesh-server); --no-install skips scripts/install-deps.sh. Each stage is
+# timed; a failed stage does not stop the later ones (except a failed install or build), and the
+# exit status is non-zero if any stage failed. The last line, `N passed, N failed`, counts the
+# non-cargo stages. No server is left running. Run as root on Debian bookworm (the install step
+# uses apt-get; the network-namespace tests skip without root).
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
 run_cargo=1
+run_install=1
 while (($#)); do
   case "$1" in
     --no-cargo) run_cargo=0; shift ;;
-    -h|--help) sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --no-install) run_install=0; shift ;;
+    -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -75,6 +79,17 @@ print_summary() {
   for line in "${summary[@]}"; do echo "  $line"; done
   echo "$clients_passed passed, $clients_failed failed"
 }
+
+if ((run_install)); then
+  if ! stage cargo "install deps" scripts/install-deps.sh; then
+    print_summary
+    exit 1
+  fi
+  # rustup/cargo install put tools in ~/.cargo/bin, which a fresh root shell may lack.
+  if [[ -d "$HOME/.cargo/bin" && ":$PATH:" != *":$HOME/.cargo/bin:"* ]]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+fi
 
 if ((run_cargo)); then
   locked=()

@@ -13,16 +13,27 @@
 //!   `helm` (testing ladder item 4).
 //! - [`local_cluster`]: `LocalCluster`, the main job: control plane, node agent, the operator
 //!   installed by its Helm chart; CacheCluster helpers and a write load (testing ladder item 5).
+//! - [`chart`]: the Helm chart without a cluster (lint, template, the values table) and the
+//!   tools its checks run; [`registry`]: a local OCI registry for `helm push`/`install oci://`;
+//!   [`argocd`]: Argo CD's health check run on Lua 5.1; [`promql`]: metric names of PromQL
+//!   expressions and expositions; [`pod_security`]: the Pod Security Standards' `restricted`
+//!   rules.
 //!
 //! The mesh tests need root (network namespaces); without it they print why and pass as skipped.
 
 pub mod agent;
+pub mod argocd;
+pub mod chart;
 pub mod cluster;
 pub mod control_plane;
 pub mod keyspace;
 pub mod local_cluster;
 pub mod model;
 pub mod netns;
+pub mod operator_process;
+pub mod pod_security;
+pub mod promql;
+pub mod registry;
 pub mod resp;
 
 pub use cluster::{ClusterError, ClusterOptions, MeshCluster};

@@ -11,9 +11,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use keymesh_e2e::operator_process::OperatorProcess;
 use keymesh_e2e::{eventually, ControlPlane};
 
 const OPERATOR_NS: &str = "keymesh-system";
@@ -21,53 +21,6 @@ const NS: &str = "cache";
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-fn operator_binary() -> PathBuf {
-    if let Ok(path) = std::env::var("KEYMESH_OPERATOR") {
-        return PathBuf::from(path);
-    }
-    let target = std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or(repo_root().join("target"));
-    target.join("release/keymesh-operator")
-}
-
-/// The operator process; killed on drop, its log printed if the test failed.
-struct Operator {
-    child: Child,
-    log: PathBuf,
-}
-
-impl Operator {
-    fn start(cp: &ControlPlane, kubeconfig: &Path) -> Operator {
-        let log = cp.dir().join("operator.log");
-        let file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(operator_binary())
-            .args(["--leader-election-namespace", OPERATOR_NS, "--identity", "operator-under-test", "--metrics-addr", "127.0.0.1:0"])
-            .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info,keymesh_operator=debug")
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .unwrap_or_else(|e| panic!("failed to start {}: {e} (build it with cargo build --release -p keymesh-operator)", operator_binary().display()));
-        Operator { child, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Operator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if std::thread::panicking() {
-            let log = self.log();
-            let tail: Vec<&str> = log.lines().rev().take(60).collect();
-            eprintln!("--- operator log (last 60 lines) ---\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
-        }
-    }
 }
 
 /// The children of CacheCluster `name`, by kind, as JSON objects.
@@ -155,7 +108,12 @@ fn the_chart_installs_and_the_operator_reconciles_a_cachecluster_under_rbac() {
     let service_account =
         deployment["items"][0]["spec"]["template"]["spec"]["serviceAccountName"].as_str().expect("the chart's Deployment names its ServiceAccount").to_string();
     let kubeconfig = cp.service_account_kubeconfig(OPERATOR_NS, &service_account).unwrap();
-    let operator = Operator::start(&cp, &kubeconfig);
+    let operator = OperatorProcess::start(
+        &cp,
+        &kubeconfig,
+        &["--leader-election-namespace", OPERATOR_NS, "--identity", "operator-under-test", "--metrics-addr", "127.0.0.1:0"],
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
 
     // Create.
     cp.apply(CLUSTER).expect("kubectl apply the CacheCluster");

@@ -24,6 +24,7 @@ pub struct Metrics {
     expired: IntCounter,
     evicted: IntCounter,
     memory_used: IntGauge,
+    maxmemory: IntGauge,
     memory_rss: IntGauge,
     connections: IntCounter,
     rejected_connections: IntCounter,
@@ -76,6 +77,7 @@ impl Metrics {
             expired: counter(&registry, "keymesh_expired_keys_total", "Keys deleted because their TTL passed."),
             evicted: counter(&registry, "keymesh_evicted_keys_total", "Keys evicted by the maxmemory policy."),
             memory_used: gauge(&registry, "keymesh_memory_used_bytes", "Bytes allocated by the engine."),
+            maxmemory: gauge(&registry, "keymesh_maxmemory_bytes", "The maxmemory setting in bytes (0: no limit)."),
             memory_rss: gauge(&registry, "keymesh_memory_rss_bytes", "Resident set size of the process."),
             connections: counter(&registry, "keymesh_connections_received_total", "Client connections accepted."),
             rejected_connections: counter(&registry, "keymesh_rejected_connections_total", "Connections refused by maxclients."),
@@ -110,6 +112,7 @@ impl Metrics {
         sync_counter(&self.expired, store.stats.expired_keys.load(Ordering::Relaxed));
         sync_counter(&self.evicted, store.stats.evicted_keys.load(Ordering::Relaxed));
         self.memory_used.set(crate::memory::refresh() as i64);
+        self.maxmemory.set(server.hot.maxmemory.load(Ordering::Relaxed) as i64);
         self.memory_rss.set(crate::memory::rss_bytes() as i64);
         server.mesh.refresh_metrics();
         let kernel = server.kernel.get();

@@ -321,4 +321,9 @@ fn http_endpoints_serve_metrics_health_and_readiness() {
     assert!(body.lines().any(|l| l.starts_with("keymesh_connected_clients ") && !l.ends_with(" 0")), "{body}");
     assert_eq!(server.http_get("/healthz").0, 200);
     assert_eq!(server.http_get("/readyz").0, 200);
+    // maxmemory is exported, so alerts can compare memory use with it.
+    assert!(body.contains("keymesh_maxmemory_bytes 0"), "{body}");
+    c.cmd(&["CONFIG", "SET", "maxmemory", "10mb"]);
+    let (_, body) = server.http_get("/metrics");
+    assert!(body.contains("keymesh_maxmemory_bytes 10485760"), "{body}");
 }

@@ -5,11 +5,12 @@
 //!    pods need before they can start;
 //! 4. the node-tuning DaemonSet: nodes are tuned before the pods come;
 //! 5. headless Service: the pods' DNS names, before the pods exist;
-//! 6. client Service; 7. StatefulSet (its `replicas` is the scale plan's answer, its template
+//! 6. client Service; 7. NetworkPolicy, so no pod is ever reachable without it;
+//! 8. StatefulSet (its `replicas` is the scale plan's answer, its template
 //!    and partition the upgrade's; held back while a new cluster's nodes are being tuned);
-//! 8. PodDisruptionBudget; 9. ServiceMonitor.
+//! 9. PodDisruptionBudget; 10. ServiceMonitor.
 //!
-//! An optional child that is switched off (PDB, ServiceMonitor, node tuning) is deleted if it
+//! An optional child that is switched off (NetworkPolicy, PDB, ServiceMonitor, node tuning) is deleted if it
 //! exists. The
 //! settings ConfigMaps of earlier revisions are deleted once no upgrade is in flight or on
 //! record (`collect_old_config_maps`): until then a pod may restart, or be rolled back, onto
@@ -27,7 +28,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
 
-use crate::build::{common_labels, service_monitor_resource, Capabilities, Children, FIELD_MANAGER};
+use crate::build::{common_labels, network_policy_resource, service_monitor_resource, Capabilities, Children, FIELD_MANAGER};
 use crate::names::ClusterNames;
 
 #[derive(Debug, thiserror::Error)]
@@ -68,7 +69,8 @@ pub async fn apply_children(
     capabilities: Capabilities,
     node_tuning_exists: bool,
 ) -> Result<(), ApplyError> {
-    let Children { secret, config_map, peers_config_map, headless_service, client_service, statefulset, pdb, service_monitor, node_tuning } = children;
+    let Children { secret, config_map, peers_config_map, headless_service, client_service, statefulset, pdb, service_monitor, node_tuning, network_policy } =
+        children;
     let ns = names.namespace.as_str();
     if let Some(secret) = secret {
         apply(&Api::namespaced(client.clone(), ns), &secret).await?;
@@ -84,6 +86,7 @@ pub async fn apply_children(
     }
     apply(&Api::namespaced(client.clone(), ns), &headless_service).await?;
     apply(&Api::namespaced(client.clone(), ns), &client_service).await?;
+    apply_or_delete(client, ns, &network_policy_resource(), network_policy, &names.statefulset()).await?;
     if let Some(statefulset) = statefulset {
         apply(&Api::namespaced(client.clone(), ns), &statefulset).await?;
     }

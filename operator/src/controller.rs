@@ -19,6 +19,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::NamespaceResourceScope;
 use kube::api::DynamicObject;
@@ -68,6 +69,9 @@ pub struct Context {
     pub cluster_domain: String,
     /// The image node-tuning DaemonSets run (the operator's own).
     pub tuner_image: String,
+    /// The operator's own namespace, which the engines' NetworkPolicies admit; see
+    /// [`Context::with_operator_namespace`].
+    pub operator_namespace: Option<String>,
     /// Consecutive failed reconciles per object, for the backoff.
     failures: Mutex<HashMap<String, u32>>,
 }
@@ -81,8 +85,15 @@ impl Context {
             metrics,
             cluster_domain: cluster_domain.to_string(),
             tuner_image: tuner_image.to_string(),
+            operator_namespace: None,
             failures: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Sets the namespace the operator's pods run in (the engines' NetworkPolicies admit them).
+    pub fn with_operator_namespace(mut self, namespace: Option<String>) -> Context {
+        self.operator_namespace = namespace;
+        self
     }
 
     fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
@@ -244,6 +255,7 @@ async fn reconcile_cluster(cluster: &CacheCluster, ctx: &Context) -> Result<Acti
         template: &template,
         partition: upgrade.partition,
         tuner_image: &ctx.tuner_image,
+        operator_namespace: ctx.operator_namespace.as_deref(),
     })?;
     if node_tuning::holds_creation(spec.node_tuning.is_some(), &plan.step, &tuners) {
         children.statefulset = None;
@@ -320,6 +332,7 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<&str>, capabilities: Capab
     }
     let client = &ctx.client;
     let (reader, writer) = reflector::store();
+    ctx.metrics.clusters.watch(reader.clone());
     let clusters = watcher(api::<CacheCluster>(client, namespace), watcher::Config::default())
         .default_backoff()
         .reflect(writer)
@@ -337,7 +350,8 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<&str>, capabilities: Capab
         .owns(api::<ConfigMap>(client, namespace), owned())
         .owns(api::<Secret>(client, namespace), owned())
         .owns(api::<DaemonSet>(client, namespace), owned())
-        .watches(api::<Pod>(client, namespace), owned(), pod_owner);
+        .watches(api::<Pod>(client, namespace), owned(), pod_owner)
+        .owns(api::<NetworkPolicy>(client, namespace), owned());
     if let Some(version) = capabilities.pdb {
         let resource = version.api_resource();
         let pdbs: Api<DynamicObject> = match namespace {

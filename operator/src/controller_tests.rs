@@ -100,6 +100,7 @@ impl ApiServerVerifier {
         self.handle_apply(&format!("{CONFIG_MAPS}/demo-peers")).await;
         self.handle_apply("/api/v1/namespaces/cache/services/demo-headless").await;
         self.handle_apply("/api/v1/namespaces/cache/services/demo").await;
+        self.handle_apply("/apis/networking.k8s.io/v1/namespaces/cache/networkpolicies/demo").await;
         self.handle_apply("/apis/apps/v1/namespaces/cache/statefulsets/demo").await;
         self.handle_apply(PDB_V1BETA1).await;
     }

@@ -5,6 +5,7 @@ pub mod api;
 pub mod apply;
 pub mod auth;
 pub mod build;
+pub mod cluster_metrics;
 pub mod controller;
 pub mod crd;
 pub mod discovery;

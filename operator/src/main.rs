@@ -48,6 +48,10 @@ struct Args {
     /// The image the node-tuning DaemonSets run (this operator's own image).
     #[arg(long, env = "KEYMESH_TUNER_IMAGE", default_value = concat!("keymesh/keymesh-operator:", env!("CARGO_PKG_VERSION")))]
     tuner_image: String,
+    /// The namespace the operator's pods run in; the engines' NetworkPolicies admit the
+    /// operator's pods from it (unknown: from any namespace).
+    #[arg(long, env = "POD_NAMESPACE")]
+    operator_namespace: Option<String>,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -203,7 +207,9 @@ async fn run(args: Args) -> Result<(), MainError> {
     info!(?capabilities, namespace = args.namespace.as_deref().unwrap_or("<all>"), "starting the CacheCluster controller");
     let recorder = Recorder::new(client.clone(), Reporter { controller: "keymesh-operator".to_string(), instance: Some(identity) });
     let mesh = Arc::new(GatedMeshClient { inner: GrpcMeshClient::default(), gate: gate.clone() });
-    let ctx = Arc::new(Context::new(client, mesh, recorder, metrics.clone(), &args.cluster_domain, &args.tuner_image));
+    let ctx = Arc::new(
+        Context::new(client, mesh, recorder, metrics.clone(), &args.cluster_domain, &args.tuner_image).with_operator_namespace(args.operator_namespace.clone()),
+    );
     let controller = controller::run(ctx, args.namespace.as_deref(), capabilities, stopped(stop_rx.clone()));
     let outcome = tokio::select! {
         _ = controller => Ok(()),

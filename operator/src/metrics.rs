@@ -1,9 +1,16 @@
 //! The operator's Prometheus metrics, in one struct that registers itself: reconciles, errors
-//! by kind, and reconcile duration, timed by a drop guard so every exit path is measured.
+//! by kind (every kind exported at 0 from the start, so alerts and dashboards see the series
+//! before the first error), reconcile duration, timed by a drop guard so every exit path is
+//! measured, and the per-CacheCluster gauges of `cluster_metrics`.
 
 use std::time::Instant;
 
 use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
+
+use crate::cluster_metrics::ClusterGauges;
+
+/// The `kind` label values of `keymesh_operator_reconcile_errors_total` (`controller::Error::kind`).
+pub const ERROR_KINDS: [&str; 8] = ["invalid_spec", "discovery", "auth", "observe", "build", "apply", "status", "history"];
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -19,6 +26,8 @@ pub struct Metrics {
     pub refused_calls: IntCounter,
     /// Unix time of this replica's last mutating call.
     pub last_mutating_call: prometheus::Gauge,
+    /// Per-CacheCluster conditions, phase and replicas, from the controller's cache.
+    pub clusters: ClusterGauges,
 }
 
 impl Metrics {
@@ -45,7 +54,12 @@ impl Metrics {
         registry.register(Box::new(mutating_calls.clone()))?;
         registry.register(Box::new(refused_calls.clone()))?;
         registry.register(Box::new(last_mutating_call.clone()))?;
-        Ok(Metrics { registry, reconciles, errors, duration, leader, mutating_calls, refused_calls, last_mutating_call })
+        for kind in ERROR_KINDS {
+            errors.with_label_values(&[kind]);
+        }
+        let clusters = ClusterGauges::new()?;
+        registry.register(Box::new(clusters.clone()))?;
+        Ok(Metrics { registry, reconciles, errors, duration, leader, mutating_calls, refused_calls, last_mutating_call, clusters })
     }
 
     /// Counts a reconcile and times it until the guard drops.
@@ -91,5 +105,6 @@ mod tests {
         assert!(text.contains("keymesh_operator_reconciles_total 1"), "{text}");
         assert!(text.contains("keymesh_operator_reconcile_duration_seconds_count 1"), "{text}");
         assert!(text.contains("keymesh_operator_reconcile_errors_total{kind=\"apply\"} 1"), "{text}");
+        assert!(text.contains("keymesh_operator_reconcile_errors_total{kind=\"observe\"} 0"), "every kind starts at 0: {text}");
     }
 }

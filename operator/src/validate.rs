@@ -85,6 +85,8 @@ pub struct ValidatedSpec {
     pub pdb_max_unavailable: Option<i32>,
     /// `None` when disabled.
     pub service_monitor: Option<ServiceMonitorSpec>,
+    /// Whether the engine pods get a NetworkPolicy.
+    pub network_policy: bool,
     pub pod: PodOverrides,
     pub upgrade: UpgradeSpec,
     /// The engine pods' `securityContext.sysctls`.
@@ -178,6 +180,7 @@ pub fn validate(cluster: &CacheCluster) -> Result<ValidatedSpec, InvalidSpec> {
         topology: spec.topology.clone(),
         pdb_max_unavailable: spec.pod_disruption_budget.enabled.then_some(spec.pod_disruption_budget.max_unavailable),
         service_monitor: spec.metrics.service_monitor.enabled.then(|| spec.metrics.service_monitor.clone()),
+        network_policy: spec.network_policy.enabled,
         pod: spec.pod.clone(),
         upgrade: spec.upgrade.clone(),
         sysctls,

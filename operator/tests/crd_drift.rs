@@ -1,15 +1,14 @@
-//! Proves the committed CRD files (`crds/` and the Helm chart's copy) are exactly what the Rust
-//! types generate, so the API server validates what the operator reads.
+//! Proves the committed CRD files (`crds/` and the Helm chart's template) are exactly what the
+//! Rust types generate, so the API server validates what the operator reads.
 
 use std::path::Path;
 
-use keymesh_operator::crd::{crd_yaml, CRD_PATHS};
+use keymesh_operator::crd::{crd_yaml, generated_files};
 
 #[test]
 fn committed_crds_match_the_rust_types() {
-    let generated = crd_yaml().expect("the CRD serializes");
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    for path in CRD_PATHS {
+    for (path, generated) in generated_files().expect("the CRD serializes") {
         let committed = std::fs::read_to_string(root.join(path)).unwrap_or_default();
         assert!(
             committed == generated,

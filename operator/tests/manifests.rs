@@ -12,8 +12,7 @@ use keymesh_operator::api::CacheCluster;
 use keymesh_operator::validate::validate;
 
 /// The release name, namespace and flags the plain manifest is rendered with.
-const HELM_ARGS: [&str; 7] =
-    ["template", "keymesh-operator", "charts/keymesh-operator", "--namespace", "keymesh-system", "--include-crds", "--set=namespace.create=true"];
+const HELM_ARGS: [&str; 6] = ["template", "keymesh-operator", "charts/keymesh-operator", "--namespace", "keymesh-system", "--set=namespace.create=true"];
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -58,7 +57,7 @@ fn the_plain_manifest_is_the_rendered_chart() {
 
 #[test]
 fn the_example_cacheclusters_are_valid() {
-    for file in ["cachecluster.yaml", "cachecluster-aws-nlb.yaml"] {
+    for file in ["cachecluster.yaml", "cachecluster-aws-nlb.yaml", "eks/cachecluster.yaml"] {
         let text = std::fs::read_to_string(root().join("manifests/examples").join(file)).expect("the example exists");
         let mut cluster: CacheCluster = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{file} is not a CacheCluster: {e}"));
         cluster.metadata.namespace.get_or_insert_with(|| "default".into());

@@ -30,3 +30,67 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "keymesh-operator.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+
+{{/*
+The operator's permissions on namespaced objects: exactly the calls it makes (see
+operator/README.md, "RBAC"). Server-side apply of an object that does not exist yet needs
+`create` besides `patch`. Shared by the ClusterRole and, with watchNamespace, the Role.
+*/}}
+{{- define "keymesh-operator.namespacedRules" -}}
+# Watch CacheClusters; the operator never writes their spec or metadata.
+- apiGroups: ["keymesh.io"]
+  resources: ["cacheclusters"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["keymesh.io"]
+  resources: ["cacheclusters/status"]
+  verbs: ["get", "patch", "update"]
+# Children, applied server-side and watched (owned objects); deleted by garbage collection.
+- apiGroups: ["apps"]
+  resources: ["statefulsets"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+- apiGroups: [""]
+  resources: ["services", "secrets"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+# The settings ConfigMaps of earlier pod-template revisions are deleted after an upgrade.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# The node-tuning DaemonSet (spec.nodeTuning); deleted when tuning is turned off.
+- apiGroups: ["apps"]
+  resources: ["daemonsets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# A rollback takes the previous pod template from the StatefulSet's history.
+- apiGroups: ["apps"]
+  resources: ["controllerrevisions"]
+  verbs: ["list"]
+# Deleted when spec.podDisruptionBudget.enabled / spec.networkPolicy.enabled turns false.
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Only when the Prometheus operator's CRD exists; deleted when turned off.
+- apiGroups: ["monitoring.coreos.com"]
+  resources: ["servicemonitors"]
+  verbs: ["get", "create", "patch", "delete"]
+# Pod IPs and readiness for the mesh; which pods the client Service routes to (a pod leaves
+# it before its handoff).
+- apiGroups: [""]
+  resources: ["pods", "endpoints"]
+  verbs: ["get", "list", "watch"]
+# The pods' readiness gate (keymesh.io/serving), set before a handoff.
+- apiGroups: [""]
+  resources: ["pods/status"]
+  verbs: ["patch"]
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end -}}
+
+{{/* Node zones for the status (cluster-scoped, so never in a Role). */}}
+{{- define "keymesh-operator.nodeRules" -}}
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get", "list", "watch"]
+{{- end -}}

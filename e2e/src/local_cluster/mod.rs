@@ -93,6 +93,11 @@ pub struct Options {
     pub extra_server_tags: Vec<(String, PathBuf)>,
     /// `--set` values for `helm install`.
     pub helm_set: Vec<String>,
+    /// Install the chart from this reference (e.g. `oci://127.0.0.1:5000/charts/keymesh-operator`)
+    /// instead of the checkout's `charts/keymesh-operator`.
+    pub chart_ref: Option<String>,
+    /// More `helm install` flags (e.g. `--version 0.1.0`, `--plain-http`).
+    pub helm_args: Vec<String>,
     /// When it turns true, every wait returns [`LocalClusterError::Cancelled`].
     pub cancel: Option<Arc<AtomicBool>>,
 }
@@ -110,6 +115,8 @@ impl Options {
             repo,
             extra_server_tags: Vec::new(),
             helm_set: Vec::new(),
+            chart_ref: None,
+            helm_args: Vec::new(),
             cancel: None,
         }
     }
@@ -223,19 +230,26 @@ impl LocalCluster {
     }
 
     fn install_operator(&self) -> Result<(), LocalClusterError> {
-        let chart = self.options.chart();
-        if !chart.join("templates/deployment.yaml").is_file() {
-            return Err(LocalClusterError::Missing {
-                what: "the Helm chart's templates".into(),
-                path: chart.join("templates"),
-                hint: "charts/keymesh-operator is incomplete".into(),
-            });
-        }
+        let chart = match &self.options.chart_ref {
+            Some(reference) => reference.clone(),
+            None => {
+                let chart = self.options.chart();
+                if !chart.join("templates/deployment.yaml").is_file() {
+                    return Err(LocalClusterError::Missing {
+                        what: "the Helm chart's templates".into(),
+                        path: chart.join("templates"),
+                        hint: "charts/keymesh-operator is incomplete".into(),
+                    });
+                }
+                chart.to_string_lossy().into_owned()
+            }
+        };
         let mut args: Vec<String> =
-            ["install", RELEASE, &chart.to_string_lossy(), "--namespace", OPERATOR_NAMESPACE, "--create-namespace"].iter().map(|s| s.to_string()).collect();
+            ["install", RELEASE, &chart, "--namespace", OPERATOR_NAMESPACE, "--create-namespace"].iter().map(|s| s.to_string()).collect();
         for value in &self.options.helm_set {
             args.extend(["--set".to_owned(), value.clone()]);
         }
+        args.extend(self.options.helm_args.iter().cloned());
         self.cp.helm(&args)?;
         let selector = format!("app.kubernetes.io/instance={RELEASE}");
         self.wait_for("the operator's pods to be Ready", OPERATOR_READY, || {

@@ -17,8 +17,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use spec::{
-    AuthSpec, EngineSpec, EvictionPolicy, ImagePullPolicy, MetricsSpec, NodeTuningSpec, PersistenceSpec, PodDisruptionBudgetSpec, PodOverrides, SecretRef,
-    ServiceMonitorSpec, ServiceSpec, ServiceType, SpreadMode, ThpMode, TlsSpec, TopologySpec, UpgradeSpec,
+    AuthSpec, EngineSpec, EvictionPolicy, ImagePullPolicy, MetricsSpec, NetworkPolicySpec, NodeTuningSpec, PersistenceSpec, PodDisruptionBudgetSpec,
+    PodOverrides, SecretRef, ServiceMonitorSpec, ServiceSpec, ServiceType, SpreadMode, ThpMode, TlsSpec, TopologySpec, UpgradeSpec,
 };
 pub use status::{condition_types, CacheClusterStatus, MemberStatus, Phase, UpgradeState, UpgradeStatus};
 
@@ -86,6 +86,8 @@ pub struct CacheClusterSpec {
     #[serde(default)]
     pub pod_disruption_budget: PodDisruptionBudgetSpec,
     #[serde(default)]
+    pub network_policy: NetworkPolicySpec,
+    #[serde(default)]
     pub node_tuning: NodeTuningSpec,
     /// Per-pod sysctls of the engine pods (`securityContext.sysctls`), e.g.
     /// `net.core.somaxconn: "8192"`. Only sysctls Kubernetes treats as per pod (`net.*`, and
@@ -136,6 +138,7 @@ mod tests {
         assert_eq!(spec.service.type_, ServiceType::ClusterIP, "{spec:#?}");
         assert!(spec.pod_disruption_budget.enabled, "{spec:#?}");
         assert_eq!(spec.pod_disruption_budget.max_unavailable, 1, "{spec:#?}");
+        assert!(spec.network_policy.enabled && spec.service.allowed_clients.is_empty(), "{spec:#?}");
         assert!(!spec.node_tuning.enabled && !spec.tls.enabled && !spec.persistence.enabled, "{spec:#?}");
         assert_eq!(spec.auth.secret_ref, None, "{spec:#?}");
         assert_eq!(spec.resolved_image(), format!("keymesh/keymesh-server:{DEFAULT_VERSION}"));

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Affinity, Toleration};
+use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -145,11 +146,15 @@ pub struct ServiceSpec {
     #[serde(default = "default_service_port")]
     #[schemars(range(min = 1, max = 65535))]
     pub port: i32,
+    /// Who may reach the client port, as NetworkPolicy peers (pod or namespace selectors, IP
+    /// blocks), when `networkPolicy.enabled`. Empty: any source (a load balancer's clients).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_clients: Vec<NetworkPolicyPeer>,
 }
 
 impl Default for ServiceSpec {
     fn default() -> Self {
-        ServiceSpec { type_: ServiceType::default(), annotations: BTreeMap::new(), port: default_service_port() }
+        ServiceSpec { type_: ServiceType::default(), annotations: BTreeMap::new(), port: default_service_port(), allowed_clients: Vec::new() }
     }
 }
 
@@ -382,4 +387,20 @@ pub struct PodOverrides {
     pub labels: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+}
+
+/// The NetworkPolicy `<name>` on the engine pods: the client port from `service.allowedClients`,
+/// the mesh and admin port only from the cluster's own pods and the operator, metrics from
+/// anywhere.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPolicySpec {
+    #[serde(default = "enabled")]
+    pub enabled: bool,
+}
+
+impl Default for NetworkPolicySpec {
+    fn default() -> Self {
+        NetworkPolicySpec { enabled: true }
+    }
 }

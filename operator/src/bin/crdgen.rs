@@ -1,11 +1,12 @@
-//! Writes the `CacheCluster` CRD to `crds/cachecluster.yaml` and the Helm chart's copy, or with
-//! `--check` fails when either differs from what the Rust types generate. Paths are relative to
-//! the repository root (run it from there, or pass `--root <dir>`).
+//! Writes the `CacheCluster` CRD to `crds/cachecluster.yaml` and the Helm chart's CRD template,
+//! or with `--check` fails when either differs from what the Rust types generate. Paths are
+//! relative to the repository root (run it from there, or pass `--root <dir>`). `--stdout`
+//! prints the plain CRD.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use keymesh_operator::crd::{crd_yaml, CRD_PATHS};
+use keymesh_operator::crd::{crd_yaml, generated_files};
 
 fn main() -> ExitCode {
     let mut check = false;
@@ -30,19 +31,19 @@ fn main() -> ExitCode {
             other => return fail(&format!("unknown argument '{other}' (usage: crdgen [--check] [--root DIR] [--stdout])")),
         }
     }
-    let yaml = match crd_yaml() {
-        Ok(yaml) => yaml,
+    let files = match generated_files() {
+        Ok(files) => files,
         Err(e) => return fail(&e.to_string()),
     };
-    for path in CRD_PATHS {
+    for (path, text) in files {
         let path = root.join(path);
         if check {
-            if std::fs::read_to_string(&path).ok().as_deref() != Some(yaml.as_str()) {
+            if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
                 return fail(&format!("{} differs from the generated CRD; run `cargo run -p keymesh-operator --bin crdgen`", path.display()));
             }
             continue;
         }
-        let written = path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::write(&path, &yaml));
+        let written = path.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::write(&path, &text));
         if let Err(e) = written {
             return fail(&format!("failed to write {}: {e}", path.display()));
         }

@@ -17,6 +17,7 @@ pub struct Fixture {
     pub capabilities: Capabilities,
     pub template: PodTemplate,
     pub partition: u32,
+    pub operator_namespace: Option<String>,
 }
 
 impl Fixture {
@@ -37,6 +38,7 @@ impl Fixture {
             config_peers: (0..replicas.unsigned_abs()).collect(),
             password,
             capabilities: Capabilities { pdb: Some(PdbVersion::V1), service_monitor: true },
+            operator_namespace: None,
         }
     }
 
@@ -52,6 +54,7 @@ impl Fixture {
             template: &self.template,
             partition: self.partition,
             tuner_image: "keymesh/keymesh-operator:test",
+            operator_namespace: self.operator_namespace.as_deref(),
         }
     }
 

@@ -6,9 +6,11 @@
 //! Kubernetes 1.20 API server does not know (its server-side apply rejects unknown fields).
 
 mod configmap;
+mod networkpolicy;
 mod node_tuning;
 mod pdb;
 mod secret;
+mod security;
 mod servicemonitor;
 mod services;
 mod statefulset;
@@ -26,9 +28,11 @@ use crate::names::ClusterNames;
 use crate::validate::ValidatedSpec;
 
 pub use configmap::{build_config_map, build_peers_config_map, config_hash, engine_settings, EngineSettings, LIVE_DIRECTIVES};
+pub use networkpolicy::{build_network_policy, network_policy_resource, NAMESPACE_NAME_LABEL, OPERATOR_POD_LABEL};
 pub use node_tuning::{build_node_tuning, tuner_selector, TUNER_PORT};
 pub use pdb::{build_pdb, PdbVersion};
 pub use secret::build_secret;
+pub use security::{engine_container_security_context, engine_pod_security_context, ENGINE_UID};
 pub use servicemonitor::{build_service_monitor, service_monitor_resource};
 pub use services::{build_client_service, build_headless_service};
 pub use statefulset::{build_statefulset, pod_template, PodTemplate, CONTAINER_NAME};
@@ -79,6 +83,8 @@ pub struct BuildInput<'a> {
     pub partition: u32,
     /// The image the node-tuning DaemonSet runs (the operator's own).
     pub tuner_image: &'a str,
+    /// The operator's own namespace, so the NetworkPolicy admits it; `None` when unknown.
+    pub operator_namespace: Option<&'a str>,
 }
 
 /// Every child of a cluster. Consumers destructure it without `..`, so adding a child here
@@ -101,6 +107,8 @@ pub struct Children {
     pub service_monitor: Option<DynamicObject>,
     /// `None` when node tuning is off.
     pub node_tuning: Option<DaemonSet>,
+    /// `None` when `spec.networkPolicy.enabled` is false.
+    pub network_policy: Option<DynamicObject>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -124,6 +132,7 @@ pub fn build_children(input: &BuildInput) -> Result<Children, BuildError> {
         pdb: build_pdb(input)?,
         service_monitor: build_service_monitor(input)?,
         node_tuning: build_node_tuning(input)?,
+        network_policy: build_network_policy(input)?,
     })
 }
 

@@ -1,6 +1,7 @@
 //! A Prometheus-operator `ServiceMonitor` scraping every engine's `/metrics` through the
 //! headless Service (so not-ready pods are scraped too). Built only when enabled and when the
-//! `monitoring.coreos.com/v1` CRD exists.
+//! `monitoring.coreos.com/v1` CRD exists. Every series gets a `cachecluster` label (the pods'
+//! `app.kubernetes.io/instance`), which the chart's alerts and dashboard group by.
 
 use std::collections::BTreeMap;
 
@@ -9,6 +10,9 @@ use serde_json::json;
 
 use super::services::METRICS_PORT_NAME;
 use super::{child_metadata, selector_labels, BuildError, BuildInput, SERVICE_LABEL};
+
+/// The label naming a series' CacheCluster.
+pub const CLUSTER_LABEL: &str = "cachecluster";
 
 pub fn service_monitor_resource() -> ApiResource {
     ApiResource {
@@ -29,7 +33,14 @@ pub fn build_service_monitor(input: &BuildInput) -> Result<Option<DynamicObject>
     metadata.labels.get_or_insert_default().extend(monitor.labels.clone());
     let mut selector: BTreeMap<String, String> = selector_labels(input.names);
     selector.insert(SERVICE_LABEL.to_string(), "headless".to_string());
-    let mut endpoint = json!({ "port": METRICS_PORT_NAME, "path": "/metrics" });
+    let mut endpoint = json!({
+        "port": METRICS_PORT_NAME,
+        "path": "/metrics",
+        "relabelings": [{
+            "sourceLabels": ["__meta_kubernetes_pod_label_app_kubernetes_io_instance"],
+            "targetLabel": CLUSTER_LABEL,
+        }],
+    });
     if let Some(interval) = &monitor.interval {
         endpoint["interval"] = json!(interval);
     }
@@ -53,6 +64,7 @@ mod tests {
         assert_eq!(spec["selector"]["matchLabels"]["keymesh.io/service"], "headless", "{}", yaml(&monitor));
         assert_eq!(spec["endpoints"][0]["port"], "metrics", "{}", yaml(&monitor));
         assert_eq!(spec["endpoints"][0]["interval"], "15s", "{}", yaml(&monitor));
+        assert_eq!(spec["endpoints"][0]["relabelings"][0]["targetLabel"], "cachecluster", "{}", yaml(&monitor));
         assert!(monitor.metadata.owner_references.is_some(), "{}", yaml(&monitor));
     }
 

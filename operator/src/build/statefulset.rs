@@ -11,13 +11,14 @@
 
 use k8s_openapi::api::apps::v1::{RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, PodReadinessGate, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, SecretKeySelector, Sysctl, TopologySpreadConstraint, Volume, VolumeMount,
+    ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, PodReadinessGate, PodSpec, PodTemplateSpec,
+    Probe, SecretKeySelector, TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::configmap::{config_hash, EngineSettings, CONFIG_DIR, CONFIG_FILE, PEERS_DIR};
+use super::security::{engine_container_security_context, engine_pod_security_context};
 use super::services::{CLIENT_PORT_NAME, MESH_PORT_NAME, METRICS_PORT_NAME};
 use super::{child_metadata, common_labels, selector_labels, BuildError, BuildInput, TEMPLATE_HASH_ANNOTATION};
 use crate::api::SpreadMode;
@@ -99,11 +100,9 @@ pub fn pod_template(spec: &ValidatedSpec, names: &ClusterNames, settings: &Engin
             tolerations: (!pod.tolerations.is_empty()).then(|| pod.tolerations.clone()),
             affinity: pod.affinity.clone(),
             priority_class_name: pod.priority_class_name.clone(),
-            // Per-pod (network-namespaced) kernel settings, e.g. the listen backlog.
-            security_context: (!spec.sysctls.is_empty()).then(|| PodSecurityContext {
-                sysctls: Some(spec.sysctls.iter().map(|(name, value)| Sysctl { name: name.clone(), value: value.clone() }).collect()),
-                ..PodSecurityContext::default()
-            }),
+            // Restricted-profile settings, plus per-pod (network-namespaced) kernel settings such
+            // as the listen backlog.
+            security_context: Some(engine_pod_security_context(&spec.sysctls)),
             ..PodSpec::default()
         }),
     };
@@ -146,6 +145,7 @@ fn engine_container(spec: &ValidatedSpec) -> Container {
         // Generous: a full sync of a large keyspace must not look like a hang.
         liveness_probe: Some(http_probe("/healthz", 10, 5, 6, Some(10))),
         resources: spec.resources.clone(),
+        security_context: Some(engine_container_security_context()),
         volume_mounts: Some(vec![
             VolumeMount { name: "config".to_string(), mount_path: CONFIG_DIR.to_string(), read_only: Some(true), ..VolumeMount::default() },
             VolumeMount { name: "peers".to_string(), mount_path: PEERS_DIR.to_string(), read_only: Some(true), ..VolumeMount::default() },

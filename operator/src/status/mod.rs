@@ -4,6 +4,8 @@
 
 mod compute;
 pub mod conditions;
+#[cfg(test)]
+mod health_testdata;
 
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
