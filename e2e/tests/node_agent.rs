@@ -219,8 +219,12 @@ spec:
     cp.apply(pod).unwrap();
     ready_pod_ip(&cp, "tuner");
     let file = agent.node_root("km-node-b").unwrap().join("sys/kernel/mm/transparent_hugepage/enabled");
-    let written = eventually("file in the node root", WAIT, || std::fs::read_to_string(&file).map_err(|e| e.to_string()));
-    assert_eq!(written, "never\n");
+    // The node root is seeded with a kernel-like `always [madvise] never`, and the pod is Ready
+    // as soon as its shell runs, possibly before the `echo`: wait for the pod's write.
+    eventually("the pod's write in the node root", WAIT, || match std::fs::read_to_string(&file) {
+        Ok(written) if written == "never\n" => Ok(()),
+        other => Err(format!("{other:?}")),
+    });
     assert!(!std::path::Path::new("/var/lib/km-host").exists(), "the mount path leaked onto this machine");
 }
 
