@@ -99,6 +99,20 @@ const DIRECTIVES: &[Directive] = &[
     // node's files without touching this machine's.
     Directive { name: "kernel-sys-dir", default: "/sys", kind: Kind::Str, live: false },
     Directive { name: "kernel-proc-sys-dir", default: "/proc/sys", kind: Kind::Str, live: false },
+    // TLS (`crate::tls`), with Redis's names. tls-port 0: no TLS client port. The files are
+    // re-read when they change (every tls-reload-seconds) and at once on CONFIG SET.
+    Directive { name: "tls-port", default: "0", kind: Kind::Int(0, 65535), live: false },
+    Directive { name: "tls-cert-file", default: "", kind: Kind::Str, live: true },
+    Directive { name: "tls-key-file", default: "", kind: Kind::Str, live: true },
+    Directive { name: "tls-key-file-pass", default: "", kind: Kind::Str, live: true },
+    Directive { name: "tls-ca-cert-file", default: "", kind: Kind::Str, live: true },
+    Directive { name: "tls-ca-cert-dir", default: "", kind: Kind::Str, live: true },
+    Directive { name: "tls-auth-clients", default: "yes", kind: Kind::Enum(&["yes", "no", "optional"]), live: true },
+    Directive { name: "tls-replication", default: "no", kind: Kind::Bool, live: true },
+    Directive { name: "tls-protocols", default: "TLSv1.2 TLSv1.3", kind: Kind::Str, live: true },
+    Directive { name: "tls-ciphersuites", default: "", kind: Kind::Str, live: true },
+    Directive { name: "tls-session-caching", default: "yes", kind: Kind::Bool, live: true },
+    Directive { name: "tls-reload-seconds", default: "5", kind: Kind::Int(1, 86_400), live: true },
     // Test hook: shifts this node's wall clock, to prove convergence under clock skew.
     Directive { name: "clock-offset-ms", default: "0", kind: Kind::Int(-86_400_000, 86_400_000), live: false },
 ];
@@ -117,9 +131,19 @@ pub const METRICS_PORT_OFFSET: u16 = 2742;
 /// is bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ports {
+    /// The plain-text client port; with `port 0` and a `tls-port`, none (`plain_disabled`).
     pub client: u16,
+    /// `tls-port` (`None`: no TLS client port).
+    pub tls: Option<u16>,
     pub mesh: Option<u16>,
     pub metrics: MetricsPort,
+}
+
+impl Ports {
+    /// `port 0` with a `tls-port`: clients connect over TLS only.
+    pub fn plain_disabled(&self) -> bool {
+        self.client == 0 && self.tls.is_some()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,13 +232,21 @@ impl Config {
     /// derived port would be out of range.
     pub fn ports(&self) -> Result<Ports, ConfigError> {
         let client = self.int("port") as u16;
+        let tls = Some(self.int("tls-port") as u16).filter(|&p| p != 0);
+        // As in Redis, `port 0` with a tls-port turns the plain port off; the other ports then
+        // derive from the TLS port (and `REPLICAOF host port` names the peer's TLS port).
+        // Without a tls-port, `port 0` is an ephemeral port (tests).
+        let (base, base_name) = match (client, tls) {
+            (0, Some(tls)) => (tls, "tls-port"),
+            _ => (client, "port"),
+        };
         let derive = |name: &str, offset: u16| -> Result<Option<u16>, ConfigError> {
-            match client {
+            match base {
                 // An ephemeral client port: derived once it is bound.
                 0 => Ok(None),
-                _ => client.checked_add(offset).map(Some).ok_or_else(|| {
-                    let derived = u32::from(client) + u32::from(offset);
-                    invalid(name, format!("{name} defaults to port + {offset}, and {client} + {offset} = {derived} is above 65535; set {name} explicitly"))
+                _ => base.checked_add(offset).map(Some).ok_or_else(|| {
+                    let derived = u32::from(base) + u32::from(offset);
+                    invalid(name, format!("{name} defaults to {base_name} + {offset}, and {base} + {offset} = {derived} is above 65535; set {name} explicitly"))
                 }),
             }
         };
@@ -227,7 +259,7 @@ impl Config {
             "0" => MetricsPort::Off,
             _ => MetricsPort::At(self.int("metrics-port") as u16),
         };
-        Ok(Ports { client, mesh, metrics })
+        Ok(Ports { client, tls, mesh, metrics })
     }
 
     fn load_file(&mut self, path: &Path, depth: usize) -> Result<(), ConfigError> {

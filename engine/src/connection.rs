@@ -12,8 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tracing::debug;
@@ -27,15 +26,30 @@ use crate::server::Server;
 const FLUSH_THRESHOLD: usize = 64 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 
+/// Serves a plain-text client.
 pub async fn serve(server: Arc<Server>, socket: TcpStream, addr: SocketAddr) {
     let laddr = socket.local_addr().unwrap_or(addr);
+    tune_socket(&server, &socket);
+    let (reader, writer) = socket.into_split();
+    serve_split(server, reader, writer, addr, laddr).await
+}
+
+/// No Nagle delay (replies are flushed whole), and `tcp-keepalive`.
+pub fn tune_socket(server: &Server, socket: &TcpStream) {
     let _ = socket.set_nodelay(true);
     let keepalive = server.config.read().int("tcp-keepalive");
     if keepalive > 0 {
         let ka = socket2::TcpKeepalive::new().with_time(Duration::from_secs(keepalive as u64));
-        let _ = socket2::SockRef::from(&socket).set_tcp_keepalive(&ka);
+        let _ = socket2::SockRef::from(socket).set_tcp_keepalive(&ka);
     }
-    let (mut reader, mut writer) = socket.into_split();
+}
+
+/// Serves a client over any stream (plain TCP halves, or a TLS stream split in two).
+pub async fn serve_split<R, W>(server: Arc<Server>, mut reader: R, mut writer: W, addr: SocketAddr, laddr: SocketAddr)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     if let Some(refusal) = refuse(&server, addr) {
         let _ = writer.write_all(refusal.as_bytes()).await;
         return;
@@ -212,7 +226,7 @@ fn drain_pushes(client: &ClientState, pushes: &mut tokio::sync::mpsc::UnboundedR
     }
 }
 
-async fn flush(server: &Server, writer: &mut OwnedWriteHalf, output: &mut BytesMut) -> std::io::Result<()> {
+async fn flush<W: AsyncWrite + Unpin>(server: &Server, writer: &mut W, output: &mut BytesMut) -> std::io::Result<()> {
     if output.is_empty() {
         return Ok(());
     }
@@ -225,11 +239,11 @@ async fn flush(server: &Server, writer: &mut OwnedWriteHalf, output: &mut BytesM
 /// Waits for a blocking command's reply: served by `blocking::wake`, timed out, or cancelled
 /// by a disconnect, kill or shutdown (`None`: close the connection). Requests the client
 /// pipelines meanwhile are buffered in `input` and run after the reply, as in Redis.
-async fn wait_blocked(
+async fn wait_blocked<R: AsyncRead + Unpin>(
     server: &Server,
     client: &ClientState,
     mut block: BlockRequest,
-    reader: &mut OwnedReadHalf,
+    reader: &mut R,
     input: &mut BytesMut,
     handoff: &mut watch::Receiver<Phase>,
 ) -> Option<Frame> {

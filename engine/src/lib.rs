@@ -24,3 +24,4 @@ pub mod parse;
 pub mod pubsub;
 pub mod repl;
 pub mod server;
+pub mod tls;

@@ -57,14 +57,14 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-        let (listeners, metrics) = match server::bind(&server).await {
+        let listeners = match server::bind(&server).await {
             Ok(l) => l,
             Err(e) => {
                 eprintln!("keymesh-server: {e}");
                 return ExitCode::FAILURE;
             }
         };
-        server::run(server, listeners, metrics).await;
+        server::run(server, listeners).await;
         ExitCode::SUCCESS
     })
 }

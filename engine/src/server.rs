@@ -78,6 +78,9 @@ pub struct Server {
     pub handoff: crate::handoff::Handoff,
     /// The kernel settings that hurt the engine (`crate::kernel`).
     pub kernel: crate::kernel::KernelState,
+    /// TLS material and settings, when a certificate is configured (`crate::tls`). Set at
+    /// start-up: turning TLS on or off takes a restart, rotating it does not.
+    pub tls: Option<crate::tls::Tls>,
     pub started: Instant,
     pub port: AtomicUsize,
     shutdown: watch::Sender<bool>,
@@ -108,6 +111,10 @@ impl Server {
         let repl_log = Arc::new(crate::repl::log::ReplLog::new(config.int("repl-backlog-size") as u64));
         let node_id = store.node_id;
         let metrics = Metrics::new();
+        let tls = match crate::tls::TlsSettings::from_config(&config).map_err(ServerError::Config)? {
+            Some(settings) => Some(crate::tls::Tls::start(settings, metrics.registry()).map_err(|e| ServerError::Config(format!("TLS: {e}")))?),
+            None => None,
+        };
         let server = Arc::new_cyclic(|weak| Server {
             mesh: Arc::new(Mesh::new(
                 weak.clone(),
@@ -130,6 +137,7 @@ impl Server {
             version: version.to_string(),
             handoff: crate::handoff::Handoff::default(),
             kernel: crate::kernel::KernelState::default(),
+            tls,
             started: Instant::now(),
             port: AtomicUsize::new(0),
             shutdown,
@@ -160,11 +168,37 @@ impl Server {
     /// `SetConfig`). The error names the directive that was refused.
     pub fn set_live_config<'a>(&self, pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<(), String> {
         let mut next = self.config.read().clone();
+        let mut tls_changed = false;
         for (name, value) in pairs {
             next.set_live(name, value).map_err(|m| format!("CONFIG SET failed (possibly related to argument '{name}') - {m}"))?;
+            tls_changed |= name.to_ascii_lowercase().starts_with("tls-");
+        }
+        if tls_changed {
+            self.apply_tls(&next).map_err(|m| format!("CONFIG SET failed (TLS) - {m}"))?;
         }
         *self.config.write() = next;
         self.apply_config();
+        Ok(())
+    }
+
+    /// Rebuilds TLS from `config`'s `tls-*` settings, or refuses them (the material in use
+    /// stays). A change of `tls-replication` re-makes the mesh links, and turning it on ends
+    /// plain-text subscriber streams.
+    fn apply_tls(&self, config: &Config) -> Result<(), String> {
+        let settings = crate::tls::TlsSettings::from_config(config)?;
+        let (tls, settings) = match (&self.tls, settings) {
+            (Some(tls), Some(settings)) => (tls, settings),
+            (None, None) => return Ok(()),
+            (None, Some(_)) => return Err("TLS was not configured at start-up: set tls-cert-file and tls-key-file in the configuration and restart".into()),
+            (Some(_), None) => return Err("TLS cannot be turned off while running: remove the tls-* directives from the configuration and restart".into()),
+        };
+        let was_replication = tls.current().settings.replication;
+        tls.apply(settings)?;
+        let replication = tls.current().settings.replication;
+        if replication != was_replication {
+            info!(replication, "tls-replication changed: re-making the mesh links");
+            self.mesh.reconnect_all(replication);
+        }
         Ok(())
     }
 
@@ -224,17 +258,21 @@ fn bind_addrs(bind: &str, port: u16) -> Vec<(SocketAddr, bool)> {
         .collect()
 }
 
-/// Binds every listener. Returns the listeners and the actual client port (for `--port 0`).
-pub async fn bind(server: &Server) -> Result<(Vec<TcpListener>, Option<TcpListener>), ServerError> {
-    let (bind, ports) = {
-        let c = server.config.read();
-        (c.get("bind").to_string(), c.ports().map_err(|e| ServerError::Config(e.to_string()))?)
-    };
-    let port = ports.client;
+/// What `bind` opened.
+pub struct Listeners {
+    /// The plain-text client port (none with `port 0` and a `tls-port`).
+    pub plain: Vec<TcpListener>,
+    /// The TLS client port (`tls-port`).
+    pub tls: Vec<TcpListener>,
+    pub metrics: Option<TcpListener>,
+}
+
+/// Binds `port` on every address of `bind`; returns the listeners and the port bound (for
+/// an ephemeral port 0).
+fn bind_client(bind: &str, port: u16, backlog: u32, what: &'static str) -> Result<(Vec<TcpListener>, u16), ServerError> {
     let mut listeners = Vec::new();
     let mut actual_port = port;
-    let backlog = server.config.read().int("tcp-backlog") as u32;
-    for (addr, optional) in bind_addrs(&bind, port) {
+    for (addr, optional) in bind_addrs(bind, port) {
         let addr = SocketAddr::new(addr.ip(), actual_port);
         match bind_reuse(addr, backlog) {
             Ok(l) => {
@@ -242,13 +280,32 @@ pub async fn bind(server: &Server) -> Result<(Vec<TcpListener>, Option<TcpListen
                 listeners.push(l);
             }
             Err(e) if optional => warn!(%addr, error = %e, "skipping optional bind address"),
-            Err(source) => return Err(ServerError::Bind { what: "client port", addr: addr.to_string(), source }),
+            Err(source) => return Err(ServerError::Bind { what, addr: addr.to_string(), source }),
         }
     }
     if listeners.is_empty() {
         return Err(ServerError::Config(format!("bind '{bind}' names no usable address")));
     }
-    server.port.store(actual_port as usize, Ordering::Relaxed);
+    Ok((listeners, actual_port))
+}
+
+/// Binds every listener: the client port(s) first, then the mesh and metrics ports derived
+/// from the client port (the TLS port when the plain one is off).
+pub async fn bind(server: &Server) -> Result<Listeners, ServerError> {
+    let (bind, ports, backlog) = {
+        let c = server.config.read();
+        (c.get("bind").to_string(), c.ports().map_err(|e| ServerError::Config(e.to_string()))?, c.int("tcp-backlog") as u32)
+    };
+    let (plain, plain_port) = match ports.plain_disabled() {
+        true => (Vec::new(), 0),
+        false => bind_client(&bind, ports.client, backlog, "client port")?,
+    };
+    let (tls, tls_port) = match ports.tls {
+        Some(port) => bind_client(&bind, port, backlog, "TLS port")?,
+        None => (Vec::new(), 0),
+    };
+    server.port.store(plain_port as usize, Ordering::Relaxed);
+    let (actual_port, primary) = if ports.plain_disabled() { (tls_port, &tls) } else { (plain_port, &plain) };
     // Derived from an ephemeral client port only now that it is bound.
     let derived = |name: &str, offset: u16| {
         actual_port
@@ -264,12 +321,12 @@ pub async fn bind(server: &Server) -> Result<(Vec<TcpListener>, Option<TcpListen
         MetricsPort::FromClient => Some(derived("metrics-port", METRICS_PORT_OFFSET)?),
         MetricsPort::Off => None,
     };
-    let bound: Vec<SocketAddr> = listeners.iter().filter_map(|l| l.local_addr().ok()).collect();
+    let bound: Vec<SocketAddr> = primary.iter().filter_map(|l| l.local_addr().ok()).collect();
     server.mesh.bind(&bound, mesh_port).map_err(|(addr, source)| ServerError::Bind { what: "mesh port", addr: addr.to_string(), source })?;
     let metrics = match metrics_port {
         None => None,
         Some(metrics_port) => {
-            let host = listeners[0].local_addr().map(|a| a.ip()).unwrap_or([0, 0, 0, 0].into());
+            let host = bound.first().map(|a| a.ip()).unwrap_or([0, 0, 0, 0].into());
             let addr = SocketAddr::new(host, metrics_port);
             let listener = bind_reuse(addr, 511).map_err(|source| ServerError::Bind { what: "metrics port", addr: addr.to_string(), source })?;
             // CONFIG GET metrics-port reports the port serving, derived or not.
@@ -277,7 +334,7 @@ pub async fn bind(server: &Server) -> Result<(Vec<TcpListener>, Option<TcpListen
             Some(listener)
         }
     };
-    Ok((listeners, metrics))
+    Ok(Listeners { plain, tls, metrics })
 }
 
 fn bind_reuse(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
@@ -288,7 +345,7 @@ fn bind_reuse(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
 }
 
 /// Runs until SIGTERM/SIGINT (or `SHUTDOWN`).
-pub async fn run(server: Arc<Server>, listeners: Vec<TcpListener>, metrics: Option<TcpListener>) {
+pub async fn run(server: Arc<Server>, listeners: Listeners) {
     tokio::spawn(crate::db::expire::run_active_expiry(server.store.clone()));
     // The first look happens before any client connects, so INFO never shows it unknown.
     let (files, backlog) = server.kernel_files();
@@ -296,7 +353,7 @@ pub async fn run(server: Arc<Server>, listeners: Vec<TcpListener>, metrics: Opti
     server.kernel.update(crate::kernel::inspect(&files, backlog, thp_off));
     tokio::spawn(check_kernel(server.clone(), thp_off));
     tokio::spawn(crate::memory::run_refresher());
-    if let Some(listener) = metrics {
+    if let Some(listener) = listeners.metrics {
         let app = crate::http::router(server.clone());
         tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
@@ -306,8 +363,14 @@ pub async fn run(server: Arc<Server>, listeners: Vec<TcpListener>, metrics: Opti
     }
     let peers: Vec<_> = server.config.read().replicaof.iter().filter_map(|(h, p)| crate::mesh::PeerAddr::from_client_port(h, *p).ok()).collect();
     server.mesh.start(&server, peers);
-    for listener in listeners {
+    for listener in listeners.plain {
         tokio::spawn(accept_loop(server.clone(), listener));
+    }
+    for listener in listeners.tls {
+        tokio::spawn(crate::tls::listener::accept_loop(server.clone(), listener));
+    }
+    if server.tls.is_some() {
+        tokio::spawn(reload_tls(server.clone()));
     }
     info!(port = server.port.load(Ordering::Relaxed), node = %server.node_name, run_id = %server.run_id, "ready to accept connections");
     let mut stop = server.shutdown_signal();
@@ -320,6 +383,29 @@ pub async fn run(server: Arc<Server>, listeners: Vec<TcpListener>, metrics: Opti
     let deadline = Instant::now() + Duration::from_secs(5);
     while server.clients.count() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// How long changed TLS files are left to settle before they are loaded.
+const TLS_FILES_SETTLE: Duration = Duration::from_millis(250);
+
+/// Re-reads the TLS files every `tls-reload-seconds` and swaps them in when they changed and
+/// validate (`Tls::reload_if_changed`).
+async fn reload_tls(server: Arc<Server>) {
+    let mut stop = server.shutdown_signal();
+    loop {
+        let interval = server.tls.as_ref().map_or(Duration::from_secs(5), |t| t.current().settings.reload_interval);
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = stop.changed() => return,
+        }
+        if let Some(tls) = server.tls.as_ref().filter(|t| t.files_changed()) {
+            // Tools write a certificate and its key one after the other (a Secret volume swaps
+            // both at once): load once they have settled, not the new certificate with the
+            // old key.
+            tokio::time::sleep(TLS_FILES_SETTLE).await;
+            tls.reload_if_changed();
+        }
     }
 }
 

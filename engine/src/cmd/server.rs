@@ -408,6 +408,16 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     if want("kernel") {
         out.push_str(&server.kernel.info());
     }
+    if want("tls") {
+        match &server.tls {
+            Some(tls) => {
+                let tls_subscribers = server.mesh.subscribers.lock().iter().filter(|s| s.tls).count();
+                let total = server.mesh.subscribers.lock().len();
+                out.push_str(&tls.info((tls_subscribers, total - tls_subscribers)));
+            }
+            None => out.push_str("# TLS\r\ntls_enabled:0\r\n\r\n"),
+        }
+    }
     if want("cpu") {
         out.push_str("# CPU\r\nused_cpu_sys:0.000000\r\nused_cpu_user:0.000000\r\n\r\n");
     }

@@ -5,7 +5,8 @@
 //! change live, as `CONFIG SET`).
 //!
 //! Guarded like the mesh stream: when `requirepass` is set, calls must carry it in the
-//! `authorization` metadata (`Bearer <password>`), or they get `unauthenticated`.
+//! `authorization` metadata (`Bearer <password>`), or they get `unauthenticated`; with
+//! `tls-replication yes` they must come over TLS.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +31,7 @@ pub struct AdminService {
 
 impl AdminService {
     fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        crate::tls::mesh_io::MeshPeer::of(request).require_tls(&self.server, false).map_err(Status::unauthenticated)?;
         let requirepass = self.server.config.read().get("requirepass").to_string();
         if requirepass.is_empty() {
             return Ok(());

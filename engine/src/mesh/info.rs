@@ -89,7 +89,7 @@ pub fn replication(mesh: &Mesh) -> String {
         mesh.store.tombstones_held(),
         mesh.draining() as u8,
         super::MESH_PROTOCOL_VERSION,
-        mesh.metrics.refused_subscribers.with_label_values(&["auth"]).get() + mesh.metrics.refused_subscribers.with_label_values(&["protocol"]).get(),
+        ["auth", "protocol", "tls"].iter().map(|r| mesh.metrics.refused_subscribers.with_label_values(&[r]).get()).sum::<u64>(),
         refusals.last().map(|r| r.replace(['\r', '\n'], " ")).unwrap_or_default(),
     );
     out

@@ -245,13 +245,21 @@ impl LinkCtx {
             .map_err(|_| LinkError::Resolve(label.clone(), "timed out".into()))?
             .map_err(|e| LinkError::Resolve(label.clone(), e.to_string()))?;
         let mut last = LinkError::Resolve(label.clone(), "no addresses".into());
+        // With `tls-replication yes` the link is mutual TLS: it verifies the peer against the
+        // CA and presents this node's certificate (the current one: links are re-made at every
+        // reconnect and when TLS settings change).
+        let tls = self.server.upgrade().and_then(|s| s.tls.as_ref().filter(|t| t.current().settings.replication).map(|t| t.client_config(&self.peer.host)));
         for addr in addrs {
-            let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
                 .map_err(|e| LinkError::Connect(label.clone(), e.to_string()))?
                 .connect_timeout(CONNECT_TIMEOUT)
                 .tcp_nodelay(true)
                 .http2_keep_alive_interval(Duration::from_secs(10))
                 .keep_alive_while_idle(true);
+            if let Some(config) = tls.clone() {
+                endpoint = endpoint.tls_config(config).map_err(|e| LinkError::Connect(label.clone(), error_chain(&e)))?;
+            }
             match endpoint.connect().await {
                 Ok(channel) => return Ok(MeshClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES)),
                 Err(e) => last = LinkError::Connect(format!("{label} ({addr})"), error_chain(&e)),

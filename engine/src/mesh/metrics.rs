@@ -82,7 +82,7 @@ impl MeshMetrics {
             refused_subscribers: counter_vec(
                 registry,
                 "keymesh_mesh_refused_subscribers_total",
-                "Peers this node refused to stream to, by reason (auth: wrong masterauth; protocol: incompatible mesh protocol version).",
+                "Peers this node refused to stream to, by reason (auth: wrong masterauth; protocol: incompatible mesh protocol version; tls: a failed TLS handshake, or plain text or no client certificate under tls-replication yes).",
                 &["reason"],
             ),
             merges: counter_vec(

@@ -211,14 +211,9 @@ impl Mesh {
             let local = listener.local_addr().ok();
             let routes = tonic::service::Routes::new(origin::service(self.clone())).add_service(admin::service(server.clone()));
             let mut stop = server.shutdown_signal();
+            // Plain and TLS connections on the same port (`tls::mesh_io`).
+            let incoming = crate::tls::mesh_io::incoming(server.clone(), listener);
             tokio::spawn(async move {
-                use tokio_stream::StreamExt;
-                let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|s| {
-                    if let Ok(s) = &s {
-                        let _ = s.set_nodelay(true);
-                    }
-                    s
-                });
                 let mut builder = tonic::transport::Server::builder().http2_keepalive_interval(Some(Duration::from_secs(10)));
                 let serve = builder.add_routes(routes).serve_with_incoming_shutdown(incoming, async move {
                     let _ = stop.wait_for(|s| *s).await;
@@ -259,6 +254,24 @@ impl Mesh {
             links.insert(peer.clone(), PeerLink::start(self, peer, previous));
         }
         links.keys().cloned().collect()
+    }
+
+    /// Re-makes every link, keeping where each got to, so that the next connect uses the
+    /// current TLS settings; with `close_plain_subscribers`, also ends the streams of
+    /// subscribers that came over plain text (they reconnect, with TLS or to be refused).
+    pub fn reconnect_all(&self, close_plain_subscribers: bool) {
+        let mut links = self.links.lock();
+        let peers: Vec<PeerAddr> = links.keys().cloned().collect();
+        for peer in peers {
+            if let Some(link) = links.remove(&peer) {
+                let previous = link.stop();
+                links.insert(peer.clone(), PeerLink::start(self, peer, Some(previous)));
+            }
+        }
+        drop(links);
+        if close_plain_subscribers {
+            self.subscribers.lock().iter().filter(|s| !s.tls).for_each(|s| s.close());
+        }
     }
 
     pub fn add_peer(&self, peer: PeerAddr) {

@@ -50,6 +50,8 @@ pub struct SubscriberInfo {
     pub node_name: String,
     pub node_id: u32,
     pub addr: Option<SocketAddr>,
+    /// Streaming over TLS (a plain one is closed when `tls-replication` turns on).
+    pub tls: bool,
     pub connected_at: Instant,
     pub full_sync: bool,
     /// Still sending the snapshot.
@@ -93,7 +95,8 @@ impl pb::mesh_server::Mesh for OriginService {
     type SubscribeStream = OriginStream;
 
     async fn subscribe(&self, request: Request<Streaming<pb::SubscriberMessage>>) -> Result<Response<OriginStream>, Status> {
-        let addr = request.remote_addr();
+        let peer = crate::tls::mesh_io::MeshPeer::of(&request);
+        let addr = peer.remote;
         let mut inbound = request.into_inner();
         let hello = match tokio::time::timeout(HELLO_TIMEOUT, inbound.message()).await {
             Ok(Ok(Some(pb::SubscriberMessage { body: Some(pb::subscriber_message::Body::Hello(h)) }))) => h,
@@ -108,6 +111,12 @@ impl pb::mesh_server::Mesh for OriginService {
             let message = "invalid password: the subscriber's masterauth must equal this node's requirepass";
             mesh.note_refusal(&subscriber, "auth", message);
             return Err(Status::unauthenticated(message));
+        }
+        if let Some(server) = mesh.server() {
+            if let Err(message) = peer.require_tls(&server, true) {
+                mesh.note_refusal(&subscriber, "tls", &message);
+                return Err(Status::unauthenticated(message));
+            }
         }
         if let Err(message) = super::protocol_compatible(hello.protocol_version) {
             mesh.note_refusal(&subscriber, "protocol", &message);
@@ -141,6 +150,7 @@ impl pb::mesh_server::Mesh for OriginService {
             node_name: hello.node_name.clone(),
             node_id: hello.node_id,
             addr,
+            tls: peer.tls,
             connected_at: Instant::now(),
             full_sync,
             syncing: AtomicBool::new(full_sync),

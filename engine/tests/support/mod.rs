@@ -4,6 +4,8 @@
 #![allow(clippy::unwrap_used)]
 #![allow(dead_code)]
 
+pub mod pki;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -159,9 +161,9 @@ impl Reply {
     }
 }
 
-pub struct Conn {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
+/// A RESP connection over a plain socket, or over any stream (a TLS one in `tls.rs`).
+pub struct Conn<S: Read + Write = TcpStream> {
+    stream: BufReader<S>,
 }
 
 pub fn encode(args: &[&[u8]]) -> Vec<u8> {
@@ -178,16 +180,32 @@ impl Conn {
     pub fn connect(port: u16) -> Conn {
         let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
         stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Conn { reader: BufReader::new(stream.try_clone().unwrap()), writer: stream }
+        Conn::over(stream)
+    }
+
+    pub fn set_timeout(&mut self, d: Duration) {
+        self.stream.get_ref().set_read_timeout(Some(d)).unwrap();
+    }
+}
+
+impl<S: Read + Write> Conn<S> {
+    pub fn over(stream: S) -> Conn<S> {
+        Conn { stream: BufReader::new(stream) }
+    }
+
+    pub fn stream(&self) -> &S {
+        self.stream.get_ref()
     }
 
     pub fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        self.writer.write_all(bytes)
+        let stream = self.stream.get_mut();
+        stream.write_all(bytes)?;
+        stream.flush()
     }
 
     pub fn send(&mut self, args: &[&str]) {
         let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        self.writer.write_all(&encode(&args)).expect("write");
+        self.send_raw(&encode(&args)).expect("write");
     }
 
     /// Sends a command and reads its reply.
@@ -196,14 +214,10 @@ impl Conn {
         self.read().expect("a reply")
     }
 
-    pub fn set_timeout(&mut self, d: Duration) {
-        self.writer.set_read_timeout(Some(d)).unwrap();
-    }
-
     /// Reads one reply; `None` if the server closed the connection.
     pub fn read(&mut self) -> Option<Reply> {
         let mut line = String::new();
-        if self.reader.read_line(&mut line).ok()? == 0 {
+        if self.stream.read_line(&mut line).ok()? == 0 {
             return None;
         }
         let line = line.trim_end_matches("\r\n");
@@ -221,7 +235,7 @@ impl Conn {
                     return Some(Reply::Nil);
                 }
                 let mut buf = vec![0; len as usize + 2];
-                self.reader.read_exact(&mut buf).ok()?;
+                self.stream.read_exact(&mut buf).ok()?;
                 buf.truncate(len as usize);
                 if tag == "=" {
                     buf.drain(..4);
