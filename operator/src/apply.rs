@@ -1,7 +1,7 @@
 //! The apply step: server-side apply of every child under one field manager
 //! (`keymesh-operator`, forced, so the operator's intent wins over drift), in this order:
 //!
-//! 1. Secret (generated auth), 2. the settings ConfigMap and 3. the peers ConfigMap: what
+//! 1. Secrets (generated auth, operator-issued TLS) and the cert-manager Certificate, 2. the settings ConfigMap and 3. the peers ConfigMap: what
 //!    pods need before they can start;
 //! 4. the node-tuning DaemonSet: nodes are tuned before the pods come;
 //! 5. headless Service: the pods' DNS names, before the pods exist;
@@ -28,7 +28,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
 
-use crate::build::{common_labels, network_policy_resource, service_monitor_resource, Capabilities, Children, FIELD_MANAGER};
+use crate::build::{certificate_resource, common_labels, network_policy_resource, service_monitor_resource, Capabilities, Children, FIELD_MANAGER};
 use crate::names::ClusterNames;
 
 #[derive(Debug, thiserror::Error)]
@@ -69,11 +69,26 @@ pub async fn apply_children(
     capabilities: Capabilities,
     node_tuning_exists: bool,
 ) -> Result<(), ApplyError> {
-    let Children { secret, config_map, peers_config_map, headless_service, client_service, statefulset, pdb, service_monitor, node_tuning, network_policy } =
-        children;
+    let Children {
+        secret,
+        tls_secrets,
+        certificate,
+        config_map,
+        peers_config_map,
+        headless_service,
+        client_service,
+        statefulset,
+        pdb,
+        service_monitor,
+        node_tuning,
+        network_policy,
+    } = children;
     let ns = names.namespace.as_str();
-    if let Some(secret) = secret {
-        apply(&Api::namespaced(client.clone(), ns), &secret).await?;
+    for secret in secret.iter().chain(&tls_secrets) {
+        apply(&Api::namespaced(client.clone(), ns), secret).await?;
+    }
+    if capabilities.cert_manager {
+        apply_or_delete(client, ns, &certificate_resource(), certificate, &names.tls_secret()).await?;
     }
     apply(&Api::namespaced(client.clone(), ns), &config_map).await?;
     apply(&Api::namespaced(client.clone(), ns), &peers_config_map).await?;

@@ -1,6 +1,6 @@
 //! The `CacheCluster` controller: `reconcile` is a short pipeline of steps, each its own module:
 //!
-//! validate → discover + read auth + observe → mesh observe → plan (upgrade intent, scale,
+//! validate → discover + read auth + TLS (`crate::tls`) + observe → mesh observe → plan (upgrade intent, scale,
 //! upgrade) → build → apply → handoff → mesh wire → status (+ Events).
 //!
 //! `error_policy` tells an invalid spec (already reported in status: wait for the spec to
@@ -33,7 +33,9 @@ use tracing::{debug, info, warn};
 use crate::api::{condition_types, CacheCluster, CacheClusterStatus, Phase};
 use crate::apply::{self, apply_children, ApplyError};
 use crate::auth::{self, AuthError, Password};
-use crate::build::{build_children, engine_settings, pod_template, BuildError, BuildInput, Capabilities, FIELD_MANAGER, RESERVED_LABELS, SELECTOR_LABELS};
+use crate::build::{
+    build_children, engine_settings, mounted_tls, pod_template, BuildError, BuildInput, Capabilities, FIELD_MANAGER, RESERVED_LABELS, SELECTOR_LABELS,
+};
 use crate::discovery::{self, DiscoveryError};
 use crate::events;
 use crate::handoff::{self, HandoffReport};
@@ -42,7 +44,8 @@ use crate::metrics::Metrics;
 use crate::names::ClusterNames;
 use crate::node_tuning::{self, NodeTuningError, Tuners};
 use crate::observe::{self, ObserveError};
-use crate::status::{self, StatusError, StatusInput};
+use crate::status::{self, StatusError, StatusInput, TLS_REPLICATION};
+use crate::tls::{self, TlsError};
 use crate::upgrade::{self, HistoryError, Intent, UpgradeInput, UpgradePlan};
 use crate::validate::{validate, InvalidSpec};
 
@@ -121,6 +124,8 @@ pub enum Error {
     History(#[from] HistoryError),
     #[error(transparent)]
     NodeTuning(#[from] NodeTuningError),
+    #[error(transparent)]
+    Tls(#[from] TlsError),
 }
 
 impl Error {
@@ -136,6 +141,7 @@ impl Error {
             Error::Status(_) => "status",
             Error::History(_) => "history",
             Error::NodeTuning(_) => "node_tuning",
+            Error::Tls(_) => "tls",
         }
     }
 }
@@ -194,13 +200,28 @@ async fn reconcile_cluster(cluster: &CacheCluster, ctx: &Context) -> Result<Acti
         }
     };
     let capabilities = discovery::capabilities(&ctx.client).await?;
-    let password = auth::password(&Api::<Secret>::namespaced(ctx.client.clone(), &namespace), &spec.auth).await?;
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &namespace);
+    let password = auth::password(&secrets, &spec.auth).await?;
+    let tls = tls::prepare(&secrets, &names, spec.tls.as_ref(), capabilities.cert_manager, Timestamp::now()).await?;
     let observed = observe::observe(&ctx.client, &names).await?;
     let tuners = node_tuning::observe(&ctx.client, &names, spec.node_tuning.is_some()).await?;
-    let settings = engine_settings(&spec, &names);
-    let built = pod_template(&spec, &names, &settings);
+    let mounted_tls = mounted_tls(&spec, &tls.state);
+    let mut settings = engine_settings(&spec, &names, mounted_tls);
+    let built = pod_template(&spec, &names, &settings, mounted_tls);
+    if let Some(wanted) = mounted_tls {
+        // Mutual TLS between the engines once every pod has a certificate to answer with.
+        let everyone = observed.pods.len() >= spec.replicas.unsigned_abs() as usize && observed.pods.iter().all(|p| p.facts.tls);
+        let value = if wanted.replication && everyone { "yes" } else { "no" };
+        settings.live.insert(TLS_REPLICATION.to_string(), value.to_string());
+    }
     let config_keys: Vec<String> = settings.live.keys().cloned().collect();
-    let members = mesh::observe(ctx.mesh.as_ref(), observed.pods.clone(), password.value(), &config_keys).await;
+    let pods = observed.pods.iter().cloned().map(|mut pod| {
+        if let Some(material) = tls.state.material().filter(|_| pod.facts.tls) {
+            pod.member = pod.member.with_tls(material.clone());
+        }
+        pod
+    });
+    let members = mesh::observe(ctx.mesh.as_ref(), pods.collect(), password.value(), &config_keys).await;
 
     let previous = cluster.status.as_ref();
     let now = Timestamp::now();
@@ -256,6 +277,7 @@ async fn reconcile_cluster(cluster: &CacheCluster, ctx: &Context) -> Result<Acti
         partition: upgrade.partition,
         tuner_image: &ctx.tuner_image,
         operator_namespace: ctx.operator_namespace.as_deref(),
+        tls: &tls,
     })?;
     if node_tuning::holds_creation(spec.node_tuning.is_some(), &plan.step, &tuners) {
         children.statefulset = None;
@@ -283,6 +305,7 @@ async fn reconcile_cluster(cluster: &CacheCluster, ctx: &Context) -> Result<Acti
         tuners: &tuners,
         wiring: &wiring,
         password: &password,
+        tls: &tls,
         now,
     });
     status::patch_if_changed(&clusters, cluster, &status).await?;

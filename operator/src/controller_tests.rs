@@ -18,8 +18,8 @@ const NODE_TUNING: &str = "/apis/apps/v1/namespaces/cache/daemonsets/demo-node-t
 fn hashes(c: &CacheCluster) -> (String, String) {
     let spec = validate(c).expect("a valid spec");
     let names = ClusterNames::new("demo", "cache", "cluster.local");
-    let settings = engine_settings(&spec, &names);
-    (pod_template(&spec, &names, &settings).hash, settings.hash)
+    let settings = engine_settings(&spec, &names, None);
+    (pod_template(&spec, &names, &settings, None).hash, settings.hash)
 }
 
 /// One pod as the scenario's API server shows it.
@@ -345,7 +345,7 @@ async fn scale_down_hands_leaving_pods_off_removes_them_from_peer_lists_then_shr
 
 #[tokio::test]
 async fn an_invalid_spec_is_reported_and_waits_for_a_change() {
-    let c = cluster("tls: {enabled: true}\nengine: {extraConfig: {port: '7000'}}");
+    let c = cluster("tls: {enabled: true, secretName: ''}\nengine: {extraConfig: {port: '7000'}}");
     let (ctx, verifier) = test_context(FakeMesh::new(vec![]));
     let server = verifier.run(Scenario::InvalidSpec, c.clone(), &["InvalidSpec"]);
     let error = reconcile(Arc::new(c.clone()), ctx.clone()).await.expect_err("an invalid spec fails the reconcile");
@@ -356,7 +356,7 @@ async fn an_invalid_spec_is_reported_and_waits_for_a_change() {
     assert_eq!(status["phase"], "Failed", "{status:#}");
     let ready = status["conditions"].as_array().and_then(|c| c.iter().find(|c| c["type"] == "Ready")).cloned().unwrap_or_default();
     let message = ready["message"].as_str().unwrap_or_default();
-    assert!(message.contains("spec.tls.enabled") && message.contains("spec.engine.extraConfig.port"), "{status:#}");
+    assert!(message.contains("spec.tls.secretName") && message.contains("spec.engine.extraConfig.port"), "{status:#}");
 }
 
 #[tokio::test]

@@ -21,7 +21,11 @@ pub async fn capabilities(client: &kube::Client) -> Result<Capabilities, Discove
 /// Reads the capabilities from an `APIGroupList`.
 pub fn capabilities_from(groups: &APIGroupList) -> Capabilities {
     let versions = |name: &str| groups.groups.iter().filter(|g| g.name == name).flat_map(|g| g.versions.iter().map(|v| v.version.as_str())).collect::<Vec<_>>();
-    Capabilities { pdb: PdbVersion::from_versions(versions("policy").into_iter()), service_monitor: versions("monitoring.coreos.com").contains(&"v1") }
+    Capabilities {
+        pdb: PdbVersion::from_versions(versions("policy").into_iter()),
+        service_monitor: versions("monitoring.coreos.com").contains(&"v1"),
+        cert_manager: versions("cert-manager.io").contains(&"v1"),
+    }
 }
 
 #[cfg(test)]
@@ -38,15 +42,16 @@ mod tests {
             {"name": "apps", "versions": [{"groupVersion": "apps/v1", "version": "v1"}]},
             {"name": "policy", "versions": [{"groupVersion": "policy/v1beta1", "version": "v1beta1"}]}
         ]}));
-        assert_eq!(capabilities_from(&list), Capabilities { pdb: Some(PdbVersion::V1beta1), service_monitor: false });
+        assert_eq!(capabilities_from(&list), Capabilities { pdb: Some(PdbVersion::V1beta1), service_monitor: false, cert_manager: false });
     }
 
     #[test]
     fn current_kubernetes_with_prometheus_operator() {
         let list = groups(serde_json::json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": [
             {"name": "policy", "versions": [{"groupVersion": "policy/v1", "version": "v1"}]},
-            {"name": "monitoring.coreos.com", "versions": [{"groupVersion": "monitoring.coreos.com/v1", "version": "v1"}]}
+            {"name": "monitoring.coreos.com", "versions": [{"groupVersion": "monitoring.coreos.com/v1", "version": "v1"}]},
+            {"name": "cert-manager.io", "versions": [{"groupVersion": "cert-manager.io/v1", "version": "v1"}]}
         ]}));
-        assert_eq!(capabilities_from(&list), Capabilities { pdb: Some(PdbVersion::V1), service_monitor: true });
+        assert_eq!(capabilities_from(&list), Capabilities { pdb: Some(PdbVersion::V1), service_monitor: true, cert_manager: true });
     }
 }

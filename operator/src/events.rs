@@ -13,7 +13,7 @@ use kube::runtime::events::{Event, EventType, Recorder};
 use kube::Resource;
 use tracing::warn;
 
-use crate::api::{CacheCluster, CacheClusterStatus, Phase, UpgradeState, UpgradeStatus};
+use crate::api::{condition_types, CacheCluster, CacheClusterStatus, Phase, UpgradeState, UpgradeStatus};
 use crate::handoff::{HandoffAction, HandoffReport};
 use crate::mesh::{ScalePlan, ScaleStep, WiringReport};
 use crate::names::ClusterNames;
@@ -81,6 +81,7 @@ pub fn transitions(
         events.push(warning("HandoffFailed", "Handoff", error.to_string()));
     }
     events.extend(upgrade_transitions(old.and_then(|s| s.upgrade.as_ref()), new.upgrade.as_ref()));
+    events.extend(tls_transitions(old, new));
     for (pod, directives) in &wiring.configured {
         events.push(about(pod.clone(), normal("ConfigApplied", "Configure", format!("{pod} changed {} live, without a restart", directives.join(", ")))));
     }
@@ -104,6 +105,34 @@ pub fn transitions(
         let from = old_phase.map_or("none", Phase::as_str);
         let note = format!("phase {from} → {}", phase.as_str());
         events.push(Transition { warning: phase == Phase::Degraded, reason: phase.as_str(), action: "Reconcile", note, pod: None });
+    }
+    events
+}
+
+/// The Events of TLS: a new certificate (issued or renewed), and `TLSReady` turning False
+/// (what is missing) or True.
+pub fn tls_transitions(old: Option<&CacheClusterStatus>, new: &CacheClusterStatus) -> Vec<Transition> {
+    let mut events = Vec::new();
+    let old_tls = old.and_then(|s| s.tls.as_ref());
+    if let Some(tls) = new.tls.as_ref().filter(|t| old_tls.map(|o| &o.serial) != Some(&t.serial)) {
+        let (reason, verb) = if old_tls.is_some() { ("CertificateRenewed", "renewed") } else { ("CertificateIssued", "in use") };
+        events.push(normal(
+            reason,
+            "Certificate",
+            format!("certificate {} {verb} (Secret {}, valid until {}); the engines reload it without a restart", tls.serial, tls.secret_name, tls.not_after),
+        ));
+    }
+    let condition = |s: Option<&CacheClusterStatus>| s.and_then(|s| s.condition(condition_types::TLS_READY)).map(|c| (c.status.clone(), c.reason.clone()));
+    if let Some((status, reason)) = condition(Some(new)).filter(|now| condition(old).as_ref() != Some(now)) {
+        let message = new.condition(condition_types::TLS_READY).map(|c| c.message.clone()).unwrap_or_default();
+        let warn = status == "False" && !matches!(reason.as_str(), "Rolling" | "MeshSwitching");
+        events.push(Transition {
+            warning: warn,
+            reason: if status == "True" { "TLSReady" } else { "TLSNotReady" },
+            action: "Certificate",
+            note: message,
+            pod: None,
+        });
     }
     events
 }

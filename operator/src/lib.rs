@@ -20,6 +20,7 @@ pub mod node_tuning;
 pub mod observe;
 pub mod quantity;
 pub mod status;
+pub mod tls;
 pub mod tuner;
 pub mod upgrade;
 pub mod validate;

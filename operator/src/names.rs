@@ -5,6 +5,9 @@
 pub const CLIENT_PORT: i32 = 6379;
 pub const MESH_PORT: i32 = 16379;
 pub const METRICS_PORT: i32 = 9121;
+/// The TLS client port when `spec.tls` is on (the plain port stays open beside it, so turning
+/// TLS on or off rolls without splitting the mesh).
+pub const TLS_PORT: i32 = 6380;
 
 /// The names derived from one `CacheCluster`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +52,39 @@ impl ClusterNames {
 
     pub fn peers_config_map(&self) -> String {
         format!("{}-peers", self.name)
+    }
+
+    /// The Secret the pods' certificate lives in (`tls.crt`, `tls.key`, `ca.crt`) when the
+    /// operator or cert-manager issues it, and the cert-manager `Certificate`.
+    pub fn tls_secret(&self) -> String {
+        format!("{}-tls", self.name)
+    }
+
+    /// The operator's own CA for this cluster (`tls.crt`, `tls.key`).
+    pub fn tls_ca_secret(&self) -> String {
+        format!("{}-tls-ca", self.name)
+    }
+
+    /// Every name the pods answer to: each pod's stable name (a wildcard), the headless and the
+    /// client Service, short and long.
+    pub fn tls_dns_names(&self) -> Vec<String> {
+        let (ns, domain) = (&self.namespace, &self.cluster_domain);
+        let (headless, client) = (self.headless_service(), self.client_service());
+        vec![
+            self.pod_dns_wildcard(),
+            format!("*.{headless}.{ns}.svc"),
+            format!("{headless}.{ns}.svc.{domain}"),
+            format!("{client}.{ns}.svc.{domain}"),
+            format!("{client}.{ns}.svc"),
+            format!("{client}.{ns}"),
+            client,
+            "localhost".to_string(),
+        ]
+    }
+
+    /// `*.<name>-headless.<ns>.svc.<domain>`: every pod's stable name.
+    pub fn pod_dns_wildcard(&self) -> String {
+        format!("*.{}.{}.svc.{}", self.headless_service(), self.namespace, self.cluster_domain)
     }
 
     pub fn generated_secret(&self) -> String {

@@ -60,6 +60,8 @@ pub struct PodFacts {
     pub node: Option<String>,
     /// The kubelet refused the pod's sysctls (`SysctlForbidden`): its message.
     pub sysctl_forbidden: Option<String>,
+    /// The pod mounts a TLS Secret: its engine serves TLS and answers the operator over TLS.
+    pub tls: bool,
 }
 
 /// The live StatefulSet.
@@ -176,6 +178,7 @@ pub fn pod_facts(pod: &Pod) -> PodFacts {
         sysctl_forbidden: status
             .filter(|s| s.reason.as_deref() == Some("SysctlForbidden"))
             .map(|s| s.message.clone().unwrap_or_else(|| "SysctlForbidden".to_string())),
+        tls: pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()).any(|v| v.name == crate::build::TLS_VOLUME && v.secret.is_some()),
     }
 }
 

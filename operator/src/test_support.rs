@@ -78,5 +78,5 @@ pub fn full_mesh(n: u32) -> Vec<MemberState> {
 /// The live engine settings a default spec asks for (what a test engine reports).
 pub fn default_live_settings() -> std::collections::HashMap<String, String> {
     let spec = crate::validate::validate(&cluster("{}")).expect("the default spec is valid");
-    crate::build::engine_settings(&spec, &names()).live.into_iter().collect()
+    crate::build::engine_settings(&spec, &names(), None).live.into_iter().collect()
 }

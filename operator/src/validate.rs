@@ -15,6 +15,7 @@ use kube::ResourceExt;
 use crate::api::{CacheCluster, PodOverrides, ServiceMonitorSpec, ServiceSpec, TopologySpec, UpgradeSpec};
 use crate::build::{RESERVED_LABELS, SELECTOR_LABELS};
 use crate::quantity::{engine_bytes, quantity_bytes};
+use crate::tls::{tls_settings, TlsSettings};
 
 /// The longest `metadata.name`: pod names (`<name>-<ordinal>`) and the StatefulSet's
 /// `controller-revision-hash` label (`<name>-<hash>`) must stay within 63 characters.
@@ -93,6 +94,8 @@ pub struct ValidatedSpec {
     pub sysctls: BTreeMap<String, String>,
     /// `None` when node tuning is off.
     pub node_tuning: Option<NodeTuning>,
+    /// `None` when TLS is off.
+    pub tls: Option<TlsSettings>,
     /// Things the spec should change (deprecated fields), for the `SpecWarnings` condition.
     pub warnings: Vec<String>,
 }
@@ -123,9 +126,7 @@ pub fn validate(cluster: &CacheCluster) -> Result<ValidatedSpec, InvalidSpec> {
     if spec.resources.as_ref().is_some_and(|r| r.claims.as_ref().is_some_and(|c| !c.is_empty())) {
         errors.push("spec.resources.claims: dynamic resource claims are not supported".to_string());
     }
-    if spec.tls.enabled {
-        errors.push("spec.tls.enabled: TLS is not supported yet: the KeyMesh engine has no TLS for clients or the mesh; set it to false".to_string());
-    }
+    let tls = tls_settings(&spec.tls, &mut errors);
     if spec.persistence.enabled {
         errors.push(
             "spec.persistence.enabled: persistence is not supported: the KeyMesh engine keeps data in memory and every pod holds all of it \
@@ -185,6 +186,7 @@ pub fn validate(cluster: &CacheCluster) -> Result<ValidatedSpec, InvalidSpec> {
         upgrade: spec.upgrade.clone(),
         sysctls,
         node_tuning,
+        tls,
         warnings,
     })
 }

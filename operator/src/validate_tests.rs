@@ -54,9 +54,9 @@ fn maxmemory_errors_name_the_field() {
 
 #[test]
 fn unsupported_features_say_why() {
-    let errors = errors_of("tls: {enabled: true, secretName: certs}\npersistence: {enabled: true}");
+    let errors = errors_of("tls: {enabled: true, secretName: certs, authClients: maybe}\npersistence: {enabled: true}");
     assert_eq!(errors.len(), 2, "{errors:?}");
-    assert!(errors[0].starts_with("spec.tls.enabled: TLS is not supported yet") && errors[0].contains("engine has no TLS"), "{errors:?}");
+    assert_eq!(errors[0], "spec.tls.authClients: must be \"yes\", \"no\" or \"optional\" (quoted), got 'maybe'", "{errors:?}");
     assert!(errors[1].starts_with("spec.persistence.enabled: persistence is not supported") && errors[1].contains("in memory"), "{errors:?}");
 }
 

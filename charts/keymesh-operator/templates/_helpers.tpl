@@ -74,6 +74,10 @@ operator/README.md, "RBAC"). Server-side apply of an object that does not exist 
 - apiGroups: ["monitoring.coreos.com"]
   resources: ["servicemonitors"]
   verbs: ["get", "create", "patch", "delete"]
+# spec.tls.certManager: only when cert-manager's CRD exists; deleted when turned off.
+- apiGroups: ["cert-manager.io"]
+  resources: ["certificates"]
+  verbs: ["get", "create", "patch", "delete"]
 # Pod IPs and readiness for the mesh; which pods the client Service routes to (a pod leaves
 # it before its handoff).
 - apiGroups: [""]

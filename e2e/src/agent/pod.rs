@@ -30,6 +30,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 /// A container that ran this long before exiting restarts after the first back-off again.
 const BACKOFF_RESET: Duration = Duration::from_secs(10);
 const RETRY_PREPARE: Duration = Duration::from_secs(2);
+/// How often a running pod's ConfigMap and Secret volumes are re-read (a kubelet: about a minute).
+const VOLUME_REFRESH: Duration = Duration::from_secs(2);
 /// The grace a container gets when the agent itself stops.
 const AGENT_STOP_GRACE: Duration = Duration::from_secs(2);
 
@@ -134,6 +136,8 @@ pub struct Worker {
     net: Option<PodNet>,
     volumes: Option<BTreeMap<String, PathBuf>>,
     next_prepare: Instant,
+    /// When the ConfigMap and Secret volumes are next re-read (`volumes::refresh`).
+    next_volume_refresh: Instant,
     start_time: Option<Timestamp>,
     init: Vec<Run>,
     main: Vec<Run>,
@@ -200,6 +204,7 @@ impl Worker {
             net: None,
             volumes: None,
             next_prepare: Instant::now(),
+            next_volume_refresh: Instant::now(),
             start_time: Some(Timestamp::now()),
             init,
             main,
@@ -224,6 +229,13 @@ impl Worker {
             match self.prepare(pod).await {
                 Ok(()) => self.stage = Stage::Running,
                 Err(why) => return self.stage = Stage::Preparing(Some(why)),
+            }
+            self.next_volume_refresh = Instant::now() + VOLUME_REFRESH;
+        } else if Instant::now() >= self.next_volume_refresh {
+            self.next_volume_refresh = Instant::now() + VOLUME_REFRESH;
+            let mut sources = Sources::new(self.shared.client.clone(), &self.namespace);
+            if let Err(why) = volumes::refresh(pod, &self.dir, &self.shared.node_root(self.node), &mut sources).await {
+                tracing::warn!(pod = %self.name, %why, "failed to refresh volumes; keeping their files");
             }
         }
         let policy = Self::restart_policy(pod);

@@ -7,6 +7,9 @@
 //! overlay of its nearest existing ancestor, mounted in that namespace only, whose upper layer
 //! lives in the container's directory; so nothing outside the agent's directories is written.
 //! A path whose nearest existing ancestor is `/` itself is refused.
+//!
+//! ConfigMap and Secret volumes are refreshed while the pod runs (`refresh`, every
+//! `VOLUME_REFRESH`): changed files are replaced in place, so whole-directory mounts see them.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -67,6 +70,13 @@ pub async fn materialise(pod: &Pod, pod_dir: &Path, node_root: &Path, sources: &
     Ok(out)
 }
 
+/// Re-reads the pod's ConfigMap and Secret volumes and rewrites the files that changed, as a
+/// kubelet's periodic sync does (so a renewed certificate reaches a running pod without a
+/// restart). A source that disappeared keeps its last files.
+pub async fn refresh(pod: &Pod, pod_dir: &Path, node_root: &Path, sources: &mut Sources) -> Result<(), NotReady> {
+    materialise(pod, pod_dir, node_root, sources).await.map(|_| ())
+}
+
 fn write_files(dir: &Path, files: BTreeMap<String, Vec<u8>>, items: Option<&[KeyToPath]>, mode: Option<i32>) -> std::io::Result<()> {
     fs::create_dir_all(dir)?;
     let chosen: Vec<(String, &[u8], Option<i32>)> = match items {
@@ -78,8 +88,15 @@ fn write_files(dir: &Path, files: BTreeMap<String, Vec<u8>>, items: Option<&[Key
         if let Some(parent) = file.parent() {
             fs::create_dir_all(parent)?;
         }
-        fs::write(&file, bytes)?;
-        fs::set_permissions(&file, fs::Permissions::from_mode(item_mode.or(mode).unwrap_or(0o644) as u32))?;
+        // Refreshes (`refresh`) replace a changed file whole, as a kubelet's atomic writer
+        // does: a reader sees the old content or the new, never half of it.
+        if fs::read(&file).is_ok_and(|old| old == bytes) {
+            continue;
+        }
+        let aside = file.with_file_name(format!(".{}.new", file.file_name().map(|n| n.to_string_lossy()).unwrap_or_default()));
+        fs::write(&aside, bytes)?;
+        fs::set_permissions(&aside, fs::Permissions::from_mode(item_mode.or(mode).unwrap_or(0o644) as u32))?;
+        fs::rename(&aside, &file)?;
     }
     Ok(())
 }

@@ -17,10 +17,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use spec::{
-    AuthSpec, EngineSpec, EvictionPolicy, ImagePullPolicy, MetricsSpec, NetworkPolicySpec, NodeTuningSpec, PersistenceSpec, PodDisruptionBudgetSpec,
-    PodOverrides, SecretRef, ServiceMonitorSpec, ServiceSpec, ServiceType, SpreadMode, ThpMode, TlsSpec, TopologySpec, UpgradeSpec,
+    AuthSpec, CertManagerSpec, EngineSpec, EvictionPolicy, ImagePullPolicy, IssuerRef, MetricsSpec, NetworkPolicySpec, NodeTuningSpec, PersistenceSpec,
+    PodDisruptionBudgetSpec, PodOverrides, SecretRef, ServiceMonitorSpec, ServiceSpec, ServiceType, SpreadMode, ThpMode, TlsSpec, TopologySpec, UpgradeSpec,
 };
-pub use status::{condition_types, CacheClusterStatus, MemberStatus, Phase, UpgradeState, UpgradeStatus};
+pub use status::{condition_types, CacheClusterStatus, MemberStatus, Phase, TlsStatus, UpgradeState, UpgradeStatus};
 
 /// The engine image repository used when `spec.image` is not set.
 pub const DEFAULT_IMAGE_REPOSITORY: &str = "keymesh/keymesh-server";

@@ -115,14 +115,95 @@ fn default_secret_key() -> String {
     "password".to_string()
 }
 
-/// TLS for clients and the mesh. Not supported yet: the engine has no TLS.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+/// TLS for clients, the mesh and the operator's admin calls (`docs/tls.md`). The certificate
+/// comes from `secretName` (the user's Secret), from cert-manager (`certManager`), or, with
+/// neither, from a CA the operator creates and keeps (`<name>-tls-ca`).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TlsSpec {
     #[serde(default)]
     pub enabled: bool,
+    /// A Secret in the cluster's namespace with `tls.crt`, `tls.key` and `ca.crt` (the
+    /// layout cert-manager writes). Its certificate must name every pod
+    /// (`*.<name>-headless.<ns>.svc.<domain>`) and allow server and client authentication.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub secret_name: Option<String>,
+    /// Have cert-manager issue the certificate (a `Certificate` named `<name>-tls`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cert_manager: Option<CertManagerSpec>,
+    /// Whether clients must present a certificate signed by the CA: `"yes"`, `"no"` (when
+    /// absent: clients verify the server and authenticate with the password) or `"optional"`.
+    /// Quote the value: YAML 1.1 readers (kubectl) take a bare yes/no for a boolean.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth_clients: Option<String>,
+    /// Mutual TLS between the engines (the mesh stream and the admin API).
+    #[serde(default = "default_true")]
+    pub replication: bool,
+    /// Validity of the certificates the operator issues itself, as a Go duration (`2160h`).
+    #[serde(default = "default_tls_duration")]
+    pub duration: String,
+    /// The operator re-issues its certificate this long before it expires (`720h`).
+    #[serde(default = "default_tls_renew_before")]
+    pub renew_before: String,
+}
+
+impl Default for TlsSpec {
+    fn default() -> Self {
+        TlsSpec {
+            enabled: false,
+            secret_name: None,
+            cert_manager: None,
+            auth_clients: None,
+            replication: true,
+            duration: default_tls_duration(),
+            renew_before: default_tls_renew_before(),
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_tls_duration() -> String {
+    "2160h".to_string()
+}
+
+fn default_tls_renew_before() -> String {
+    "720h".to_string()
+}
+
+/// A cert-manager `Certificate` the operator creates.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CertManagerSpec {
+    pub issuer_ref: IssuerRef,
+    /// The Certificate's `duration` (cert-manager's default when absent).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
+    /// The Certificate's `renewBefore`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub renew_before: Option<String>,
+}
+
+/// cert-manager's issuer reference.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IssuerRef {
+    pub name: String,
+    /// `Issuer` (default) or `ClusterIssuer`.
+    #[serde(default = "default_issuer_kind")]
+    pub kind: String,
+    #[serde(default = "default_issuer_group")]
+    pub group: String,
+}
+
+fn default_issuer_kind() -> String {
+    "Issuer".to_string()
+}
+
+fn default_issuer_group() -> String {
+    "cert-manager.io".to_string()
 }
 
 /// Persistent volumes. Not supported: the engine keeps data in memory and replicates it.

@@ -28,8 +28,12 @@ pub mod condition_types {
     pub const KERNEL_SETTINGS: &str = "KernelSettings";
     /// The spec uses something deprecated (the message says what to use instead).
     pub const SPEC_WARNINGS: &str = "SpecWarnings";
+    /// With `spec.tls` on: every pod serves TLS with a valid certificate and, with
+    /// `tls.replication`, the mesh streams over mutual TLS (False says what is missing).
+    pub const TLS_READY: &str = "TLSReady";
 
-    pub const ALL: [&str; 9] = [READY, PROGRESSING, DEGRADED, MESH_CONNECTED, CLOCK_SKEW, NODE_TUNED, SYSCTLS_ALLOWED, KERNEL_SETTINGS, SPEC_WARNINGS];
+    pub const ALL: [&str; 10] =
+        [READY, PROGRESSING, DEGRADED, MESH_CONNECTED, CLOCK_SKEW, NODE_TUNED, SYSCTLS_ALLOWED, KERNEL_SETTINGS, SPEC_WARNINGS, TLS_READY];
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -60,6 +64,28 @@ pub struct CacheClusterStatus {
     /// asks for them until pods with them run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refused_sysctls: Vec<String>,
+    /// The certificate the pods serve, while `spec.tls` is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsStatus>,
+}
+
+/// The pods' certificate.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsStatus {
+    /// The Secret the pods mount.
+    pub secret_name: String,
+    /// The certificate's serial number, hex (as the engines' `INFO tls` shows it).
+    pub serial: String,
+    /// RFC 3339.
+    pub not_after: String,
+    /// When the operator issues the next certificate (operator-issued only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub renew_at: Option<String>,
+    /// Pods that mount the certificate.
+    pub pods: i32,
+    /// Every engine streams to its peers over mutual TLS.
+    pub replication: bool,
 }
 
 impl CacheClusterStatus {

@@ -5,6 +5,7 @@ use super::{build_children, engine_settings, pod_template, BuildInput, Capabilit
 use crate::api::CacheCluster;
 use crate::names::ClusterNames;
 use crate::test_support::cluster;
+use crate::tls::TlsStep;
 use crate::validate::{validate, AuthSource, ValidatedSpec};
 
 pub struct Fixture {
@@ -18,6 +19,7 @@ pub struct Fixture {
     pub template: PodTemplate,
     pub partition: u32,
     pub operator_namespace: Option<String>,
+    pub tls: TlsStep,
 }
 
 impl Fixture {
@@ -27,7 +29,7 @@ impl Fixture {
         let replicas = spec.replicas;
         let password = matches!(spec.auth, AuthSource::Generated { .. }).then(|| "s3cret-pw".to_string());
         let names = ClusterNames::new("demo", "cache", "cluster.local");
-        let template = pod_template(&spec, &names, &engine_settings(&spec, &names));
+        let template = pod_template(&spec, &names, &engine_settings(&spec, &names, None), None);
         Fixture {
             cluster,
             spec,
@@ -37,8 +39,9 @@ impl Fixture {
             statefulset_replicas: replicas,
             config_peers: (0..replicas.unsigned_abs()).collect(),
             password,
-            capabilities: Capabilities { pdb: Some(PdbVersion::V1), service_monitor: true },
+            capabilities: Capabilities { pdb: Some(PdbVersion::V1), service_monitor: true, cert_manager: false },
             operator_namespace: None,
+            tls: TlsStep::off(),
         }
     }
 
@@ -55,11 +58,12 @@ impl Fixture {
             partition: self.partition,
             tuner_image: "keymesh/keymesh-operator:test",
             operator_namespace: self.operator_namespace.as_deref(),
+            tls: &self.tls,
         }
     }
 
     pub fn settings(&self) -> EngineSettings {
-        engine_settings(&self.spec, &self.names)
+        engine_settings(&self.spec, &self.names, None)
     }
 
     pub fn build(&self) -> Children {

@@ -14,6 +14,7 @@ mod security;
 mod servicemonitor;
 mod services;
 mod statefulset;
+mod tls;
 
 use std::collections::BTreeMap;
 
@@ -25,6 +26,7 @@ use kube::Resource;
 
 use crate::api::CacheCluster;
 use crate::names::ClusterNames;
+use crate::tls::{TlsSettings, TlsState, TlsStep};
 use crate::validate::ValidatedSpec;
 
 pub use configmap::{build_config_map, build_peers_config_map, config_hash, engine_settings, EngineSettings, LIVE_DIRECTIVES};
@@ -35,7 +37,8 @@ pub use secret::build_secret;
 pub use security::{engine_container_security_context, engine_pod_security_context, ENGINE_UID};
 pub use servicemonitor::{build_service_monitor, service_monitor_resource};
 pub use services::{build_client_service, build_headless_service};
-pub use statefulset::{build_statefulset, pod_template, PodTemplate, CONTAINER_NAME};
+pub use statefulset::{build_statefulset, pod_template, PodTemplate, CONTAINER_NAME, TLS_VOLUME};
+pub use tls::{build_certificate, build_tls_secrets, certificate_resource};
 
 /// The field manager of every server-side apply the operator makes.
 pub const FIELD_MANAGER: &str = "keymesh-operator";
@@ -60,6 +63,8 @@ pub struct Capabilities {
     pub pdb: Option<PdbVersion>,
     /// Whether the `monitoring.coreos.com/v1` ServiceMonitor CRD is installed.
     pub service_monitor: bool,
+    /// Whether cert-manager's `cert-manager.io/v1` Certificate CRD is installed.
+    pub cert_manager: bool,
 }
 
 /// Everything a builder needs.
@@ -85,6 +90,20 @@ pub struct BuildInput<'a> {
     pub tuner_image: &'a str,
     /// The operator's own namespace, so the NetworkPolicy admits it; `None` when unknown.
     pub operator_namespace: Option<&'a str>,
+    /// What the TLS step decided (`crate::tls`).
+    pub tls: &'a TlsStep,
+}
+
+impl BuildInput<'_> {
+    /// The TLS the pods run with: the spec's, once its certificate exists (`crate::tls`).
+    pub fn mounted_tls(&self) -> Option<&TlsSettings> {
+        mounted_tls(self.spec, &self.tls.state)
+    }
+}
+
+/// `spec.tls` when the TLS step found its certificate: pods mount it and the engines serve TLS.
+pub fn mounted_tls<'a>(spec: &'a ValidatedSpec, state: &TlsState) -> Option<&'a TlsSettings> {
+    spec.tls.as_ref().filter(|_| state.material().is_some())
 }
 
 /// Every child of a cluster. Consumers destructure it without `..`, so adding a child here
@@ -93,6 +112,10 @@ pub struct BuildInput<'a> {
 pub struct Children {
     /// `None` when the user references their own Secret.
     pub secret: Option<Secret>,
+    /// The operator-issued CA and certificate Secrets (empty for other sources).
+    pub tls_secrets: Vec<Secret>,
+    /// The cert-manager `Certificate`; `None` unless cert-manager issues and its CRD exists.
+    pub certificate: Option<DynamicObject>,
     /// The engine settings of the spec's revision (`<name>-config-<hash>`).
     pub config_map: ConfigMap,
     /// The members a starting pod syncs from (`<name>-peers`).
@@ -121,9 +144,11 @@ pub enum BuildError {
 
 /// Builds every child.
 pub fn build_children(input: &BuildInput) -> Result<Children, BuildError> {
-    let settings = engine_settings(input.spec, input.names);
+    let settings = engine_settings(input.spec, input.names, input.mounted_tls());
     Ok(Children {
         secret: build_secret(input)?,
+        tls_secrets: build_tls_secrets(input)?,
+        certificate: build_certificate(input)?,
         config_map: build_config_map(input, &settings)?,
         peers_config_map: build_peers_config_map(input)?,
         headless_service: build_headless_service(input)?,

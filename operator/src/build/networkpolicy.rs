@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{ApiResource, DynamicObject, TypeMeta};
 
 use super::{child_metadata, selector_labels, to_dynamic, BuildError, BuildInput};
-use crate::names::{CLIENT_PORT, MESH_PORT, METRICS_PORT};
+use crate::names::{CLIENT_PORT, MESH_PORT, METRICS_PORT, TLS_PORT};
 
 /// The label, and its value, of the operator's pods (the chart's `selectorLabels`).
 pub const OPERATOR_POD_LABEL: (&str, &str) = ("app.kubernetes.io/name", "keymesh-operator");
@@ -48,11 +48,17 @@ pub fn build_network_policy(input: &BuildInput) -> Result<Option<DynamicObject>,
         spec: Some(NetworkPolicySpec {
             pod_selector: Some(match_labels(selector_labels(input.names))),
             policy_types: Some(vec!["Ingress".to_string()]),
-            ingress: Some(vec![
-                rule(CLIENT_PORT, (!clients.is_empty()).then(|| clients.clone())),
-                rule(MESH_PORT, Some(vec![own_pods(input), operator_pods(input.operator_namespace)])),
-                rule(METRICS_PORT, None),
-            ]),
+            ingress: Some(
+                [
+                    Some(rule(CLIENT_PORT, (!clients.is_empty()).then(|| clients.clone()))),
+                    input.mounted_tls().map(|_| rule(TLS_PORT, (!clients.is_empty()).then(|| clients.clone()))),
+                    Some(rule(MESH_PORT, Some(vec![own_pods(input), operator_pods(input.operator_namespace)]))),
+                    Some(rule(METRICS_PORT, None)),
+                ]
+                .into_iter()
+                .flatten()
+                .collect(),
+            ),
             egress: None,
         }),
     };

@@ -6,10 +6,12 @@ use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::{child_metadata, selector_labels, BuildError, BuildInput, SERVICE_LABEL};
-use crate::names::{CLIENT_PORT, MESH_PORT, METRICS_PORT};
+use crate::names::{CLIENT_PORT, MESH_PORT, METRICS_PORT, TLS_PORT};
 
 /// Port names, shared with the container's ports.
 pub const CLIENT_PORT_NAME: &str = "client";
+/// The TLS client port, when TLS is on.
+pub const TLS_PORT_NAME: &str = "client-tls";
 pub const MESH_PORT_NAME: &str = "mesh";
 pub const METRICS_PORT_NAME: &str = "metrics";
 
@@ -32,11 +34,17 @@ pub fn build_headless_service(input: &BuildInput) -> Result<Service, BuildError>
             cluster_ip: Some("None".to_string()),
             publish_not_ready_addresses: Some(true),
             selector: Some(selector_labels(input.names)),
-            ports: Some(vec![
-                port(CLIENT_PORT_NAME, CLIENT_PORT, CLIENT_PORT_NAME),
-                port(MESH_PORT_NAME, MESH_PORT, MESH_PORT_NAME),
-                port(METRICS_PORT_NAME, METRICS_PORT, METRICS_PORT_NAME),
-            ]),
+            ports: Some(
+                [
+                    Some(port(CLIENT_PORT_NAME, CLIENT_PORT, CLIENT_PORT_NAME)),
+                    Some(port(MESH_PORT_NAME, MESH_PORT, MESH_PORT_NAME)),
+                    Some(port(METRICS_PORT_NAME, METRICS_PORT, METRICS_PORT_NAME)),
+                    input.mounted_tls().map(|_| port(TLS_PORT_NAME, TLS_PORT, TLS_PORT_NAME)),
+                ]
+                .into_iter()
+                .flatten()
+                .collect(),
+            ),
             ..ServiceSpec::default()
         }),
         ..Service::default()
@@ -55,7 +63,12 @@ pub fn build_client_service(input: &BuildInput) -> Result<Service, BuildError> {
         spec: Some(ServiceSpec {
             type_: Some(service.type_.as_str().to_string()),
             selector: Some(selector_labels(input.names)),
-            ports: Some(vec![port(CLIENT_PORT_NAME, service.port, CLIENT_PORT_NAME)]),
+            ports: Some(
+                [Some(port(CLIENT_PORT_NAME, service.port, CLIENT_PORT_NAME)), input.mounted_tls().map(|_| port(TLS_PORT_NAME, TLS_PORT, TLS_PORT_NAME))]
+                    .into_iter()
+                    .flatten()
+                    .collect(),
+            ),
             ..ServiceSpec::default()
         }),
         ..Service::default()

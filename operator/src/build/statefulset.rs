@@ -12,19 +12,23 @@
 use k8s_openapi::api::apps::v1::{RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy};
 use k8s_openapi::api::core::v1::{
     ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector, PodReadinessGate, PodSpec, PodTemplateSpec,
-    Probe, SecretKeySelector, TopologySpreadConstraint, Volume, VolumeMount,
+    Probe, SecretKeySelector, SecretVolumeSource, TopologySpreadConstraint, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::configmap::{config_hash, EngineSettings, CONFIG_DIR, CONFIG_FILE, PEERS_DIR};
 use super::security::{engine_container_security_context, engine_pod_security_context};
-use super::services::{CLIENT_PORT_NAME, MESH_PORT_NAME, METRICS_PORT_NAME};
+use super::services::{CLIENT_PORT_NAME, MESH_PORT_NAME, METRICS_PORT_NAME, TLS_PORT_NAME};
 use super::{child_metadata, common_labels, selector_labels, BuildError, BuildInput, TEMPLATE_HASH_ANNOTATION};
 use crate::api::SpreadMode;
 use crate::handoff::SERVING_CONDITION;
-use crate::names::{ClusterNames, CLIENT_PORT, MESH_PORT, METRICS_PORT};
+use crate::names::{ClusterNames, CLIENT_PORT, MESH_PORT, METRICS_PORT, TLS_PORT};
+use crate::tls::{TlsSettings, TLS_DIR};
 use crate::validate::ValidatedSpec;
+
+/// The pod volume of the TLS Secret (mounted whole, never by `subPath`, so it updates in place).
+pub const TLS_VOLUME: &str = "tls";
 
 /// The engine container's name.
 pub const CONTAINER_NAME: &str = "keymesh";
@@ -74,8 +78,9 @@ pub fn build_statefulset(input: &BuildInput) -> Result<StatefulSet, BuildError> 
 }
 
 /// The engine pods' template for a spec, hashed. Pure: the same spec gives the same template
-/// and hash in every operator build that builds the same template.
-pub fn pod_template(spec: &ValidatedSpec, names: &ClusterNames, settings: &EngineSettings) -> PodTemplate {
+/// and hash in every operator build that builds the same template. `tls`: the TLS the pods run
+/// with (`BuildInput::mounted_tls`).
+pub fn pod_template(spec: &ValidatedSpec, names: &ClusterNames, settings: &EngineSettings, tls: Option<&TlsSettings>) -> PodTemplate {
     let pod = &spec.pod;
     let mut labels = pod.labels.clone();
     labels.extend(common_labels(names));
@@ -85,11 +90,27 @@ pub fn pod_template(spec: &ValidatedSpec, names: &ClusterNames, settings: &Engin
         config_map: Some(ConfigMapVolumeSource { name: config_map, ..ConfigMapVolumeSource::default() }),
         ..Volume::default()
     };
+    let mut volumes = vec![config_volume("config", names.config_map(&settings.hash)), config_volume("peers", names.peers_config_map())];
+    let mut container = engine_container(spec);
+    if let Some(tls) = tls {
+        volumes.push(Volume {
+            name: TLS_VOLUME.to_string(),
+            secret: Some(SecretVolumeSource { secret_name: Some(tls.secret_name(names)), ..SecretVolumeSource::default() }),
+            ..Volume::default()
+        });
+        container.volume_mounts.get_or_insert_default().push(VolumeMount {
+            name: TLS_VOLUME.to_string(),
+            mount_path: TLS_DIR.to_string(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+        container.ports.get_or_insert_default().push(container_port(TLS_PORT_NAME, TLS_PORT));
+    }
     let mut template = PodTemplateSpec {
         metadata: Some(ObjectMeta { labels: Some(labels), annotations: Some(pod.annotations.clone()), ..ObjectMeta::default() }),
         spec: Some(PodSpec {
-            containers: vec![engine_container(spec)],
-            volumes: Some(vec![config_volume("config", names.config_map(&settings.hash)), config_volume("peers", names.peers_config_map())]),
+            containers: vec![container],
+            volumes: Some(volumes),
             // Ready needs the operator's consent too: it takes a pod out of its Service at once
             // before handing it off (`crate::handoff`).
             readiness_gates: Some(vec![PodReadinessGate { condition_type: SERVING_CONDITION.to_string() }]),

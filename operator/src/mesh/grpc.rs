@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use keymesh_proto::{HandoffRequest, NodeStatus, Peer, SetConfigRequest, SetPeersRequest, StatusRequest};
 use tonic::metadata::MetadataValue;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use super::{Member, MeshClient, MeshError};
 
@@ -30,7 +30,15 @@ impl GrpcMeshClient {
         if member.admin_endpoint.is_empty() {
             return Err(connect_error("the pod has no IP yet".to_string()));
         }
-        let endpoint = Endpoint::from_shared(member.admin_endpoint.clone()).map_err(|e| connect_error(e.to_string()))?;
+        let mut endpoint = Endpoint::from_shared(member.admin_endpoint.clone()).map_err(|e| connect_error(e.to_string()))?;
+        if let Some(tls) = &member.tls {
+            // Reached by IP, checked by the pod's stable name (the certificate's wildcard).
+            let config = ClientTlsConfig::new()
+                .ca_certificate(Certificate::from_pem(&tls.ca_pem))
+                .identity(Identity::from_pem(&tls.cert_pem, &tls.key_pem))
+                .domain_name(member.peer.host.clone());
+            endpoint = endpoint.tls_config(config).map_err(|e| connect_error(format!("TLS: {e}")))?;
+        }
         let channel = endpoint.connect_timeout(self.connect_timeout).timeout(self.call_timeout).connect().await.map_err(|e| connect_error(e.to_string()))?;
         Ok(AdminClient::new(channel))
     }

@@ -13,6 +13,7 @@ mod plan;
 mod wire;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use keymesh_proto::{NodeStatus, Peer};
 
@@ -21,6 +22,7 @@ pub use plan::{plan, PeerUpdate, PlanInput, ScalePlan, ScaleStep};
 pub use wire::{observe, wire, PodMember, WiringReport};
 
 use crate::observe::PodFacts;
+use crate::tls::TlsMaterial;
 
 use crate::names::{ClusterNames, MESH_PORT};
 
@@ -34,6 +36,9 @@ pub struct Member {
     pub admin_endpoint: String,
     /// How other members name this one in their peer lists.
     pub peer: Peer,
+    /// Set when the pod serves TLS: admin calls then use it (the CA to trust, the certificate
+    /// to present; the server name checked is `peer.host`).
+    pub tls: Option<Arc<TlsMaterial>>,
 }
 
 impl Member {
@@ -44,7 +49,12 @@ impl Member {
             Some(ip) => format!("http://{ip}:{MESH_PORT}"),
             None => String::new(),
         };
-        Member { pod: names.pod(ordinal), ordinal, admin_endpoint, peer: peer_of(names, ordinal) }
+        Member { pod: names.pod(ordinal), ordinal, admin_endpoint, peer: peer_of(names, ordinal), tls: None }
+    }
+
+    /// The same member, called over TLS with `material`.
+    pub fn with_tls(self, material: Arc<TlsMaterial>) -> Member {
+        Member { admin_endpoint: self.admin_endpoint.replacen("http://", "https://", 1), tls: Some(material), ..self }
     }
 }
 

@@ -46,15 +46,21 @@ pub struct WiringReport {
 }
 
 /// The live settings each answering engine must change: the directives of `live` whose
-/// reported value differs. Engines being handed off or deleted are left alone.
+/// reported value differs. Engines being handed off or deleted are left alone, and `tls-*`
+/// directives only go to pods that mount a certificate (a pod of an earlier revision, before a
+/// roll turned TLS on, has none: its engine would refuse them or, older, not know them).
 pub fn config_updates(members: &[MemberState], live: &BTreeMap<String, String>) -> Vec<(u32, BTreeMap<String, String>)> {
     members
         .iter()
         .filter(|m| !m.pod.deleting)
         .filter_map(|m| {
             let status = m.node_status().filter(|s| s.handoff.is_empty() || s.handoff == "serving")?;
-            let differing: BTreeMap<String, String> =
-                live.iter().filter(|(k, v)| status.config.get(*k) != Some(*v)).map(|(k, v)| (k.clone(), v.clone())).collect();
+            let differing: BTreeMap<String, String> = live
+                .iter()
+                .filter(|(k, _)| m.pod.tls || !k.starts_with("tls-"))
+                .filter(|(k, v)| status.config.get(*k) != Some(*v))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
             (!differing.is_empty()).then_some((m.member.ordinal, differing))
         })
         .collect()

@@ -6,11 +6,13 @@ use k8s_openapi::jiff::Timestamp;
 use keymesh_proto::NodeStatus;
 
 use super::conditions::{merge, ConditionState, Status};
+use super::tls::tls_status;
 use crate::api::{condition_types as types, CacheCluster, CacheClusterStatus, MemberStatus, Phase, UpgradeState};
 use crate::auth::Password;
 use crate::mesh::{peer_of, MemberState, ScalePlan, ScaleStep, WiringReport};
 use crate::names::ClusterNames;
 use crate::node_tuning::{self, Tuners};
+use crate::tls::TlsStep;
 use crate::upgrade::UpgradePlan;
 use crate::validate::{InvalidSpec, ValidatedSpec};
 
@@ -24,6 +26,7 @@ pub struct StatusInput<'a> {
     pub tuners: &'a Tuners,
     pub wiring: &'a WiringReport,
     pub password: &'a Password,
+    pub tls: &'a TlsStep,
     pub now: Timestamp,
 }
 
@@ -59,6 +62,8 @@ pub fn compute(input: &StatusInput) -> CacheClusterStatus {
     states.push(sysctls_allowed(input, &refused));
     states.push(node_tuning::kernel_condition(input.members));
     states.push(spec_warnings(input));
+    let (tls_condition, tls) = tls_status(input.spec, input.tls, input.members).unzip();
+    states.extend(tls_condition);
     CacheClusterStatus {
         phase: Some(phase),
         observed_generation: input.cluster.metadata.generation,
@@ -69,6 +74,7 @@ pub fn compute(input: &StatusInput) -> CacheClusterStatus {
         members: input.members.iter().map(member_status).collect(),
         upgrade: input.upgrade.status.clone(),
         refused_sysctls: refused,
+        tls: tls.flatten(),
     }
 }
 

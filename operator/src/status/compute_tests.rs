@@ -48,6 +48,7 @@ fn status_with(
         tuners: &Tuners::default(),
         wiring: &WiringReport::default(),
         password: &password,
+        tls: &crate::tls::TlsStep::off(),
         now,
     })
 }
@@ -210,12 +211,12 @@ fn clock_skew_beyond_the_spec_maximum_is_reported() {
 
 #[test]
 fn an_invalid_spec_fails_with_the_messages_and_keeps_the_members() {
-    let mut c = cluster("tls: {enabled: true}");
+    let mut c = cluster("tls: {enabled: true, authClients: maybe}");
     c.status = Some(status_of(&cluster("{}"), &full_mesh(3), Some(3), at("2024-01-01T00:00:00Z")));
-    let invalid_spec = validate(&c).expect_err("TLS is unsupported");
+    let invalid_spec = validate(&c).expect_err("authClients: maybe is invalid");
     let status = invalid(&c, &invalid_spec, at("2024-01-01T00:02:00Z"));
     assert_eq!(status.phase, Some(Phase::Failed), "{status:#?}");
-    assert!(condition(&status, types::READY).message.contains("spec.tls.enabled"), "{status:#?}");
+    assert!(condition(&status, types::READY).message.contains("spec.tls.authClients"), "{status:#?}");
     assert_eq!(condition(&status, types::DEGRADED).reason, "InvalidSpec", "{status:#?}");
     assert_eq!(status.members.len(), 3, "{status:#?}");
     assert!(status.condition(types::MESH_CONNECTED).is_some(), "other conditions are kept: {status:#?}");
@@ -247,6 +248,7 @@ fn a_missing_password_leaves_the_mesh_unknown() {
         tuners: &Tuners::default(),
         wiring: &WiringReport::default(),
         password: &password,
+        tls: &crate::tls::TlsStep::off(),
         now: at("2024-01-01T00:00:00Z"),
     });
     let mesh = condition(&status, types::MESH_CONNECTED);

@@ -71,6 +71,7 @@ fn status_with(
         tuners: &Tuners::default(),
         wiring: &WiringReport::default(),
         password: &password,
+        tls: &crate::tls::TlsStep::off(),
         now,
     })
 }
@@ -116,9 +117,9 @@ fn scenarios() -> Vec<(&'static str, CacheCluster)> {
         }
     }
 
-    let mut invalid_spec = cluster("tls: {enabled: true}");
+    let mut invalid_spec = cluster("tls: {enabled: true, authClients: maybe}");
     invalid_spec.status = Some(status_of(&cluster("{}"), &full_mesh(3), Some(3), at(0)));
-    let error = validate(&invalid_spec).expect_err("TLS is not supported");
+    let error = validate(&invalid_spec).expect_err("authClients: maybe is invalid");
     invalid_spec.status = Some(invalid(&invalid_spec, &error, at(5)));
 
     let mut replacing = full_mesh(3);

@@ -6,12 +6,14 @@ mod compute;
 pub mod conditions;
 #[cfg(test)]
 mod health_testdata;
+mod tls;
 
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
 pub use compute::{compute, invalid, StatusInput};
+pub use tls::TLS_REPLICATION;
 
 use crate::api::{CacheCluster, CacheClusterStatus};
 use crate::build::FIELD_MANAGER;
