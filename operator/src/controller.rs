@@ -202,8 +202,9 @@ async fn reconcile_cluster(cluster: &CacheCluster, ctx: &Context) -> Result<Acti
     let capabilities = discovery::capabilities(&ctx.client).await?;
     let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &namespace);
     let password = auth::password(&secrets, &spec.auth).await?;
-    let tls = tls::prepare(&secrets, &names, spec.tls.as_ref(), capabilities.cert_manager, Timestamp::now()).await?;
     let observed = observe::observe(&ctx.client, &names).await?;
+    let still_mounted = observed.pods.iter().find_map(|p| p.facts.tls_secret.clone());
+    let tls = tls::prepare(&secrets, &names, spec.tls.as_ref(), capabilities.cert_manager, still_mounted.as_deref(), Timestamp::now()).await?;
     let tuners = node_tuning::observe(&ctx.client, &names, spec.node_tuning.is_some()).await?;
     let mounted_tls = mounted_tls(&spec, &tls.state);
     let mut settings = engine_settings(&spec, &names, mounted_tls);
@@ -213,10 +214,14 @@ async fn reconcile_cluster(cluster: &CacheCluster, ctx: &Context) -> Result<Acti
         let everyone = observed.pods.len() >= spec.replicas.unsigned_abs() as usize && observed.pods.iter().all(|p| p.facts.tls);
         let value = if wanted.replication && everyone { "yes" } else { "no" };
         settings.live.insert(TLS_REPLICATION.to_string(), value.to_string());
+    } else if still_mounted.is_some() {
+        // TLS is being turned off (or waits for a certificate): pods that still mount one
+        // stream in plain text, so the pods that replace them can join.
+        settings.live.insert(TLS_REPLICATION.to_string(), "no".to_string());
     }
     let config_keys: Vec<String> = settings.live.keys().cloned().collect();
     let pods = observed.pods.iter().cloned().map(|mut pod| {
-        if let Some(material) = tls.state.material().filter(|_| pod.facts.tls) {
+        if let Some(material) = tls.admin.as_ref().filter(|_| pod.facts.tls) {
             pod.member = pod.member.with_tls(material.clone());
         }
         pod

@@ -62,6 +62,8 @@ pub struct PodFacts {
     pub sysctl_forbidden: Option<String>,
     /// The pod mounts a TLS Secret: its engine serves TLS and answers the operator over TLS.
     pub tls: bool,
+    /// That Secret's name.
+    pub tls_secret: Option<String>,
 }
 
 /// The live StatefulSet.
@@ -154,6 +156,12 @@ pub fn pod_facts(pod: &Pod) -> PodFacts {
         (None, Some(m)) => Some(m.clone()),
         (None, None) => None,
     };
+    let tls_secret = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .find(|v| v.name == crate::build::TLS_VOLUME)
+        .and_then(|v| v.secret.as_ref()?.secret_name.clone());
     let start_failure =
         waiting.filter(|w| w.reason.as_deref().is_some_and(|r| START_FAILURES.contains(&r))).and_then(|w| describe(w.reason.as_ref(), w.message.as_ref()));
     let problem = waiting
@@ -178,7 +186,8 @@ pub fn pod_facts(pod: &Pod) -> PodFacts {
         sysctl_forbidden: status
             .filter(|s| s.reason.as_deref() == Some("SysctlForbidden"))
             .map(|s| s.message.clone().unwrap_or_else(|| "SysctlForbidden".to_string())),
-        tls: pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()).any(|v| v.name == crate::build::TLS_VOLUME && v.secret.is_some()),
+        tls: tls_secret.is_some(),
+        tls_secret,
     }
 }
 

@@ -104,7 +104,7 @@ mod tests {
         let leaf = tls::issue(&names, &ca, Timestamp::now(), std::time::Duration::from_secs(3600)).expect("leaf");
         let info = tls::inspect(&leaf.cert).expect("info");
         let material = tls::TlsMaterial { secret_name: "demo-tls".into(), ca_pem: ca.cert, cert_pem: leaf.cert, key_pem: leaf.key, info, renew_at: None };
-        fixture.tls = TlsStep { state: tls::TlsState::Ready(std::sync::Arc::new(material)), issued: None };
+        fixture.tls = TlsStep { state: tls::TlsState::Ready(std::sync::Arc::new(material)), issued: None, admin: None };
         let mounted = crate::build::mounted_tls(&fixture.spec, &fixture.tls.state).cloned();
         let settings = crate::build::engine_settings(&fixture.spec, &fixture.names, mounted.as_ref());
         fixture.template = crate::build::pod_template(&fixture.spec, &fixture.names, &settings, mounted.as_ref());
@@ -149,7 +149,7 @@ mod tests {
         let names = fixture.names.clone();
         let ca = tls::new_ca(&names, Timestamp::now()).expect("CA");
         let leaf = tls::issue(&names, &ca, Timestamp::now(), std::time::Duration::from_secs(3600)).expect("leaf");
-        fixture.tls = TlsStep { state: tls::TlsState::Off, issued: Some(tls::Issued { ca: ca.clone(), leaf: leaf.clone(), renewed: true }) };
+        fixture.tls = TlsStep { state: tls::TlsState::Off, issued: Some(tls::Issued { ca: ca.clone(), leaf: leaf.clone(), renewed: true }), admin: None };
         let secrets = fixture.build().tls_secrets;
         let keys: Vec<(String, Vec<String>)> =
             secrets.iter().map(|s| (s.metadata.name.clone().unwrap_or_default(), s.data.iter().flat_map(|d| d.keys().cloned()).collect())).collect();

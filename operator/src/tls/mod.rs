@@ -15,6 +15,10 @@
 //! then the pod template stays as it is and the `TLSReady` condition says what is missing.
 //! Mounted Secrets update in place (no `subPath`) and the engines re-read their files, so a
 //! renewal reaches every pod without a restart.
+//!
+//! Turning TLS off: while pods still mount a certificate, the step reads it (`TlsStep::admin`)
+//! so the operator can still call those pods and switch their `tls-replication` off before the
+//! roll replaces them.
 
 mod certificates;
 mod settings;
@@ -87,6 +91,9 @@ pub struct TlsStep {
     pub state: TlsState,
     /// Operator-issued: the CA and the pods' certificate the Secrets must hold.
     pub issued: Option<Issued>,
+    /// What admin calls to pods that mount a certificate use: the current certificate, or,
+    /// while TLS is being turned off, the one the pods still mount.
+    pub admin: Option<Arc<TlsMaterial>>,
 }
 
 /// The operator's CA and the pods' certificate (`renewed`: issued by this reconcile).
@@ -99,20 +106,32 @@ pub struct Issued {
 
 impl TlsStep {
     pub fn off() -> TlsStep {
-        TlsStep { state: TlsState::Off, issued: None }
+        TlsStep { state: TlsState::Off, issued: None, admin: None }
+    }
+
+    fn decided(state: TlsState, issued: Option<Issued>) -> TlsStep {
+        let admin = state.material().cloned();
+        TlsStep { state, issued, admin }
     }
 }
 
-/// Runs the TLS step. `cert_manager`: the `cert-manager.io/v1` Certificate CRD exists.
+/// Runs the TLS step. `cert_manager`: the `cert-manager.io/v1` Certificate CRD exists;
+/// `mounted`: the TLS Secret some pod still mounts (read for admin calls while TLS is turned off).
 pub async fn prepare(
     secrets: &Api<Secret>,
     names: &ClusterNames,
     settings: Option<&TlsSettings>,
     cert_manager: bool,
+    mounted: Option<&str>,
     now: Timestamp,
 ) -> Result<TlsStep, TlsError> {
     let Some(settings) = settings else {
-        return Ok(TlsStep::off());
+        let Some(secret) = mounted else {
+            return Ok(TlsStep::off());
+        };
+        let data = secrets.get_opt(secret).await.map_err(|source| TlsError::Read { name: secret.to_string(), source })?.and_then(|s| s.data);
+        let admin = external(secret, data.as_ref(), now, "").material().cloned();
+        return Ok(TlsStep { state: TlsState::Off, issued: None, admin });
     };
     let read = |name: String| async move { secrets.get_opt(&name).await.map(|s| s.and_then(|s| s.data)).map_err(|source| TlsError::Read { name, source }) };
     let secret_name = settings.secret_name(names);
@@ -125,23 +144,23 @@ pub async fn prepare(
             let renew_at = Timestamp::from_second(info.not_after.as_second() - renew_before.as_secs() as i64).ok();
             let material =
                 TlsMaterial { secret_name, ca_pem: issued.ca.cert.clone(), cert_pem: issued.leaf.cert.clone(), key_pem: issued.leaf.key.clone(), info, renew_at };
-            Ok(TlsStep { state: TlsState::Ready(Arc::new(material)), issued: Some(issued) })
+            Ok(TlsStep::decided(TlsState::Ready(Arc::new(material)), Some(issued)))
         }
         CertificateSource::Secret { .. } => {
             let data = read(secret_name.clone()).await?;
-            Ok(TlsStep { state: external(&secret_name, data.as_ref(), now, "create it with tls.crt, tls.key and ca.crt"), issued: None })
+            Ok(TlsStep::decided(external(&secret_name, data.as_ref(), now, "create it with tls.crt, tls.key and ca.crt"), None))
         }
-        CertificateSource::CertManager { .. } if !cert_manager => Ok(TlsStep {
-            state: TlsState::Waiting {
+        CertificateSource::CertManager { .. } if !cert_manager => Ok(TlsStep::decided(
+            TlsState::Waiting {
                 reason: "CertManagerMissing",
                 message: "spec.tls.certManager needs cert-manager: the cert-manager.io/v1 Certificate CRD is not installed (install cert-manager, or use spec.tls.secretName, or leave both out to have the operator issue certificates)".to_string(),
             },
-            issued: None,
-        }),
+            None,
+        )),
         CertificateSource::CertManager { .. } => {
             let data = read(secret_name.clone()).await?;
             let hint = format!("waiting for cert-manager to issue Certificate {}", names.tls_secret());
-            Ok(TlsStep { state: external(&secret_name, data.as_ref(), now, &hint), issued: None })
+            Ok(TlsStep::decided(external(&secret_name, data.as_ref(), now, &hint), None))
         }
     }
 }
