@@ -364,10 +364,10 @@ pub async fn run(server: Arc<Server>, listeners: Listeners) {
     let peers: Vec<_> = server.config.read().replicaof.iter().filter_map(|(h, p)| crate::mesh::PeerAddr::from_client_port(h, *p).ok()).collect();
     server.mesh.start(&server, peers);
     for listener in listeners.plain {
-        tokio::spawn(accept_loop(server.clone(), listener));
+        tokio::spawn(accept_loop(server.clone(), listener, "plain", crate::connection::serve));
     }
     for listener in listeners.tls {
-        tokio::spawn(crate::tls::listener::accept_loop(server.clone(), listener));
+        tokio::spawn(accept_loop(server.clone(), listener, "tls", crate::tls::listener::handshake));
     }
     if server.tls.is_some() {
         tokio::spawn(reload_tls(server.clone()));
@@ -435,9 +435,15 @@ async fn signal_received() {
     }
 }
 
-/// Accepts until shutdown. `maxclients` is enforced per connection (see `connection::serve`),
-/// so a refused client gets Redis's error rather than a silent close.
-async fn accept_loop(server: Arc<Server>, listener: TcpListener) {
+/// Accepts on a client listener until shutdown, handing each connection to `serve` in its own
+/// task (`connection::serve` for the plain port, the TLS handshake for the TLS port).
+/// `maxclients` is enforced per connection (see `connection::serve`), so a refused client gets
+/// Redis's error rather than a silent close.
+pub(crate) async fn accept_loop<F, Fut>(server: Arc<Server>, listener: TcpListener, port: &'static str, serve: F)
+where
+    F: Fn(Arc<Server>, tokio::net::TcpStream, std::net::SocketAddr) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let mut stop = server.shutdown_signal();
     loop {
         let accepted = tokio::select! {
@@ -447,14 +453,13 @@ async fn accept_loop(server: Arc<Server>, listener: TcpListener) {
         let (socket, addr) = match accepted {
             Ok(pair) => pair,
             Err(e) => {
-                warn!(error = %e, "accept failed");
+                warn!(error = %e, port, "accept failed");
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
         };
         server.stats.connections_received.fetch_add(1, Ordering::Relaxed);
         server.metrics.connection_accepted();
-        let server = server.clone();
-        tokio::spawn(async move { crate::connection::serve(server, socket, addr).await });
+        tokio::spawn(serve(server.clone(), socket, addr));
     }
 }

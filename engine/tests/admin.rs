@@ -123,7 +123,8 @@ async fn peers_report_applying_a_leaving_nodes_writes_through_its_last_sequence(
         assert_eq!(on_b.cmd(&["SET", &format!("k{i}"), &i.to_string()]).text(), "OK");
     }
     let leaving = handoff(b, true, 0).await;
-    assert_eq!(leaving.handoff, "closing");
+    // With no busy client and no grace, the handoff may be over before the call returns.
+    assert!(matches!(leaving.handoff.as_str(), "closing" | "done"), "{leaving:?}");
     wait_until("b's handoff", || async { status(b, &[]).await.handoff == "done" }).await;
     let leaving = status(b, &[]).await;
     assert!(leaving.last_seq >= 200, "{leaving:?}");

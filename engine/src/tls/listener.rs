@@ -9,39 +9,17 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
-use tracing::{debug, warn};
+use tracing::debug;
 
 use crate::server::Server;
 
 /// The longest a TLS handshake may take.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Accepts until shutdown.
-pub async fn accept_loop(server: Arc<Server>, listener: TcpListener) {
-    let mut stop = server.shutdown_signal();
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = stop.changed() => return,
-        };
-        let (socket, addr) = match accepted {
-            Ok(pair) => pair,
-            Err(e) => {
-                warn!(error = %e, "TLS accept failed");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        server.stats.connections_received.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        server.metrics.connection_accepted();
-        let server = server.clone();
-        tokio::spawn(async move { handshake(server, socket, addr).await });
-    }
-}
-
-async fn handshake(server: Arc<Server>, socket: tokio::net::TcpStream, addr: SocketAddr) {
+/// Runs the TLS handshake of a connection accepted on the TLS port (`server::accept_loop`),
+/// then serves it; a handshake that fails or stalls past `HANDSHAKE_TIMEOUT` closes it.
+pub async fn handshake(server: Arc<Server>, socket: tokio::net::TcpStream, addr: SocketAddr) {
     let Some(tls) = server.tls.as_ref() else { return };
     let laddr = socket.local_addr().unwrap_or(addr);
     crate::connection::tune_socket(&server, &socket);

@@ -17,8 +17,36 @@ pub struct Server {
     child: Child,
 }
 
+/// Where test servers' ports come from: below the kernel's ephemeral range (32768-60999 by
+/// default), so no outgoing connection of a concurrently running test can take a port between
+/// the moment it is chosen and the moment the server binds it. `port + 10000` (the derived mesh
+/// port) stays below it too.
+const TEST_PORTS: std::ops::Range<u16> = 2000..22000;
+
+/// Ports reserved by this process (see `reserve`), held until it exits.
+static RESERVED: std::sync::Mutex<Vec<std::fs::File>> = std::sync::Mutex::new(Vec::new());
+
+/// Reserves `port` across every test process running at once (nextest runs each test in its
+/// own process): an exclusive lock on `/tmp/keymesh-test-ports/<port>`, kept by this process.
+/// `false` when another process holds it or something else listens there.
+fn reserve(port: u16) -> bool {
+    let dir = std::env::temp_dir().join("keymesh-test-ports");
+    let _ = std::fs::create_dir_all(&dir);
+    let Ok(file) = std::fs::File::create(dir.join(port.to_string())) else { return false };
+    // File locks are std from Rust 1.89; the tests run on the stable toolchain (the MSRV is the
+    // library's promise, not the test support's).
+    #[allow(clippy::incompatible_msrv)]
+    let locked = file.try_lock().is_ok();
+    if !locked || TcpListener::bind(("127.0.0.1", port)).is_err() {
+        return false;
+    }
+    RESERVED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(file);
+    true
+}
+
+/// A free port for a test server, reserved for this process.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+    free_port_with(&[])
 }
 
 /// A free client port whose mesh port (client port + 10000) is free too.
@@ -26,16 +54,15 @@ pub fn free_mesh_port() -> u16 {
     free_port_with(&[10000])
 }
 
-/// A free client port such that `port + offset` is free too for every offset.
+/// A free client port such that `port + offset` is free too for every offset; all reserved.
 pub fn free_port_with(offsets: &[u16]) -> u16 {
-    for _ in 0..200 {
-        let port = free_port();
-        let free = |offset: &u16| port.checked_add(*offset).is_some_and(|p| TcpListener::bind(("127.0.0.1", p)).is_ok());
-        if offsets.iter().all(free) {
+    for _ in 0..1000 {
+        let port = rand::random_range(TEST_PORTS);
+        if reserve(port) && offsets.iter().all(|offset| port.checked_add(*offset).is_some_and(reserve)) {
             return port;
         }
     }
-    panic!("no free client port with free ports at offsets {offsets:?}");
+    panic!("no free test port in {TEST_PORTS:?} with free ports at offsets {offsets:?}");
 }
 
 impl Server {
