@@ -147,7 +147,6 @@ fn run_once(vm: &mut Vm, state: &mut CallState, inv: &Invocation, name: &str) ->
     vm.watch.borrow_mut().running = None;
     vm.watch.borrow_mut().on_busy = None;
     let memory_limit = vm.memory_limit();
-    let out_of_memory = memory_limit > 0 && vm.lua.used_memory() * 10 >= memory_limit * 9;
     vm.after_run();
     let values: Vec<Value> = match outcome {
         Ok(values) => values.into_iter().collect(),
@@ -159,7 +158,8 @@ fn run_once(vm: &mut Vm, state: &mut CallState, inv: &Invocation, name: &str) ->
         [Value::Boolean(true)] => Ok(Frame::Null),
         [_, err, ..] => {
             let message = error_message(err);
-            if out_of_memory && message.contains("not enough memory") {
+            // Luau's allocation failure: with jemalloc behind it, only the limit causes it.
+            if message.contains("not enough memory") {
                 return Err(memory_error(name, memory_limit));
             }
             Err(CmdError::Raw(script_error(err, &message, name)))
