@@ -40,8 +40,8 @@
 #   listed in e2e/tcl/skip.txt.
 #
 # Against redis-server 7.0.15 every test of the default units passes in external mode with these
-# flags (923 without the skip file; 893 passed + 30 skipped with it). The default-unit run takes
-# 31-40 s against redis-server on this 2-core machine (unit/type/list is the longest, ~12 s).
+# flags (1109 without the skip file; 1073 passed + 36 skipped with it). The default-unit run takes
+# 33-42 s against redis-server on this 2-core machine (unit/type/list is the longest, ~12 s).
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

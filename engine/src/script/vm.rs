@@ -171,6 +171,8 @@ impl Vm {
         redis.raw_set("pcall", redis_pcall)?;
         globals.raw_set("redis", redis.clone())?;
         super::libs::install(&lua, &globals)?;
+        // Lua 5.1's compatibility names that Luau dropped and old scripts still call.
+        lua.load("math.mod = math.fmod string.gfind = string.gmatch").set_name("=keymesh").exec()?;
         // The metatable of strings too (a CVE-2025-46818-style escape edits it).
         let string_meta: Option<Table> = lua.load("return getmetatable('')").set_name("=keymesh").eval()?;
         for name in ["string", "math", "table", "coroutine", "utf8", "bit32"] {
