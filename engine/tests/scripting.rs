@@ -168,6 +168,19 @@ fn the_libraries_redis_gives_scripts() {
             .texts(),
         ["15", "3", "2", "16", "00ff", "-1"]
     );
+    // struct: Redis's formats, byte for byte (values checked against redis-server 7.0.15).
+    assert_eq!(eval(&mut c, "return struct.pack('>I2 <h b s c0', 258, -2, -1, 'ab', 'xyz')", &[], &[]), Reply::Bulk(b"\x01\x02\xfe\xff\xffab\x00xyz".to_vec()));
+    let short = eval(&mut c, "return {struct.unpack('>I2 <h b s', ARGV[1])}", &[], &["\u{1}\u{2}\u{fe}"]);
+    assert!(err_text(&short).contains("data string too short"), "{short:?}");
+    assert_eq!(
+        eval(&mut c, "return {struct.unpack('>I2 <h s', struct.pack('>I2 <h s', 258, -2, 'ab'))}", &[], &[]),
+        Reply::Array(vec![int(258), int(-2), bulk("ab"), int(8)])
+    );
+    assert_eq!(eval(&mut c, "return struct.size('!8 b d i')", &[], &[]), int(20));
+    let bad = eval(&mut c, "return struct.pack('q', 1)", &[], &[]);
+    assert!(err_text(&bad).starts_with("ERR user_script:1: bad argument #1 to 'pack' (invalid format option 'q')"), "{bad:?}");
+    let bad = eval(&mut c, "return bit.band({})", &[], &[]);
+    assert!(err_text(&bad).starts_with("ERR user_script:1: bad argument #1 to 'band' (number expected, got table)"), "{bad:?}");
     let seeded = "math.randomseed(ARGV[1]) return tostring(math.random())";
     assert_eq!(eval(&mut c, seeded, &[], &["10"]), eval(&mut c, seeded, &[], &["10"]));
     assert_ne!(eval(&mut c, seeded, &[], &["10"]), eval(&mut c, seeded, &[], &["20"]));

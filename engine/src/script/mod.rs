@@ -7,8 +7,8 @@
 //! no bytecode loading from scripts, read-only library tables and metatables
 //! (`table.freeze`), an interrupt callback for time limits and an allocator limit, all
 //! continuously fuzzed by its maintainers. Redis scripts are plain Lua 5.1 code, which Luau
-//! runs unchanged; the differences that Redis's own tests notice are listed in the README
-//! ("Scripting").
+//! runs unchanged (Redis's `unit/scripting` Tcl unit passes); the differences a script can
+//! notice are listed in docs/scripting.md.
 //!
 //! What runs where: each server thread owns one Luau VM (`vm`), created on first use, so
 //! scripts on different shards run in parallel. The script cache and the function libraries

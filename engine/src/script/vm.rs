@@ -100,6 +100,10 @@ pub fn lua_message(e: &mlua::Error) -> String {
     }
 }
 
+/// What the bootstrap chunk returns: the protected runner, `redis.call`'s slot, `redis.call`,
+/// `redis.pcall`, the scripts' `pcall`, the missing-global error and the library wrapper.
+type Bootstrap = (Function, Table, Function, Function, Function, Function, Function);
+
 /// Lua code that needs Lua's own `xpcall` and stack inspection.
 const BOOTSTRAP: &str = r#"
 local xpcall, pcall, type, tostring, info, pack, unpack, error = xpcall, pcall, type, tostring, debug.info, table.pack, table.unpack, error
@@ -148,7 +152,18 @@ end
 local function missing(_, name)
   error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
 end
-return run, slot, redis_call, redis_pcall, script_pcall, missing
+-- A library function (cjson, struct, ...) as the C version behaves: its errors name the
+-- script line that called it (luaL_error's "user_script:1: "), and none inside pcall.
+local function library_function(f)
+  return function(...)
+    local r = pack(pcall(f, ...))
+    if r[1] then return unpack(r, 2, r.n) end
+    local err = r[2]
+    if typeof(err) == "error" then err = message(err) end
+    error(err, 2)
+  end
+end
+return run, slot, redis_call, redis_pcall, script_pcall, missing, library_function
 "#;
 
 impl Vm {
@@ -156,8 +171,7 @@ impl Vm {
         let libs = StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::COROUTINE | StdLib::UTF8 | StdLib::BIT | StdLib::DEBUG;
         let lua = Lua::new_with(libs, LuaOptions::default())?;
         let globals = lua.globals();
-        let (protected, slot, redis_call, redis_pcall, script_pcall, missing): (Function, Table, Function, Function, Function, Function) =
-            lua.load(BOOTSTRAP).set_name("=keymesh").eval()?;
+        let (protected, slot, redis_call, redis_pcall, script_pcall, missing, library_function): Bootstrap = lua.load(BOOTSTRAP).set_name("=keymesh").eval()?;
         // `debug` was only needed by the bootstrap (Redis 7 gives scripts no `debug` either).
         for name in ["print", "require", "getfenv", "setfenv", "newproxy", "gcinfo", "os", "loadfile", "dofile", "debug"] {
             globals.raw_set(name, Value::Nil)?;
@@ -170,7 +184,7 @@ impl Vm {
         redis.raw_set("call", redis_call)?;
         redis.raw_set("pcall", redis_pcall)?;
         globals.raw_set("redis", redis.clone())?;
-        super::libs::install(&lua, &globals)?;
+        super::libs::install(&lua, &globals, &library_function)?;
         // Lua 5.1's compatibility names that Luau dropped and old scripts still call.
         lua.load("math.mod = math.fmod string.gfind = string.gmatch").set_name("=keymesh").exec()?;
         // The metatable of strings too (a CVE-2025-46818-style escape edits it).

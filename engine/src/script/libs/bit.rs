@@ -1,6 +1,6 @@
 //! `bit`: LuaBitOp 1.0's functions on 32-bit integers, as Redis exposes them.
 
-use mlua::{Lua, Table, Variadic};
+use mlua::{Function, Lua, MultiValue, Table, Value};
 
 /// LuaBitOp's `tobit`: the number rounded to an integer, wrapped to a signed 32-bit value.
 pub fn tobit(x: f64) -> i32 {
@@ -13,20 +13,73 @@ pub fn tobit(x: f64) -> i32 {
     (r.rem_euclid(4294967296.0) as u64 as u32) as i32
 }
 
+/// Argument `i` (1-based) of `function` as a number, with Lua's own error when it is not one.
+fn arg(args: &[Value], i: usize, function: &str) -> mlua::Result<f64> {
+    match args.get(i - 1) {
+        Some(Value::Integer(n)) => Ok(*n as f64),
+        Some(Value::Number(n)) => Ok(*n),
+        Some(Value::String(s)) if s.to_str().ok().and_then(|t| t.trim().parse::<f64>().ok()).is_some() => {
+            Ok(s.to_str().ok().and_then(|t| t.trim().parse::<f64>().ok()).unwrap_or_default())
+        }
+        other => {
+            let got = other.map_or("no value", |v| v.type_name());
+            Err(mlua::Error::runtime(format!("bad argument #{i} to '{function}' (number expected, got {got})")))
+        }
+    }
+}
+
+/// A `bit` function of one argument.
+fn unary(lua: &Lua, name: &'static str, f: fn(i32) -> i32) -> mlua::Result<Function> {
+    lua.create_function(move |_, args: MultiValue| {
+        let args: Vec<Value> = args.into_iter().collect();
+        Ok(f(tobit(arg(&args, 1, name)?)))
+    })
+}
+
+/// A `bit` function folding its arguments (`band`, `bor`, `bxor`).
+fn fold(lua: &Lua, name: &'static str, f: fn(i32, i32) -> i32) -> mlua::Result<Function> {
+    lua.create_function(move |_, args: MultiValue| {
+        let args: Vec<Value> = args.into_iter().collect();
+        let mut acc = tobit(arg(&args, 1, name)?);
+        for i in 2..=args.len() {
+            acc = f(acc, tobit(arg(&args, i, name)?));
+        }
+        Ok(acc)
+    })
+}
+
+/// A shift or rotation: `x` by `n` (mod 32).
+fn shift(lua: &Lua, name: &'static str, f: fn(i32, u32) -> i32) -> mlua::Result<Function> {
+    lua.create_function(move |_, args: MultiValue| {
+        let args: Vec<Value> = args.into_iter().collect();
+        let x = tobit(arg(&args, 1, name)?);
+        let n = tobit(arg(&args, 2, name)?) & 31;
+        Ok(f(x, n as u32))
+    })
+}
+
 pub fn create(lua: &Lua) -> mlua::Result<Table> {
     let t = lua.create_table()?;
-    t.raw_set("tobit", lua.create_function(|_, x: f64| Ok(tobit(x)))?)?;
-    t.raw_set("bnot", lua.create_function(|_, x: f64| Ok(!tobit(x)))?)?;
-    t.raw_set("band", lua.create_function(|_, (x, rest): (f64, Variadic<f64>)| Ok(rest.iter().fold(tobit(x), |a, &b| a & tobit(b))))?)?;
-    t.raw_set("bor", lua.create_function(|_, (x, rest): (f64, Variadic<f64>)| Ok(rest.iter().fold(tobit(x), |a, &b| a | tobit(b))))?)?;
-    t.raw_set("bxor", lua.create_function(|_, (x, rest): (f64, Variadic<f64>)| Ok(rest.iter().fold(tobit(x), |a, &b| a ^ tobit(b))))?)?;
-    t.raw_set("lshift", lua.create_function(|_, (x, n): (f64, f64)| Ok(((tobit(x) as u32) << (tobit(n) & 31)) as i32))?)?;
-    t.raw_set("rshift", lua.create_function(|_, (x, n): (f64, f64)| Ok(((tobit(x) as u32) >> (tobit(n) & 31)) as i32))?)?;
-    t.raw_set("arshift", lua.create_function(|_, (x, n): (f64, f64)| Ok(tobit(x) >> (tobit(n) & 31)))?)?;
-    t.raw_set("rol", lua.create_function(|_, (x, n): (f64, f64)| Ok((tobit(x) as u32).rotate_left((tobit(n) & 31) as u32) as i32))?)?;
-    t.raw_set("ror", lua.create_function(|_, (x, n): (f64, f64)| Ok((tobit(x) as u32).rotate_right((tobit(n) & 31) as u32) as i32))?)?;
-    t.raw_set("bswap", lua.create_function(|_, x: f64| Ok((tobit(x) as u32).swap_bytes() as i32))?)?;
-    t.raw_set("tohex", lua.create_function(|_, (x, n): (f64, Option<f64>)| Ok(tohex(tobit(x), n.map_or(8, tobit))))?)?;
+    t.raw_set("tobit", unary(lua, "tobit", |x| x)?)?;
+    t.raw_set("bnot", unary(lua, "bnot", |x| !x)?)?;
+    t.raw_set("bswap", unary(lua, "bswap", |x| (x as u32).swap_bytes() as i32)?)?;
+    t.raw_set("band", fold(lua, "band", |a, b| a & b)?)?;
+    t.raw_set("bor", fold(lua, "bor", |a, b| a | b)?)?;
+    t.raw_set("bxor", fold(lua, "bxor", |a, b| a ^ b)?)?;
+    t.raw_set("lshift", shift(lua, "lshift", |x, n| ((x as u32) << n) as i32)?)?;
+    t.raw_set("rshift", shift(lua, "rshift", |x, n| ((x as u32) >> n) as i32)?)?;
+    t.raw_set("arshift", shift(lua, "arshift", |x, n| x >> n)?)?;
+    t.raw_set("rol", shift(lua, "rol", |x, n| (x as u32).rotate_left(n) as i32)?)?;
+    t.raw_set("ror", shift(lua, "ror", |x, n| (x as u32).rotate_right(n) as i32)?)?;
+    t.raw_set(
+        "tohex",
+        lua.create_function(|_, args: MultiValue| {
+            let args: Vec<Value> = args.into_iter().collect();
+            let x = tobit(arg(&args, 1, "tohex")?);
+            let n = if matches!(args.get(1), None | Some(Value::Nil)) { 8 } else { tobit(arg(&args, 2, "tohex")?) };
+            Ok(tohex(x, n))
+        })?,
+    )?;
     Ok(t)
 }
 

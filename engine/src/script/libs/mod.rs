@@ -1,17 +1,29 @@
-//! The libraries Redis gives scripts beyond Lua's own: `bit` (LuaBitOp), `cjson` and
-//! `cmsgpack`, reimplemented in Rust with the original libraries' behaviour and messages
-//! (Redis vendors C versions of them, the source of several of its CVEs). `struct` is not
-//! provided (see the README's Scripting section).
+//! The libraries Redis gives scripts beyond Lua's own: `bit` (LuaBitOp), `cjson`, `cmsgpack`
+//! and `struct`, reimplemented in Rust with the original libraries' behaviour and messages
+//! (Redis vendors C versions of them, the source of several of its CVEs).
 
 pub mod bit;
 pub mod cjson;
 pub mod cmsgpack;
+pub mod lstruct;
 
-use mlua::{Lua, Table};
+use mlua::{Function, Lua, Table, Value};
 
-/// Installs the libraries into `globals`, each a frozen table.
-pub fn install(lua: &Lua, globals: &Table) -> mlua::Result<()> {
-    for (name, table) in [("bit", bit::create(lua)?), ("cjson", cjson::create(lua)?), ("cmsgpack", cmsgpack::create(lua)?)] {
+/// Installs the libraries into `globals`, each a frozen table whose functions go through
+/// `wrap` (errors positioned as the C libraries' are).
+pub fn install(lua: &Lua, globals: &Table, wrap: &Function) -> mlua::Result<()> {
+    for (name, table) in [("bit", bit::create(lua)?), ("cjson", cjson::create(lua)?), ("cmsgpack", cmsgpack::create(lua)?), ("struct", lstruct::create(lua)?)] {
+        let functions: Vec<(Value, Function)> = table
+            .pairs::<Value, Value>()
+            .filter_map(|pair| match pair {
+                Ok((k, Value::Function(f))) => Some(Ok((k, f))),
+                Ok(_) => None,
+                Err(e) => Some(Err(e)),
+            })
+            .collect::<mlua::Result<_>>()?;
+        for (key, f) in functions {
+            table.raw_set(key, wrap.call::<Function>(f)?)?;
+        }
         table.set_readonly(true);
         globals.raw_set(name, table)?;
     }
