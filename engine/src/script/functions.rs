@@ -150,7 +150,7 @@ pub fn create_load_table(lua: &Lua, registrations: Registrations, missing: Funct
             Ok(())
         })?,
     )?;
-    super::run::add_constants_and_log(lua, &t)?;
+    super::api::add_constants_and_log(lua, &t)?;
     let meta = lua.create_table()?;
     meta.raw_set("__index", missing)?;
     meta.set_readonly(true);

@@ -180,7 +180,7 @@ impl Vm {
         let registrations: super::functions::Registrations = Rc::default();
         let load_redis = super::functions::create_load_table(&lua, registrations.clone(), missing.clone())?;
         let resp = Rc::new(std::cell::Cell::new(2u8));
-        let redis = super::run::create_redis_table(&lua, resp.clone())?;
+        let redis = super::api::create_redis_table(&lua, resp.clone())?;
         redis.raw_set("call", redis_call)?;
         redis.raw_set("pcall", redis_pcall)?;
         globals.raw_set("redis", redis.clone())?;
