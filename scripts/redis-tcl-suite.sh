@@ -40,13 +40,13 @@
 #   listed in e2e/tcl/skip.txt.
 #
 # Against redis-server 7.0.15 every test of the default units passes in external mode with these
-# flags (1109 without the skip file; 1073 passed + 36 skipped with it). The default-unit run takes
+# flags (1195 without the skip file; 1151 passed + 44 skipped with it). The default-unit run takes
 # 33-42 s against redis-server on this 2-core machine (unit/type/list is the longest, ~12 s).
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 redis_src="${REDIS_SRC:-/var/cache/keymesh/redis-src}"
-default_units="unit/type/string unit/type/incr unit/expire unit/keyspace unit/type/hash unit/type/set unit/type/zset unit/type/list unit/multi unit/pubsub unit/scripting"
+default_units="unit/type/string unit/type/incr unit/expire unit/keyspace unit/type/hash unit/type/set unit/type/zset unit/type/list unit/multi unit/pubsub unit/scripting unit/functions"
 # The last three needs: tags do not occur in the default units; they mark tests that cannot work
 # against a server that is not a local redis-server process (used by other units).
 tag_args=(--tags -needs:debug --tags -needs:repl --tags -needs:save --tags -needs:config-maxmemory

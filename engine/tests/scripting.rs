@@ -296,3 +296,32 @@ fn scripts_in_transactions_and_select() {
     c.cmd(&["SELECT", "5"]);
     assert_eq!(c.cmd(&["GET", "in5"]), bulk("x"));
 }
+
+#[test]
+fn functions_load_call_list_and_delete() {
+    // FUNCTION LOAD registers a library's functions, FCALL/FCALL_RO call them (names are
+    // case-insensitive), FUNCTION LIST shows them, DELETE removes them; the library's code sees
+    // only the loading API while it loads.
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    let library = "#!lua name=counters\n\
+        redis.register_function('bump', function(keys, args) return redis.call('INCRBY', keys[1], args[1]) end)\n\
+        redis.register_function{function_name = 'peek', callback = function(keys) return redis.call('GET', keys[1]) end, flags = {'no-writes'}}";
+    assert_eq!(c.cmd(&["FUNCTION", "LOAD", library]), bulk("counters"));
+    assert!(err_text(&c.cmd(&["FUNCTION", "LOAD", library])).contains("already exists"));
+    assert_eq!(c.cmd(&["FCALL", "bump", "1", "n", "5"]), int(5));
+    assert_eq!(c.cmd(&["FCALL", "BUMP", "1", "n", "2"]), int(7));
+    assert_eq!(c.cmd(&["FCALL_RO", "peek", "1", "n"]), bulk("7"));
+    assert!(err_text(&c.cmd(&["FCALL_RO", "bump", "1", "n", "1"])).contains("write flag"));
+    let Reply::Array(libraries) = c.cmd(&["FUNCTION", "LIST"]) else { panic!("FUNCTION LIST is an array") };
+    let Reply::Array(fields) = &libraries[0] else { panic!("a library is a flat map in RESP2") };
+    assert_eq!(fields[..4], [bulk("library_name"), bulk("counters"), bulk("engine"), bulk("LUA")]);
+    let Reply::Array(functions) = &fields[5] else { panic!("functions is an array") };
+    let names: Vec<String> = functions.iter().map(|f| f.texts()[1].clone()).collect();
+    assert_eq!(names, ["bump", "peek"]);
+    let escape = c.cmd(&["FUNCTION", "LOAD", "#!lua name=bad\nredis.call('SET', 'x', 'y')"]);
+    assert!(err_text(&escape).starts_with("ERR Error registering functions"), "{escape:?}");
+    assert_eq!(c.cmd(&["FUNCTION", "DELETE", "counters"]).text(), "OK");
+    assert!(err_text(&c.cmd(&["FCALL", "bump", "1", "n", "1"])).contains("Function not found"));
+    assert_eq!(c.cmd(&["GET", "n"]), bulk("7"));
+}

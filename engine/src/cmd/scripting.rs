@@ -88,7 +88,10 @@ fn run_fcall(exec: &mut Exec, argv: &[Bytes], read_only: bool) -> Reply {
     let name = String::from_utf8_lossy(&argv[1]).into_owned();
     let (library, info) = exec.server.scripts.functions.read().find(&name).ok_or_else(|| CmdError::err("Function not found"))?;
     let (keys, args) = keys_and_args(argv, true)?;
-    invoke(exec, Invocation { target: Target::Function { library, name, flags: info.flags }, keys, args, read_only_command: read_only, command: argv })
+    invoke(
+        exec,
+        Invocation { target: Target::Function { library, name: info.name, flags: info.flags }, keys, args, read_only_command: read_only, command: argv },
+    )
 }
 
 fn fcall(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -196,9 +199,9 @@ fn function(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             "KILL",
             "STATS",
         ])),
-        (b"load" | b"delete" | b"flush" | b"stats" | b"kill" | b"dump" | b"help", _) => {
-            Err(wrong_arity(&format!("function|{}", String::from_utf8_lossy(&sub))))
-        }
+        // FUNCTION FLUSH takes extra arguments to the handler, which answers as Redis's does.
+        (b"flush", _) => Err(CmdError::err("unknown subcommand or wrong number of arguments for 'flush'. Try FUNCTION HELP.")),
+        (b"load" | b"delete" | b"stats" | b"kill" | b"dump" | b"help", _) => Err(wrong_arity(&format!("function|{}", String::from_utf8_lossy(&sub)))),
         _ => Err(unknown_subcommand(&argv[1], "function")),
     }
 }

@@ -39,7 +39,7 @@ pub struct Library {
 #[derive(Debug, Default)]
 pub struct Libraries {
     pub libraries: BTreeMap<String, Arc<Library>>,
-    /// Function name → library name.
+    /// Lowercase function name → library name.
     pub functions: HashMap<String, String>,
     next_stamp: u64,
 }
@@ -51,14 +51,14 @@ impl Libraries {
             return Err(CmdError::err(format!("Library '{name}' already exists")));
         }
         for f in &functions {
-            if self.functions.get(&f.name).is_some_and(|lib| *lib != name) {
+            if self.functions.get(&f.name.to_ascii_lowercase()).is_some_and(|lib| *lib != name) {
                 return Err(CmdError::err(format!("Function {} already exists", f.name)));
             }
         }
         self.remove(&name);
         self.next_stamp += 1;
         for f in &functions {
-            self.functions.insert(f.name.clone(), name.clone());
+            self.functions.insert(f.name.to_ascii_lowercase(), name.clone());
         }
         let library = Arc::new(Library {
             name: name.clone(),
@@ -74,7 +74,7 @@ impl Libraries {
     pub fn remove(&mut self, name: &str) -> Option<Arc<Library>> {
         let library = self.libraries.remove(name)?;
         for f in library.functions.keys() {
-            self.functions.remove(f);
+            self.functions.remove(&f.to_ascii_lowercase());
         }
         Some(library)
     }
@@ -85,9 +85,10 @@ impl Libraries {
     }
 
     /// The library that holds function `name`, and the function's flags.
+    /// Function names are case-insensitive, as in Redis.
     pub fn find(&self, name: &str) -> Option<(Arc<Library>, FunctionInfo)> {
-        let library = self.libraries.get(self.functions.get(name)?)?.clone();
-        let info = library.functions.get(name)?.clone();
+        let library = self.libraries.get(self.functions.get(&name.to_ascii_lowercase())?)?.clone();
+        let info = library.functions.values().find(|f| f.name.eq_ignore_ascii_case(name))?.clone();
         Some((library, info))
     }
 }
@@ -101,10 +102,14 @@ pub fn parse_metadata(payload: &[u8]) -> Result<(String, String), CmdError> {
         return Err(CmdError::err("Invalid library metadata"));
     };
     let line = String::from_utf8_lossy(&rest[..end]);
-    let mut parts = line.split_whitespace();
-    let engine = parts.next().unwrap_or_default().to_string();
+    let words = split_args(&line);
+    // Redis splits the whole line ("#!lua") and drops the "#!": "#! name=x" has engine "".
+    let (engine, options) = match words.split_first() {
+        Some((first, rest)) if !line.starts_with([' ', '\t']) => (first.clone(), rest),
+        _ => (String::new(), &words[..]),
+    };
     let mut name = None;
-    for part in parts {
+    for part in options {
         match part.get(..5) {
             Some(p) if p.eq_ignore_ascii_case("name=") => {
                 if name.is_some() {
@@ -123,6 +128,28 @@ pub fn parse_metadata(payload: &[u8]) -> Result<(String, String), CmdError> {
         return Err(CmdError::err(format!("Engine '{engine}' not found")));
     }
     Ok((engine, name))
+}
+
+/// Splits a shebang line as Redis's `sdssplitargs`: words separated by spaces, with `"..."`
+/// and `'...'` quoting anywhere in a word (`name="foo"` is `name=foo`).
+fn split_args(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut current: Option<String> = None;
+    let mut quote: Option<char> = None;
+    for c in line.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => current.get_or_insert_with(String::new).push(c),
+            (None, ' ' | '\t') => words.extend(current.take()),
+            (None, '"' | '\'') => {
+                quote = Some(c);
+                current.get_or_insert_with(String::new);
+            }
+            (None, c) => current.get_or_insert_with(String::new).push(c),
+        }
+    }
+    words.extend(current);
+    words
 }
 
 pub fn valid_name(name: &str) -> bool {
@@ -241,6 +268,8 @@ impl Vm {
             })
             .map_err(compile)?;
         meta.raw_set("__index", index).map_err(compile)?;
+        // `_G` is the loading environment itself (Redis 7.0 gives library code no other globals).
+        env.raw_set("_G", env.clone()).map_err(compile)?;
         env.set_metatable(Some(meta.clone())).map_err(compile)?;
         env.set_readonly(true);
         let f = self.lua.load(code).set_name(FUNCTION_CHUNK).set_environment(env).into_function().map_err(compile)?;
@@ -249,11 +278,13 @@ impl Vm {
         let result = self.protected.call::<MultiValue>((f,));
         self.watch.borrow_mut().deadline = None;
         let registered = self.registrations.borrow_mut().take().unwrap_or_default();
-        let mut result: Vec<Value> =
-            result.map_err(|e| CmdError::err(format!("Error registering functions: {}", super::vm::lua_message(&e))))?.into_iter().collect();
+        let mut result: Vec<Value> = result
+            .map_err(|e| CmdError::err(format!("Error registering functions: {}", super::run::redis_wording(&super::vm::lua_message(&e)))))?
+            .into_iter()
+            .collect();
         if matches!(result.first(), Some(Value::Boolean(false))) {
             let err = result.drain(..).nth(1).unwrap_or(Value::Nil);
-            return Err(CmdError::err(format!("Error registering functions: {}", super::run::error_message(&err))));
+            return Err(CmdError::err(format!("Error registering functions: {}", super::run::redis_wording(&super::run::error_message(&err)))));
         }
         if registered.is_empty() {
             return Err(CmdError::err("No functions registered"));

@@ -185,10 +185,14 @@ pub fn error_message(err: &Value) -> String {
     }
 }
 
-/// Redis's final error: `<err> script: <name>, on <source>:<line>.`; Luau's spelling of the
-/// read-only-table error is Redis's.
+/// Luau's spelling of the read-only-table error is Redis's.
+pub fn redis_wording(message: &str) -> String {
+    message.replace("attempt to modify a readonly table", "Attempt to modify a readonly table")
+}
+
+/// Redis's final error: `<err> script: <name>, on <source>:<line>.`.
 fn script_error(err: &Value, message: &str, name: &str) -> String {
-    let message = message.replace("attempt to modify a readonly table", "Attempt to modify a readonly table");
+    let message = redis_wording(message);
     if let Value::Table(t) = err {
         let source = t.raw_get::<Value>("source").ok().and_then(|v| v.as_string().map(|s| s.to_string_lossy()));
         let line = t.raw_get::<Value>("line").ok().and_then(|v| v.as_number().or(v.as_integer().map(|i| i as f64)));
