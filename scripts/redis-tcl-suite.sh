@@ -20,7 +20,7 @@
 # How runtest's external mode behaves (Redis 7.0.15), which matters to the engine:
 # - Each `start_server` block, before its tests, opens a connection and sends SELECT 9, FLUSHALL
 #   and FUNCTION FLUSH, outside any catch: an error reply to FUNCTION FLUSH aborts the unit
-#   (an "exception", even with --durable). The engine has no Lua but must answer it with +OK.
+#   (an "exception", even with --durable). The engine must answer it with +OK.
 #   There is no other flushing: tests see what earlier tests of the same block left behind, so
 #   skipping a test can break a later one (see e2e/tcl/skip.txt, "MOVE basic usage").
 # - A block's `overrides` are applied with CONFIG GET + CONFIG SET (restored afterwards), and
@@ -35,18 +35,18 @@
 #   the unit until the timeout.
 # - Tests run in database 9; several SELECT 10, MOVE, SWAPDB and FLUSHALL.
 # - `--ignore-encoding` turns assert_encoding into a no-op; with `-needs:debug` debug_digest
-#   returns a dummy. The only untagged DEBUG is DEBUG LOG; the untagged uses of OBJECT, EVAL,
-#   SCRIPT, streams, DUMP/RESTORE payloads, MEMORY USAGE and encoding CONFIG inside tests are
+#   returns a dummy. The only untagged DEBUG is DEBUG LOG; the untagged uses of OBJECT,
+#   streams, DUMP/RESTORE payloads, MEMORY USAGE and encoding CONFIG inside tests are
 #   listed in e2e/tcl/skip.txt.
 #
 # Against redis-server 7.0.15 every test of the default units passes in external mode with these
-# flags (923 without the skip file; 893 passed + 30 skipped with it). The default-unit run takes
-# 31-40 s against redis-server on this 2-core machine (unit/type/list is the longest, ~12 s).
+# flags (1195 without the skip file; 1151 passed + 44 skipped with it). The default-unit run takes
+# 33-42 s against redis-server on this 2-core machine (unit/type/list is the longest, ~12 s).
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 redis_src="${REDIS_SRC:-/var/cache/keymesh/redis-src}"
-default_units="unit/type/string unit/type/incr unit/expire unit/keyspace unit/type/hash unit/type/set unit/type/zset unit/type/list unit/multi unit/pubsub"
+default_units="unit/type/string unit/type/incr unit/expire unit/keyspace unit/type/hash unit/type/set unit/type/zset unit/type/list unit/multi unit/pubsub unit/scripting unit/functions"
 # The last three needs: tags do not occur in the default units; they mark tests that cannot work
 # against a server that is not a local redis-server process (used by other units).
 tag_args=(--tags -needs:debug --tags -needs:repl --tags -needs:save --tags -needs:config-maxmemory

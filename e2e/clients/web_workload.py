@@ -5,7 +5,8 @@ Proves that an unmodified redis-py client works against the server: its connecti
 (HELLO, CLIENT SETNAME, CLIENT SETINFO, SELECT), session keys with TTLs, a page cache filled with
 SET NX, user profiles in hashes, page-view counters, a pipeline of 100 commands, a MULTI/EXEC
 pipeline, a WATCH-based optimistic update (including a lost race), pub/sub with a subscriber
-thread (channels and patterns), DEL, EXPIRE and a SCAN walk. Every reply is compared with the
+thread (channels and patterns), DEL, EXPIRE, a SCAN walk, and redis-py's Lock (acquire, extend,
+reacquire and release run its own Lua scripts through EVALSHA, falling back to EVAL). Every reply is compared with the
 exact value Redis gives; the first mismatch fails that protocol's run with a message saying
 which step, what was expected and what came back.
 
@@ -284,6 +285,45 @@ def optimistic_update(r, other, c, p):
         c.eq("EXEC after UNWATCH", pipe.execute(), [8])
 
 
+def locks(r, other, c, p):
+    """redis-py's Lock, unchanged: a job lock held by one worker, refused to another, extended,
+    reacquired, released, and a lock that expired and passed on before its holder was done."""
+    from redis.exceptions import LockNotOwnedError
+
+    name = p + "lock:nightly-report"
+    mine = r.lock(name, timeout=5, blocking_timeout=0.2)
+    theirs = other.lock(name, timeout=5, blocking_timeout=0.2)
+    c.eq("acquire a free lock", mine.acquire(), True)
+    c.eq("owned() after acquire", mine.owned(), True)
+    c.eq("another worker is refused", theirs.acquire(), False)
+    c.eq("locked() for the other worker", theirs.locked(), True)
+    c.eq("extend by 10 s (Lua)", mine.extend(10), True)
+    c.true("TTL after extend", 14_000 < r.pttl(name) <= 15_000, f"pttl {r.pttl(name)}")
+    c.eq("extend, replacing the TTL (Lua)", mine.extend(3, replace_ttl=True), True)
+    c.true("TTL after replace_ttl", 2_000 < r.pttl(name) <= 3_000, f"pttl {r.pttl(name)}")
+    c.eq("reacquire (Lua)", mine.reacquire(), True)
+    c.true("TTL after reacquire", 4_000 < r.pttl(name) <= 5_000, f"pttl {r.pttl(name)}")
+    c.eq("the holder still holds it", mine.owned(), True)
+    mine.release()
+    c.eq("released lock is gone", r.exists(name), 0)
+    with other.lock(name, timeout=5, blocking_timeout=0.2) as held:
+        c.eq("the other worker takes it (context manager)", held.owned(), True)
+        c.eq("and the first is refused now", r.lock(name, blocking_timeout=0.1).acquire(), False)
+    c.eq("released on leaving the block", r.exists(name), 0)
+    # A holder too slow for its lock: it expires, another worker takes it, and the first
+    # worker's extend and release scripts find someone else's token and refuse.
+    short = r.lock(name, timeout=0.1)
+    c.eq("acquire a 100 ms lock", short.acquire(), True)
+    time.sleep(0.3)
+    taker = other.lock(name, timeout=5, blocking_timeout=0.2)
+    c.eq("another worker takes the expired lock", taker.acquire(), True)
+    c.raises("extend after the lock passed on (Lua)", lambda: short.extend(1), LockNotOwnedError, "")
+    c.raises("release after the lock passed on (Lua)", short.release, LockNotOwnedError, "")
+    c.eq("the new holder still holds it", taker.owned(), True)
+    taker.release()
+    c.eq("released by the new holder", r.exists(name), 0)
+
+
 def pubsub(r, host, port, proto, c, p):
     """Cache invalidation fan-out: a subscriber thread, a publisher on another connection."""
     sub_client = connect(host, port, proto)
@@ -405,6 +445,7 @@ def run(host, port, proto):
         ("pipelines", lambda: pipelines(r, c, p)),
         ("optimistic update", lambda: optimistic_update(r, other, c, p)),
         ("pub/sub", lambda: pubsub(r, host, port, proto, c, p)),
+        ("locks", lambda: locks(r, other, c, p)),
         ("scan", lambda: scan_walk(r, c, p)),
     ]
     try:

@@ -72,6 +72,9 @@ pub struct ClientState {
     pub serving_wakeup: bool,
     /// True while `EXEC` runs: blocking commands time out at once, as in Redis.
     pub in_exec: bool,
+    /// True while a Lua script runs commands for this client: `SORT BY <constant>` of a set
+    /// orders its output, as Redis does, so a script sees a deterministic result.
+    pub in_script: bool,
     pub handle: Arc<ClientHandle>,
 }
 
@@ -93,6 +96,7 @@ impl ClientState {
             would_block: false,
             serving_wakeup: false,
             in_exec: false,
+            in_script: false,
             handle,
         }
     }

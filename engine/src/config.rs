@@ -113,6 +113,11 @@ const DIRECTIVES: &[Directive] = &[
     Directive { name: "tls-ciphersuites", default: "", kind: Kind::Str, live: true },
     Directive { name: "tls-session-caching", default: "yes", kind: Kind::Bool, live: true },
     Directive { name: "tls-reload-seconds", default: "5", kind: Kind::Int(1, 86_400), live: true },
+    // Scripting (`crate::script`): Redis's time limit (`lua-time-limit` is its old name, kept
+    // in step by `set`) and KeyMesh's per-thread Lua memory cap.
+    Directive { name: "busy-reply-threshold", default: "5000", kind: Kind::Int(0, i64::MAX), live: true },
+    Directive { name: "lua-time-limit", default: "5000", kind: Kind::Int(0, i64::MAX), live: true },
+    Directive { name: "lua-memory-limit", default: "256mb", kind: Kind::Bytes, live: true },
     // Test hook: shifts this node's wall clock, to prove convergence under clock skew.
     Directive { name: "clock-offset-ms", default: "0", kind: Kind::Int(-86_400_000, 86_400_000), live: false },
 ];
@@ -316,6 +321,13 @@ impl Config {
     /// Validates and stores a value. The error message is Redis's wording where Redis has
     /// one.
     pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+        if let Some(alias) = alias_of(name) {
+            self.set_one(alias, value)?;
+        }
+        self.set_one(name, value)
+    }
+
+    fn set_one(&mut self, name: &str, value: &str) -> Result<(), String> {
         let directive = DIRECTIVES.iter().find(|d| d.name == name).ok_or_else(|| format!("unknown directive '{name}'"))?;
         let normalised = match directive.kind {
             Kind::Bool => match value.to_ascii_lowercase().as_str() {
@@ -385,6 +397,15 @@ impl Config {
 
     pub fn flag(&self, name: &str) -> bool {
         self.get(name) == "yes"
+    }
+}
+
+/// Directives that are two names for one setting, as in Redis.
+fn alias_of(name: &str) -> Option<&'static str> {
+    match name {
+        "lua-time-limit" => Some("busy-reply-threshold"),
+        "busy-reply-threshold" => Some("lua-time-limit"),
+        _ => None,
     }
 }
 

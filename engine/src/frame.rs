@@ -11,6 +11,8 @@ use bytes::{BufMut, Bytes, BytesMut};
 #[derive(Debug, Clone, PartialEq)]
 pub enum Frame {
     Simple(&'static str),
+    /// A status reply with text made at run time (a script's `{ok=...}`).
+    Status(Bytes),
     Error(String),
     Integer(i64),
     Bulk(Bytes),
@@ -33,6 +35,8 @@ pub enum Frame {
     Sequence(Vec<Frame>),
     /// `=` verbatim text in RESP3 (`INFO`, `CLIENT LIST`), a bulk string in RESP2.
     Verbatim(Bytes),
+    /// `(` big number in RESP3 (scripts' `big_number` replies), a bulk string in RESP2.
+    BigNumber(Bytes),
 }
 
 pub const OK: Frame = Frame::Simple("OK");
@@ -74,6 +78,7 @@ impl Frame {
     pub fn encode(&self, resp: u8, out: &mut BytesMut) {
         match self {
             Frame::Simple(s) => simple(out, b'+', s.as_bytes()),
+            Frame::Status(s) => simple(out, b'+', s),
             Frame::Error(s) => simple(out, b'-', s.as_bytes()),
             Frame::Integer(n) => header(out, b':', *n),
             Frame::Bulk(b) => bulk(out, b),
@@ -112,6 +117,8 @@ impl Frame {
                 out.put_slice(b"\r\n");
             }
             Frame::Verbatim(text) => bulk(out, text),
+            Frame::BigNumber(n) if resp >= 3 => simple(out, b'(', n),
+            Frame::BigNumber(n) => bulk(out, n),
             Frame::Sequence(frames) => {
                 for f in frames {
                     f.encode(resp, out);

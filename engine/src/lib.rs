@@ -23,5 +23,6 @@ pub mod metrics;
 pub mod parse;
 pub mod pubsub;
 pub mod repl;
+pub mod script;
 pub mod server;
 pub mod tls;

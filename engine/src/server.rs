@@ -67,6 +67,8 @@ pub struct Server {
     pub hot: HotConfig,
     pub clients: ClientRegistry,
     pub pubsub: PubSub,
+    /// Lua scripts and function libraries (`crate::script`).
+    pub scripts: crate::script::Scripts,
     pub blocking: Blocking,
     pub metrics: Metrics,
     pub stats: ServerStats,
@@ -129,6 +131,7 @@ impl Server {
             hot: HotConfig::default(),
             clients: ClientRegistry::default(),
             pubsub: PubSub::default(),
+            scripts: crate::script::Scripts::default(),
             blocking: Blocking::default(),
             metrics,
             stats: ServerStats::default(),
@@ -161,6 +164,8 @@ impl Server {
         evict::set_policy(Policy::from_name(config.get("maxmemory-policy")).unwrap_or(Policy::NoEviction));
         self.store.hlc.set_max_skew_ms(config.int("max-clock-skew-ms") as u64);
         self.repl_log.set_capacity(config.int("repl-backlog-size") as u64);
+        self.scripts.busy_threshold_ms.store(config.int("busy-reply-threshold") as u64, Ordering::Relaxed);
+        self.scripts.memory_limit.store(config.int("lua-memory-limit") as usize, Ordering::Relaxed);
         self.store.tombstone_gc_ms.store(config.int("tombstone-gc-seconds") as u64 * 1000, Ordering::Relaxed);
     }
 

@@ -443,3 +443,43 @@ fn a_delete_55_ms_after_an_add_on_another_node_wins_though_the_add_had_not_arriv
         assert_eq!(conn.cmd(&["HGETALL", "h"]).texts(), vec!["g", "kept"]);
     }
 }
+
+#[test]
+fn a_script_replicates_as_the_effects_of_its_writes_never_re_run_on_peers() {
+    // Proves scripts replicate by effects: a script on node 0 writes the time and random
+    // numbers and increments a counter; every node ends with the values the script saw on
+    // node 0 (a re-run would read another time and other random numbers, and increment
+    // again), and the peers never ran it (no EVAL in their command stats, the script is not
+    // in their cache). Its writes are versioned like any other: a later SET on a peer wins.
+    let (_nodes, _servers, mut conns) = full_mesh(3, &[]);
+    let script = "local t = redis.call('TIME') \
+        local now = t[1] .. '.' .. t[2] \
+        local r = tostring(math.random()) \
+        redis.call('SET', KEYS[1], now) \
+        redis.call('HSET', KEYS[2], 'random', r, 'time', now) \
+        local n = redis.call('INCR', KEYS[3]) \
+        redis.call('RPUSH', KEYS[4], r, now) \
+        return {now, r, n}";
+    let reply = conns[0].cmd(&["EVAL", script, "4", "s:time", "s:hash", "s:count", "s:list"]).texts();
+    let (now, random, count) = (&reply[0], &reply[1], &reply[2]);
+    assert_eq!(count, "1");
+    let sha = conns[0].cmd(&["SCRIPT", "LOAD", script]).text();
+    for (n, conn) in conns.iter_mut().enumerate() {
+        wait_for(&format!("the script's effects on node {n}"), || get(conn, "s:count") == "1" && conn.cmd(&["LLEN", "s:list"]).text() == "2");
+        assert_eq!(&get(conn, "s:time"), now, "node {n}");
+        assert_eq!(conn.cmd(&["HGETALL", "s:hash"]).texts().len(), 4, "node {n}");
+        assert_eq!(&conn.cmd(&["HGET", "s:hash", "random"]).text(), random, "node {n}");
+        assert_eq!(&conn.cmd(&["HGET", "s:hash", "time"]).text(), now, "node {n}");
+        assert_eq!(conn.cmd(&["LRANGE", "s:list", "0", "-1"]).texts(), vec![random.clone(), now.clone()], "node {n}");
+        if n > 0 {
+            let stats = conn.cmd(&["INFO", "commandstats"]).text();
+            assert!(!stats.contains("cmdstat_eval"), "node {n} ran EVAL: {stats}");
+            assert_eq!(conn.cmd(&["SCRIPT", "EXISTS", &sha]).texts(), vec!["0"], "node {n} has the script");
+        }
+    }
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(conns[2].cmd(&["SET", "s:time", "later"]).text(), "OK");
+    for (n, conn) in conns.iter_mut().enumerate() {
+        wait_for(&format!("the later SET on node {n}"), || get(conn, "s:time") == "later");
+    }
+}

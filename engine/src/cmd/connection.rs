@@ -296,7 +296,7 @@ fn client_kill(exec: &mut Exec, args: &[Bytes]) -> Reply {
             None => Err(CmdError::err("No such client")),
         };
     }
-    if args.len() % 2 != 0 {
+    if !args.len().is_multiple_of(2) {
         return Err(CmdError::Syntax);
     }
     let mut filters: Vec<(Vec<u8>, Bytes)> = Vec::new();

@@ -16,6 +16,7 @@ pub mod list;
 pub mod multi;
 pub mod pubsub;
 pub mod replication;
+pub mod scripting;
 pub mod server;
 pub mod set;
 pub mod sort;
@@ -136,6 +137,7 @@ pub static TABLE: LazyLock<CommandTable> = LazyLock::new(|| {
         multi::COMMANDS,
         pubsub::COMMANDS,
         replication::COMMANDS,
+        scripting::COMMANDS,
     ];
     let specs: Vec<&'static CommandSpec> = families.iter().flat_map(|f| f.iter()).collect();
     let by_name = specs.iter().enumerate().map(|(i, s)| (s.name, i)).collect();
@@ -273,6 +275,15 @@ pub fn dispatch(server: &Server, client: &mut ClientState, argv: Vec<Bytes>) -> 
             if let Some(i) = index {
                 TABLE.stats[i].rejected.fetch_add(1, Ordering::Relaxed);
             }
+            // A refused EXEC (a script is BUSY) ends the transaction, as Redis's rejectCommand.
+            if client.multi.is_some() && index.is_some_and(|i| TABLE.specs[i].name == "exec") {
+                client.multi = None;
+                client.handle.in_multi.store(false, Ordering::Relaxed);
+                multi::unwatch_all(server, client);
+                let text = Frame::from(e);
+                let reason = if let Frame::Error(text) = &text { text.as_str() } else { "" };
+                return Frame::error(format!("EXECABORT Transaction discarded because of: {reason}"));
+            }
             if let Some(multi) = client.multi.as_mut() {
                 multi.failed = true;
             }
@@ -293,6 +304,7 @@ fn check(server: &Server, client: &ClientState, argv: &[Bytes]) -> Result<usize,
     if !client.authenticated && spec.flags & flags::NO_AUTH == 0 {
         return Err((Some(index), CmdError::Raw("NOAUTH Authentication required.".into())));
     }
+    scripting::busy_check(server, argv).map_err(|e| (Some(index), e))?;
     if client.in_subscribe_mode() && !matches!(spec.name, "subscribe" | "unsubscribe" | "psubscribe" | "punsubscribe" | "ping" | "quit" | "reset") {
         return Err((
             Some(index),

@@ -33,7 +33,6 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec!("memory", -2, READONLY, Keys::Custom(object_key), memory, "A container for memory diagnostics commands."),
     spec!("save", 1, ADMIN | NO_MULTI, Keys::None, save, "Synchronously saves the database(s) to disk."),
     spec!("bgsave", -1, ADMIN, Keys::None, save, "Asynchronously saves the database(s) to disk."),
-    spec!("function", -2, 0, Keys::None, function, "A container for function commands."),
     spec!(
         "shutdown",
         -1,
@@ -171,17 +170,6 @@ fn save(_exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     Err(CmdError::err("KeyMesh does not persist to disk (save \"\"): data survives restarts through replication"))
 }
 
-/// Functions and scripts are out of scope (DESIGN.md: no Lua). The library is therefore always
-/// empty: `FUNCTION LIST` shows it and `FUNCTION FLUSH` empties it; loading is refused.
-fn function(_exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    match argv[1].to_ascii_lowercase().as_slice() {
-        b"flush" if argv.len() <= 3 => Ok(OK),
-        b"list" => Ok(Frame::Array(vec![])),
-        b"stats" => Ok(Frame::Map(vec![(Frame::bulk("running_script"), Frame::Null), (Frame::bulk("engines"), Frame::Map(vec![]))])),
-        _ => Err(CmdError::err("KeyMesh does not support functions or scripting")),
-    }
-}
-
 fn shutdown(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     exec.server.begin_shutdown();
     exec.client.closing = true;
@@ -207,7 +195,7 @@ fn config(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             Ok(Frame::Map(pairs.into_iter().map(|(k, v)| (Frame::bulk(k), Frame::bulk(v))).collect()))
         }
         b"set" => {
-            if argv.len() < 4 || argv.len() % 2 != 0 {
+            if argv.len() < 4 || !argv.len().is_multiple_of(2) {
                 return Err(wrong_arity("config|set"));
             }
             let pairs: Vec<(String, String)> =
@@ -371,9 +359,11 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         let maxmemory = server.hot.maxmemory.load(Ordering::Relaxed);
         let _ = write!(
             out,
-            "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\nmaxmemory:{maxmemory}\r\nmaxmemory_policy:{}\r\nmem_allocator:jemalloc\r\n\r\n",
+            "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\nmaxmemory:{maxmemory}\r\nmaxmemory_policy:{}\r\nmem_allocator:jemalloc\r\nused_memory_scripts_eval:{}\r\nnumber_of_cached_scripts:{}\r\n\r\n",
             used as f64 / 1048576.0,
             server.config.read().get("maxmemory-policy"),
+            server.scripts.cache_bytes(),
+            server.scripts.cached(),
         );
     }
     if want("persistence") {

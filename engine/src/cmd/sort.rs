@@ -107,6 +107,7 @@ fn sort_generic(exec: &mut Exec, argv: &[Bytes], readonly: bool) -> Reply {
         j += 1;
     }
 
+    let in_script = exec.client.in_script;
     let ctx = &mut exec.ctx;
     // A missing key sorts like an empty list.
     let source = match ctx.lookup_read(&argv[1]).map(|e| &e.value) {
@@ -123,8 +124,9 @@ fn sort_generic(exec: &mut Exec, argv: &[Bytes], readonly: bool) -> Reply {
         Source::ZSet => ctx.zset(&argv[1])?.map_or(0, |z| z.len()),
     } as i64;
 
-    // A set has no native order: when storing, sort it so the result is deterministic.
-    if dontsort && matches!(source, Source::Set(_)) && storekey.is_some() {
+    // A set has no native order: when storing or in a script, sort it so the result is
+    // deterministic.
+    if dontsort && matches!(source, Source::Set(_)) && (storekey.is_some() || in_script) {
         dontsort = false;
         alpha = true;
         sortby = None;

@@ -196,7 +196,7 @@ fn mget(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn mset(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    if argv.len() % 2 == 0 {
+    if argv.len().is_multiple_of(2) {
         return Err(wrong_arity(exec_name(argv)));
     }
     for pair in argv[1..].chunks(2) {
@@ -210,7 +210,7 @@ fn exec_name(argv: &[Bytes]) -> &str {
 }
 
 fn msetnx(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    if argv.len() % 2 == 0 {
+    if argv.len().is_multiple_of(2) {
         return Err(wrong_arity(exec_name(argv)));
     }
     if argv[1..].chunks(2).any(|pair| exec.ctx.exists(&pair[0])) {

@@ -240,7 +240,7 @@ fn zadd_generic(exec: &mut Exec, argv: &[Bytes], incr: bool) -> Reply {
         i += 1;
     }
     let elements = argv.len() - i;
-    if elements == 0 || elements % 2 != 0 {
+    if elements == 0 || !elements.is_multiple_of(2) {
         return Err(CmdError::Syntax);
     }
     if f.nx && f.xx {

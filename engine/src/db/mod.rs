@@ -306,6 +306,24 @@ impl<'a> Locks<'a> {
         Locks { guards: Vec::new() }
     }
 
+    /// Adds the lock of `(db, shard)` out of order (a script touching a key it did not
+    /// declare), waiting at most `wait`: blocking without a bound could deadlock against a
+    /// command that holds it and waits for one of ours. Returns whether it is held now.
+    pub fn try_add(&mut self, store: &'a Store, db: usize, shard: usize, wait: std::time::Duration) -> bool {
+        let Err(at) = self.guards.binary_search_by(|(k, _)| k.cmp(&(db, shard))) else {
+            return true;
+        };
+        let lock = &store.dbs[db].shards[shard];
+        let guard = if wait.is_zero() { lock.try_lock() } else { lock.try_lock_for(wait) };
+        match guard {
+            Some(guard) => {
+                self.guards.insert(at, ((db, shard), guard));
+                true
+            }
+            None => false,
+        }
+    }
+
     pub fn holds(&self, db: usize, shard: usize) -> bool {
         self.guards.binary_search_by(|(k, _)| k.cmp(&(db, shard))).is_ok()
     }

@@ -57,26 +57,26 @@ fn effect(kind: u8, key: u8, hlc: u64, node: u32, a: u8, b: u8) -> Vec<pb::Op> {
     match kind % 9 {
         0 => vec![effects::value_effect(0, &key, &Value::string(&[b'v', a]), ver, &[])],
         1 => vec![effects::delete(0, &key, ver)],
-        2 => vec![effects::expire(0, &key, if a % 2 == 0 { 0 } else { 4_000_000_000_000 + a as u64 }, ver)],
+        2 => vec![effects::expire(0, &key, if a.is_multiple_of(2) { 0 } else { 4_000_000_000_000 + a as u64 }, ver)],
         3 => vec![pb::Op {
             db: 0,
             key: key.to_vec(),
             effect: Some(pb::op::Effect::Hash(pb::HashFields {
-                fields: vec![pb::FieldState { name: name(a), value: (b % 3 != 0).then(|| vec![b]), version: version(ver) }],
+                fields: vec![pb::FieldState { name: name(a), value: (!b.is_multiple_of(3)).then(|| vec![b]), version: version(ver) }],
             })),
         }],
         4 => vec![pb::Op {
             db: 0,
             key: key.to_vec(),
             effect: Some(pb::op::Effect::Set(pb::SetMembers {
-                members: vec![pb::FieldState { name: name(a), value: (b % 3 != 0).then(Vec::new), version: version(ver) }],
+                members: vec![pb::FieldState { name: name(a), value: (!b.is_multiple_of(3)).then(Vec::new), version: version(ver) }],
             })),
         }],
         5 => vec![pb::Op {
             db: 0,
             key: key.to_vec(),
             effect: Some(pb::op::Effect::Zset(pb::ZSetMembers {
-                members: vec![pb::ZSetMember { name: name(a), score: (b % 3 != 0).then_some(b as f64), version: version(ver) }],
+                members: vec![pb::ZSetMember { name: name(a), score: (!b.is_multiple_of(3)).then_some(b as f64), version: version(ver) }],
             })),
         }],
         6 => vec![effects::counter(

@@ -1,0 +1,294 @@
+//! Scripting commands: `EVAL`, `EVALSHA`, `EVAL_RO`, `EVALSHA_RO`, `SCRIPT`, `FCALL`,
+//! `FCALL_RO` and `FUNCTION`. The machinery lives in `crate::script`.
+//!
+//! They are flagged `CROSS_DB` (a script may `SELECT`), so a transaction holding one locks
+//! every shard, and lock only their declared keys otherwise.
+
+use bytes::Bytes;
+
+use super::args::eq_ignore_case;
+use super::flags::*;
+use super::{unknown_subcommand, wrong_arity, CommandSpec, Exec, Keys};
+use crate::error::{CmdError, Reply};
+use crate::frame::{Frame, OK};
+use crate::glob::glob_match;
+use crate::parse::parse_i64;
+use crate::script::run::{check_library, invoke, Invocation, Target};
+
+macro_rules! spec {
+    ($name:literal, $arity:expr, $flags:expr, $keys:expr, $run:expr, $summary:literal) => {
+        CommandSpec { name: $name, arity: $arity, flags: $flags, keys: $keys, run: $run, group: "scripting", summary: $summary }
+    };
+}
+
+pub const COMMANDS: &[CommandSpec] = &[
+    spec!("eval", -3, CROSS_DB, Keys::Custom(numkeys_at_2), eval, "Executes a server-side Lua script."),
+    spec!("evalsha", -3, CROSS_DB, Keys::Custom(numkeys_at_2), evalsha, "Executes a server-side Lua script by SHA1 digest."),
+    spec!("eval_ro", -3, READONLY | CROSS_DB, Keys::Custom(numkeys_at_2), eval_ro, "Executes a read-only server-side Lua script."),
+    spec!("evalsha_ro", -3, READONLY | CROSS_DB, Keys::Custom(numkeys_at_2), evalsha_ro, "Executes a read-only server-side Lua script by SHA1 digest."),
+    spec!("fcall", -3, CROSS_DB, Keys::Custom(numkeys_at_2), fcall, "Invokes a function."),
+    spec!("fcall_ro", -3, READONLY | CROSS_DB, Keys::Custom(numkeys_at_2), fcall_ro, "Invokes a read-only function."),
+    spec!("script", -2, 0, Keys::None, script, "A container for Lua scripts management commands."),
+    spec!("function", -2, 0, Keys::None, function, "A container for function commands."),
+];
+
+/// Key positions of `EVAL script numkeys key...`; none when `numkeys` is invalid (the handler
+/// reports it).
+fn numkeys_at_2(argv: &[Bytes]) -> Vec<usize> {
+    match argv.get(2).and_then(|n| parse_i64(n)) {
+        Some(n) if n >= 0 && (n as usize) <= argv.len() - 3 => (3..3 + n as usize).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Splits `numkeys key... arg...` with Redis's errors.
+fn keys_and_args(argv: &[Bytes], function: bool) -> Result<(&[Bytes], &[Bytes]), CmdError> {
+    let numkeys = match parse_i64(&argv[2]) {
+        Some(n) => n,
+        None if function => return Err(CmdError::err("Bad number of keys provided")),
+        None => return Err(CmdError::NotInteger),
+    };
+    if numkeys < 0 {
+        return Err(CmdError::err("Number of keys can't be negative"));
+    }
+    if numkeys as usize > argv.len() - 3 {
+        return Err(CmdError::err("Number of keys can't be greater than number of args"));
+    }
+    let split = 3 + numkeys as usize;
+    Ok((&argv[3..split], &argv[split..]))
+}
+
+fn run_eval(exec: &mut Exec, argv: &[Bytes], by_sha: bool, read_only: bool) -> Reply {
+    let (keys, args) = keys_and_args(argv, false)?;
+    let script = if by_sha {
+        exec.server.scripts.get(&argv[1]).ok_or_else(|| CmdError::Raw("NOSCRIPT No matching script. Please use EVAL.".into()))?
+    } else {
+        exec.server.scripts.load(&argv[1])?
+    };
+    invoke(exec, Invocation { target: Target::Eval(script), keys, args, read_only_command: read_only, command: argv })
+}
+
+fn eval(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    run_eval(exec, argv, false, false)
+}
+
+fn evalsha(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    run_eval(exec, argv, true, false)
+}
+
+fn eval_ro(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    run_eval(exec, argv, false, true)
+}
+
+fn evalsha_ro(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    run_eval(exec, argv, true, true)
+}
+
+fn run_fcall(exec: &mut Exec, argv: &[Bytes], read_only: bool) -> Reply {
+    let name = String::from_utf8_lossy(&argv[1]).into_owned();
+    let (library, info) = exec.server.scripts.functions.read().find(&name).ok_or_else(|| CmdError::err("Function not found"))?;
+    let (keys, args) = keys_and_args(argv, true)?;
+    invoke(
+        exec,
+        Invocation { target: Target::Function { library, name: info.name, flags: info.flags }, keys, args, read_only_command: read_only, command: argv },
+    )
+}
+
+fn fcall(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    run_fcall(exec, argv, false)
+}
+
+fn fcall_ro(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    run_fcall(exec, argv, true)
+}
+
+fn flush_option(argv: &[Bytes], command: &str) -> Result<(), CmdError> {
+    match argv.get(2) {
+        None => Ok(()),
+        Some(a) if argv.len() == 3 && (eq_ignore_case(a, "async") || eq_ignore_case(a, "sync")) => Ok(()),
+        Some(_) if command == "function" => Err(CmdError::err("FUNCTION FLUSH only supports SYNC|ASYNC option")),
+        Some(_) => Err(CmdError::err("SCRIPT FLUSH only support SYNC|ASYNC option")),
+    }
+}
+
+fn script(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    let scripts = &exec.server.scripts;
+    let sub = argv[1].to_ascii_lowercase();
+    match (sub.as_slice(), argv.len()) {
+        (b"load", 3) => Ok(Frame::bulk(&scripts.load(&argv[2])?.sha)),
+        (b"exists", n) if n >= 3 => Ok(Frame::Array(argv[2..].iter().map(|sha| Frame::Integer(scripts.get(sha).is_some() as i64)).collect())),
+        (b"flush", 2 | 3) => {
+            flush_option(argv, "script")?;
+            scripts.flush();
+            Ok(OK)
+        }
+        (b"kill", 2) => {
+            scripts.kill(true)?;
+            Ok(OK)
+        }
+        (b"debug", 3) => Err(CmdError::err("SCRIPT DEBUG is not supported: KeyMesh has no Lua debugger")),
+        (b"help", 2) => Ok(Frame::array_of_bulks([
+            "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "EXISTS <sha1> [<sha1> ...]",
+            "    Return information about the existence of the scripts in the script cache.",
+            "FLUSH [ASYNC|SYNC]",
+            "    Flush the Lua scripts cache.",
+            "KILL",
+            "    Kill the currently executing Lua script.",
+            "LOAD <script>",
+            "    Load a script into the scripts cache without executing it.",
+        ])),
+        (b"load" | b"exists" | b"flush" | b"kill" | b"debug" | b"help", _) => Err(wrong_arity(&format!("script|{}", String::from_utf8_lossy(&sub)))),
+        _ => Err(unknown_subcommand(&argv[1], "script")),
+    }
+}
+
+fn function(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    let server = exec.server;
+    let scripts = &server.scripts;
+    let sub = argv[1].to_ascii_lowercase();
+    match (sub.as_slice(), argv.len()) {
+        (b"load", n) if n >= 3 => {
+            let mut replace = false;
+            let mut i = 2;
+            while i < argv.len() - 1 {
+                if eq_ignore_case(&argv[i], "replace") {
+                    replace = true;
+                } else {
+                    return Err(CmdError::err(format!("Unknown option given: {}", String::from_utf8_lossy(&argv[i]))));
+                }
+                i += 1;
+            }
+            let payload = &argv[argv.len() - 1];
+            let (_, name) = crate::script::functions::parse_metadata(payload)?;
+            if !replace && scripts.functions.read().libraries.contains_key(&name) {
+                return Err(CmdError::err(format!("Library '{name}' already exists")));
+            }
+            let functions = check_library(scripts, payload)?;
+            scripts.functions.write().add(name.clone(), payload.clone(), functions, replace)?;
+            scripts.bump_generation();
+            Ok(Frame::bulk(name))
+        }
+        (b"delete", 3) => {
+            let name = String::from_utf8_lossy(&argv[2]);
+            scripts.functions.write().remove(&name).ok_or_else(|| CmdError::err("Library not found"))?;
+            scripts.bump_generation();
+            Ok(OK)
+        }
+        (b"flush", 2 | 3) => {
+            flush_option(argv, "function")?;
+            scripts.functions.write().clear();
+            scripts.bump_generation();
+            Ok(OK)
+        }
+        (b"list", _) => function_list(exec, &argv[2..]),
+        (b"stats", 2) => Ok(function_stats(exec)),
+        (b"kill", 2) => {
+            scripts.kill(false)?;
+            Ok(OK)
+        }
+        (b"dump", 2) | (b"restore", _) => Err(CmdError::err(
+            "FUNCTION DUMP/RESTORE use Redis's RDB payload format, which KeyMesh does not implement; use FUNCTION LIST WITHCODE and FUNCTION LOAD",
+        )),
+        (b"help", 2) => Ok(Frame::array_of_bulks([
+            "FUNCTION <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "LOAD [REPLACE] <FUNCTION CODE>",
+            "DELETE <LIBRARY NAME>",
+            "LIST [LIBRARYNAME PATTERN] [WITHCODE]",
+            "FLUSH [ASYNC|SYNC]",
+            "KILL",
+            "STATS",
+        ])),
+        // FUNCTION FLUSH takes extra arguments to the handler, which answers as Redis's does.
+        (b"flush", _) => Err(CmdError::err("unknown subcommand or wrong number of arguments for 'flush'. Try FUNCTION HELP.")),
+        (b"load" | b"delete" | b"stats" | b"kill" | b"dump" | b"help", _) => Err(wrong_arity(&format!("function|{}", String::from_utf8_lossy(&sub)))),
+        _ => Err(unknown_subcommand(&argv[1], "function")),
+    }
+}
+
+fn function_list(exec: &mut Exec, options: &[Bytes]) -> Reply {
+    let (mut pattern, mut with_code) = (None, false);
+    let mut i = 0;
+    while i < options.len() {
+        if eq_ignore_case(&options[i], "withcode") && !with_code {
+            with_code = true;
+        } else if eq_ignore_case(&options[i], "libraryname") && pattern.is_none() {
+            pattern = Some(options.get(i + 1).ok_or_else(|| CmdError::err("library name argument was not given"))?.clone());
+            i += 1;
+        } else {
+            return Err(CmdError::err(format!("Unknown argument {}", String::from_utf8_lossy(&options[i]))));
+        }
+        i += 1;
+    }
+    let libraries = exec.server.scripts.functions.read();
+    let mut out = Vec::new();
+    for library in libraries.libraries.values() {
+        if pattern.as_ref().is_some_and(|p| !glob_match(p, library.name.as_bytes(), false)) {
+            continue;
+        }
+        let functions = library
+            .functions
+            .values()
+            .map(|f| {
+                let flags = crate::script::flags::NAMES.iter().filter(|(bit, _)| f.flags & bit != 0).map(|(_, n)| Frame::bulk(n)).collect();
+                Frame::Map(vec![
+                    (Frame::bulk("name"), Frame::bulk(&f.name)),
+                    (Frame::bulk("description"), f.description.as_ref().map_or(Frame::Null, Frame::bulk)),
+                    (Frame::bulk("flags"), Frame::Set(flags)),
+                ])
+            })
+            .collect();
+        let mut fields = vec![
+            (Frame::bulk("library_name"), Frame::bulk(&library.name)),
+            (Frame::bulk("engine"), Frame::bulk(&library.engine)),
+            (Frame::bulk("functions"), Frame::Array(functions)),
+        ];
+        if with_code {
+            fields.push((Frame::bulk("library_code"), Frame::Bulk(library.code.clone())));
+        }
+        out.push(Frame::Map(fields));
+    }
+    Ok(Frame::Array(out))
+}
+
+fn function_stats(exec: &mut Exec) -> Frame {
+    let scripts = &exec.server.scripts;
+    let running = match scripts.running_function() {
+        None => Frame::Null,
+        Some(r) => Frame::Map(vec![
+            (Frame::bulk("name"), Frame::bulk(&r.name)),
+            (Frame::bulk("command"), Frame::Array(r.command.iter().map(|a| Frame::Bulk(a.clone())).collect())),
+            (Frame::bulk("duration_ms"), Frame::Integer(r.started.elapsed().as_millis() as i64)),
+        ]),
+    };
+    let libraries = scripts.functions.read();
+    let engines = Frame::Map(vec![(
+        Frame::bulk("LUA"),
+        Frame::Map(vec![
+            (Frame::bulk("libraries_count"), Frame::Integer(libraries.libraries.len() as i64)),
+            (Frame::bulk("functions_count"), Frame::Integer(libraries.functions.len() as i64)),
+        ]),
+    )]);
+    Frame::Map(vec![(Frame::bulk("running_script"), running), (Frame::bulk("engines"), engines)])
+}
+
+/// The BUSY check: while a script runs past `busy-reply-threshold`, other clients get BUSY
+/// except for the commands Redis allows then.
+pub fn busy_check(server: &crate::server::Server, argv: &[Bytes]) -> Result<(), CmdError> {
+    let Some(err) = server.scripts.busy_error() else {
+        return Ok(());
+    };
+    let name = argv[0].to_ascii_lowercase();
+    let sub = argv.get(1).map(|a| a.to_ascii_lowercase()).unwrap_or_default();
+    let allowed = match name.as_slice() {
+        b"auth" | b"hello" | b"multi" | b"discard" | b"watch" | b"unwatch" | b"quit" | b"reset" | b"shutdown" => true,
+        b"script" => sub == b"kill",
+        b"function" => sub == b"kill" || sub == b"stats",
+        _ => false,
+    };
+    if allowed {
+        Ok(())
+    } else {
+        Err(err)
+    }
+}

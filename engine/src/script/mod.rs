@@ -1,0 +1,298 @@
+//! Lua scripting: `EVAL`/`EVALSHA` scripts and `FUNCTION` libraries, run on Luau.
+//!
+//! Why Luau and not Redis's own Lua 5.1: Redis's worst CVEs of 2025 live in its embedded Lua
+//! 5.1 (a use-after-free in the parser, an integer overflow in `unpack`, an out-of-bounds read
+//! in the lexer, sandbox escapes through the metatables of basic types). Luau is a Lua 5.1
+//! dialect built for untrusted code: its own parser and VM (none of those bugs exist there),
+//! no bytecode loading from scripts, read-only library tables and metatables
+//! (`table.freeze`), an interrupt callback for time limits and an allocator limit, all
+//! continuously fuzzed by its maintainers. Redis scripts are plain Lua 5.1 code, which Luau
+//! runs unchanged (Redis's `unit/scripting` Tcl unit passes); the differences a script can
+//! notice are listed in docs/scripting.md.
+//!
+//! What runs where: each server thread owns one Luau VM (`vm`), created on first use, so
+//! scripts on different shards run in parallel. The script cache and the function libraries
+//! are server-wide (`Scripts`); a VM compiles what it needs on first use and drops its copies
+//! when the cache generation moves (`SCRIPT FLUSH`, `FUNCTION LOAD/DELETE/FLUSH/RESTORE`).
+//!
+//! Atomicity: a script holds the shard locks of the keys it declared for its whole run, and
+//! takes the shard of any other key it touches with a non-blocking `try_lock` (`run`). When
+//! that fails before the script wrote anything, the script is restarted holding every shard;
+//! once it wrote, it gets an error instead of waiting (waiting could deadlock against a
+//! command that holds that shard and waits for one of the script's). Either way nothing
+//! else ever sees half of a script. Its writes replicate as their effects, stamped like any
+//! write: peers never re-run a script.
+
+pub mod api;
+pub mod convert;
+pub mod functions;
+pub mod libs;
+pub mod run;
+pub mod vm;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
+
+use crate::error::CmdError;
+
+/// Script flags (Redis 7's shebang `flags=` names, and what a function registers).
+pub mod flags {
+    pub const NO_WRITES: u32 = 1;
+    pub const ALLOW_OOM: u32 = 1 << 1;
+    pub const ALLOW_STALE: u32 = 1 << 2;
+    pub const NO_CLUSTER: u32 = 1 << 3;
+    pub const ALLOW_CROSS_SLOT: u32 = 1 << 4;
+    /// An `EVAL` script without a shebang: Redis's compatibility mode (may write, OOM decided
+    /// at its first write).
+    pub const EVAL_COMPAT: u32 = 1 << 8;
+
+    pub const NAMES: &[(u32, &str)] = &[
+        (NO_WRITES, "no-writes"),
+        (ALLOW_OOM, "allow-oom"),
+        (ALLOW_STALE, "allow-stale"),
+        (NO_CLUSTER, "no-cluster"),
+        (ALLOW_CROSS_SLOT, "allow-cross-slot-keys"),
+    ];
+
+    pub fn parse(name: &[u8]) -> Option<u32> {
+        NAMES.iter().find(|(_, n)| n.as_bytes() == name).map(|(f, _)| *f)
+    }
+}
+
+/// A cached `EVAL` script.
+#[derive(Debug)]
+pub struct Script {
+    /// Lowercase hex SHA1 of the body.
+    pub sha: String,
+    pub body: Bytes,
+    pub flags: u32,
+}
+
+/// A script that is running now, as `SCRIPT KILL`, `FUNCTION KILL/STATS` and the BUSY check
+/// see it.
+#[derive(Debug)]
+pub struct Running {
+    pub client_id: u64,
+    pub started: Instant,
+    /// `EVAL` (true) or `FCALL` (false): which KILL may stop it.
+    pub eval: bool,
+    /// The function's name or the script's SHA1.
+    pub name: String,
+    pub command: Vec<Bytes>,
+    /// It ran a write command: it can no longer be killed.
+    pub wrote: AtomicBool,
+    pub kill: AtomicBool,
+    /// It ran longer than `busy-reply-threshold`: other clients get BUSY.
+    pub busy: AtomicBool,
+}
+
+/// Server-wide scripting state.
+pub struct Scripts {
+    cache: RwLock<HashMap<String, Arc<Script>>>,
+    /// Moves whenever cached scripts or libraries are dropped or replaced, so every thread's
+    /// VM drops its compiled copies.
+    generation: AtomicU64,
+    pub functions: RwLock<functions::Libraries>,
+    running: Mutex<Vec<Arc<Running>>>,
+    /// Scripts running past the threshold (fast check on every command).
+    busy_count: BusyCounter,
+    /// `busy-reply-threshold` (alias `lua-time-limit`), ms; 0 = never busy.
+    pub busy_threshold_ms: AtomicU64,
+    /// `lua-memory-limit`: the most one thread's Lua VM may allocate.
+    pub memory_limit: AtomicUsize,
+}
+
+impl Default for Scripts {
+    fn default() -> Self {
+        Scripts {
+            cache: RwLock::default(),
+            generation: AtomicU64::new(1),
+            functions: RwLock::default(),
+            running: Mutex::default(),
+            busy_count: BusyCounter::default(),
+            busy_threshold_ms: AtomicU64::new(5000),
+            memory_limit: AtomicUsize::new(256 << 20),
+        }
+    }
+}
+
+impl Scripts {
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    pub fn bump_generation(&self) {
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Caches `body` (`SCRIPT LOAD`, `EVAL`) after checking its shebang and that it compiles.
+    pub fn load(&self, body: &[u8]) -> Result<Arc<Script>, CmdError> {
+        let sha = sha1_hex(body);
+        if let Some(s) = self.cache.read().get(&sha) {
+            return Ok(s.clone());
+        }
+        let flags = eval_flags(body)?;
+        vm::check_compiles(&eval_code(body), &format!("f_{sha}"))?;
+        let script = Arc::new(Script { sha: sha.clone(), body: Bytes::copy_from_slice(body), flags });
+        self.cache.write().insert(sha, script.clone());
+        Ok(script)
+    }
+
+    pub fn get(&self, sha: &[u8]) -> Option<Arc<Script>> {
+        let sha = std::str::from_utf8(sha).ok()?.to_ascii_lowercase();
+        self.cache.read().get(&sha).cloned()
+    }
+
+    pub fn flush(&self) {
+        self.cache.write().clear();
+        self.bump_generation();
+    }
+
+    pub fn cached(&self) -> usize {
+        self.cache.read().len()
+    }
+
+    /// Bytes of cached script bodies (`INFO memory`'s `used_memory_scripts_eval`).
+    pub fn cache_bytes(&self) -> usize {
+        self.cache.read().values().map(|s| s.body.len() + 64).sum()
+    }
+
+    pub fn start(&self, running: Arc<Running>) {
+        self.running.lock().push(running);
+    }
+
+    pub fn finish(&self, running: &Arc<Running>) {
+        self.running.lock().retain(|r| !Arc::ptr_eq(r, running));
+        if running.busy.load(Ordering::Acquire) {
+            self.busy_count.0.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// What marks a script busy from inside its VM's interrupt.
+    pub fn busy_counter(&self) -> BusyCounter {
+        self.busy_count.clone()
+    }
+
+    /// The BUSY error other clients get while a script runs past the threshold, if one does.
+    pub fn busy_error(&self) -> Option<CmdError> {
+        if self.busy_count.0.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let running = self.running.lock();
+        let busy = running.iter().find(|r| r.busy.load(Ordering::Acquire))?;
+        Some(busy_error(busy.eval))
+    }
+
+    /// `SCRIPT KILL` (`eval`) or `FUNCTION KILL`, with Redis's replies.
+    pub fn kill(&self, eval: bool) -> Result<(), CmdError> {
+        let running = self.running.lock();
+        let Some(target) = running.iter().find(|r| r.busy.load(Ordering::Acquire)).or_else(|| running.first()) else {
+            return Err(CmdError::Raw("NOTBUSY No scripts in execution right now.".into()));
+        };
+        if target.wrote.load(Ordering::Acquire) {
+            return Err(CmdError::Raw(
+                "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command.".into(),
+            ));
+        }
+        if target.eval != eval {
+            return Err(busy_error(target.eval));
+        }
+        target.kill.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// The running function, for `FUNCTION STATS`.
+    pub fn running_function(&self) -> Option<Arc<Running>> {
+        self.running.lock().iter().find(|r| !r.eval).cloned()
+    }
+}
+
+/// How many scripts run past the threshold.
+#[derive(Debug, Clone, Default)]
+pub struct BusyCounter(Arc<AtomicUsize>);
+
+impl BusyCounter {
+    /// Marks a script busy (past the threshold), once.
+    pub fn mark(&self, running: &Running) {
+        if !running.busy.swap(true, Ordering::AcqRel) {
+            self.0.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+pub fn busy_error(eval: bool) -> CmdError {
+    let which = if eval { "SCRIPT" } else { "FUNCTION" };
+    CmdError::Raw(format!("BUSY Redis is busy running a script. You can only call {which} KILL or SHUTDOWN NOSAVE."))
+}
+
+pub fn sha1_hex(data: &[u8]) -> String {
+    use sha1::{Digest, Sha1};
+    let digest = Sha1::digest(data);
+    let mut out = String::with_capacity(40);
+    for b in digest {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// The Lua code of an `EVAL` body: a shebang line becomes an empty line (as in Redis, so the
+/// line numbers of errors match the body's).
+pub fn eval_code(body: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if !body.starts_with(b"#!") {
+        return std::borrow::Cow::Borrowed(body);
+    }
+    let end = body.iter().position(|&c| c == b'\n').unwrap_or(body.len());
+    std::borrow::Cow::Owned(body[end..].to_vec())
+}
+
+/// An `EVAL` script's flags from its shebang (`#!lua flags=no-writes,allow-oom`); without one
+/// it runs in Redis's compatibility mode.
+pub fn eval_flags(body: &[u8]) -> Result<u32, CmdError> {
+    let Some(rest) = body.strip_prefix(b"#!") else {
+        return Ok(flags::EVAL_COMPAT);
+    };
+    let line = rest.split(|&c| c == b'\n').next().unwrap_or_default();
+    let mut words = line.split(|&c| c == b' ').filter(|w| !w.is_empty());
+    let engine = words.next().unwrap_or_default();
+    if engine != b"lua" {
+        return Err(CmdError::err(format!("Unexpected engine in script shebang: {}", String::from_utf8_lossy(engine))));
+    }
+    let mut result = 0;
+    for word in words {
+        let Some(list) = word.strip_prefix(b"flags=") else {
+            return Err(CmdError::err(format!("Unknown lua shebang option: {}", String::from_utf8_lossy(word))));
+        };
+        for name in list.split(|&c| c == b',').filter(|n| !n.is_empty()) {
+            result |= flags::parse(name).ok_or_else(|| CmdError::err(format!("Unexpected flag in script shebang: {}", String::from_utf8_lossy(name))))?;
+        }
+    }
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha1_matches_redis() {
+        assert_eq!(sha1_hex(b""), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+        assert_eq!(sha1_hex(b"Pizza & Mandolino"), "74822d82031af7493c20eefa13bd07ec4fada82f");
+    }
+
+    #[test]
+    fn shebang_flags_are_parsed_as_redis_does() {
+        assert_eq!(eval_flags(b"return 1").ok(), Some(flags::EVAL_COMPAT));
+        assert_eq!(eval_flags(b"#!lua\nreturn 1").ok(), Some(0));
+        assert_eq!(eval_flags(b"#!lua flags=no-writes,allow-oom\nreturn 1").ok(), Some(flags::NO_WRITES | flags::ALLOW_OOM));
+        assert!(eval_flags(b"#!python\n").unwrap_err().to_string().contains("Unexpected engine in script shebang"));
+        assert!(eval_flags(b"#!lua foo=bar\n").unwrap_err().to_string().contains("Unknown lua shebang option"));
+        assert_eq!(eval_code(b"#!lua flags=no-writes\nreturn 1").as_ref(), b"\nreturn 1");
+        assert_eq!(eval_code(b"return 1").as_ref(), b"return 1");
+        assert!(eval_flags(b"#!lua flags=bad\n").unwrap_err().to_string().contains("Unexpected flag in script shebang"));
+    }
+}

@@ -1,0 +1,321 @@
+//! One Luau VM per server thread, set up as Redis sets up its Lua: the standard libraries
+//! scripts may use, `redis`, `bit`, `cjson` and `cmsgpack`, every library table and the
+//! globals read-only (Redis's "global protection": reading an undefined global is an error
+//! naming it, writing any global is refused), no file, OS or module access.
+//!
+//! A VM keeps the functions it compiled, keyed by script SHA or library name, and drops them
+//! when the server's script generation moves.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mlua::{Function, Lua, LuaOptions, StdLib, Table, Value, VmState};
+
+use super::{Running, Scripts};
+use crate::error::CmdError;
+
+/// Where a chunk's errors say they come from.
+pub const EVAL_CHUNK: &str = "@user_script";
+pub const FUNCTION_CHUNK: &str = "@user_function";
+
+/// Marks the running script busy server-wide.
+pub type OnBusy = Box<dyn Fn(&Running)>;
+
+/// What the interrupt callback watches: the script running now on this VM.
+#[derive(Default)]
+pub struct Watch {
+    pub running: Option<Arc<Running>>,
+    pub threshold_ms: u64,
+    /// Called when the script passes the threshold (marks it busy server-wide).
+    pub on_busy: Option<OnBusy>,
+    /// `FUNCTION LOAD` gives a library's code this long (Redis's 500 ms).
+    pub deadline: Option<Instant>,
+    ticks: u32,
+    last_handoff: Option<Instant>,
+}
+
+pub struct Vm {
+    pub lua: Lua,
+    generation: u64,
+    memory_limit: usize,
+    pub globals: Table,
+    /// `redis` as scripts see it.
+    pub redis: Table,
+    /// The function `redis.call`/`redis.pcall` reach for the running script (`slot.f`).
+    pub slot: Table,
+    /// `run(f, ...)`: calls `f` under `xpcall` with Redis's error handler.
+    pub protected: Function,
+    pub watch: Rc<RefCell<Watch>>,
+    scripts: HashMap<String, Function>,
+    /// Library name → (library stamp, function name → function).
+    pub libraries: HashMap<String, (u64, HashMap<String, Function>)>,
+    /// `redis.setresp` of the running script.
+    pub resp: Rc<std::cell::Cell<u8>>,
+    /// `redis` as a library's code sees it while it loads.
+    pub load_redis: Table,
+    pub registrations: super::functions::Registrations,
+    /// Raises Redis's "nonexistent global variable" error.
+    pub missing: Function,
+    runs: u64,
+}
+
+thread_local! {
+    static VM: RefCell<Option<Vm>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with this thread's VM, creating it or dropping stale compiled code first.
+pub fn with_vm<R>(scripts: &Scripts, f: impl FnOnce(&mut Vm) -> Result<R, CmdError>) -> Result<R, CmdError> {
+    VM.with(|cell| {
+        let mut slot = cell.try_borrow_mut().map_err(|_| CmdError::err("scripts can not be called from scripts"))?;
+        if slot.is_none() {
+            *slot = Some(Vm::new(scripts.memory_limit.load(Ordering::Relaxed)).map_err(|e| CmdError::err(format!("failed to start the Lua VM: {e}")))?);
+        }
+        let vm = slot.as_mut().ok_or_else(|| CmdError::err("no Lua VM"))?;
+        vm.sync(scripts);
+        f(vm)
+    })
+}
+
+/// Checks that a script body compiles (for `SCRIPT LOAD`), with Redis's error message.
+pub fn check_compiles(body: &[u8], _name: &str) -> Result<(), CmdError> {
+    let lua = Lua::new_with(StdLib::NONE, LuaOptions::default()).map_err(|e| CmdError::err(e.to_string()))?;
+    lua.load(body)
+        .set_name(EVAL_CHUNK)
+        .into_function()
+        .map(|_| ())
+        .map_err(|e| CmdError::err(format!("Error compiling script (new function): {}", lua_message(&e))))
+}
+
+/// The message of a Lua error without mlua's decoration.
+pub fn lua_message(e: &mlua::Error) -> String {
+    match e {
+        mlua::Error::SyntaxError { message, .. } => message.clone(),
+        mlua::Error::RuntimeError(m) | mlua::Error::MemoryError(m) => m.clone(),
+        mlua::Error::CallbackError { cause, .. } => lua_message(cause),
+        other => other.to_string(),
+    }
+}
+
+/// What the bootstrap chunk returns: the protected runner, `redis.call`'s slot, `redis.call`,
+/// `redis.pcall`, the scripts' `pcall`, the missing-global error and the library wrapper.
+type Bootstrap = (Function, Table, Function, Function, Function, Function, Function);
+
+/// Lua code that needs Lua's own `xpcall` and stack inspection.
+const BOOTSTRAP: &str = r#"
+local xpcall, pcall, type, tostring, info, pack, unpack, error = xpcall, pcall, type, tostring, debug.info, table.pack, table.unpack, error
+local slot = {}
+-- The first frame that is the script's own code (not this chunk, not a C function).
+local function where()
+  for level = 3, 40 do
+    local src, line = info(level, "sl")
+    if src == nil then return nil end
+    -- Luau reports a chunk named "@user_script" as "user_script".
+    if (src == "user_script" or src == "user_function") and line and line >= 0 then return "@" .. src, line end
+  end
+end
+-- An error raised by Rust code: its message, without the wrapper's prefix and traceback.
+local function message(err)
+  local s = tostring(err)
+  s = s:gsub("^runtime error: ", ""):gsub("^memory error: ", "")
+  return (s:match("^[^\n]*"))
+end
+local function handler(err)
+  if typeof(err) == "error" then err = {err = "ERR " .. message(err)}
+  elseif type(err) ~= "table" then err = {err = "ERR " .. tostring(err)} end
+  if err.source == nil then
+    local src, line = where()
+    if src then err.source = src; err.line = line end
+  end
+  return err
+end
+local function run(f, ...) return xpcall(f, handler, ...) end
+local function redis_call(...)
+  local reply, failed = slot.f(...)
+  if failed then error(reply, 0) end
+  return reply
+end
+local function redis_pcall(...)
+  local reply = slot.f(...)
+  return reply
+end
+-- Redis 7: pcall hands a script the message of an error table, not the table.
+local function script_pcall(f, ...)
+  local r = pack(pcall(f, ...))
+  if not r[1] and type(r[2]) == "table" and type(r[2].err) == "string" then r[2] = r[2].err end
+  if not r[1] and typeof(r[2]) == "error" then r[2] = message(r[2]) end
+  return unpack(r, 1, r.n)
+end
+local function missing(_, name)
+  error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
+end
+-- A library function (cjson, struct, ...) as the C version behaves: its errors name the
+-- script line that called it (luaL_error's "user_script:1: "), and none inside pcall.
+local function library_function(f)
+  return function(...)
+    local r = pack(pcall(f, ...))
+    if r[1] then return unpack(r, 2, r.n) end
+    local err = r[2]
+    if typeof(err) == "error" then err = message(err) end
+    error(err, 2)
+  end
+end
+return run, slot, redis_call, redis_pcall, script_pcall, missing, library_function
+"#;
+
+impl Vm {
+    fn new(memory_limit: usize) -> mlua::Result<Vm> {
+        let libs = StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::COROUTINE | StdLib::UTF8 | StdLib::BIT | StdLib::DEBUG;
+        let lua = Lua::new_with(libs, LuaOptions::default())?;
+        let globals = lua.globals();
+        let (protected, slot, redis_call, redis_pcall, script_pcall, missing, library_function): Bootstrap = lua.load(BOOTSTRAP).set_name("=keymesh").eval()?;
+        // `debug` was only needed by the bootstrap (Redis 7 gives scripts no `debug` either).
+        for name in ["print", "require", "getfenv", "setfenv", "newproxy", "gcinfo", "os", "loadfile", "dofile", "debug"] {
+            globals.raw_set(name, Value::Nil)?;
+        }
+        globals.raw_set("pcall", script_pcall)?;
+        let registrations: super::functions::Registrations = Rc::default();
+        let load_redis = super::functions::create_load_table(&lua, registrations.clone(), missing.clone())?;
+        let resp = Rc::new(std::cell::Cell::new(2u8));
+        let redis = super::api::create_redis_table(&lua, resp.clone())?;
+        redis.raw_set("call", redis_call)?;
+        redis.raw_set("pcall", redis_pcall)?;
+        globals.raw_set("redis", redis.clone())?;
+        super::libs::install(&lua, &globals, &library_function)?;
+        // Lua 5.1's compatibility names that Luau dropped and old scripts still call.
+        lua.load("math.mod = math.fmod string.gfind = string.gmatch").set_name("=keymesh").exec()?;
+        // The metatable of strings too (a CVE-2025-46818-style escape edits it).
+        let string_meta: Option<Table> = lua.load("return getmetatable('')").set_name("=keymesh").eval()?;
+        for name in ["string", "math", "table", "coroutine", "utf8", "bit32"] {
+            if let Ok(Value::Table(t)) = globals.raw_get::<Value>(name) {
+                t.set_readonly(true);
+            }
+        }
+        if let Some(meta) = string_meta {
+            meta.set_readonly(true);
+        }
+        redis.set_readonly(true);
+        let meta = lua.create_table()?;
+        meta.raw_set("__index", missing.clone())?;
+        meta.set_readonly(true);
+        globals.set_metatable(Some(meta))?;
+        globals.set_readonly(true);
+        let watch = Rc::new(RefCell::new(Watch::default()));
+        let w = watch.clone();
+        lua.set_interrupt(move |_| interrupt(&w));
+        lua.set_memory_limit(memory_limit)?;
+        Ok(Vm {
+            lua,
+            generation: 0,
+            memory_limit,
+            globals,
+            redis,
+            slot,
+            protected,
+            watch,
+            scripts: HashMap::new(),
+            libraries: HashMap::new(),
+            resp,
+            load_redis,
+            registrations,
+            missing,
+            runs: 0,
+        })
+    }
+
+    /// Drops compiled code the server no longer has, and follows `lua-memory-limit`.
+    fn sync(&mut self, scripts: &Scripts) {
+        let generation = scripts.generation();
+        if generation != self.generation {
+            self.scripts.clear();
+            self.libraries.clear();
+            self.generation = generation;
+            let _ = self.lua.gc_collect();
+        }
+        let limit = scripts.memory_limit.load(Ordering::Relaxed);
+        if limit != self.memory_limit && self.lua.set_memory_limit(limit).is_ok() {
+            self.memory_limit = limit;
+        }
+    }
+
+    /// The compiled `EVAL` script `sha`.
+    pub fn script(&mut self, sha: &str, body: &[u8]) -> Result<Function, CmdError> {
+        if let Some(f) = self.scripts.get(sha) {
+            return Ok(f.clone());
+        }
+        let f = self
+            .lua
+            .load(super::eval_code(body).as_ref())
+            .set_name(EVAL_CHUNK)
+            .into_function()
+            .map_err(|e| CmdError::err(format!("Error compiling script (new function): {}", lua_message(&e))))?;
+        self.scripts.insert(sha.to_string(), f.clone());
+        Ok(f)
+    }
+
+    /// Sets a global that scripts may read (`KEYS`, `ARGV`).
+    pub fn set_global(&self, name: &str, value: Value) -> mlua::Result<()> {
+        self.globals.set_readonly(false);
+        let result = self.globals.raw_set(name, value);
+        self.globals.set_readonly(true);
+        result
+    }
+
+    pub fn memory_limit(&self) -> usize {
+        self.memory_limit
+    }
+
+    /// After a run: collect garbage now and then (Redis steps its GC every 50 scripts), and
+    /// fully after a run that ended near the memory limit.
+    pub fn after_run(&mut self) {
+        self.runs += 1;
+        let near_limit = self.memory_limit > 0 && self.lua.used_memory() > self.memory_limit / 2;
+        if near_limit || self.runs.is_multiple_of(50) {
+            let _ = self.lua.gc_collect();
+        }
+    }
+}
+
+/// Luau calls this at loop back-edges and calls: the time limit and `SCRIPT KILL` live here.
+fn interrupt(watch: &Rc<RefCell<Watch>>) -> mlua::Result<VmState> {
+    let Ok(mut w) = watch.try_borrow_mut() else {
+        return Ok(VmState::Continue);
+    };
+    if w.deadline.is_some_and(|d| Instant::now() >= d) {
+        return Err(mlua::Error::runtime("FUNCTION LOAD timeout"));
+    }
+    let Some(running) = w.running.clone() else {
+        return Ok(VmState::Continue);
+    };
+    if running.kill.load(Ordering::Acquire) {
+        return Err(mlua::Error::runtime("Script killed by user with SCRIPT KILL..."));
+    }
+    w.ticks = w.ticks.wrapping_add(1);
+    if !w.ticks.is_multiple_of(64) {
+        return Ok(VmState::Continue);
+    }
+    let elapsed = running.started.elapsed();
+    if w.threshold_ms > 0 && elapsed >= Duration::from_millis(w.threshold_ms) {
+        if !running.busy.load(Ordering::Acquire) {
+            if let Some(on_busy) = &w.on_busy {
+                on_busy(&running);
+            }
+        }
+        // A busy script must not keep this thread's other connections (SCRIPT KILL among them)
+        // from being served: hand the runtime's worker slot to another thread, now and then.
+        let due = w.last_handoff.is_none_or(|t| t.elapsed() >= Duration::from_millis(200));
+        if due && multi_thread_runtime() {
+            w.last_handoff = Some(Instant::now());
+            drop(w);
+            tokio::task::block_in_place(|| std::thread::sleep(Duration::from_millis(2)));
+        }
+    }
+    Ok(VmState::Continue)
+}
+
+fn multi_thread_runtime() -> bool {
+    tokio::runtime::Handle::try_current().is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+}
