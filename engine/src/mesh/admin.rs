@@ -101,4 +101,9 @@ impl pb::admin_server::Admin for AdminService {
         let keys: Vec<String> = values.into_keys().collect();
         Ok(Response::new(self.status(&keys)))
     }
+
+    async fn save(&self, request: Request<pb::SaveRequest>) -> Result<Response<pb::NodeStatus>, Status> {
+        self.authorize(&request)?;
+        Err(Status::failed_precondition("this engine keeps no snapshots"))
+    }
 }
