@@ -397,7 +397,16 @@ impl Mesh {
         self.link_statuses().iter().map(|(_, s)| s.frontier).fold(own, Timestamp::min)
     }
 
-    /// Tombstones at or below this version can be dropped: this node's stable frontier and
+    /// What this node acknowledges to its origins (`Ack.stable_hlc`): its stable frontier,
+    /// capped by that of the snapshot a restart would load (`persist`), so that a node restored
+    /// from its snapshot finds on its peers every tombstone it needs (they drop none it has
+    /// not acknowledged).
+    pub fn durable_frontier(&self) -> Timestamp {
+        let cap = self.server().map_or(Timestamp::MAX, |s| s.persist.frontier_cap(!s.config.read().get("save").is_empty()));
+        self.stable_frontier().min(cap)
+    }
+
+    /// Tombstones at or below this version can be dropped: this node's durable frontier and
     /// the one every configured peer last reported in its Acks have passed them. 0 while any
     /// peer is not subscribed to this node.
     pub fn gc_horizon(&self) -> Timestamp {
@@ -405,7 +414,7 @@ impl Mesh {
         let reported = |name: &str| {
             subscribers.iter().filter(|s| !name.is_empty() && s.node_name == name).map(|s| s.stable_hlc.load(Ordering::Relaxed)).max().unwrap_or(0)
         };
-        self.link_statuses().iter().map(|(_, s)| reported(&s.node_name)).fold(self.stable_frontier(), Timestamp::min)
+        self.link_statuses().iter().map(|(_, s)| reported(&s.node_name)).fold(self.durable_frontier(), Timestamp::min)
     }
 
     /// Once a second, drops the tombstones every peer is past, and those older than the

@@ -103,7 +103,7 @@ fn merge_file(server: &Server, path: &Path) -> Result<LoadOutcome, PersistError>
         server.persist.load_bytes.store(reader.offset, Ordering::Relaxed);
     }
     let keys: u64 = (0..store.databases()).map(|db| store.dbsize(db) as u64).sum();
-    server.persist.set_loaded(keys, store.stats.dirty.load(Ordering::Relaxed));
+    server.persist.set_loaded(keys, store.stats.dirty.load(Ordering::Relaxed), header.stable_frontier);
     let age_ms = unix_ms().saturating_sub(header.last_contact_unix_ms);
     server.mesh.restore_silence(age_ms);
     let cap_ms = store.tombstone_gc_ms.load(Ordering::Relaxed);

@@ -23,7 +23,7 @@ pub mod schedule;
 mod state;
 mod write;
 
-pub use state::{Persistence, SaveReport};
+pub use state::{Persistence, SaveReport, SaveStart};
 pub use write::{bgsave, save};
 
 use std::path::PathBuf;

@@ -11,6 +11,16 @@ use prometheus::{Gauge, IntCounterVec, IntGauge, Opts, Registry};
 
 use super::unix_ms;
 
+/// Where the node stood when a save began: its change counter, the last sequence it
+/// originated, whether it was handing off (writes refused), and its stable frontier.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SaveStart {
+    pub dirty: u64,
+    pub seq: u64,
+    pub draining: bool,
+    pub frontier: u64,
+}
+
 /// What one finished save wrote.
 #[derive(Debug, Clone, Default)]
 pub struct SaveReport {
@@ -37,6 +47,8 @@ struct SaveState {
     last_save_after_handoff: bool,
     current: Option<Instant>,
     loaded_keys: u64,
+    /// The stable frontier of the snapshot a restart would load (the last saved or loaded).
+    frontier: Option<u64>,
 }
 
 pub struct Persistence {
@@ -114,6 +126,7 @@ impl Persistence {
                 last_save_after_handoff: false,
                 current: None,
                 loaded_keys: 0,
+                frontier: None,
             }),
             metrics,
         }
@@ -156,7 +169,8 @@ impl Persistence {
 
     /// Records a save's outcome and frees the slot. `dirty`, `seq` and `draining` are the
     /// change counter, last originated sequence and handoff state when the save began.
-    pub(super) fn end_save(&self, outcome: &Result<SaveReport, super::PersistError>, dirty: u64, seq: u64, draining: bool) {
+    pub(super) fn end_save(&self, outcome: &Result<SaveReport, super::PersistError>, start: SaveStart) {
+        let SaveStart { dirty, seq, draining, frontier } = start;
         let mut s = self.state.lock();
         s.current = None;
         s.last_attempt = Some(Instant::now());
@@ -170,6 +184,7 @@ impl Persistence {
                 s.dirty_at_last_save = dirty;
                 s.last_save_seq = seq;
                 s.last_save_after_handoff = draining;
+                s.frontier = Some(frontier);
                 s.saves += 1;
                 s.last = Some(report.clone());
                 self.metrics.duration.set(report.duration_ms as f64 / 1000.0);
@@ -190,11 +205,24 @@ impl Persistence {
         self.saving.store(false, Ordering::Release);
     }
 
-    /// Records a load: what it merged does not count as changes to save.
-    pub(super) fn set_loaded(&self, keys: u64, dirty: u64) {
+    /// Records a load: what it merged does not count as changes to save, and the file is the
+    /// one a restart would load again.
+    pub(super) fn set_loaded(&self, keys: u64, dirty: u64, frontier: u64) {
         let mut s = self.state.lock();
         s.loaded_keys = keys;
         s.dirty_at_last_save = dirty;
+        s.frontier = Some(frontier);
+    }
+
+    /// How far this node may acknowledge (`Mesh::durable_frontier`): the frontier of the
+    /// snapshot a restart would load; nothing yet (0) when a schedule is set but no snapshot
+    /// exists; no cap for a node that keeps no snapshots.
+    pub fn frontier_cap(&self, scheduled: bool) -> u64 {
+        match self.state.lock().frontier {
+            Some(f) => f,
+            None if scheduled => 0,
+            None => u64::MAX,
+        }
     }
 
     /// `LASTSAVE`, in Unix seconds.

@@ -12,7 +12,7 @@ use keymesh_proto as pb;
 use tracing::{info, warn};
 
 use super::format::{FrameWriter, FORMAT_VERSION};
-use super::{snapshot_path, unix_ms, PersistError, SaveReport};
+use super::{snapshot_path, unix_ms, PersistError, SaveReport, SaveStart};
 use crate::server::Server;
 
 /// Distinguishes the temporary files of saves in one process.
@@ -37,7 +37,7 @@ pub fn bgsave(server: Arc<Server>) -> Result<(), PersistError> {
     let spawned = std::thread::Builder::new().name("keymesh-bgsave".into()).spawn(move || drop(save_claimed(&saving)));
     if let Err(source) = spawned {
         let failed: Result<SaveReport, _> = Err(PersistError::Write { path: PathBuf::from("(bgsave thread)"), source });
-        server.persist.end_save(&failed, 0, 0, false);
+        server.persist.end_save(&failed, SaveStart::default());
         return failed.map(drop);
     }
     Ok(())
@@ -45,28 +45,31 @@ pub fn bgsave(server: Arc<Server>) -> Result<(), PersistError> {
 
 /// The save itself, once the slot is held; frees it.
 fn save_claimed(server: &Server) -> Result<SaveReport, PersistError> {
-    // Noted before the scan: every write counted here, and every write this node originated
-    // through `seq`, is in the snapshot.
-    let dirty = server.store.stats.dirty.load(Ordering::Relaxed);
-    let seq = server.mesh.last_seq();
-    let draining = server.mesh.draining();
+    // Noted before the scan: every write counted here, every write this node originated
+    // through `seq` and every write it holds stamped at or below `frontier` is in the snapshot.
+    let start = SaveStart {
+        dirty: server.store.stats.dirty.load(Ordering::Relaxed),
+        seq: server.mesh.last_seq(),
+        draining: server.mesh.draining(),
+        frontier: server.mesh.stable_frontier(),
+    };
     let path = snapshot_path(&server.config.read());
-    let outcome = write_snapshot(server, &path);
+    let outcome = write_snapshot(server, &path, start.frontier);
     match &outcome {
         Ok(r) => info!(path = %path.display(), keys = r.keys, bytes = r.bytes, ms = r.duration_ms, "snapshot saved"),
         Err(e) => warn!(error = %e, "snapshot failed"),
     }
-    server.persist.end_save(&outcome, dirty, seq, draining);
+    server.persist.end_save(&outcome, start);
     outcome
 }
 
 /// Writes the snapshot to a temporary file in the same directory, fsyncs it, renames it over
 /// `path` and fsyncs the directory. The temporary file is removed on failure.
-fn write_snapshot(server: &Server, path: &Path) -> Result<SaveReport, PersistError> {
+fn write_snapshot(server: &Server, path: &Path, frontier: u64) -> Result<SaveReport, PersistError> {
     let started = Instant::now();
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let temp = dir.join(format!("temp-{}-{}.keymesh", std::process::id(), TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)));
-    let written = write_file(server, &temp).map_err(|source| PersistError::Write { path: temp.clone(), source });
+    let written = write_file(server, &temp, frontier).map_err(|source| PersistError::Write { path: temp.clone(), source });
     let (keys, ops, bytes) = match written {
         Ok(w) => w,
         Err(e) => {
@@ -84,7 +87,7 @@ fn write_snapshot(server: &Server, path: &Path) -> Result<SaveReport, PersistErr
 }
 
 /// Streams the keyspace into `temp`, shard by shard. Returns (keys, ops, bytes).
-fn write_file(server: &Server, temp: &Path) -> std::io::Result<(u64, u64, u64)> {
+fn write_file(server: &Server, temp: &Path, frontier: u64) -> std::io::Result<(u64, u64, u64)> {
     let store = &server.store;
     let file = File::create(temp)?;
     let mut out = FrameWriter::new(BufWriter::with_capacity(1 << 20, file))?;
@@ -98,6 +101,7 @@ fn write_file(server: &Server, temp: &Path) -> std::io::Result<(u64, u64, u64)> 
         last_contact_unix_ms: server.mesh.last_contact_unix_ms(),
         databases: store.databases() as u32,
         engine_version: server.version.clone(),
+        stable_frontier: frontier,
     };
     out.write(&frame(pb::snapshot_frame::Body::Header(header)))?;
     let (mut batches, mut failed) = (0u64, None);
