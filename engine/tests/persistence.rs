@@ -239,6 +239,10 @@ fn a_node_loading_its_snapshot_answers_loading_and_is_not_ready() {
     let reply = c.cmd(&["GET", "k"]);
     assert!(reply.is_error() && reply.text().starts_with("LOADING"), "{reply:?}");
     assert!(c.cmd(&["SAVE"]).text().starts_with("LOADING"));
+    // What a client library sends on connect works while loading, as in Redis.
+    assert_eq!(c.cmd(&["SELECT", "0"]), Reply::Status("OK".into()));
+    assert_eq!(c.cmd(&["CLIENT", "SETNAME", "app"]), Reply::Status("OK".into()));
+    assert!(!c.cmd(&["HELLO", "2"]).is_error());
     assert_eq!(server.http_get("/readyz").0, 503);
     assert_eq!(metric(&server, "keymesh_snapshot_loading"), 1.0);
     std::fs::OpenOptions::new().write(true).open(node.snapshot()).unwrap().write_all(&bytes).unwrap();
