@@ -142,7 +142,9 @@ start_server() {
       # --metrics-port 0: the suite needs no HTTP endpoint, and the derived one (client port +
       # 2742) could be taken by another process on this machine.
       # shellcheck disable=SC2086 # KEYMESH_SERVER_ARGS is a list of flags
-      "$keymesh_bin" --port "$port" --bind 127.0.0.1 $keymesh_extra_args >"$log" 2>&1 &
+      # --dir: a snapshot a test asks for (SAVE, BGSAVE) lands in the work directory.
+      mkdir -p "$work/keymesh-dir"
+      "$keymesh_bin" --port "$port" --bind 127.0.0.1 --dir "$work/keymesh-dir" $keymesh_extra_args >"$log" 2>&1 &
       ;;
   esac
   server_pid=$!

@@ -33,6 +33,8 @@ enum Kind {
     Enum(&'static [&'static str]),
     /// A value that must equal one of these exactly (a feature the engine does not have).
     Fixed(&'static [&'static str]),
+    /// `save <seconds> <changes> ...` or `""` (`persist::schedule`).
+    SaveSchedule,
 }
 
 struct Directive {
@@ -67,7 +69,11 @@ const DIRECTIVES: &[Directive] = &[
     Directive { name: "dir", default: ".", kind: Kind::Str, live: false },
     Directive { name: "logfile", default: "", kind: Kind::Str, live: false },
     Directive { name: "loglevel", default: "notice", kind: Kind::Enum(&["debug", "verbose", "notice", "warning", "nothing"]), live: true },
-    Directive { name: "save", default: "", kind: Kind::Fixed(&[""]), live: true },
+    Directive { name: "save", default: "", kind: Kind::SaveSchedule, live: true },
+    Directive { name: "dbfilename", default: "dump.rdb", kind: Kind::Str, live: true },
+    // What a snapshot that fails its checks at start does: the node starts empty and
+    // full-syncs (the file is moved aside), or the server refuses to start.
+    Directive { name: "snapshot-load-error", default: "start-empty", kind: Kind::Enum(&["start-empty", "refuse-start"]), live: false },
     Directive { name: "appendonly", default: "no", kind: Kind::Fixed(&["no"]), live: true },
     Directive { name: "proto-max-bulk-len", default: "512mb", kind: Kind::Bytes, live: true },
     Directive { name: "client-query-buffer-limit", default: "1gb", kind: Kind::Bytes, live: true },
@@ -305,7 +311,11 @@ impl Config {
         if REPEATABLE.contains(&name.as_str()) {
             return self.apply_replicaof(values, origin);
         }
-        let value = values.join(" ");
+        let mut value = values.join(" ");
+        // As in Redis, `save` lines in files and flags add save points; `save ""` clears them.
+        if name == "save" && !self.get("save").is_empty() && !crate::persist::schedule::parse(&value).is_ok_and(|p| p.is_empty()) {
+            value = format!("{} {value}", self.get("save"));
+        }
         self.set(&name, &value).map_err(|m| invalid(origin, m))
     }
 
@@ -355,11 +365,15 @@ impl Config {
             Kind::Fixed(options) => {
                 if !options.contains(&value) {
                     return Err(format!(
-                        "'{name} {value}' is not supported: KeyMesh keeps data in memory and replicates it instead of persisting (only '{}' is accepted)",
+                        "'{name} {value}' is not supported: KeyMesh persists by snapshots (save, BGSAVE) and replication, not an append-only file (only '{}' is accepted)",
                         options.join("', '")
                     ));
                 }
                 value.to_string()
+            }
+            Kind::SaveSchedule => {
+                let points = crate::persist::schedule::parse(value).map_err(|m| format!("{m} for '{name}'"))?;
+                points.iter().map(|p| format!("{} {}", p.seconds, p.changes)).collect::<Vec<_>>().join(" ")
             }
         };
         self.values.insert(directive.name, normalised);
@@ -417,8 +431,9 @@ Directives (file lines `name value`, or flags `--name value`):
   port, bind, protected-mode, requirepass, masterauth, databases, maxmemory,
   maxmemory-policy, maxmemory-samples, maxclients, timeout, tcp-keepalive, server-threads,
   active-replica, multi-master, replicaof, repl-timeout, repl-backlog-size, dir, logfile,
-  loglevel, save \"\", appendonly no, proto-max-bulk-len, client-query-buffer-limit,
-  node-name, mesh-port, metrics-port, max-clock-skew-ms, tombstone-gc-seconds
+  loglevel, save, dbfilename, appendonly no, proto-max-bulk-len, client-query-buffer-limit,
+  node-name, mesh-port, metrics-port, max-clock-skew-ms, tombstone-gc-seconds,
+  snapshot-load-error
 
 Ports: mesh-port defaults to port + 10000, metrics-port to port + 2742 (9121 for 6379);
 metrics-port 0 turns the HTTP endpoint off.
@@ -459,6 +474,8 @@ mod tests {
         assert!(e.contains("unknown directive 'nosuch'"), "{e}");
         let e = Config::from_args(&args("--appendonly yes")).unwrap_err().to_string();
         assert!(e.contains("not supported"), "{e}");
+        let e = Config::from_args(&args("--save 60")).unwrap_err().to_string();
+        assert!(e.contains("Invalid save parameters"), "{e}");
 
         let dir = std::env::temp_dir().join(format!("keymesh-conf-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -495,5 +512,16 @@ mod tests {
         let c = Config::from_args(&[dir.join("main.conf").display().to_string(), "--port".into(), "7003".into()]).unwrap();
         assert_eq!(c.int("databases"), 4);
         assert_eq!(c.int("port"), 7003);
+    }
+
+    #[test]
+    fn save_lines_add_save_points_and_an_empty_one_clears_them() {
+        let c = Config::from_args(&args("--save 900 1 --save 300 10")).unwrap();
+        assert_eq!(c.get("save"), "900 1 300 10");
+        let c = Config::from_args(&["--save".into(), "900".into(), "1".into(), "--save".into(), "".into()]).unwrap();
+        assert_eq!(c.get("save"), "");
+        let mut c = Config::default();
+        c.set_live("save", "60 5").unwrap();
+        assert_eq!(c.get("save"), "60 5", "CONFIG SET replaces the schedule");
     }
 }

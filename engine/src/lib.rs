@@ -21,6 +21,7 @@ pub mod memory;
 pub mod mesh;
 pub mod metrics;
 pub mod parse;
+pub mod persist;
 pub mod pubsub;
 pub mod repl;
 pub mod script;

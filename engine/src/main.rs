@@ -64,8 +64,13 @@ fn main() -> ExitCode {
                 return ExitCode::FAILURE;
             }
         };
-        server::run(server, listeners).await;
-        ExitCode::SUCCESS
+        match server::run(server, listeners).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("keymesh-server: {e}");
+                ExitCode::FAILURE
+            }
+        }
     })
 }
 

@@ -32,6 +32,8 @@ pub enum ServerError {
     Bind { what: &'static str, addr: String, source: std::io::Error },
     #[error("invalid configuration: {0}")]
     Config(String),
+    #[error("{0}")]
+    Load(#[from] crate::persist::PersistError),
 }
 
 /// Server-wide counters for `INFO stats`.
@@ -83,6 +85,8 @@ pub struct Server {
     /// TLS material and settings, when a certificate is configured (`crate::tls`). Set at
     /// start-up: turning TLS on or off takes a restart, rotating it does not.
     pub tls: Option<crate::tls::Tls>,
+    /// Snapshots on disk (`crate::persist`).
+    pub persist: crate::persist::Persistence,
     pub started: Instant,
     pub port: AtomicUsize,
     shutdown: watch::Sender<bool>,
@@ -117,6 +121,7 @@ impl Server {
             Some(settings) => Some(crate::tls::Tls::start(settings, metrics.registry()).map_err(|e| ServerError::Config(format!("TLS: {e}")))?),
             None => None,
         };
+        let persist = crate::persist::Persistence::new(metrics.registry());
         let server = Arc::new_cyclic(|weak| Server {
             mesh: Arc::new(Mesh::new(
                 weak.clone(),
@@ -141,6 +146,7 @@ impl Server {
             handoff: crate::handoff::Handoff::default(),
             kernel: crate::kernel::KernelState::default(),
             tls,
+            persist,
             started: Instant::now(),
             port: AtomicUsize::new(0),
             shutdown,
@@ -223,6 +229,9 @@ impl Server {
     pub fn readiness(&self) -> Result<(), String> {
         if *self.shutdown.borrow() {
             return Err("shutting down".into());
+        }
+        if self.persist.loading() {
+            return Err("loading the snapshot".into());
         }
         if self.handoff.phase() != crate::handoff::Phase::Serving {
             return Err(format!("handing clients off before leaving the mesh ({})", self.handoff.phase().as_str()));
@@ -349,8 +358,9 @@ fn bind_reuse(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
     socket.listen(backlog)
 }
 
-/// Runs until SIGTERM/SIGINT (or `SHUTDOWN`).
-pub async fn run(server: Arc<Server>, listeners: Listeners) {
+/// Runs until SIGTERM/SIGINT (or `SHUTDOWN`). Fails only when the snapshot is refused and
+/// `snapshot-load-error` is `refuse-start`.
+pub async fn run(server: Arc<Server>, listeners: Listeners) -> Result<(), ServerError> {
     tokio::spawn(crate::db::expire::run_active_expiry(server.store.clone()));
     // The first look happens before any client connects, so INFO never shows it unknown.
     let (files, backlog) = server.kernel_files();
@@ -366,8 +376,9 @@ pub async fn run(server: Arc<Server>, listeners: Listeners) {
             }
         });
     }
-    let peers: Vec<_> = server.config.read().replicaof.iter().filter_map(|(h, p)| crate::mesh::PeerAddr::from_client_port(h, *p).ok()).collect();
-    server.mesh.start(&server, peers);
+    // Clients connect while the snapshot loads (they get LOADING, INFO says loading:1); the
+    // mesh starts once it is loaded, so peers merge with the whole snapshot.
+    server.persist.begin_loading();
     for listener in listeners.plain {
         tokio::spawn(accept_loop(server.clone(), listener, "plain", crate::connection::serve));
     }
@@ -377,6 +388,15 @@ pub async fn run(server: Arc<Server>, listeners: Listeners) {
     if server.tls.is_some() {
         tokio::spawn(reload_tls(server.clone()));
     }
+    let loading = server.clone();
+    let loaded = tokio::task::spawn_blocking(move || crate::persist::load::load(&loading)).await;
+    if let Ok(Err(e)) = loaded {
+        server.begin_shutdown();
+        return Err(e.into());
+    }
+    tokio::spawn(crate::persist::schedule::run(server.clone()));
+    let peers: Vec<_> = server.config.read().replicaof.iter().filter_map(|(h, p)| crate::mesh::PeerAddr::from_client_port(h, *p).ok()).collect();
+    server.mesh.start(&server, peers);
     info!(port = server.port.load(Ordering::Relaxed), node = %server.node_name, run_id = %server.run_id, "ready to accept connections");
     let mut stop = server.shutdown_signal();
     tokio::select! {
@@ -388,6 +408,31 @@ pub async fn run(server: Arc<Server>, listeners: Listeners) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while server.clients.count() > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    final_save(&server).await;
+    Ok(())
+}
+
+/// As Redis: a node with a save schedule saves when it stops (unless `SHUTDOWN NOSAVE`), so a
+/// whole-cluster restart loses nothing acknowledged before the stop.
+async fn final_save(server: &Arc<Server>) {
+    let scheduled = !server.config.read().get("save").is_empty();
+    if !scheduled || server.persist.skip_final_save.load(Ordering::Relaxed) {
+        return;
+    }
+    let saving = server.clone();
+    // A background save that is running finishes first; then this one has the slot.
+    let saved = tokio::task::spawn_blocking(move || loop {
+        match crate::persist::save(&saving) {
+            Err(crate::persist::PersistError::InProgress) => std::thread::sleep(Duration::from_millis(20)),
+            other => return other,
+        }
+    })
+    .await;
+    match saved {
+        Ok(Ok(_)) => info!("saved the final snapshot before exiting"),
+        Ok(Err(e)) => warn!(error = %e, "the final snapshot failed"),
+        Err(e) => warn!(error = %e, "the final snapshot stopped"),
     }
 }
 

@@ -41,6 +41,17 @@ pub enum ApplyError {
     List { name: String, source: kube::Error },
 }
 
+/// Deletes the StatefulSet but not its pods (`propagationPolicy: Orphan`), so it can be created
+/// again with other claim templates (`crate::persistence`); the new one adopts the pods.
+pub async fn orphan_statefulset(client: &kube::Client, names: &ClusterNames) -> Result<(), ApplyError> {
+    let api: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(client.clone(), &names.namespace);
+    match api.delete(&names.statefulset(), &DeleteParams::orphan()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(source) => Err(ApplyError::Delete { kind: "StatefulSet".to_string(), name: names.statefulset(), source }),
+    }
+}
+
 /// Deletes the cluster's settings ConfigMaps other than `keep` (earlier revisions'). Only
 /// called while no upgrade is in flight or on record.
 pub async fn collect_old_config_maps(client: &kube::Client, names: &ClusterNames, keep: &str) -> Result<(), ApplyError> {

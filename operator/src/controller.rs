@@ -44,6 +44,7 @@ use crate::metrics::Metrics;
 use crate::names::ClusterNames;
 use crate::node_tuning::{self, NodeTuningError, Tuners};
 use crate::observe::{self, ObserveError};
+use crate::persistence::{self, claims, claims::ClaimsError};
 use crate::status::{self, StatusError, StatusInput, TLS_REPLICATION};
 use crate::tls::{self, TlsError};
 use crate::upgrade::{self, HistoryError, Intent, UpgradeInput, UpgradePlan};
@@ -77,6 +78,9 @@ pub struct Context {
     pub operator_namespace: Option<String>,
     /// Consecutive failed reconciles per object, for the backoff.
     failures: Mutex<HashMap<String, u32>>,
+    /// Whether the API server honours `persistentVolumeClaimRetentionPolicy`: asked once, the
+    /// first time a cluster wants persistence.
+    pvc_retention_policy: tokio::sync::OnceCell<bool>,
 }
 
 impl Context {
@@ -90,6 +94,7 @@ impl Context {
             tuner_image: tuner_image.to_string(),
             operator_namespace: None,
             failures: Mutex::new(HashMap::new()),
+            pvc_retention_policy: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -97,6 +102,10 @@ impl Context {
     pub fn with_operator_namespace(mut self, namespace: Option<String>) -> Context {
         self.operator_namespace = namespace;
         self
+    }
+
+    async fn pvc_retention_policy(&self) -> Result<bool, DiscoveryError> {
+        self.pvc_retention_policy.get_or_try_init(|| discovery::pvc_retention_policy(&self.client)).await.copied()
     }
 
     fn failures(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
@@ -126,6 +135,8 @@ pub enum Error {
     NodeTuning(#[from] NodeTuningError),
     #[error(transparent)]
     Tls(#[from] TlsError),
+    #[error(transparent)]
+    Claims(#[from] ClaimsError),
 }
 
 impl Error {
@@ -142,6 +153,7 @@ impl Error {
             Error::History(_) => "history",
             Error::NodeTuning(_) => "node_tuning",
             Error::Tls(_) => "tls",
+            Error::Claims(_) => "claims",
         }
     }
 }
@@ -199,7 +211,10 @@ async fn reconcile_cluster(cluster: &CacheCluster, ctx: &Context) -> Result<Acti
             return Err(Error::InvalidSpec(invalid));
         }
     };
-    let capabilities = discovery::capabilities(&ctx.client).await?;
+    let mut capabilities = discovery::capabilities(&ctx.client).await?;
+    if spec.persistence.is_some() {
+        capabilities.pvc_retention_policy = ctx.pvc_retention_policy().await?;
+    }
     let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &namespace);
     let password = auth::password(&secrets, &spec.auth).await?;
     let observed = observe::observe(&ctx.client, &names).await?;
@@ -241,6 +256,7 @@ async fn reconcile_cluster(cluster: &CacheCluster, ctx: &Context) -> Result<Acti
         endpoints: &observed.endpoints,
         previous: previous.and_then(|s| s.upgrade.as_ref()),
         current_version: previous.and_then(|s| s.current_version.as_deref()),
+        persistence: spec.persistence.is_some(),
         now,
     };
     let mut intent = upgrade::intent(&upgrade_input);
@@ -287,7 +303,39 @@ async fn reconcile_cluster(cluster: &CacheCluster, ctx: &Context) -> Result<Acti
     if node_tuning::holds_creation(spec.node_tuning.is_some(), &plan.step, &tuners) {
         children.statefulset = None;
     }
+    let mut persistence_events = Vec::new();
+    if let Some(statefulset) = children.statefulset.as_mut().filter(|_| observed.statefulset_exists) {
+        persistence::keep_live_claim_size(&observed.claim_templates, statefulset);
+        if let Some(reason) = persistence::recreate_reason(&observed.claim_templates, statefulset) {
+            info!(cluster = %key(cluster), %reason, "recreating the StatefulSet (its pods keep running) to change its claim templates");
+            apply::orphan_statefulset(&ctx.client, &names).await?;
+            children.statefulset = None;
+            persistence_events.push(events::Transition {
+                warning: false,
+                reason: "RecreatingStatefulSet",
+                action: "Persist",
+                note: format!("{reason}: the StatefulSet is created again with its new volume claims; its pods keep running and are replaced one at a time"),
+                pod: None,
+            });
+        }
+    }
     apply_children(&ctx.client, &names, children, capabilities, tuners.daemonset).await?;
+    if let Some(p) = &spec.persistence {
+        let found = claims::observe(&ctx.client, &names).await?;
+        let pods: std::collections::BTreeSet<u32> = observed.pods.iter().map(|p| p.member.ordinal).collect();
+        let actions = claims::plan(&claims::ClaimsInput {
+            names: &names,
+            persistence: p,
+            claims: &found,
+            pods: &pods,
+            statefulset_replicas: observed.statefulset_exists.then(|| observed.statefulset_replicas()).flatten(),
+            replicas: spec.replicas.unsigned_abs(),
+            retention_policy: capabilities.pvc_retention_policy,
+            cluster_uid: &cluster.uid().unwrap_or_default(),
+        });
+        persistence_events.extend(claims::apply(&ctx.client, &names, cluster, &found, &actions).await);
+    }
+    events::publish(&ctx.recorder, cluster, persistence_events).await;
 
     let (handoffs, wiring) = match password {
         Password::Missing { .. } => (HandoffReport::default(), WiringReport::default()),

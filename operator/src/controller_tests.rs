@@ -375,3 +375,56 @@ async fn transient_errors_back_off() {
     let metrics = ctx.metrics.render().expect("metrics");
     assert!(metrics.contains("keymesh_operator_reconcile_errors_total{kind=\"discovery\"} 1"), "{metrics}");
 }
+
+/// One reconcile of a new cluster with persistence, on a fresh operator (it asks for the
+/// server's version).
+async fn create_with_persistence(mut verifier: ApiServerVerifier, cluster: &CacheCluster, settings: &str) -> ApiServerVerifier {
+    verifier.handle_discovery(&["v1beta1"], false).await;
+    verifier.handle_get("/version", Some(serde_json::json!({"major": "1", "minor": "20", "gitVersion": "v1.20.2"}))).await;
+    verifier.handle_get("/api/v1/namespaces/cache/secrets/demo-auth", None).await;
+    verifier.handle_get("/apis/apps/v1/namespaces/cache/statefulsets/demo", None).await;
+    verifier.handle_list_pods(vec![]).await;
+    verifier.handle_get("/api/v1/namespaces/cache/endpoints/demo", None).await;
+    verifier.handle_get(NODE_TUNING, None).await;
+    verifier.handle_applies(settings).await;
+    verifier.handle_list("/api/v1/namespaces/cache/persistentvolumeclaims", "PersistentVolumeClaimList", vec![]).await;
+    verifier.handle_status(cluster).await;
+    verifier.handle_list(CONFIG_MAPS, "ConfigMapList", vec![]).await;
+    verifier
+}
+
+/// A new cluster with persistence on a Kubernetes 1.20 API server: the StatefulSet carries the claim template (no retention policy: 1.20
+/// drops it) and mounts it as the engine's `dir`, the engine snapshots on a schedule, and the
+/// claims are listed for the operator's own retention (none exist yet).
+#[tokio::test]
+async fn persistence_builds_claims_and_asks_the_server_version_once() {
+    let c = cluster("persistence: {enabled: true, size: 2Gi, snapshotIntervalSeconds: 60, retainOnDelete: false}");
+    let (_, settings) = hashes(&c);
+    let (ctx, verifier) = test_context(FakeMesh::new(vec![]));
+    let (first, settings_first) = (c.clone(), settings.clone());
+    let server = tokio::spawn(async move { create_with_persistence(verifier, &first, &settings_first).await.finish(&["Creating", "Pending"]).await });
+    reconcile(Arc::new(c), ctx).await.expect("reconciles");
+    let verifier = timeout_after_5s(server).await;
+    let sts = applied(&verifier, "StatefulSet/demo").clone();
+    let templates = &sts["spec"]["volumeClaimTemplates"];
+    assert_eq!(templates[0]["metadata"]["name"], "data", "{sts:#}");
+    assert_eq!(templates[0]["spec"]["resources"]["requests"]["storage"], "2Gi", "{sts:#}");
+    assert!(sts["spec"].get("persistentVolumeClaimRetentionPolicy").is_none(), "1.20 has no retention policy: {sts:#}");
+    let mounts = &sts["spec"]["template"]["spec"]["containers"][0]["volumeMounts"];
+    assert!(mounts.as_array().is_some_and(|m| m.iter().any(|m| m["name"] == "data" && m["mountPath"] == "/var/lib/keymesh")), "{mounts:#}");
+    let config = applied(&verifier, &format!("ConfigMap/demo-config-{settings}"))["data"]["keymesh.conf"].as_str().unwrap_or_default().to_string();
+    assert!(config.lines().any(|l| l == "dir /var/lib/keymesh") && config.lines().any(|l| l == "save 60 1"), "{config}");
+}
+
+/// The server's version is asked once per operator process.
+#[tokio::test]
+async fn the_retention_policy_capability_is_asked_once() {
+    let (ctx, mut verifier) = test_context(FakeMesh::new(vec![]));
+    let server = tokio::spawn(async move {
+        verifier.handle_get("/version", Some(serde_json::json!({"major": "1", "minor": "29", "gitVersion": "v1.29.0"}))).await;
+        verifier.finish(&[]).await
+    });
+    assert!(ctx.pvc_retention_policy().await.expect("asks"), "1.29 has it");
+    assert!(ctx.pvc_retention_policy().await.expect("cached"), "answered from the cache");
+    timeout_after_5s(server).await;
+}

@@ -74,6 +74,8 @@ pub fn transitions(
             HandoffAction::Cancel { pod, .. } => {
                 events.push(about(pod.clone(), normal("HandoffCancelled", "Handoff", format!("{pod} is wanted again: it serves clients and takes writes"))))
             }
+            HandoffAction::Save { pod, .. } => events
+                .push(about(pod.clone(), normal("Snapshotting", "Handoff", format!("{pod} writes a snapshot to its volume; its replacement starts from it")))),
             HandoffAction::SetGate { serving: true, .. } => {}
         }
     }

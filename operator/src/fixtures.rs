@@ -255,6 +255,7 @@ pub struct FakeMesh {
     pub set_peers_calls: Mutex<Vec<(String, Vec<String>)>>,
     pub handoff_calls: Mutex<Vec<(String, bool)>>,
     pub set_config_calls: Mutex<Vec<(String, BTreeMap<String, String>)>>,
+    pub save_calls: Mutex<Vec<String>>,
     pub passwords_seen: Mutex<Vec<Option<String>>>,
 }
 
@@ -341,6 +342,20 @@ impl MeshClient for FakeMesh {
         self.set_config_calls.lock().expect("calls lock").push((member.pod.clone(), values.clone()));
         self.with_status(member, |status| {
             status.config.extend(values);
+            status.clone()
+        })
+    }
+
+    /// A fake engine snapshots at once.
+    async fn save(&self, member: &Member, _password: Option<&str>) -> Result<NodeStatus, MeshError> {
+        self.save_calls.lock().expect("calls lock").push(member.pod.clone());
+        self.with_status(member, |status| {
+            let (last_seq, draining) = (status.last_seq, status.draining);
+            let snapshot = status.snapshot.get_or_insert_with(Default::default);
+            snapshot.last_ok = true;
+            snapshot.last_save_seq = last_seq;
+            snapshot.last_save_after_handoff = draining;
+            snapshot.last_save_unix_ms = 1;
             status.clone()
         })
     }

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod names;
 pub mod node_tuning;
 pub mod observe;
+pub mod persistence;
 pub mod quantity;
 pub mod status;
 pub mod tls;

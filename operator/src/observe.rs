@@ -78,8 +78,15 @@ pub struct StatefulSetFacts {
 
 #[derive(Debug, Clone, Default)]
 pub struct Observed {
-    /// `None` when the StatefulSet does not exist yet.
+    /// `None` when the StatefulSet does not exist yet. While pods exist without it (it was
+    /// deleted with `propagationPolicy: Orphan` to change its claim templates, see
+    /// `crate::persistence`), facts stand in for it that name no revision, so the upgrade
+    /// freezes the new StatefulSet's partition and replaces the pods one at a time.
     pub statefulset: Option<StatefulSetFacts>,
+    /// The StatefulSet exists (`statefulset` may stand in for one that does not).
+    pub statefulset_exists: bool,
+    /// The live StatefulSet's claim templates (empty without one).
+    pub claim_templates: Vec<crate::persistence::LiveClaimTemplate>,
     /// The cluster's pods in ordinal order, not yet asked for their engine status.
     pub pods: Vec<PodMember>,
     /// Pods among the ready endpoints of the client Service (where clients are sent).
@@ -111,7 +118,7 @@ pub async fn observe(client: &kube::Client, names: &ClusterNames) -> Result<Obse
         .unwrap_or_default();
 
     let zones = node_zones(client, found.iter().filter_map(|(_, p)| p.spec.as_ref()?.node_name.clone())).await;
-    let pods = found
+    let pods: Vec<PodMember> = found
         .into_iter()
         .map(|(ordinal, pod)| {
             let status = pod.status.as_ref();
@@ -120,7 +127,18 @@ pub async fn observe(client: &kube::Client, names: &ClusterNames) -> Result<Obse
             PodMember { member: Member::new(names, ordinal, ip), ready: condition(status, "Ready") == Some(true), zone, facts: pod_facts(&pod) }
         })
         .collect();
-    Ok(Observed { statefulset: statefulset.map(|s| statefulset_facts(&s)), pods, endpoints })
+    let claim_templates = statefulset.as_ref().map(crate::persistence::live_claim_templates).unwrap_or_default();
+    let facts = match &statefulset {
+        Some(s) => Some(statefulset_facts(s)),
+        None => orphans(&pods),
+    };
+    Ok(Observed { statefulset: facts, statefulset_exists: statefulset.is_some(), claim_templates, pods, endpoints })
+}
+
+/// Facts standing in for a StatefulSet that was deleted while its pods kept running.
+fn orphans(pods: &[PodMember]) -> Option<StatefulSetFacts> {
+    let last = pods.iter().filter(|p| !p.facts.deleting).map(|p| p.member.ordinal).max()?;
+    Some(StatefulSetFacts { replicas: last + 1, partition: None, template_hash: None })
 }
 
 fn statefulset_facts(statefulset: &StatefulSet) -> StatefulSetFacts {

@@ -3,8 +3,8 @@
 //!
 //! Pure (no client, no clock). Guarantees: it reports every problem at once, each message
 //! naming the field (`spec.engine.extraConfig.port: ...`), and a `ValidatedSpec` only exists
-//! for a spec the operator can run: unsupported features (TLS, persistence, node tuning) are
-//! errors that say why, not silently ignored.
+//! for a spec the operator can run: unsupported features (TLS) are errors that say why, not
+//! silently ignored.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -96,6 +96,8 @@ pub struct ValidatedSpec {
     pub node_tuning: Option<NodeTuning>,
     /// `None` when TLS is off.
     pub tls: Option<TlsSettings>,
+    /// `None` when persistence is off.
+    pub persistence: Option<crate::persistence::Persistence>,
     /// Things the spec should change (deprecated fields), for the `SpecWarnings` condition.
     pub warnings: Vec<String>,
 }
@@ -127,13 +129,7 @@ pub fn validate(cluster: &CacheCluster) -> Result<ValidatedSpec, InvalidSpec> {
         errors.push("spec.resources.claims: dynamic resource claims are not supported".to_string());
     }
     let tls = tls_settings(&spec.tls, &mut errors);
-    if spec.persistence.enabled {
-        errors.push(
-            "spec.persistence.enabled: persistence is not supported: the KeyMesh engine keeps data in memory and every pod holds all of it \
-             (replication, not disks, keeps it); set it to false"
-                .to_string(),
-        );
-    }
+    let persistence = crate::persistence::validate(&spec.persistence, &mut errors);
     let mut warnings = Vec::new();
     let sysctls = sysctls(spec, &mut errors, &mut warnings);
     let node_tuning = node_tuning(&spec.node_tuning, &mut errors);
@@ -187,6 +183,7 @@ pub fn validate(cluster: &CacheCluster) -> Result<ValidatedSpec, InvalidSpec> {
         sysctls,
         node_tuning,
         tls,
+        persistence,
         warnings,
     })
 }
@@ -382,10 +379,11 @@ const OWNED: &[(&str, &str)] = &[
     ("max-clock-skew-ms", "use spec.engine.maxClockSkewMs"),
     ("tombstone-gc-seconds", "use spec.engine.tombstoneGcSeconds"),
     ("include", "the operator writes the whole config file"),
-    ("dir", "the engine keeps no files"),
+    ("dir", "with spec.persistence the snapshots go to the pod's volume"),
+    ("dbfilename", "with spec.persistence the snapshots go to the pod's volume"),
     ("logfile", "the engine logs to stdout, for kubectl logs"),
-    ("save", "the engine keeps data in memory only"),
-    ("appendonly", "the engine keeps data in memory only"),
+    ("save", "use spec.persistence.snapshotIntervalSeconds"),
+    ("appendonly", "KeyMesh snapshots (spec.persistence) and replicates; it has no append-only file"),
     ("clock-offset-ms", "it is a test hook"),
     ("kernel-sys-dir", "it is a test hook"),
     ("kernel-proc-sys-dir", "it is a test hook"),

@@ -54,10 +54,23 @@ fn maxmemory_errors_name_the_field() {
 
 #[test]
 fn unsupported_features_say_why() {
-    let errors = errors_of("tls: {enabled: true, secretName: certs, authClients: maybe}\npersistence: {enabled: true}");
-    assert_eq!(errors.len(), 2, "{errors:?}");
+    let errors = errors_of("tls: {enabled: true, secretName: certs, authClients: maybe}");
+    assert_eq!(errors.len(), 1, "{errors:?}");
     assert_eq!(errors[0], "spec.tls.authClients: must be \"yes\", \"no\" or \"optional\" (quoted), got 'maybe'", "{errors:?}");
-    assert!(errors[1].starts_with("spec.persistence.enabled: persistence is not supported") && errors[1].contains("in memory"), "{errors:?}");
+}
+
+#[test]
+fn persistence_is_validated_and_its_directives_are_the_operators() {
+    let spec = valid("persistence: {enabled: true, size: 2Gi, snapshotIntervalSeconds: 60}");
+    let p = spec.persistence.as_ref().expect("persistence");
+    assert_eq!((p.size_bytes, p.snapshot_interval_seconds), (2 << 30, 60), "{spec:#?}");
+    let errors = errors_of("persistence: {enabled: true, size: '0'}\nengine: {extraConfig: {save: '60 1', dir: /tmp}}");
+    assert!(errors.iter().any(|e| e.starts_with("spec.persistence.size: '0'")), "{errors:?}");
+    assert!(
+        errors.iter().any(|e| e.starts_with("spec.engine.extraConfig.save: the operator manages 'save'") && e.contains("snapshotIntervalSeconds")),
+        "{errors:?}"
+    );
+    assert!(errors.iter().any(|e| e.starts_with("spec.engine.extraConfig.dir: the operator manages 'dir'")), "{errors:?}");
 }
 
 #[test]

@@ -220,6 +220,10 @@ async fn mesh_step(pods: &mut Pods, desired: u32, statefulset_replicas: u32) -> 
                 let member = &states.iter().find(|s| s.member.ordinal == ordinal).expect("a member").member;
                 client.handoff(member, start, 1000, Some(PASSWORD)).await.unwrap_or_else(|e| panic!("handoff of {ordinal}: {e}"));
             }
+            HandoffAction::Save { ordinal, .. } => {
+                let member = &states.iter().find(|s| s.member.ordinal == ordinal).expect("a member").member;
+                client.save(member, Some(PASSWORD)).await.unwrap_or_else(|e| panic!("save of {ordinal}: {e}"));
+            }
         }
     }
     let report = wire(&client, &states, &the_plan, &BTreeMap::new(), Some(PASSWORD)).await;

@@ -45,9 +45,16 @@ operator/README.md, "RBAC"). Server-side apply of an object that does not exist 
   resources: ["cacheclusters/status"]
   verbs: ["get", "patch", "update"]
 # Children, applied server-side and watched (owned objects); deleted by garbage collection.
+# A StatefulSet is deleted (its pods orphaned) and created again to change its claim
+# templates (spec.persistence turned on or off).
 - apiGroups: ["apps"]
   resources: ["statefulsets"]
-  verbs: ["get", "list", "watch", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# spec.persistence: claims are resized, given an owner reference (retainOnDelete: false) and
+# deleted after a scale down where the API server has no persistentVolumeClaimRetentionPolicy.
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["get", "list", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services", "secrets"]
   verbs: ["get", "list", "watch", "create", "patch"]

@@ -12,6 +12,8 @@
 //!   address per pod, `10.244.<node>.0/24` per node), zone partitions, and the forwarder that
 //!   makes the `kubernetes` Service (10.96.0.1:443) reach the apiserver.
 //! - [`hosts`]: the cluster's names as `/etc/hosts` (there is no DNS).
+//! - [`provisioner`]: PersistentVolumeClaims of the default StorageClass `keymesh-local` as
+//!   directories on the node of their first pod (local-path style, `WaitForFirstConsumer`).
 //! - [`runtime`], [`volumes`], [`spec`], [`probes`]: how a container is started, what it sees,
 //!   what it is given, how it is probed. [`images`]: which binary an image runs.
 //!
@@ -29,6 +31,7 @@ pub mod network;
 pub mod nodes;
 pub mod pod;
 pub mod probes;
+pub mod provisioner;
 pub mod runtime;
 pub mod spec;
 pub mod status;
@@ -288,6 +291,11 @@ impl NodeAgent {
             shared.network.teardown();
             return Err(e);
         }
+        if let Err(source) = rt.block_on(provisioner::ensure_storage_class(&shared.client)) {
+            shared.network.teardown();
+            return Err(AgentError::Kube { what: format!("create StorageClass {}", provisioner::STORAGE_CLASS), source });
+        }
+        rt.spawn(provisioner::run(shared.clone()));
         let (stop, stop_rx) = watch::channel(false);
         let task_shared = shared.clone();
         let thread = std::thread::Builder::new()

@@ -3,7 +3,7 @@
 //! and environment, with the kubelet's `$(VAR)` expansion.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Probe, Secret};
 use kube::{Api, Client};
@@ -32,13 +32,13 @@ pub fn unsupported(pod: &Pod) -> Option<String> {
         why.push("ephemeral containers are not supported".into());
     }
     for v in spec.volumes.iter().flatten() {
-        let kind = if v.config_map.is_some() || v.secret.is_some() || v.empty_dir.is_some() {
+        let kind = if v.config_map.is_some() || v.secret.is_some() || v.empty_dir.is_some() || v.persistent_volume_claim.is_some() {
             None
         } else if let Some(hp) = &v.host_path {
             let t = hp.type_.as_deref().unwrap_or("");
             (!HOST_PATH_TYPES.contains(&t)).then(|| format!("hostPath type {t}"))
         } else {
-            Some("this volume type (only configMap, secret, emptyDir and hostPath are)".to_owned())
+            Some("this volume type (only configMap, secret, emptyDir, hostPath and persistentVolumeClaim are)".to_owned())
         };
         if let Some(kind) = kind {
             why.push(format!("volume {}: {kind} is not supported", v.name));
@@ -151,6 +151,7 @@ pub fn expand(text: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
 
 /// The ConfigMaps and Secrets of one namespace, fetched once per pod start.
 pub struct Sources {
+    client: Client,
     config_maps: Api<ConfigMap>,
     secrets: Api<Secret>,
     cm_cache: BTreeMap<String, Option<ConfigMap>>,
@@ -160,6 +161,7 @@ pub struct Sources {
 impl Sources {
     pub fn new(client: Client, namespace: &str) -> Self {
         Sources {
+            client: client.clone(),
             config_maps: Api::namespaced(client.clone(), namespace),
             secrets: Api::namespaced(client, namespace),
             cm_cache: BTreeMap::new(),
@@ -174,6 +176,26 @@ impl Sources {
             self.cm_cache.insert(name.to_owned(), got);
         }
         Ok(self.cm_cache.get(name).cloned().flatten())
+    }
+
+    /// The directory of the volume bound to claim `name`, which must be pinned to `node`.
+    pub async fn claim_dir(&mut self, name: &str, node: &str, node_root: &Path) -> Result<PathBuf, String> {
+        use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+        let namespace = self.config_maps.namespace().unwrap_or_default().to_string();
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &namespace);
+        let claim = claims.get_opt(name).await.map_err(|e| format!("failed to read PersistentVolumeClaim {name}: {e}"))?;
+        let claim = claim.ok_or_else(|| format!("PersistentVolumeClaim {name} not found"))?;
+        let volume = claim.spec.and_then(|s| s.volume_name).filter(|v| !v.is_empty());
+        let volume = volume.ok_or_else(|| format!("PersistentVolumeClaim {name} is not bound yet"))?;
+        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
+        let pv = pvs.get(&volume).await.map_err(|e| format!("failed to read PersistentVolume {volume}: {e}"))?;
+        match super::provisioner::volume_node(&pv) {
+            Some(n) if n == node => {}
+            other => return Err(format!("PersistentVolume {volume} is pinned to {}, not {node}", other.unwrap_or_else(|| "no node".into()))),
+        }
+        let dir = super::provisioner::volume_dir(node_root, &pv).ok_or_else(|| format!("PersistentVolume {volume} is not a local directory"))?;
+        std::fs::create_dir_all(&dir).map_err(|e| format!("failed to create {}: {e}", dir.display()))?;
+        Ok(dir)
     }
 
     /// Secret `name`, `None` when it does not exist.

@@ -1,6 +1,7 @@
 //! Volumes: each `configMap`, `secret` (including the ServiceAccount token volume 1.20's
 //! admission adds) and `emptyDir` becomes a directory under the pod's own directory; a
-//! `hostPath` becomes `<node-root>/<node>/<path>` (never the machine's real path). Each container
+//! `hostPath` becomes `<node-root>/<node>/<path>` (never the machine's real path), and so does a
+//! `persistentVolumeClaim`'s bound volume (`provisioner`), which outlives the pod. Each container
 //! sees them at their `mountPath` through bind mounts made inside its private mount namespace.
 //!
 //! A mount path that does not exist on this machine (`/etc/keymesh`) is created inside an
@@ -35,6 +36,7 @@ pub type NotReady = String;
 /// Writes each volume of `pod` under `pod_dir/volumes/<name>` (or finds its node-root path) and
 /// returns volume name → source directory.
 pub async fn materialise(pod: &Pod, pod_dir: &Path, node_root: &Path, sources: &mut Sources) -> Result<BTreeMap<String, PathBuf>, NotReady> {
+    let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
     let mut out = BTreeMap::new();
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
         let dir = pod_dir.join("volumes").join(&v.name);
@@ -61,6 +63,9 @@ pub async fn materialise(pod: &Pod, pod_dir: &Path, node_root: &Path, sources: &
             write_files(&dir, files, src.items.as_deref(), src.default_mode).map_err(io)?;
         } else if v.empty_dir.is_some() {
             fs::create_dir_all(&dir).map_err(io)?;
+        } else if let Some(claim) = &v.persistent_volume_claim {
+            out.insert(v.name.clone(), sources.claim_dir(&claim.claim_name, &node, node_root).await.map_err(|e| format!("volume {}: {e}", v.name))?);
+            continue;
         } else if let Some(hp) = &v.host_path {
             out.insert(v.name.clone(), host_path(node_root, &hp.path, hp.type_.as_deref().unwrap_or("")).map_err(|e| format!("volume {}: {e}", v.name))?);
             continue;

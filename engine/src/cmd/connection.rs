@@ -25,14 +25,14 @@ macro_rules! spec {
 }
 
 pub const COMMANDS: &[CommandSpec] = &[
-    spec!("hello", -1, NO_AUTH | FAST, hello, "Handshakes with the Redis server."),
-    spec!("auth", -2, NO_AUTH | FAST, auth, "Authenticates the connection."),
+    spec!("hello", -1, NO_AUTH | FAST | LOADING | STALE, hello, "Handshakes with the Redis server."),
+    spec!("auth", -2, NO_AUTH | FAST | LOADING | STALE, auth, "Authenticates the connection."),
     spec!("ping", -1, FAST, ping, "Returns the server's liveliness response."),
     spec!("echo", 2, FAST, echo, "Returns the given string."),
-    spec!("select", 2, FAST | CROSS_DB, select, "Changes the selected database."),
-    spec!("quit", -1, NO_AUTH | FAST | IMMEDIATE, quit, "Closes the connection."),
-    spec!("reset", 1, NO_AUTH | FAST | IMMEDIATE, reset, "Resets the connection."),
-    spec!("client", -2, 0, client, "A container for client connection commands."),
+    spec!("select", 2, FAST | CROSS_DB | LOADING | STALE, select, "Changes the selected database."),
+    spec!("quit", -1, NO_AUTH | FAST | IMMEDIATE | LOADING | STALE, quit, "Closes the connection."),
+    spec!("reset", 1, NO_AUTH | FAST | IMMEDIATE | LOADING | STALE, reset, "Resets the connection."),
+    spec!("client", -2, LOADING | STALE, client, "A container for client connection commands."),
 ];
 
 fn hello(exec: &mut Exec, argv: &[Bytes]) -> Reply {

@@ -314,6 +314,9 @@ fn check(server: &Server, client: &ClientState, argv: &[Bytes]) -> Result<usize,
     if client.multi.is_some() && spec.flags & flags::NO_MULTI != 0 {
         return Err((Some(index), CmdError::err("Command not allowed inside a transaction")));
     }
+    if spec.flags & flags::LOADING == 0 && server.persist.loading() {
+        return Err((Some(index), CmdError::Raw("LOADING KeyMesh is loading the dataset in memory".into())));
+    }
     if spec.flags & flags::WRITE != 0 && server.mesh.draining() {
         return Err((Some(index), CmdError::Raw("READONLY You can't write against a node that is leaving the mesh".into())));
     }

@@ -1,5 +1,5 @@
 //! Server commands: `INFO`, `CONFIG`, `COMMAND`, `DBSIZE`, `FLUSHDB`, `FLUSHALL`, `SWAPDB`,
-//! `TIME`, `OBJECT`, `MEMORY USAGE`, `SHUTDOWN`.
+//! `TIME`, `OBJECT`, `MEMORY USAGE`, `SHUTDOWN`, `SAVE`, `BGSAVE`, `LASTSAVE`.
 
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
@@ -32,7 +32,8 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec!("object", -2, READONLY, Keys::Custom(object_key), object, "A container for object introspection commands."),
     spec!("memory", -2, READONLY, Keys::Custom(object_key), memory, "A container for memory diagnostics commands."),
     spec!("save", 1, ADMIN | NO_MULTI, Keys::None, save, "Synchronously saves the database(s) to disk."),
-    spec!("bgsave", -1, ADMIN, Keys::None, save, "Asynchronously saves the database(s) to disk."),
+    spec!("bgsave", -1, ADMIN, Keys::None, bgsave, "Asynchronously saves the database(s) to disk."),
+    spec!("lastsave", 1, FAST | LOADING | STALE, Keys::None, lastsave, "Returns the Unix timestamp of the last successful save to disk."),
     spec!(
         "shutdown",
         -1,
@@ -164,13 +165,63 @@ fn memory(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     Ok(exec.ctx.get(&argv[2]).map_or(Frame::Null, |e| Frame::Integer((key_len + e.value.approx_size() + 64) as i64)))
 }
 
-/// KeyMesh keeps data in memory and survives node loss by replication (`save ""` is the only
-/// accepted setting), so snapshot commands are refused rather than pretending to persist.
-fn save(_exec: &mut Exec, _argv: &[Bytes]) -> Reply {
-    Err(CmdError::err("KeyMesh does not persist to disk (save \"\"): data survives restarts through replication"))
+/// Writes a snapshot (`crate::persist`) on this connection's thread. Unlike Redis's `SAVE` it
+/// blocks only this client: the keyspace keeps serving everyone else (one shard is locked at a
+/// time).
+fn save(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
+    match crate::persist::save(exec.server) {
+        Ok(_) => Ok(OK),
+        Err(e) => Err(CmdError::err(e.to_string())),
+    }
 }
 
-fn shutdown(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
+/// `BGSAVE [SCHEDULE]`: a snapshot on a thread of its own; with `SCHEDULE`, after the one that
+/// is running.
+fn bgsave(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    let schedule = match argv.get(1) {
+        None => false,
+        Some(a) if argv.len() == 2 && eq_ignore_case(a, "schedule") => true,
+        Some(_) => return Err(CmdError::Syntax),
+    };
+    let Some(server) = exec.server.mesh.server() else {
+        return Err(CmdError::err(crate::persist::PersistError::Stopped.to_string()));
+    };
+    match crate::persist::bgsave(server) {
+        Ok(()) => Ok(Frame::Simple("Background saving started")),
+        Err(crate::persist::PersistError::InProgress) if schedule => {
+            exec.server.persist.schedule_bgsave();
+            Ok(Frame::Simple("Background saving scheduled"))
+        }
+        Err(crate::persist::PersistError::InProgress) => {
+            Err(CmdError::err("Background save already in progress. Use BGSAVE SCHEDULE in order to schedule a BGSAVE whenever possible."))
+        }
+        Err(e) => Err(CmdError::err(e.to_string())),
+    }
+}
+
+fn lastsave(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
+    Ok(Frame::Integer(exec.server.persist.last_save_secs() as i64))
+}
+
+/// `SHUTDOWN [NOSAVE | SAVE] [NOW] [FORCE] [ABORT]`: a node with a save schedule saves as it
+/// stops (`server::run`), unless `NOSAVE`; `SAVE` saves even without a schedule.
+fn shutdown(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    let (mut nosave, mut save) = (false, false);
+    for a in &argv[1..] {
+        match a.to_ascii_lowercase().as_slice() {
+            b"nosave" => nosave = true,
+            b"save" => save = true,
+            b"now" | b"force" => {}
+            _ => return Err(CmdError::Syntax),
+        }
+    }
+    if nosave && save {
+        return Err(CmdError::Syntax);
+    }
+    if save {
+        crate::persist::save(exec.server).map_err(|e| CmdError::err(format!("Errors trying to SHUTDOWN. Check logs. ({e})")))?;
+    }
+    exec.server.persist.skip_final_save.store(nosave || save, Ordering::Relaxed);
     exec.server.begin_shutdown();
     exec.client.closing = true;
     Ok(OK)
@@ -367,11 +418,7 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         );
     }
     if want("persistence") {
-        let _ = write!(
-            out,
-            "# Persistence\r\nloading:0\r\nrdb_changes_since_last_save:{}\r\nrdb_bgsave_in_progress:0\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\n\r\n",
-            store.stats.dirty.load(Ordering::Relaxed)
-        );
+        out.push_str(&server.persist.info(store.stats.dirty.load(Ordering::Relaxed)));
     }
     if want("stats") {
         let s = &store.stats;

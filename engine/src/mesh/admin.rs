@@ -2,7 +2,8 @@
 //! state, per-peer links, its last originated sequence, handoff phase and the config values
 //! asked for), `SetPeers` (replace the whole peer list at once), `Handoff` (hand the clients
 //! off before the node leaves the mesh, see `crate::handoff`) and `SetConfig` (directives that
-//! change live, as `CONFIG SET`).
+//! change live, as `CONFIG SET`) and `Save` (a background snapshot, as `BGSAVE`; its outcome in
+//! `NodeStatus.snapshot`).
 //!
 //! Guarded like the mesh stream: when `requirepass` is set, calls must carry it in the
 //! `authorization` metadata (`Bearer <password>`), or they get `unauthenticated`; with
@@ -55,6 +56,7 @@ impl AdminService {
         status.clients = server.clients.count() as u64;
         status.kernel_warnings = server.kernel.get().warnings.into_iter().map(|(_, w)| w).collect();
         let config = server.config.read();
+        status.snapshot = Some(server.persist.status(!config.get("save").is_empty()));
         status.config = config_keys.iter().map(|k| (k.clone(), config.get(k).to_string())).collect();
         status
     }
@@ -100,5 +102,14 @@ impl pb::admin_server::Admin for AdminService {
         self.server.set_live_config(values.iter().map(|(k, v)| (k.as_str(), v.as_str()))).map_err(Status::invalid_argument)?;
         let keys: Vec<String> = values.into_keys().collect();
         Ok(Response::new(self.status(&keys)))
+    }
+
+    async fn save(&self, request: Request<pb::SaveRequest>) -> Result<Response<pb::NodeStatus>, Status> {
+        self.authorize(&request)?;
+        match crate::persist::bgsave(self.server.clone()) {
+            // One running already: its outcome shows in the status, as this one's would.
+            Ok(()) | Err(crate::persist::PersistError::InProgress) => Ok(Response::new(self.status(&[]))),
+            Err(e) => Err(Status::internal(e.to_string())),
+        }
     }
 }

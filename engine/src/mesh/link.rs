@@ -500,7 +500,7 @@ impl Session {
         if !due {
             return;
         }
-        let ack = pb::Ack { applied_seq: applied, hlc: self.server.store.hlc.now(), stable_hlc: self.server.mesh.stable_frontier() };
+        let ack = pb::Ack { applied_seq: applied, hlc: self.server.store.hlc.now(), stable_hlc: self.server.mesh.durable_frontier() };
         // Never block merging on the ack channel: a full channel just skips this ack.
         if self.up.try_send(pb::SubscriberMessage { body: Some(pb::subscriber_message::Body::Ack(ack)) }).is_ok() {
             self.acked_seq = applied;

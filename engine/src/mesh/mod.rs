@@ -135,6 +135,9 @@ pub struct Mesh {
     run_id: Mutex<String>,
     /// When any peer was last heard from, in ms since `epoch` (see `stale`).
     last_contact_ms: AtomicU64,
+    /// Silence carried over from before this process started (a loaded snapshot's age, see
+    /// `restore_silence`); cleared when a peer is heard from.
+    restored_silence_ms: AtomicU64,
     epoch: Instant,
     /// Serialises wipes: concurrent links of a stale node must wipe once, not once each.
     wipe_lock: Mutex<()>,
@@ -162,6 +165,7 @@ impl Mesh {
             started: AtomicBool::new(false),
             run_id: Mutex::new(identity.run_id.clone()),
             last_contact_ms: AtomicU64::new(0),
+            restored_silence_ms: AtomicU64::new(0),
             epoch: Instant::now(),
             wipe_lock: Mutex::new(()),
             was_stale: AtomicBool::new(false),
@@ -235,8 +239,9 @@ impl Mesh {
         let mut links = self.links.lock();
         if links.is_empty() && !wanted.is_empty() {
             *self.peers_since.lock() = Instant::now();
-            // A node that ran without peers was not cut off from anyone.
-            self.note_contact();
+            // A node that ran without peers was not cut off from anyone (the silence a loaded
+            // snapshot carries stays: its node may have been).
+            self.last_contact_ms.store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
         }
         let removed: Vec<PeerAddr> = links.keys().filter(|p| !wanted.contains(*p)).cloned().collect();
         for peer in removed {
@@ -305,6 +310,29 @@ impl Mesh {
     /// Records that a peer was heard from.
     pub(crate) fn note_contact(&self) {
         self.last_contact_ms.store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+        self.restored_silence_ms.store(0, Ordering::Relaxed);
+    }
+
+    /// A loaded snapshot's age since its node last heard from a peer (`persist::load`): the
+    /// node was silent that long before this process started, and `stale` counts it.
+    pub fn restore_silence(&self, ms: u64) {
+        self.restored_silence_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// How long no peer has been heard from, in ms (counting a restored snapshot's silence).
+    fn silent_ms(&self) -> u64 {
+        let since = (self.epoch.elapsed().as_millis() as u64).saturating_sub(self.last_contact_ms.load(Ordering::Relaxed));
+        since + self.restored_silence_ms.load(Ordering::Relaxed)
+    }
+
+    /// When a peer was last heard from, in ms since the Unix epoch (now for a node without
+    /// peers: it is cut off from nobody). Snapshots record it.
+    pub fn last_contact_unix_ms(&self) -> u64 {
+        let now = crate::persist::unix_ms();
+        if self.links.lock().is_empty() {
+            return now;
+        }
+        now.saturating_sub(self.silent_ms())
     }
 
     /// DESIGN.md, "Merge semantics": a node that heard from none of its peers for longer than
@@ -313,8 +341,7 @@ impl Mesh {
     /// first reconnect, wipes and takes a full sync instead (`wipe_for_resync`).
     pub fn stale(&self) -> bool {
         let cap_ms = self.store.tombstone_gc_ms.load(Ordering::Relaxed);
-        let silent_ms = (self.epoch.elapsed().as_millis() as u64).saturating_sub(self.last_contact_ms.load(Ordering::Relaxed));
-        silent_ms > cap_ms && !self.link_statuses().is_empty()
+        self.silent_ms() > cap_ms && !self.link_statuses().is_empty()
     }
 
     /// A node that just went stale closes every stream it has, both directions: a TCP
@@ -370,7 +397,16 @@ impl Mesh {
         self.link_statuses().iter().map(|(_, s)| s.frontier).fold(own, Timestamp::min)
     }
 
-    /// Tombstones at or below this version can be dropped: this node's stable frontier and
+    /// What this node acknowledges to its origins (`Ack.stable_hlc`): its stable frontier,
+    /// capped by that of the snapshot a restart would load (`persist`), so that a node restored
+    /// from its snapshot finds on its peers every tombstone it needs (they drop none it has
+    /// not acknowledged).
+    pub fn durable_frontier(&self) -> Timestamp {
+        let cap = self.server().map_or(Timestamp::MAX, |s| s.persist.frontier_cap(!s.config.read().get("save").is_empty()));
+        self.stable_frontier().min(cap)
+    }
+
+    /// Tombstones at or below this version can be dropped: this node's durable frontier and
     /// the one every configured peer last reported in its Acks have passed them. 0 while any
     /// peer is not subscribed to this node.
     pub fn gc_horizon(&self) -> Timestamp {
@@ -378,7 +414,7 @@ impl Mesh {
         let reported = |name: &str| {
             subscribers.iter().filter(|s| !name.is_empty() && s.node_name == name).map(|s| s.stable_hlc.load(Ordering::Relaxed)).max().unwrap_or(0)
         };
-        self.link_statuses().iter().map(|(_, s)| reported(&s.node_name)).fold(self.stable_frontier(), Timestamp::min)
+        self.link_statuses().iter().map(|(_, s)| reported(&s.node_name)).fold(self.durable_frontier(), Timestamp::min)
     }
 
     /// Once a second, drops the tombstones every peer is past, and those older than the

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 #![allow(dead_code)]
 
+pub mod data_node;
 pub mod pki;
 
 use std::io::{BufRead, BufReader, Read, Write};

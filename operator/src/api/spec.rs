@@ -206,12 +206,53 @@ fn default_issuer_group() -> String {
     "cert-manager.io".to_string()
 }
 
-/// Persistent volumes. Not supported: the engine keeps data in memory and replicates it.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+/// Snapshots on a volume per pod (operator README, "Persistence"): each engine writes a
+/// versioned snapshot of its keyspace to a PersistentVolumeClaim `data-<pod>` every
+/// `snapshotIntervalSeconds` (when anything changed) and before the rolling upgrade replaces
+/// it, and loads it when it starts, so a cluster whose pods all went down at once comes back
+/// with its data.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PersistenceSpec {
     #[serde(default)]
     pub enabled: bool,
+    /// The StorageClass of the claims; the cluster's default class when not set. Fixed once the
+    /// claims exist.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub storage_class_name: Option<String>,
+    /// The size of each pod's claim (a quantity, e.g. `2Gi`). Increasing it resizes the existing
+    /// claims when their StorageClass allows volume expansion; claims never shrink.
+    #[serde(default = "default_persistence_size")]
+    pub size: String,
+    /// How often an engine snapshots when at least one write happened since its last snapshot
+    /// (the engine's `save <seconds> 1`).
+    #[serde(default = "default_snapshot_interval_seconds")]
+    #[schemars(range(min = 1))]
+    pub snapshot_interval_seconds: i32,
+    /// Keep the claims (and the data) when the CacheCluster is deleted. Claims of pods removed
+    /// by a scale down are always deleted: their snapshots would be stale.
+    #[serde(default = "enabled")]
+    pub retain_on_delete: bool,
+}
+
+impl Default for PersistenceSpec {
+    fn default() -> Self {
+        PersistenceSpec {
+            enabled: false,
+            storage_class_name: None,
+            size: default_persistence_size(),
+            snapshot_interval_seconds: default_snapshot_interval_seconds(),
+            retain_on_delete: true,
+        }
+    }
+}
+
+fn default_persistence_size() -> String {
+    "1Gi".to_string()
+}
+
+fn default_snapshot_interval_seconds() -> i32 {
+    300
 }
 
 /// The client Service `<name>`.

@@ -91,14 +91,20 @@ pub fn engine_settings(spec: &ValidatedSpec, names: &ClusterNames, tls: Option<&
         // A mesh link silent this long (heartbeats come every 200 ms) is down: a partition
         // shows in the status within seconds, not Redis's default minute.
         ("repl-timeout", "10".to_string()),
-        ("save", "\"\"".to_string()),
-        ("appendonly", "no".to_string()),
     ];
-    let spec_directives = spec.engine_directives.iter().map(|(d, v)| (d.as_str(), v.clone()));
+    // Without persistence the engine never snapshots (`save ""`, a restart setting, in the place
+    // it always had, so the settings hash of existing clusters does not move); with it, the
+    // snapshot directory and a schedule that changes live (`crate::persistence`).
+    let mut persistence = match &spec.persistence {
+        Some(p) => p.engine_directives(),
+        None => vec![("save".to_string(), "\"\"".to_string())],
+    };
+    persistence.push(("appendonly".to_string(), "no".to_string()));
+    let spec_directives = persistence.iter().chain(&spec.engine_directives).map(|(d, v)| (d.as_str(), v.clone()));
     let tls_directives = tls.map(tls_directives).unwrap_or_default();
     for (directive, value) in fixed.iter().map(|(d, v)| (*d, v.clone())).chain(tls_directives).chain(spec_directives) {
         let _ = writeln!(text, "{directive} {value}");
-        if LIVE_DIRECTIVES.contains(&directive) {
+        if LIVE_DIRECTIVES.contains(&directive) || (directive == "save" && spec.persistence.is_some()) {
             live.insert(directive.to_string(), value);
         } else {
             let _ = writeln!(restart, "{directive} {value}");

@@ -39,7 +39,7 @@ impl Fixture {
             statefulset_replicas: replicas,
             config_peers: (0..replicas.unsigned_abs()).collect(),
             password,
-            capabilities: Capabilities { pdb: Some(PdbVersion::V1), service_monitor: true, cert_manager: false },
+            capabilities: Capabilities { pdb: Some(PdbVersion::V1), service_monitor: true, cert_manager: false, pvc_retention_policy: false },
             operator_namespace: None,
             tls: TlsStep::off(),
         }

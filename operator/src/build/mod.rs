@@ -65,6 +65,8 @@ pub struct Capabilities {
     pub service_monitor: bool,
     /// Whether cert-manager's `cert-manager.io/v1` Certificate CRD is installed.
     pub cert_manager: bool,
+    /// Whether StatefulSets honour `persistentVolumeClaimRetentionPolicy` (`crate::persistence`).
+    pub pvc_retention_policy: bool,
 }
 
 /// Everything a builder needs.

@@ -24,6 +24,7 @@ use super::{child_metadata, common_labels, selector_labels, BuildError, BuildInp
 use crate::api::SpreadMode;
 use crate::handoff::SERVING_CONDITION;
 use crate::names::{ClusterNames, CLIENT_PORT, MESH_PORT, METRICS_PORT, TLS_PORT};
+use crate::persistence::{self, DATA_DIR, DATA_VOLUME};
 use crate::tls::{TlsSettings, TLS_DIR};
 use crate::validate::ValidatedSpec;
 
@@ -71,6 +72,8 @@ pub fn build_statefulset(input: &BuildInput) -> Result<StatefulSet, BuildError> 
             }),
             selector: LabelSelector { match_labels: Some(selector_labels(names)), match_expressions: None },
             template: input.template.template.clone(),
+            volume_claim_templates: persistence::claim_templates(input.spec.persistence.as_ref(), &selector_labels(names)),
+            persistent_volume_claim_retention_policy: persistence::retention_policy(input.spec.persistence.as_ref(), input.capabilities.pvc_retention_policy),
             ..StatefulSetSpec::default()
         }),
         ..StatefulSet::default()
@@ -167,12 +170,21 @@ fn engine_container(spec: &ValidatedSpec) -> Container {
         liveness_probe: Some(http_probe("/healthz", 10, 5, 6, Some(10))),
         resources: spec.resources.clone(),
         security_context: Some(engine_container_security_context()),
-        volume_mounts: Some(vec![
-            VolumeMount { name: "config".to_string(), mount_path: CONFIG_DIR.to_string(), read_only: Some(true), ..VolumeMount::default() },
-            VolumeMount { name: "peers".to_string(), mount_path: PEERS_DIR.to_string(), read_only: Some(true), ..VolumeMount::default() },
-        ]),
+        volume_mounts: Some(volume_mounts(spec)),
         ..Container::default()
     }
+}
+
+fn volume_mounts(spec: &ValidatedSpec) -> Vec<VolumeMount> {
+    let mut mounts = vec![
+        VolumeMount { name: "config".to_string(), mount_path: CONFIG_DIR.to_string(), read_only: Some(true), ..VolumeMount::default() },
+        VolumeMount { name: "peers".to_string(), mount_path: PEERS_DIR.to_string(), read_only: Some(true), ..VolumeMount::default() },
+    ];
+    if spec.persistence.is_some() {
+        // The claim template's volume: the engine's `dir`.
+        mounts.push(VolumeMount { name: DATA_VOLUME.to_string(), mount_path: DATA_DIR.to_string(), ..VolumeMount::default() });
+    }
+    mounts
 }
 
 fn field_env(name: &str, path: &str) -> EnvVar {

@@ -23,6 +23,8 @@ pub enum HandoffError {
     Gate { pod: String, source: kube::Error },
     #[error("failed to {what} the handoff of {pod}: {message}")]
     Engine { pod: String, what: &'static str, message: String },
+    #[error("failed to ask {pod} for a snapshot: {message}")]
+    Save { pod: String, message: String },
 }
 
 /// What the actions did.
@@ -48,6 +50,10 @@ pub async fn apply(
         async move {
             let result = match action {
                 HandoffAction::SetGate { pod, serving, .. } => set_gate(&pods, pod, *serving).await,
+                HandoffAction::Save { ordinal, pod } => match members.iter().find(|m| m.member.ordinal == *ordinal) {
+                    Some(m) => mesh.save(&m.member, password).await.map(drop).map_err(|e| HandoffError::Save { pod: pod.clone(), message: e.to_string() }),
+                    None => Err(HandoffError::Save { pod: pod.clone(), message: "the pod is gone".to_string() }),
+                },
                 HandoffAction::Start { ordinal, pod } | HandoffAction::Cancel { ordinal, pod } => {
                     let start = matches!(action, HandoffAction::Start { .. });
                     let what = if start { "start" } else { "cancel" };

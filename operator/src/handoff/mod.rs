@@ -14,6 +14,11 @@
 //! 4. **Peers confirm**: every witness (the members that stream from it) reports having
 //!    merged that run of the pod through `last_seq` (`synced_run_id`, `applied_seq`): nothing
 //!    the pod acknowledged can be lost any more. Only then is the pod removed or replaced.
+//! 5. **Snapshot** (a pod an upgrade replaces, with `spec.persistence` on): the engine's admin
+//!    `Save` writes a snapshot that started after writes were refused and covers `last_seq`, so
+//!    the replacement, which mounts the same volume, starts from everything the pod held (and a
+//!    cluster whose pods all go down during the roll keeps it). A failed snapshot is asked for
+//!    again; the status shows why.
 //!
 //! A pod whose engine does not answer and whose containers are not ready serves no client and
 //! can give nothing more: its handoff is complete once it is out of the endpoints.
@@ -57,6 +62,10 @@ pub enum HandoffStep {
     AwaitEngine { error: String },
     /// Writes are refused; these witnesses have not confirmed merging through `last_seq` yet.
     AwaitPeers { last_seq: u64, behind: Vec<String> },
+    /// Ask the engine for a snapshot (`error`: why the last one failed, if it did).
+    Snapshot { error: Option<String> },
+    /// The engine is writing its snapshot.
+    AwaitSnapshot,
     /// Everything the pod acknowledged is on its witnesses: it may be removed or replaced.
     Complete,
 }
@@ -78,6 +87,9 @@ impl HandoffStep {
             HandoffStep::AwaitPeers { last_seq, behind } => {
                 format!("{pod} refuses writes; waiting for {} to confirm its writes through sequence {last_seq}", behind.join(", "))
             }
+            HandoffStep::Snapshot { error: None } => format!("asking {pod} for a snapshot of its volume before it is replaced"),
+            HandoffStep::Snapshot { error: Some(error) } => format!("{pod}'s snapshot failed ({error}); asking for another"),
+            HandoffStep::AwaitSnapshot => format!("{pod} is writing a snapshot to its volume before it is replaced"),
             HandoffStep::Complete => format!("{pod} handed off: every write it acknowledged is on its peers"),
         }
     }
@@ -85,8 +97,9 @@ impl HandoffStep {
 
 /// Where the handoff of `leaving` stands. `witnesses` are the members that must hold its
 /// writes (for a scale down, the remaining members that stream from it; for an upgrade, every
-/// other member). `in_endpoints`: the client Service still routes to it.
-pub fn step(names: &ClusterNames, leaving: &MemberState, in_endpoints: bool, witnesses: &[&MemberState], now: Timestamp) -> HandoffStep {
+/// other member). `in_endpoints`: the client Service still routes to it. `snapshot`: the pod
+/// must also have written a snapshot after it stopped taking writes (step 5).
+pub fn step(names: &ClusterNames, leaving: &MemberState, in_endpoints: bool, witnesses: &[&MemberState], snapshot: bool, now: Timestamp) -> HandoffStep {
     if leaving.pod.serving != Some(false) {
         return HandoffStep::CloseGate;
     }
@@ -122,10 +135,31 @@ pub fn step(names: &ClusterNames, leaving: &MemberState, in_endpoints: bool, wit
         })
         .map(|w| w.member.pod.clone())
         .collect();
-    if behind.is_empty() {
+    if !behind.is_empty() {
+        return HandoffStep::AwaitPeers { last_seq: status.last_seq, behind };
+    }
+    if snapshot {
+        return snapshot_step(status);
+    }
+    HandoffStep::Complete
+}
+
+/// Step 5: done once a snapshot that started after writes were refused succeeded.
+fn snapshot_step(status: &keymesh_proto::NodeStatus) -> HandoffStep {
+    let Some(snapshot) = status.snapshot.as_ref() else {
+        // An engine that reports no snapshots (an older build): nothing to wait for.
+        return HandoffStep::Complete;
+    };
+    if !snapshot.enabled {
+        return HandoffStep::Complete;
+    }
+    let covered = snapshot.last_save_unix_ms > 0 && snapshot.last_save_after_handoff && snapshot.last_save_seq >= status.last_seq;
+    if covered && !snapshot.in_progress {
         HandoffStep::Complete
+    } else if snapshot.in_progress {
+        HandoffStep::AwaitSnapshot
     } else {
-        HandoffStep::AwaitPeers { last_seq: status.last_seq, behind }
+        HandoffStep::Snapshot { error: (!snapshot.last_ok && !snapshot.last_error.is_empty()).then(|| snapshot.last_error.clone()) }
     }
 }
 
@@ -138,6 +172,8 @@ pub enum HandoffAction {
     Start { ordinal: u32, pod: String },
     /// Cancel the engine's handoff: it takes writes again.
     Cancel { ordinal: u32, pod: String },
+    /// Ask the engine for a snapshot.
+    Save { ordinal: u32, pod: String },
 }
 
 /// The actions for every pod: leaving pods (with their steps) move their handoff on; every
@@ -152,6 +188,9 @@ pub fn actions(members: &[MemberState], leaving: &BTreeMap<u32, HandoffStep>) ->
             }
             Some(HandoffStep::Start) => {
                 actions.insert(HandoffAction::Start { ordinal, pod });
+            }
+            Some(HandoffStep::Snapshot { .. }) => {
+                actions.insert(HandoffAction::Save { ordinal, pod });
             }
             Some(_) => {}
             None => {

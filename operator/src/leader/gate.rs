@@ -184,6 +184,10 @@ impl<M: MeshClient> MeshClient for GatedMeshClient<M> {
     async fn set_config(&self, member: &Member, values: BTreeMap<String, String>, password: Option<&str>) -> Result<NodeStatus, MeshError> {
         self.gate.act("engine", self.inner.set_config(member, values, password)).await
     }
+
+    async fn save(&self, member: &Member, password: Option<&str>) -> Result<NodeStatus, MeshError> {
+        self.gate.act("engine", self.inner.save(member, password)).await
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use keymesh_proto::admin_client::AdminClient;
 use std::collections::BTreeMap;
 
-use keymesh_proto::{HandoffRequest, NodeStatus, Peer, SetConfigRequest, SetPeersRequest, StatusRequest};
+use keymesh_proto::{HandoffRequest, NodeStatus, Peer, SaveRequest, SetConfigRequest, SetPeersRequest, StatusRequest};
 use tonic::metadata::MetadataValue;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
@@ -87,6 +87,13 @@ impl MeshClient for GrpcMeshClient {
         let request = request(member, "SetConfig", SetConfigRequest { values: values.into_iter().collect() }, password)?;
         let reply =
             client.set_config(request).await.map_err(|status| MeshError::Call { pod: member.pod.clone(), call: "SetConfig", status: Box::new(status) })?;
+        Ok(reply.into_inner())
+    }
+
+    async fn save(&self, member: &Member, password: Option<&str>) -> Result<NodeStatus, MeshError> {
+        let mut client = self.connect(member).await?;
+        let request = request(member, "Save", SaveRequest {}, password)?;
+        let reply = client.save(request).await.map_err(|status| MeshError::Call { pod: member.pod.clone(), call: "Save", status: Box::new(status) })?;
         Ok(reply.into_inner())
     }
 }

@@ -112,6 +112,10 @@ pub trait MeshClient: Send + Sync {
 
     /// Changes directives that can change live; returns the status with their values.
     async fn set_config(&self, member: &Member, values: BTreeMap<String, String>, password: Option<&str>) -> Result<NodeStatus, MeshError>;
+
+    /// Starts a background snapshot (as `BGSAVE`) unless one is running; returns the status,
+    /// whose `snapshot` shows its progress.
+    async fn save(&self, member: &Member, password: Option<&str>) -> Result<NodeStatus, MeshError>;
 }
 
 #[cfg(test)]

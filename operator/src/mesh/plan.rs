@@ -137,7 +137,7 @@ pub fn plan(input: &PlanInput) -> ScalePlan {
                 Some(member) if still_listed.contains(&j) => {
                     let witnesses: Vec<&MemberState> =
                         input.members.iter().filter(|w| w.member.ordinal < desired && lists.get(&w.member.ordinal).is_some_and(|l| l.contains(&j))).collect();
-                    handoff::step(names, member, input.endpoints.contains(&member.member.pod), &witnesses, input.now)
+                    handoff::step(names, member, input.endpoints.contains(&member.member.pod), &witnesses, false, input.now)
                 }
                 // Nobody streams from it any more (or it is gone): nothing left to hand off.
                 _ => HandoffStep::Complete,

@@ -32,6 +32,9 @@ pub struct UpgradeInput<'a> {
     pub previous: Option<&'a UpgradeStatus>,
     /// `status.currentVersion` of the last reconcile.
     pub current_version: Option<&'a str>,
+    /// `spec.persistence` is on: a pod is replaced only after it wrote a snapshot (handoff
+    /// step 5).
+    pub persistence: bool,
     pub now: Timestamp,
 }
 
@@ -295,7 +298,7 @@ pub fn plan(input: &UpgradeInput, intent: &Intent, scale: &ScalePlan) -> Upgrade
         }
     }
     let witnesses: Vec<&MemberState> = scale.joined.iter().filter(|&&j| j != k).filter_map(|&j| member(input.members, j)).collect();
-    let step = handoff::step(names, m, input.endpoints.contains(&pod), &witnesses, input.now);
+    let step = handoff::step(names, m, input.endpoints.contains(&pod), &witnesses, input.persistence, input.now);
     status.message = step.describe(&pod);
     if step.complete() {
         status.message = format!("replacing {pod}: {}", status.message);

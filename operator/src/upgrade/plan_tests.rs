@@ -54,6 +54,7 @@ impl World {
             endpoints: &self.endpoints,
             previous: self.previous.as_ref(),
             current_version: Some("0.1.0"),
+            persistence: false,
             now: self.now,
         };
         let intent = intent(&input);
