@@ -139,6 +139,10 @@ pub enum Error {
     Claims(#[from] ClaimsError),
 }
 
+/// Every `kind` of `Error::kind`, exported at 0 from the start (`crate::metrics`): a new
+/// variant's kind goes here too (kept next to `kind` for that reason).
+pub const ERROR_KINDS: [&str; 11] = ["invalid_spec", "discovery", "auth", "observe", "build", "apply", "status", "history", "node_tuning", "tls", "claims"];
+
 impl Error {
     /// The `kind` label of the errors metric.
     pub fn kind(&self) -> &'static str {

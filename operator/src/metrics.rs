@@ -10,7 +10,7 @@ use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, I
 use crate::cluster_metrics::ClusterGauges;
 
 /// The `kind` label values of `keymesh_operator_reconcile_errors_total` (`controller::Error::kind`).
-pub const ERROR_KINDS: [&str; 8] = ["invalid_spec", "discovery", "auth", "observe", "build", "apply", "status", "history"];
+pub use crate::controller::ERROR_KINDS;
 
 #[derive(Clone)]
 pub struct Metrics {
