@@ -372,13 +372,18 @@ fn mutating_calls(cluster: &LocalCluster, pod: &str) -> Option<(f64, f64)> {
     Some((calls, last))
 }
 
-/// The time (Unix seconds) of the first log line of `pod` containing `needle`.
-fn logged_at(cluster: &LocalCluster, pod: &str, needle: &str) -> Option<f64> {
+/// The time (Unix seconds) of the first log line of `pod` containing `needle` logged at or
+/// after `since` (Unix seconds). The log spans the container's restarts, and leadership may
+/// have moved before the test began (a replica that stops leading exits and restarts), so
+/// earlier lines are not about the moment the test looks at.
+fn logged_at(cluster: &LocalCluster, pod: &str, needle: &str, since: f64) -> Option<f64> {
     let log = std::fs::read_to_string(cluster.agent().log_path(OPERATOR_NAMESPACE, pod, "operator")).ok()?;
-    let line = strip_ansi(log.lines().find(|l| l.contains(needle))?);
-    let stamp = line.split_whitespace().next()?;
-    let ts: k8s_openapi::jiff::Timestamp = stamp.parse().ok()?;
-    Some(ts.as_millisecond() as f64 / 1000.0)
+    log.lines().filter(|l| l.contains(needle)).find_map(|l| {
+        let line = strip_ansi(l);
+        let ts: k8s_openapi::jiff::Timestamp = line.split_whitespace().next()?.parse().ok()?;
+        let at = ts.as_millisecond() as f64 / 1000.0;
+        (at >= since).then_some(at)
+    })
 }
 
 /// `text` without terminal colour codes (`ESC [ ... m`).
@@ -407,9 +412,33 @@ fn a_leader_cut_from_the_apiserver_stops_acting_before_the_other_replica_takes_o
     let (cluster, _view, password) = start();
     let replicas = operator_pods(&cluster);
     assert_eq!(replicas.len(), 2, "the chart runs two operator replicas: {replicas:?}");
+    // Leadership may have moved while the cluster started on a loaded machine (a leader that
+    // cannot renew in time exits, and its pod restarts after a back-off): cut only once both
+    // replicas run and are ready, so the follower can take over rather than sit in a back-off.
+    cluster
+        .wait_for("both operator replicas running and ready", SETTLE, || {
+            let pods = cluster.get_json(&["pods", "-n", OPERATOR_NAMESPACE, "-l", &format!("app.kubernetes.io/instance={RELEASE}")])?;
+            let ready = pods["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| p["status"]["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True")))
+                .count();
+            if ready == 2 {
+                Ok(())
+            } else {
+                Err(format!("{ready}/2 ready"))
+            }
+        })
+        .unwrap();
     let leader = lease_holder(&cluster).unwrap();
     let follower = replicas.iter().find(|p| **p != leader).unwrap().clone();
-    let leader_before = mutating_calls(&cluster, &leader).expect("the leader's metrics");
+    let leader_before = cluster
+        .wait_for("the leader to act", Duration::from_secs(60), || match mutating_calls(&cluster, &leader) {
+            Some(calls) if calls.0 > 0.0 => Ok(calls),
+            other => Err(format!("{other:?}")),
+        })
+        .unwrap();
     let follower_before = mutating_calls(&cluster, &follower).expect("the follower's metrics");
     assert!(leader_before.0 > 0.0 && follower_before.0 == 0.0, "only the leader acted so far: leader {leader_before:?}, follower {follower_before:?}");
 
@@ -417,6 +446,7 @@ fn a_leader_cut_from_the_apiserver_stops_acting_before_the_other_replica_takes_o
     let cut = std::process::Command::new("ip").args(["netns", "exec", &net.ns, "ip", "route", "add", "blackhole", "10.96.0.1/32"]).status().unwrap();
     assert!(cut.success(), "blackhole route");
     let cut_at = Instant::now();
+    let cut_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     // A change for whoever leads next.
     cluster.patch_cache(NS, NAME, r#"{"spec":{"engine":{"evictionPolicy":"allkeys-lfu"}}}"#).unwrap();
     let mut last_leader_calls = leader_before;
@@ -446,8 +476,8 @@ fn a_leader_cut_from_the_apiserver_stops_acting_before_the_other_replica_takes_o
         })
         .unwrap();
     let follower_after = mutating_calls(&cluster, &follower).expect("the new leader's metrics");
-    let stopped = logged_at(&cluster, &leader, "stopped acting as leader").expect("the old leader logs that it stopped acting");
-    let started = logged_at(&cluster, &follower, "became leader").expect("the new leader logs that it became leader");
+    let stopped = logged_at(&cluster, &leader, "stopped acting as leader", cut_unix).expect("the old leader logs that it stopped acting");
+    let started = logged_at(&cluster, &follower, "became leader", cut_unix).expect("the new leader logs that it became leader");
     let _ = std::process::Command::new("ip").args(["netns", "exec", &net.ns, "ip", "route", "del", "blackhole", "10.96.0.1/32"]).status();
     eprintln!(
         "MEASURED leader cut: {follower} took the Lease {took_over:.1?} after the cut; {leader} stopped acting at {stopped:.3} \
