@@ -128,9 +128,9 @@ pub fn validate(cluster: &CacheCluster) -> Result<ValidatedSpec, InvalidSpec> {
     if spec.resources.as_ref().is_some_and(|r| r.claims.as_ref().is_some_and(|c| !c.is_empty())) {
         errors.push("spec.resources.claims: dynamic resource claims are not supported".to_string());
     }
-    let tls = tls_settings(&spec.tls, &mut errors);
-    let persistence = crate::persistence::validate(&spec.persistence, &mut errors);
     let mut warnings = Vec::new();
+    let tls = tls_settings(&spec.tls, &mut errors, &mut warnings);
+    let persistence = crate::persistence::validate(&spec.persistence, &mut errors);
     let sysctls = sysctls(spec, &mut errors, &mut warnings);
     let node_tuning = node_tuning(&spec.node_tuning, &mut errors);
     let memory_limit = memory_limit(spec.resources.as_ref(), &mut errors);

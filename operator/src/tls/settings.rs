@@ -37,8 +37,9 @@ impl TlsSettings {
     }
 }
 
-/// `None` when TLS is off; problems go to `errors`, each naming its field.
-pub fn tls_settings(spec: &TlsSpec, errors: &mut Vec<String>) -> Option<TlsSettings> {
+/// `None` when TLS is off; problems go to `errors`, each naming its field; fields set but
+/// without effect for the chosen source go to `warnings` (the `SpecWarnings` condition).
+pub fn tls_settings(spec: &TlsSpec, errors: &mut Vec<String>, warnings: &mut Vec<String>) -> Option<TlsSettings> {
     if !spec.enabled {
         return None;
     }
@@ -55,7 +56,10 @@ pub fn tls_settings(spec: &TlsSpec, errors: &mut Vec<String>) -> Option<TlsSetti
             errors.push("spec.tls.secretName: must not be empty (leave it out to have the operator issue certificates)".to_string());
             return None;
         }
-        (Some(name), None) => CertificateSource::Secret { name: name.clone() },
+        (Some(name), None) => {
+            unused_validity(spec, "spec.tls.secretName (the Secret's certificate is used as it is)", warnings);
+            CertificateSource::Secret { name: name.clone() }
+        }
         (None, Some(cm)) => {
             if cm.issuer_ref.name.trim().is_empty() {
                 errors.push("spec.tls.certManager.issuerRef.name: must not be empty".to_string());
@@ -70,6 +74,7 @@ pub fn tls_settings(spec: &TlsSpec, errors: &mut Vec<String>) -> Option<TlsSetti
                     }
                 }
             }
+            unused_validity(spec, "spec.tls.certManager (set certManager.duration and certManager.renewBefore)", warnings);
             CertificateSource::CertManager { issuer_ref: cm.issuer_ref.clone(), duration: cm.duration.clone(), renew_before: cm.renew_before.clone() }
         }
         (None, None) => {
@@ -82,6 +87,16 @@ pub fn tls_settings(spec: &TlsSpec, errors: &mut Vec<String>) -> Option<TlsSetti
         }
     };
     Some(TlsSettings { source, auth_clients, replication: spec.replication })
+}
+
+/// `spec.tls.duration`/`renewBefore` only shape the certificates the operator issues itself.
+fn unused_validity(spec: &TlsSpec, source: &str, warnings: &mut Vec<String>) {
+    let defaults = TlsSpec::default();
+    for (field, value, default) in [("duration", &spec.duration, defaults.duration), ("renewBefore", &spec.renew_before, defaults.renew_before)] {
+        if *value != default {
+            warnings.push(format!("spec.tls.{field} has no effect with {source}"));
+        }
+    }
 }
 
 fn duration_field(field: &str, value: &str, errors: &mut Vec<String>) -> Option<Duration> {
@@ -105,6 +120,13 @@ pub fn go_duration(text: &str) -> Option<Duration> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn validity_fields_without_effect_are_warned_about() {
+        let mut warnings = Vec::new();
+        let _ = tls_settings(&spec("{enabled: true, secretName: certs, duration: 24h}"), &mut Vec::new(), &mut warnings);
+        assert_eq!(warnings, ["spec.tls.duration has no effect with spec.tls.secretName (the Secret's certificate is used as it is)"]);
+    }
+
     use super::*;
 
     fn spec(yaml: &str) -> TlsSpec {
@@ -122,8 +144,8 @@ mod tests {
     #[test]
     fn off_unless_enabled_and_operator_issued_by_default() {
         let mut errors = Vec::new();
-        assert_eq!(tls_settings(&spec("secretName: x"), &mut errors), None);
-        let on = tls_settings(&spec("enabled: true"), &mut errors).expect("settings");
+        assert_eq!(tls_settings(&spec("secretName: x"), &mut errors, &mut Vec::new()), None);
+        let on = tls_settings(&spec("enabled: true"), &mut errors, &mut Vec::new()).expect("settings");
         assert!(errors.is_empty(), "{errors:?}");
         assert_eq!(on.auth_clients, "no");
         assert!(on.replication);
@@ -146,16 +168,18 @@ mod tests {
         ];
         for (yaml, message) in cases {
             let mut errors = Vec::new();
-            let _ = tls_settings(&spec(yaml), &mut errors);
+            let _ = tls_settings(&spec(yaml), &mut errors, &mut Vec::new());
             assert!(errors.iter().any(|e| e == message), "{yaml}: {errors:?}");
         }
     }
 
     #[test]
     fn cert_manager_keeps_the_issuer() {
-        let mut errors = Vec::new();
+        let (mut errors, mut warnings) = (Vec::new(), Vec::new());
         let settings =
-            tls_settings(&spec("{enabled: true, certManager: {issuerRef: {name: ca, kind: ClusterIssuer}, duration: 48h}}"), &mut errors).expect("settings");
+            tls_settings(&spec("{enabled: true, certManager: {issuerRef: {name: ca, kind: ClusterIssuer}, duration: 48h}}"), &mut errors, &mut warnings)
+                .expect("settings");
+        assert!(warnings.is_empty(), "certManager.duration is the one that counts: {warnings:?}");
         let CertificateSource::CertManager { issuer_ref, duration, .. } = settings.source else { panic!("{settings:?}") };
         assert_eq!((issuer_ref.name.as_str(), issuer_ref.kind.as_str(), issuer_ref.group.as_str()), ("ca", "ClusterIssuer", "cert-manager.io"));
         assert_eq!(duration.as_deref(), Some("48h"));
