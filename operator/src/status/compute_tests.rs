@@ -2,55 +2,12 @@ use super::*;
 use crate::api::condition_types as types;
 use crate::mesh::{plan, PlanInput};
 use crate::node_tuning::Tuners;
+use crate::status::test_helpers::{status_of, status_with, steady};
 use crate::test_support::{cluster, engine, full_mesh, names, silent};
 use crate::validate::validate;
 
 fn at(time: &str) -> Timestamp {
     time.parse().expect("timestamp")
-}
-
-/// An upgrade plan with nothing to do.
-fn steady() -> UpgradePlan {
-    UpgradePlan { target: "rev-1".into(), rollback: false, partition: 0, handoff: None, status: None, complete: true }
-}
-
-/// The status a reconcile computes for `cluster` with these members and StatefulSet size.
-fn status_of(cluster: &CacheCluster, members: &[MemberState], statefulset_replicas: Option<u32>, now: Timestamp) -> CacheClusterStatus {
-    status_with(cluster, members, statefulset_replicas, &steady(), now)
-}
-
-fn status_with(
-    cluster: &CacheCluster,
-    members: &[MemberState],
-    statefulset_replicas: Option<u32>,
-    upgrade: &UpgradePlan,
-    now: Timestamp,
-) -> CacheClusterStatus {
-    let names = names();
-    let spec = validate(cluster).expect("valid spec");
-    let endpoints = std::collections::BTreeSet::new();
-    let plan = plan(&PlanInput {
-        names: &names,
-        desired: spec.replicas.unsigned_abs(),
-        statefulset_replicas,
-        members,
-        endpoints: &endpoints,
-        now: k8s_openapi::jiff::Timestamp::now(),
-    });
-    let password = Password::Generated("pw".into());
-    compute(&StatusInput {
-        cluster,
-        names: &names,
-        spec: &spec,
-        members,
-        plan: &plan,
-        upgrade,
-        tuners: &Tuners::default(),
-        wiring: &WiringReport::default(),
-        password: &password,
-        tls: &crate::tls::TlsStep::off(),
-        now,
-    })
 }
 
 fn upgrade(state: crate::api::UpgradeState, current_pod: Option<&str>, message: &str) -> UpgradePlan {

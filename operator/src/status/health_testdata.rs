@@ -8,12 +8,11 @@ use std::path::Path;
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::{compute, invalid, StatusInput};
-use crate::api::{CacheCluster, CacheClusterStatus, UpgradeState, UpgradeStatus};
-use crate::auth::Password;
-use crate::mesh::{plan, MemberState, PlanInput, WiringReport};
-use crate::node_tuning::Tuners;
-use crate::test_support::{cluster, full_mesh, names, silent};
+use super::invalid;
+use super::test_helpers::{status_of, status_with};
+use crate::api::{CacheCluster, UpgradeState, UpgradeStatus};
+use crate::mesh::MemberState;
+use crate::test_support::{cluster, full_mesh, silent};
 use crate::upgrade::UpgradePlan;
 use crate::validate::validate;
 
@@ -21,11 +20,6 @@ const DIR: &str = "../manifests/argocd/resource_customizations/keymesh.io/CacheC
 
 fn at(minute: u32) -> Timestamp {
     format!("2024-01-01T00:{minute:02}:00Z").parse().expect("timestamp")
-}
-
-/// The upgrade step's answer when nothing rolls.
-fn steady() -> UpgradePlan {
-    UpgradePlan { target: "rev-1".into(), rollback: false, partition: 0, handoff: None, status: None, complete: true }
 }
 
 /// The upgrade step's answer in `state`, one of three pods on the new revision.
@@ -43,37 +37,6 @@ fn upgrading(state: UpgradeState, current_pod: Option<&str>, message: &str) -> U
         message: message.into(),
     };
     UpgradePlan { target: "rev-2".into(), rollback: false, partition: 2, handoff: None, status: Some(status), complete: false }
-}
-
-fn status_of(cluster: &CacheCluster, members: &[MemberState], statefulset_replicas: Option<u32>, now: Timestamp) -> CacheClusterStatus {
-    status_with(cluster, members, statefulset_replicas, &steady(), now)
-}
-
-fn status_with(
-    cluster: &CacheCluster,
-    members: &[MemberState],
-    statefulset_replicas: Option<u32>,
-    upgrade: &UpgradePlan,
-    now: Timestamp,
-) -> CacheClusterStatus {
-    let names = names();
-    let spec = validate(cluster).expect("valid spec");
-    let endpoints = std::collections::BTreeSet::new();
-    let plan = plan(&PlanInput { names: &names, desired: spec.replicas.unsigned_abs(), statefulset_replicas, members, endpoints: &endpoints, now });
-    let password = Password::Generated("pw".into());
-    compute(&StatusInput {
-        cluster,
-        names: &names,
-        spec: &spec,
-        members,
-        plan: &plan,
-        upgrade,
-        tuners: &Tuners::default(),
-        wiring: &WiringReport::default(),
-        password: &password,
-        tls: &crate::tls::TlsStep::off(),
-        now,
-    })
 }
 
 /// A 3-pod cluster that ran 0.1.0, its spec now asking for 0.2.0 (`extra` more spec), with

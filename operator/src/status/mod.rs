@@ -6,6 +6,8 @@ mod compute;
 pub mod conditions;
 #[cfg(test)]
 mod health_testdata;
+#[cfg(test)]
+mod test_helpers;
 mod tls;
 
 use kube::api::{Patch, PatchParams};
