@@ -403,8 +403,8 @@ fn strip_ansi(text: &str) -> String {
 /// Proves leader election holds with two operator replicas when the leader's path to the
 /// apiserver is cut (a blackhole route in its pod's network namespace): the leader stops
 /// acting (its log says so, its count of mutating calls stops) before the other replica starts
-/// (its log says when); the other takes over within a lease duration and a retry period of
-/// the cut, and reconciles a change made meanwhile. At no instant do both act.
+/// (its log says when); the other takes over within a lease duration and two retry periods
+/// of the cut, and reconciles a change made meanwhile. At no instant do both act.
 #[test]
 fn a_leader_cut_from_the_apiserver_stops_acting_before_the_other_replica_takes_over() {
     require_netns!();
@@ -491,5 +491,9 @@ fn a_leader_cut_from_the_apiserver_stops_acting_before_the_other_replica_takes_o
     assert!(last_leader_calls.0 >= leader_before.0 && last_leader_calls.1 > 0.0, "the old leader's counters were read: {last_leader_calls:?}");
     assert!(last_leader_calls.1 <= stopped + 0.5, "no mutating call after the old leader stopped acting: last {} stopped {stopped}", last_leader_calls.1);
     assert!(follower_after.0 > 0.0, "the new leader acts");
-    assert!(took_over <= Duration::from_secs(17), "took over within a lease duration and a retry period of the cut: {took_over:?}");
+    // The follower starts its lease-duration wait when it first sees the old leader's last
+    // record (up to a retry period after that renewal, which came before the cut) and checks
+    // once per retry period: a lease duration and two retry periods, plus a second for the
+    // calls themselves on a loaded machine.
+    assert!(took_over <= Duration::from_secs(20), "took over within a lease duration and two retry periods of the cut: {took_over:?}");
 }

@@ -29,6 +29,12 @@ use nix::unistd::Pid;
 /// The gateway every pod routes through: the bridge's address in the switch namespace.
 pub const GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 244, 0, 1);
 const BRIDGE: &str = "br0";
+/// The bridge's own MAC address, set once (locally administered). A bridge without one takes
+/// the lowest MAC of its ports, so it changed whenever a pod's veth with a lower MAC joined: the
+/// pods that had cached the gateway's old MAC then lost every packet to the gateway (the
+/// apiserver, the node addresses) for 20-40 s, until their ARP entry went stale — an operator
+/// replica that could not reach the apiserver at random.
+const BRIDGE_MAC: &str = "02:4b:4d:00:00:01";
 const POD_IF: &str = "eth0";
 
 /// A failure to run `ip` or to set up the network.
@@ -80,7 +86,7 @@ impl ClusterNetwork {
         let sw = net.switch.clone();
         ip_sync(&["netns", "add", &sw])?;
         ip_sync(&["-n", &sw, "link", "set", "lo", "up"])?;
-        ip_sync(&["-n", &sw, "link", "add", BRIDGE, "type", "bridge"])?;
+        ip_sync(&["-n", &sw, "link", "add", BRIDGE, "address", BRIDGE_MAC, "type", "bridge"])?;
         ip_sync(&["-n", &sw, "addr", "add", &format!("{GATEWAY}/16"), "dev", BRIDGE])?;
         ip_sync(&["-n", &sw, "addr", "add", &format!("{service_ip}/32"), "dev", BRIDGE])?;
         for node in 1..=nodes {
@@ -263,4 +269,32 @@ fn checked(args: &[&str], out: std::process::Output) -> Result<String, NetError>
 
 fn shown(args: &[&str]) -> String {
     format!("ip {}", args.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bridge_mac(net: &ClusterNetwork) -> String {
+        let link = ip_sync(&["-n", net.switch(), "-br", "link", "show", BRIDGE]).expect("ip link show br0");
+        link.split_whitespace().nth(2).unwrap_or_default().to_string()
+    }
+
+    /// The regression behind an operator replica that lost the apiserver for 20-40 s at random:
+    /// the gateway's MAC must not follow the ports that join the bridge.
+    #[tokio::test]
+    async fn the_gateway_keeps_its_mac_while_pods_join_and_leave() {
+        crate::require_netns!();
+        let net = ClusterNetwork::create(2, Ipv4Addr::new(10, 96, 0, 1)).expect("the cluster network");
+        let mut pods = Vec::new();
+        for node in [1, 2, 1, 2, 1, 2] {
+            pods.push(net.add_pod(node).await.expect("a pod network"));
+            assert_eq!(bridge_mac(&net), BRIDGE_MAC, "after {} pods joined", pods.len());
+        }
+        for pod in pods.drain(..3) {
+            net.remove_pod(&pod);
+            assert_eq!(bridge_mac(&net), BRIDGE_MAC, "after a pod left");
+        }
+        net.teardown();
+    }
 }
