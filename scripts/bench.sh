@@ -1,31 +1,39 @@
 #!/usr/bin/env bash
 # The benchmark (not a test): keymesh-server against Debian's redis-server on this machine, one
-# server at a time, both with two threads.
+# server at a time.
 #
-#   1. Throughput: redis-benchmark -t set,get,incr,lpush,hset,zadd -n N -r 1000000 -d 100 -c 50
-#      --threads 2 -q --csv, at -P 1 and at -P 16, against a fresh server of each kind.
-#   2. Memory: a fresh server of each kind is loaded with exactly BENCH_KEYS distinct keys
+#   1. Headline, one core each (the fair engine comparison on a small machine): the server is
+#      pinned to CPU 0 (keymesh-server with one worker thread, redis-server with its default
+#      single thread), redis-benchmark with one thread pinned to CPU 1:
+#      -t set,get,incr,lpush,hset,zadd -n N -r 1000000 -d 100 -c 50 -q --csv at -P 1 and -P 16,
+#      BENCH_RUNS runs (default 3) against a fresh server of each kind; per command the run with
+#      the median ops/s is reported with its p50 and p99 latency.
+#   2. Second reference, two threads each, unpinned: keymesh-server --server-threads 2 against
+#      redis-server --io-threads 2, redis-benchmark --threads 2, one run (on two cores the
+#      client competes with both servers' threads, and Redis's I/O thread spins: flattering to
+#      KeyMesh, kept for continuity with the earlier numbers).
+#   3. Memory: a fresh server of each kind is loaded with exactly BENCH_KEYS distinct keys
 #      (default 1,000,000) with 100-byte values through `redis-cli --pipe`; DBSIZE is checked
 #      and the process's VmRSS is read from /proc/PID/status.
-# Prints, for both -P values, command / keymesh ops/s / redis ops/s / ratio (keymesh / redis,
-# higher is better), then both RSS values and their ratio (keymesh / redis, lower is better).
+# Prints ops/s, p50/p99 (ms) and the ratio keymesh / redis (ops/s: higher is better) for each,
+# then both RSS values and their ratio (keymesh / redis, lower is better).
 #
 #   scripts/bench.sh [--self-test] [--out DIR]
 #
-# Environment: KEYMESH_SERVER (default target/release/keymesh-server, started with
-# `--port P --bind 127.0.0.1 --server-threads 2 --metrics-port 0`), BENCH_N (requests per test, default 1000000),
-# BENCH_KEYS (keys loaded for the RSS measurement, default 1000000).
+# Environment: KEYMESH_SERVER (default target/release/keymesh-server), BENCH_N (requests per
+# test, default 400000), BENCH_RUNS (default 3), BENCH_KEYS (keys loaded for the RSS
+# measurement, default 1000000). Needs taskset and at least two CPUs.
 # --self-test uses redis-server in place of keymesh-server (through a wrapper that maps
 # --server-threads to --io-threads), to check this script end to end without the engine;
-# e.g. `BENCH_N=20000 BENCH_KEYS=50000 scripts/bench.sh --self-test`.
-# Notes: on a 2-core machine the benchmark client's two threads compete with the server's two.
-# With --threads, redis-benchmark 7.0's elapsed times come out in steps of about 0.5 s (observed:
-# 20000 requests read ~40k ops/s at -P 1 and ~80k at -P 16, 200000 read ~398k), so a small
-# BENCH_N gives quantized ops/s, fit only to check that the script runs. Keep 1000000 to measure.
+# e.g. `BENCH_N=20000 BENCH_RUNS=1 BENCH_KEYS=50000 scripts/bench.sh --self-test`.
+# Notes: with --threads 2, redis-benchmark 7.0's elapsed times come out in steps of about
+# 0.5 s, so a small BENCH_N gives quantized ops/s in the second reference; fit only to check
+# that the script runs.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bench_n="${BENCH_N:-1000000}"
+bench_n="${BENCH_N:-400000}"
+bench_runs="${BENCH_RUNS:-3}"
 bench_keys="${BENCH_KEYS:-1000000}"
 tests="set,get,incr,lpush,hset,zadd"
 self_test=0
@@ -35,14 +43,18 @@ while (($#)); do
   case "$1" in
     --self-test) self_test=1; shift ;;
     --out) out="${2:?--out needs a directory}"; shift 2 ;;
-    -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
 
-for tool in redis-server redis-cli redis-benchmark python3; do
+for tool in redis-server redis-cli redis-benchmark python3 taskset; do
   command -v "$tool" >/dev/null || { echo "bench: $tool not found (run scripts/install-deps.sh)" >&2; exit 2; }
 done
+
+if (($(nproc) < 2)); then
+  echo "bench: needs two CPUs (server on CPU 0, client on CPU 1); this machine has $(nproc)" >&2; exit 2
+fi
 
 work="$(mktemp -d /tmp/keymesh-bench.XXXXXX)"
 out="${out:-$work}"
@@ -92,33 +104,33 @@ trap 'exit 130' INT TERM
 source "$repo_root/scripts/lib.sh"
 
 # start_server KIND: a fresh server on a free loopback port; sets server_pid and port.
+#   keymesh-1core, redis-1core: pinned to CPU 0, one thread (Redis's default: one I/O thread).
+#   keymesh-2t, redis-2t: unpinned, two threads (--server-threads 2, --io-threads 2).
 start_server() {
   local kind="$1" log="$work/$1-server.$SECONDS.log"
   port="$(free_port)"
+  mkdir -p "$work/redis-dir"
+  local redis=(redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work/redis-dir")
   case "$kind" in
-    keymesh) "$keymesh_bin" --port "$port" --bind 127.0.0.1 --server-threads 2 --metrics-port 0 \
-      >"$log" 2>&1 & ;;
-    redis)
-      mkdir -p "$work/redis-dir"
-      redis-server --port "$port" --bind 127.0.0.1 --io-threads 2 --save '' --appendonly no \
-        --dir "$work/redis-dir" >"$log" 2>&1 & ;;
-    redis-io1)
-      # Redis's default (one I/O thread): on a 2-core machine io-threads 2 spins a core that the
-      # benchmark client needs, so this is the stronger reference; both are printed.
-      mkdir -p "$work/redis-dir"
-      redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
-        --dir "$work/redis-dir" >"$log" 2>&1 & ;;
+    keymesh-1core) taskset -c 0 "$keymesh_bin" --port "$port" --bind 127.0.0.1 --server-threads 1 --metrics-port 0 >"$log" 2>&1 & ;;
+    redis-1core) taskset -c 0 "${redis[@]}" >"$log" 2>&1 & ;;
+    keymesh-2t) "$keymesh_bin" --port "$port" --bind 127.0.0.1 --server-threads 2 --metrics-port 0 >"$log" 2>&1 & ;;
+    redis-2t) "${redis[@]}" --io-threads 2 >"$log" 2>&1 & ;;
+    *) echo "bench: unknown server kind $kind" >&2; exit 2 ;;
   esac
   server_pid=$!
   await_ping "$server_pid" "$port" "$log" "bench: $kind server" || { stop_server; exit 1; }
 }
 
-# throughput KIND PIPELINE -> $out/KIND-P<PIPELINE>.csv
+# throughput KIND PIPELINE RUN -> $out/KIND-P<PIPELINE>-<RUN>.csv. One-core kinds run the
+# client with one thread pinned to CPU 1; two-thread kinds with --threads 2, unpinned.
 throughput() {
-  local kind="$1" p="$2" csv="$out/$1-P$2.csv"
-  echo "bench: $kind -P $p: redis-benchmark -n $bench_n ..." >&2
-  redis-benchmark -h 127.0.0.1 -p "$port" -t "$tests" -n "$bench_n" -r 1000000 -d 100 -c 50 \
-    --threads 2 -q --csv -P "$p" >"$csv"
+  local kind="$1" p="$2" run="$3" csv="$out/$1-P$2-$3.csv"
+  local client=(redis-benchmark --threads 2)
+  [[ "$kind" == *-1core ]] && client=(taskset -c 1 redis-benchmark --threads 1)
+  echo "bench: $kind -P $p run $run: redis-benchmark -n $bench_n ..." >&2
+  "${client[@]}" -h 127.0.0.1 -p "$port" -t "$tests" -n "$bench_n" -r 1000000 -d 100 -c 50 \
+    -q --csv -P "$p" >"$csv"
   if ! grep -q '^"SET",' "$csv"; then
     echo "bench: redis-benchmark produced no results against $kind:" >&2; cat "$csv" >&2; exit 1
   fi
@@ -164,37 +176,66 @@ memory() {
 }
 
 started=$SECONDS
-for kind in keymesh redis redis-io1; do
+for kind in keymesh-1core redis-1core; do
+  for run in $(seq "$bench_runs"); do
+    start_server "$kind"
+    throughput "$kind" 1 "$run"
+    throughput "$kind" 16 "$run"
+    stop_server
+  done
+done
+for kind in keymesh-2t redis-2t; do
   start_server "$kind"
-  throughput "$kind" 1
-  throughput "$kind" 16
+  throughput "$kind" 1 1
+  throughput "$kind" 16 1
   stop_server
-  [[ "$kind" == redis-io1 ]] && continue
+done
+for kind in keymesh-1core redis-1core; do
   start_server "$kind"
-  memory "$kind"
+  memory "${kind%-1core}"
   stop_server
 done
 
-# rps FILE TEST: the rps column of one test in a redis-benchmark CSV.
-rps() { awk -F'"' -v t="$2" '$2 == t { print $4 }' "$1"; }
-
 {
   echo
-  echo "Throughput: redis-benchmark -t $tests -n $bench_n -r 1000000 -d 100 -c 50 --threads 2"
-  if ((self_test)); then echo "(SELF-TEST: the 'keymesh' column is redis-server too)"; fi
-  echo "(redis = --io-threads 2, as specified; redis io1 = Redis's default single I/O thread)"
-  printf '%-4s %-8s %14s %14s %7s %14s %7s\n' "-P" command "keymesh ops/s" "redis ops/s" ratio "redis io1" ratio
-  ratio_of() { awk -v k="$1" -v r="$2" 'BEGIN { if (r > 0 && k != "") printf "%.2f", k / r; else print "n/a" }'; }
-  for p in 1 16; do
-    for t in SET GET INCR LPUSH HSET ZADD; do
-      k="$(rps "$out/keymesh-P$p.csv" "$t")"; r="$(rps "$out/redis-P$p.csv" "$t")"; r1="$(rps "$out/redis-io1-P$p.csv" "$t")"
-      printf '%-4s %-8s %14s %14s %7s %14s %7s\n' "$p" "$t" "${k:-n/a}" "${r:-n/a}" "$(ratio_of "$k" "$r")" "${r1:-n/a}" "$(ratio_of "$k" "$r1")"
-    done
-  done
-  echo
+  if ((self_test)); then echo "(SELF-TEST: the 'keymesh' columns are redis-server too)"; fi
+  python3 - "$out" "$tests" "$bench_n" "$bench_runs" <<'PY'
+import csv, sys
+out, tests, n, runs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+
+def rows(kind, p, run):
+    with open(f"{out}/{kind}-P{p}-{run}.csv") as f:
+        return {r["test"]: r for r in csv.DictReader(f)}
+
+def median_run(kind, p, test, nruns):
+    # The run whose ops/s is the median (the lower middle one for an even count), with its latencies.
+    found = [rows(kind, p, r).get(test) for r in range(1, nruns + 1)]
+    found = sorted((r for r in found if r), key=lambda r: float(r["rps"]))
+    return found[(len(found) - 1) // 2] if found else None
+
+def table(title, k, r, nruns):
+    print(title)
+    print(f"{'-P':<4}{'command':<8}{'keymesh ops/s':>14}{'p50':>7}{'p99':>7}{'redis ops/s':>14}{'p50':>7}{'p99':>7}{'ratio':>7}")
+    for p in (1, 16):
+        for t in tests.upper().split(","):
+            a, b = median_run(k, p, t, nruns), median_run(r, p, t, nruns)
+            if not a or not b:
+                print(f"{p:<4}{t:<8}{'n/a':>14}")
+                continue
+            ratio = float(a["rps"]) / float(b["rps"])
+            print(f"{p:<4}{t:<8}{float(a['rps']):>14,.0f}{a['p50_latency_ms']:>7}{a['p99_latency_ms']:>7}"
+                  f"{float(b['rps']):>14,.0f}{b['p50_latency_ms']:>7}{b['p99_latency_ms']:>7}{ratio:>6.2f}x")
+    print()
+
+table(f"One core each (headline): server on CPU 0 with one thread, redis-benchmark --threads 1 on CPU 1;\n"
+      f"-t {tests} -n {n} -r 1000000 -d 100 -c 50; median of {runs} runs (latencies in ms, of that run)",
+      "keymesh-1core", "redis-1core", runs)
+table("Second reference, two threads each, unpinned: keymesh --server-threads 2, redis --io-threads 2,\n"
+      "redis-benchmark --threads 2; one run", "keymesh-2t", "redis-2t", 1)
+PY
   read -r k_rss k_idle <"$out/keymesh-rss.txt"
   read -r r_rss r_idle <"$out/redis-rss.txt"
-  echo "Memory: VmRSS after loading $bench_keys distinct keys with 100-byte values (idle RSS before)"
+  echo "Memory: VmRSS after loading $bench_keys distinct keys with 100-byte values (idle RSS before), one core each"
   printf '%-10s %14s %14s\n' server "RSS MiB" "idle MiB"
   printf '%-10s %14.1f %14.1f\n' keymesh "$(awk -v v="$k_rss" 'BEGIN{print v/1024}')" "$(awk -v v="$k_idle" 'BEGIN{print v/1024}')"
   printf '%-10s %14.1f %14.1f\n' redis "$(awk -v v="$r_rss" 'BEGIN{print v/1024}')" "$(awk -v v="$r_idle" 'BEGIN{print v/1024}')"
