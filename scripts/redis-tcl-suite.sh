@@ -46,7 +46,7 @@ set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 redis_src="${REDIS_SRC:-/var/cache/keymesh/redis-src}"
-default_units="unit/type/string unit/type/incr unit/expire unit/keyspace unit/type/hash unit/type/set unit/type/zset unit/type/list unit/multi unit/pubsub unit/scripting unit/functions"
+default_units="unit/type/string unit/type/incr unit/expire unit/keyspace unit/type/hash unit/type/set unit/type/zset unit/type/list unit/multi unit/pubsub unit/scripting unit/functions unit/slowlog"
 # The last three needs: tags do not occur in the default units; they mark tests that cannot work
 # against a server that is not a local redis-server process (used by other units).
 tag_args=(--tags -needs:debug --tags -needs:repl --tags -needs:save --tags -needs:config-maxmemory

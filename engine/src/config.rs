@@ -121,6 +121,9 @@ const DIRECTIVES: &[Directive] = &[
     Directive { name: "tls-reload-seconds", default: "5", kind: Kind::Int(1, 86_400), live: true },
     // Scripting (`crate::script`): Redis's time limit (`lua-time-limit` is its old name, kept
     // in step by `set`) and KeyMesh's per-thread Lua memory cap.
+    // µs; negative: off, 0: every command (Redis's meaning and defaults).
+    Directive { name: "slowlog-log-slower-than", default: "10000", kind: Kind::Int(i64::MIN, i64::MAX), live: true },
+    Directive { name: "slowlog-max-len", default: "128", kind: Kind::Int(0, i64::MAX), live: true },
     Directive { name: "busy-reply-threshold", default: "5000", kind: Kind::Int(0, i64::MAX), live: true },
     Directive { name: "lua-time-limit", default: "5000", kind: Kind::Int(0, i64::MAX), live: true },
     Directive { name: "lua-memory-limit", default: "256mb", kind: Kind::Bytes, live: true },

@@ -26,4 +26,5 @@ pub mod pubsub;
 pub mod repl;
 pub mod script;
 pub mod server;
+pub mod slowlog;
 pub mod tls;

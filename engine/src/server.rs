@@ -72,6 +72,8 @@ pub struct Server {
     /// Lua scripts and function libraries (`crate::script`).
     pub scripts: crate::script::Scripts,
     pub blocking: Blocking,
+    /// `SLOWLOG` (`crate::slowlog`).
+    pub slowlog: crate::slowlog::SlowLog,
     pub metrics: Metrics,
     pub stats: ServerStats,
     pub run_id: String,
@@ -138,6 +140,7 @@ impl Server {
             pubsub: PubSub::default(),
             scripts: crate::script::Scripts::default(),
             blocking: Blocking::default(),
+            slowlog: crate::slowlog::SlowLog::default(),
             metrics,
             stats: ServerStats::default(),
             run_id,
@@ -173,6 +176,7 @@ impl Server {
         self.scripts.busy_threshold_ms.store(config.int("busy-reply-threshold") as u64, Ordering::Relaxed);
         self.scripts.memory_limit.store(config.int("lua-memory-limit") as usize, Ordering::Relaxed);
         self.store.tombstone_gc_ms.store(config.int("tombstone-gc-seconds") as u64 * 1000, Ordering::Relaxed);
+        self.slowlog.configure(config.int("slowlog-log-slower-than"), config.int("slowlog-max-len") as usize);
     }
 
     /// Changes directives that can change live, all or nothing (`CONFIG SET`, admin

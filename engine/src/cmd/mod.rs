@@ -56,6 +56,8 @@ pub mod flags {
     pub const CROSS_DB: u32 = 1 << 9;
     pub const LOADING: u32 = 1 << 10;
     pub const STALE: u32 = 1 << 11;
+    /// Not logged in `SLOWLOG` itself (EXEC: its commands are).
+    pub const SKIP_SLOWLOG: u32 = 1 << 13;
 
     pub const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -69,6 +71,7 @@ pub mod flags {
         (NO_MULTI, "no_multi"),
         (LOADING, "loading"),
         (STALE, "stale"),
+        (SKIP_SLOWLOG, "skip_slowlog"),
     ];
 }
 
@@ -239,10 +242,20 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
     let elapsed = started.elapsed();
     record(index, elapsed, &reply);
     server.metrics.latency.observe(elapsed.as_secs_f64());
+    log_if_slow(server, client, spec, argv, elapsed);
     if !ready.is_empty() {
         server.blocking.wake(server, ready);
     }
     reply.unwrap_or_else(Frame::from)
+}
+
+/// Logs a command that ran for `elapsed` in `SLOWLOG` if it was slow enough: the one place
+/// for the rules (a command that blocked is logged when it is served; EXEC as its commands).
+pub fn log_if_slow(server: &Server, client: &ClientState, spec: &CommandSpec, argv: &[Bytes], elapsed: std::time::Duration) {
+    let duration_us = elapsed.as_micros() as u64;
+    if server.slowlog.wants(duration_us) && client.block.is_none() && !client.would_block && spec.flags & flags::SKIP_SLOWLOG == 0 {
+        server.slowlog.record(argv, duration_us, &client.handle.addr, client.handle.name.lock().clone());
+    }
 }
 
 pub fn record(index: usize, elapsed: std::time::Duration, reply: &Reply) {

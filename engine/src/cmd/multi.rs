@@ -14,7 +14,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::flags::*;
-use super::{record, CommandSpec, Exec, Keys, TABLE};
+use super::{log_if_slow, record, CommandSpec, Exec, Keys, TABLE};
 use crate::client::{ClientState, MultiState, Watched};
 use crate::db::ctx::Ctx;
 use crate::error::{CmdError, Reply};
@@ -29,7 +29,7 @@ macro_rules! spec {
 
 pub const COMMANDS: &[CommandSpec] = &[
     spec!("multi", 1, FAST | IMMEDIATE, Keys::None, multi, "Starts a transaction."),
-    spec!("exec", 1, IMMEDIATE, Keys::None, exec_queue, "Executes all commands in a transaction."),
+    spec!("exec", 1, IMMEDIATE | SKIP_SLOWLOG, Keys::None, exec_queue, "Executes all commands in a transaction."),
     spec!("discard", 1, FAST | IMMEDIATE, Keys::None, discard, "Discards a transaction."),
     spec!("watch", -2, FAST | IMMEDIATE, Keys::Range(1, -1, 1), watch, "Monitors changes to keys to determine the execution of a transaction."),
     spec!("unwatch", 1, FAST, Keys::None, unwatch, "Forgets about watched keys of a transaction."),
@@ -113,7 +113,9 @@ fn exec_queue(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     for (index, argv) in &multi.queue {
         let started = Instant::now();
         let reply = (TABLE.specs[*index].run)(&mut inner, argv);
-        record(*index, started.elapsed(), &reply);
+        let elapsed = started.elapsed();
+        record(*index, elapsed, &reply);
+        log_if_slow(server, inner.client, TABLE.specs[*index], argv, elapsed);
         replies.push(reply.unwrap_or_else(Frame::from));
     }
     let ready = std::mem::take(&mut inner.ctx.ready_keys);

@@ -1,5 +1,5 @@
 //! Server commands: `INFO`, `CONFIG`, `COMMAND`, `DBSIZE`, `FLUSHDB`, `FLUSHALL`, `SWAPDB`,
-//! `TIME`, `OBJECT`, `MEMORY USAGE`, `SHUTDOWN`, `SAVE`, `BGSAVE`, `LASTSAVE`.
+//! `TIME`, `OBJECT`, `MEMORY USAGE`, `SHUTDOWN`, `SAVE`, `BGSAVE`, `LASTSAVE`, `SLOWLOG`.
 
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
@@ -33,6 +33,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec!("memory", -2, READONLY, Keys::Custom(object_key), memory, "A container for memory diagnostics commands."),
     spec!("save", 1, ADMIN | NO_MULTI, Keys::None, save, "Synchronously saves the database(s) to disk."),
     spec!("bgsave", -1, ADMIN, Keys::None, bgsave, "Asynchronously saves the database(s) to disk."),
+    spec!("slowlog", -2, ADMIN | LOADING | STALE, Keys::None, slowlog, "A container for slow log commands."),
     spec!("lastsave", 1, FAST | LOADING | STALE, Keys::None, lastsave, "Returns the Unix timestamp of the last successful save to disk."),
     spec!(
         "shutdown",
@@ -140,7 +141,7 @@ fn object(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     }
     let now = exec.ctx.now_ms;
     let policy_lfu = matches!(crate::db::evict::policy(), crate::db::evict::Policy::AllKeysLfu | crate::db::evict::Policy::VolatileLfu);
-    let Some(entry) = exec.ctx.get(&argv[2]) else {
+    let Some(entry) = exec.ctx.peek(&argv[2]) else {
         return Ok(Frame::Null);
     };
     match sub.as_slice() {
@@ -225,6 +226,44 @@ fn shutdown(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     exec.server.begin_shutdown();
     exec.client.closing = true;
     Ok(OK)
+}
+
+fn slowlog(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    let log = &exec.server.slowlog;
+    match argv[1].to_ascii_lowercase().as_slice() {
+        b"get" if argv.len() <= 3 => {
+            let count = match argv.get(2) {
+                None => Some(10),
+                Some(n) => match int(n)? {
+                    -1 => None,
+                    n if n < -1 => return Err(CmdError::err("count should be greater than or equal to -1")),
+                    n => Some(n as usize),
+                },
+            };
+            Ok(log.get(count))
+        }
+        b"len" if argv.len() == 2 => Ok(Frame::Integer(log.len() as i64)),
+        b"reset" if argv.len() == 2 => {
+            log.reset();
+            Ok(OK)
+        }
+        b"help" if argv.len() == 2 => Ok(Frame::array_of_bulks([
+            "SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "GET [<count>]",
+            "    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
+            "    Entries are made of:",
+            "    id, timestamp, time in microseconds, arguments array, client IP and port,",
+            "    client name",
+            "LEN",
+            "    Return the length of the slowlog.",
+            "RESET",
+            "    Reset the slowlog.",
+            "HELP",
+            "    Print this help.",
+        ])),
+        b"get" | b"len" | b"reset" | b"help" => Err(wrong_arity(&format!("slowlog|{}", String::from_utf8_lossy(&argv[1]).to_ascii_lowercase()))),
+        _ => Err(unknown_subcommand(&argv[1], "slowlog")),
+    }
 }
 
 fn config(exec: &mut Exec, argv: &[Bytes]) -> Reply {

@@ -71,6 +71,12 @@ impl<'a> Ctx<'a> {
 
     /// The live entry in database `db`; an expired one is deleted on the way (lazy expiry).
     pub(super) fn entry_mut_in(&mut self, db: usize, key: &[u8]) -> Option<&mut Entry> {
+        self.live_entry_in(db, key, true)
+    }
+
+    /// `entry_mut_in`, updating the key's access time (LRU clock or LFU counter) only if
+    /// `touch`.
+    fn live_entry_in(&mut self, db: usize, key: &[u8], touch: bool) -> Option<&mut Entry> {
         let now = self.now_ms;
         let store = self.store;
         let (dbref, shard) = self.parts(db, key);
@@ -83,8 +89,25 @@ impl<'a> Ctx<'a> {
         }
         // The key is live: this second lookup hits the cache lines the first one loaded.
         let entry = shard.raw_mut(key)?;
-        super::evict::on_access(entry, now);
+        if touch {
+            super::evict::on_access(entry, now);
+        }
         Some(entry)
+    }
+
+    /// Like `get`, leaving the key's access time alone (Redis's `LOOKUP_NOTOUCH`: `TYPE`,
+    /// `EXISTS`, the `TTL` family and `OBJECT` look at a key without using it).
+    pub fn peek(&mut self, key: &[u8]) -> Option<&Entry> {
+        self.live_entry_in(self.db, key, false).map(|e| &*e)
+    }
+
+    /// `peek`, counting a keyspace hit or miss.
+    pub fn peek_read(&mut self, key: &[u8]) -> Option<&Entry> {
+        let stats = &self.store.stats;
+        let found = self.peek(key);
+        let counter = if found.is_some() { &stats.keyspace_hits } else { &stats.keyspace_misses };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
     }
 
     pub fn get_in(&mut self, db: usize, key: &[u8]) -> Option<&Entry> {
@@ -104,12 +127,14 @@ impl<'a> Ctx<'a> {
         found
     }
 
+    /// Whether `key` is live, without touching it.
     pub fn exists(&mut self, key: &[u8]) -> bool {
-        self.get(key).is_some()
+        self.peek(key).is_some()
     }
 
+    /// The type of `key`, without touching it.
     pub fn kind(&mut self, key: &[u8]) -> Option<Kind> {
-        self.get(key).map(|e| e.value.kind())
+        self.peek(key).map(|e| e.value.kind())
     }
 
     /// A version for a write to `key` that supersedes what is stored.

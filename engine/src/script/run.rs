@@ -307,7 +307,9 @@ fn call(st: &mut CallState, argv: MultiValue) -> Frame {
     }
     let started = Instant::now();
     let reply = (spec.run)(st.exec, &argv);
-    cmd::record(index, started.elapsed(), &reply);
+    let elapsed = started.elapsed();
+    cmd::record(index, elapsed, &reply);
+    cmd::log_if_slow(st.exec.server, st.exec.client, spec, &argv, elapsed);
     let reply = reply.unwrap_or_else(Frame::from);
     if writes && !reply.is_error() {
         st.running.wrote.store(true, Ordering::Release);

@@ -1,0 +1,92 @@
+//! Introspection over TCP: SLOWLOG (what is logged, when, and how) and which reads leave a
+//! key's access time alone (OBJECT IDLETIME), as Redis 7 behaves. Redis's Tcl units
+//! unit/slowlog and unit/introspection-2 (scripts/test.sh) cover the rest.
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use support::{Reply, Server};
+
+/// The argument lists of the SLOWLOG GET reply, newest first.
+fn logged(reply: Reply) -> Vec<String> {
+    let Reply::Array(entries) = reply else { panic!("{reply:?}") };
+    entries
+        .into_iter()
+        .map(|e| {
+            let Reply::Array(fields) = e else { panic!("{e:?}") };
+            assert_eq!(fields.len(), 6, "id, time, duration, args, peer, name: {fields:?}");
+            let Reply::Array(args) = &fields[3] else { panic!("{fields:?}") };
+            args.iter().map(|a| if let Reply::Bulk(b) = a { String::from_utf8_lossy(b).into_owned() } else { panic!("{a:?}") }).collect::<Vec<_>>().join(" ")
+        })
+        .collect()
+}
+
+#[test]
+fn slowlog_logs_what_clients_ran_with_secrets_redacted() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    assert_eq!(c.cmd(&["SLOWLOG", "LEN"]), Reply::Int(0), "the default threshold (10 ms) logs nothing fast");
+    assert_eq!(c.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]), Reply::Status("OK".into()));
+    c.cmd(&["CLIENT", "SETNAME", "app"]);
+    c.cmd(&["SET", "k", "v"]);
+    c.cmd(&["MULTI"]);
+    c.cmd(&["INCR", "n"]);
+    c.cmd(&["EXEC"]);
+    c.cmd(&["CONFIG", "SET", "requirepass", "", "maxmemory", "0"]);
+    c.cmd(&["EVAL", "return redis.call('get', KEYS[1])", "1", "k"]);
+    // A blocked command is logged once served, not when it blocks.
+    let mut blocked = server.connect();
+    blocked.send(&["BLPOP", "queue", "0"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !matches!(c.cmd(&["INFO", "clients"]), Reply::Bulk(info) if String::from_utf8_lossy(&info).contains("blocked_clients:1")) {
+        assert!(std::time::Instant::now() < deadline, "BLPOP never blocked");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    c.cmd(&["RPUSH", "queue", "job"]);
+    assert!(matches!(blocked.read(), Some(Reply::Array(_))));
+    let entries: Vec<String> = logged(c.cmd(&["SLOWLOG", "GET", "-1"])).into_iter().filter(|e| e != "INFO clients").collect();
+    assert_eq!(
+        entries[..8],
+        [
+            "BLPOP queue 0",
+            "RPUSH queue job",
+            "EVAL return redis.call('get', KEYS[1]) 1 k",
+            "get k",
+            "CONFIG SET requirepass (redacted) maxmemory 0",
+            "INCR n",
+            "MULTI",
+            "SET k v",
+        ],
+        "{entries:?}"
+    );
+    assert!(!entries.iter().any(|e| e.eq_ignore_ascii_case("exec")), "EXEC is logged as its commands: {entries:?}");
+    let Reply::Array(newest) = c.cmd(&["SLOWLOG", "GET", "1"]) else { panic!() };
+    let Reply::Array(fields) = &newest[0] else { panic!() };
+    assert!(matches!(&fields[4], Reply::Bulk(peer) if peer.starts_with(b"127.0.0.1:")), "{fields:?}");
+    assert_eq!(c.cmd(&["SLOWLOG", "GET", "-2"]), Reply::Error("ERR count should be greater than or equal to -1".into()));
+    assert_eq!(c.cmd(&["CONFIG", "SET", "slowlog-max-len", "2"]), Reply::Status("OK".into()));
+    assert_eq!(c.cmd(&["SLOWLOG", "LEN"]), Reply::Int(2), "a smaller limit trims at once");
+    assert_eq!(c.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "-1"]), Reply::Status("OK".into()));
+    assert_eq!(c.cmd(&["SLOWLOG", "RESET"]), Reply::Status("OK".into()));
+    c.cmd(&["SET", "k", "v"]);
+    assert_eq!(c.cmd(&["SLOWLOG", "LEN"]), Reply::Int(0), "a negative threshold turns the log off");
+    assert!(matches!(c.cmd(&["SLOWLOG", "NOPE"]), Reply::Error(e) if e.contains("unknown subcommand")));
+}
+
+#[test]
+fn looking_at_a_key_does_not_use_it() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    c.cmd(&["SET", "k", "v"]);
+    std::thread::sleep(Duration::from_millis(2100));
+    for look in [&["TTL", "k"][..], &["PTTL", "k"], &["TYPE", "k"], &["EXISTS", "k"], &["OBJECT", "IDLETIME", "k"]] {
+        c.cmd(look);
+    }
+    let Reply::Int(idle) = c.cmd(&["OBJECT", "IDLETIME", "k"]) else { panic!() };
+    assert!(idle >= 2, "TTL, TYPE, EXISTS and OBJECT leave the access time alone: idle {idle}");
+    assert_eq!(c.cmd(&["TOUCH", "k", "missing"]), Reply::Int(1));
+    assert_eq!(c.cmd(&["OBJECT", "IDLETIME", "k"]), Reply::Int(0), "TOUCH uses the key");
+}
