@@ -20,6 +20,7 @@ pub mod kernel;
 pub mod memory;
 pub mod mesh;
 pub mod metrics;
+pub mod monitor;
 pub mod parse;
 pub mod persist;
 pub mod pubsub;

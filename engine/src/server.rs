@@ -74,6 +74,8 @@ pub struct Server {
     pub blocking: Blocking,
     /// `SLOWLOG` (`crate::slowlog`).
     pub slowlog: crate::slowlog::SlowLog,
+    /// `MONITOR` clients (`crate::monitor`).
+    pub monitors: crate::monitor::Monitors,
     pub metrics: Metrics,
     pub stats: ServerStats,
     pub run_id: String,
@@ -141,6 +143,7 @@ impl Server {
             scripts: crate::script::Scripts::default(),
             blocking: Blocking::default(),
             slowlog: crate::slowlog::SlowLog::default(),
+            monitors: crate::monitor::Monitors::default(),
             metrics,
             stats: ServerStats::default(),
             run_id,

@@ -115,8 +115,8 @@ impl SlowLog {
     }
 }
 
-/// `argv` with the secrets Redis redacts replaced by `(redacted)`.
-fn redacted(argv: &[Bytes]) -> Vec<Bytes> {
+/// `argv` with the secrets Redis redacts replaced by `(redacted)` (SLOWLOG and MONITOR).
+pub fn redacted(argv: &[Bytes]) -> Vec<Bytes> {
     let secret = Bytes::from_static(b"(redacted)");
     let mut args = argv.to_vec();
     let is = |i: usize, word: &str| args.get(i).is_some_and(|a: &Bytes| a.eq_ignore_ascii_case(word.as_bytes()));

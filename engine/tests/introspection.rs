@@ -90,3 +90,48 @@ fn looking_at_a_key_does_not_use_it() {
     assert_eq!(c.cmd(&["TOUCH", "k", "missing"]), Reply::Int(1));
     assert_eq!(c.cmd(&["OBJECT", "IDLETIME", "k"]), Reply::Int(0), "TOUCH uses the key");
 }
+
+/// The next MONITOR line, without its timestamp.
+fn shown(monitor: &mut support::Conn) -> String {
+    match monitor.read() {
+        Some(Reply::Status(line)) => line.split_once(' ').map(|(_, rest)| rest.to_string()).unwrap_or(line),
+        other => panic!("expected a MONITOR line, got {other:?}"),
+    }
+}
+
+#[test]
+fn monitor_shows_commands_in_the_order_they_ran() {
+    let server = Server::start(&[]);
+    let mut monitor = server.connect();
+    assert_eq!(monitor.cmd(&["MONITOR"]), Reply::Status("OK".into()));
+    let mut c = server.connect();
+    let Reply::Bulk(me) = c.cmd(&["CLIENT", "INFO"]) else { panic!() };
+    let addr = String::from_utf8_lossy(&me).split_whitespace().find_map(|f| f.strip_prefix("addr=")).unwrap().to_string();
+    c.cmd(&["SET", "k", "a \"quoted\"\nvalue"]);
+    c.cmd(&["CONFIG", "GET", "maxmemory"]); // admin: not shown
+    c.cmd(&["MULTI"]);
+    c.cmd(&["INCR", "n"]);
+    c.cmd(&["EXEC"]);
+    c.cmd(&["EVAL", "return redis.call('get', KEYS[1])", "1", "k"]);
+    c.cmd(&["AUTH", "not-a-password"]);
+    c.cmd(&["SELECT", "3"]);
+    c.cmd(&["GET", "x"]);
+    let expected = [
+        format!(r#"[0 {addr}] "CLIENT" "INFO""#),
+        format!(r#"[0 {addr}] "SET" "k" "a \"quoted\"\nvalue""#),
+        format!(r#"[0 {addr}] "MULTI""#),
+        format!(r#"[0 {addr}] "INCR" "n""#),
+        format!(r#"[0 {addr}] "EXEC""#),
+        format!(r#"[0 {addr}] "EVAL" "return redis.call('get', KEYS[1])" "1" "k""#),
+        r#"[0 lua] "get" "k""#.to_string(),
+        format!(r#"[0 {addr}] "AUTH" "(redacted)""#),
+        format!(r#"[3 {addr}] "SELECT" "3""#),
+        format!(r#"[3 {addr}] "GET" "x""#),
+    ];
+    for line in expected {
+        assert_eq!(shown(&mut monitor), line);
+    }
+    assert_eq!(monitor.cmd(&["RESET"]), Reply::Status("RESET".into()));
+    c.cmd(&["SET", "after", "reset"]);
+    assert_eq!(monitor.cmd(&["PING"]), Reply::Status("PONG".into()), "no MONITOR line after RESET");
+}

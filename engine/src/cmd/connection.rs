@@ -149,6 +149,7 @@ fn reset(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     client.handle.in_multi.store(false, Ordering::Relaxed);
     super::multi::unwatch_all(server, client);
     super::pubsub::unsubscribe_all(server, client);
+    server.monitors.remove(client.id);
     client.db = 0;
     client.handle.db.store(0, Ordering::Relaxed);
     client.resp = 2;
@@ -162,6 +163,7 @@ fn reset(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
 pub fn disconnect(server: &Server, client: &mut ClientState) {
     super::multi::unwatch_all(server, client);
     super::pubsub::unsubscribe_all(server, client);
+    server.monitors.remove(client.id);
     server.clients.unregister(client.id);
 }
 

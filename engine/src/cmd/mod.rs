@@ -35,6 +35,7 @@ use crate::db::ctx::Ctx;
 use crate::db::Locks;
 use crate::error::{CmdError, Reply};
 use crate::frame::Frame;
+pub use crate::monitor::Source;
 use crate::server::Server;
 
 /// Command flags (Redis's names, lowercase in `COMMAND INFO`).
@@ -58,6 +59,8 @@ pub mod flags {
     pub const STALE: u32 = 1 << 11;
     /// Not logged in `SLOWLOG` itself (EXEC: its commands are).
     pub const SKIP_SLOWLOG: u32 = 1 << 13;
+    /// Shown to MONITOR clients by the command itself, before it runs (EVAL, FCALL).
+    pub const SKIP_MONITOR: u32 = 1 << 14;
 
     pub const NAMES: &[(u32, &str)] = &[
         (WRITE, "write"),
@@ -72,6 +75,7 @@ pub mod flags {
         (LOADING, "loading"),
         (STALE, "stale"),
         (SKIP_SLOWLOG, "skip_slowlog"),
+        (SKIP_MONITOR, "skip_monitor"),
     ];
 }
 
@@ -243,10 +247,21 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
     record(index, elapsed, &reply);
     server.metrics.latency.observe(elapsed.as_secs_f64());
     log_if_slow(server, client, spec, argv, elapsed);
+    // A blocked command was shown when it first ran, not again when it is served.
+    if !client.serving_wakeup {
+        show_to_monitors(server, client.db, Source::Client(&client.handle.addr), spec, argv);
+    }
     if !ready.is_empty() {
         server.blocking.wake(server, ready);
     }
     reply.unwrap_or_else(Frame::from)
+}
+
+/// Shows a command that ran to MONITOR clients: the one place for which commands are shown.
+pub fn show_to_monitors(server: &Server, db: usize, source: Source<'_>, spec: &CommandSpec, argv: &[Bytes]) {
+    if server.monitors.active() && spec.flags & (flags::ADMIN | flags::SKIP_MONITOR) == 0 {
+        server.monitors.feed(db, source, argv);
+    }
 }
 
 /// Logs a command that ran for `elapsed` in `SLOWLOG` if it was slow enough: the one place

@@ -14,7 +14,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::flags::*;
-use super::{log_if_slow, record, CommandSpec, Exec, Keys, TABLE};
+use super::{log_if_slow, record, show_to_monitors, CommandSpec, Exec, Keys, Source, TABLE};
 use crate::client::{ClientState, MultiState, Watched};
 use crate::db::ctx::Ctx;
 use crate::error::{CmdError, Reply};
@@ -116,6 +116,7 @@ fn exec_queue(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
         let elapsed = started.elapsed();
         record(*index, elapsed, &reply);
         log_if_slow(server, inner.client, TABLE.specs[*index], argv, elapsed);
+        show_to_monitors(server, inner.client.db, Source::Client(&inner.client.handle.addr), TABLE.specs[*index], argv);
         replies.push(reply.unwrap_or_else(Frame::from));
     }
     let ready = std::mem::take(&mut inner.ctx.ready_keys);

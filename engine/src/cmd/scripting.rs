@@ -22,12 +22,19 @@ macro_rules! spec {
 }
 
 pub const COMMANDS: &[CommandSpec] = &[
-    spec!("eval", -3, CROSS_DB, Keys::Custom(numkeys_at_2), eval, "Executes a server-side Lua script."),
-    spec!("evalsha", -3, CROSS_DB, Keys::Custom(numkeys_at_2), evalsha, "Executes a server-side Lua script by SHA1 digest."),
-    spec!("eval_ro", -3, READONLY | CROSS_DB, Keys::Custom(numkeys_at_2), eval_ro, "Executes a read-only server-side Lua script."),
-    spec!("evalsha_ro", -3, READONLY | CROSS_DB, Keys::Custom(numkeys_at_2), evalsha_ro, "Executes a read-only server-side Lua script by SHA1 digest."),
-    spec!("fcall", -3, CROSS_DB, Keys::Custom(numkeys_at_2), fcall, "Invokes a function."),
-    spec!("fcall_ro", -3, READONLY | CROSS_DB, Keys::Custom(numkeys_at_2), fcall_ro, "Invokes a read-only function."),
+    spec!("eval", -3, CROSS_DB | SKIP_MONITOR, Keys::Custom(numkeys_at_2), eval, "Executes a server-side Lua script."),
+    spec!("evalsha", -3, CROSS_DB | SKIP_MONITOR, Keys::Custom(numkeys_at_2), evalsha, "Executes a server-side Lua script by SHA1 digest."),
+    spec!("eval_ro", -3, READONLY | CROSS_DB | SKIP_MONITOR, Keys::Custom(numkeys_at_2), eval_ro, "Executes a read-only server-side Lua script."),
+    spec!(
+        "evalsha_ro",
+        -3,
+        READONLY | CROSS_DB | SKIP_MONITOR,
+        Keys::Custom(numkeys_at_2),
+        evalsha_ro,
+        "Executes a read-only server-side Lua script by SHA1 digest."
+    ),
+    spec!("fcall", -3, CROSS_DB | SKIP_MONITOR, Keys::Custom(numkeys_at_2), fcall, "Invokes a function."),
+    spec!("fcall_ro", -3, READONLY | CROSS_DB | SKIP_MONITOR, Keys::Custom(numkeys_at_2), fcall_ro, "Invokes a read-only function."),
     spec!("script", -2, 0, Keys::None, script, "A container for Lua scripts management commands."),
     spec!("function", -2, 0, Keys::None, function, "A container for function commands."),
 ];
@@ -59,6 +66,7 @@ fn keys_and_args(argv: &[Bytes], function: bool) -> Result<(&[Bytes], &[Bytes]),
 }
 
 fn run_eval(exec: &mut Exec, argv: &[Bytes], by_sha: bool, read_only: bool) -> Reply {
+    show_script_call(exec, argv);
     let (keys, args) = keys_and_args(argv, false)?;
     let script = if by_sha {
         exec.server.scripts.get(&argv[1]).ok_or_else(|| CmdError::Raw("NOSCRIPT No matching script. Please use EVAL.".into()))?
@@ -66,6 +74,14 @@ fn run_eval(exec: &mut Exec, argv: &[Bytes], by_sha: bool, read_only: bool) -> R
         exec.server.scripts.load(&argv[1])?
     };
     invoke(exec, Invocation { target: Target::Eval(script), keys, args, read_only_command: read_only, command: argv })
+}
+
+/// MONITOR shows a script's EVAL/FCALL before the commands it calls (they show as it runs).
+fn show_script_call(exec: &mut Exec, argv: &[Bytes]) {
+    let server = exec.server;
+    if server.monitors.active() {
+        server.monitors.feed(exec.client.db, crate::monitor::Source::Client(&exec.client.handle.addr), argv);
+    }
 }
 
 fn eval(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -85,6 +101,7 @@ fn evalsha_ro(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn run_fcall(exec: &mut Exec, argv: &[Bytes], read_only: bool) -> Reply {
+    show_script_call(exec, argv);
     let name = String::from_utf8_lossy(&argv[1]).into_owned();
     let (library, info) = exec.server.scripts.functions.read().find(&name).ok_or_else(|| CmdError::err("Function not found"))?;
     let (keys, args) = keys_and_args(argv, true)?;

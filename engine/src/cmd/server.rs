@@ -1,5 +1,5 @@
 //! Server commands: `INFO`, `CONFIG`, `COMMAND`, `DBSIZE`, `FLUSHDB`, `FLUSHALL`, `SWAPDB`,
-//! `TIME`, `OBJECT`, `MEMORY USAGE`, `SHUTDOWN`, `SAVE`, `BGSAVE`, `LASTSAVE`, `SLOWLOG`.
+//! `TIME`, `OBJECT`, `MEMORY USAGE`, `SHUTDOWN`, `SAVE`, `BGSAVE`, `LASTSAVE`, `SLOWLOG`, `MONITOR`.
 
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
@@ -33,6 +33,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec!("memory", -2, READONLY, Keys::Custom(object_key), memory, "A container for memory diagnostics commands."),
     spec!("save", 1, ADMIN | NO_MULTI, Keys::None, save, "Synchronously saves the database(s) to disk."),
     spec!("bgsave", -1, ADMIN, Keys::None, bgsave, "Asynchronously saves the database(s) to disk."),
+    spec!("monitor", 1, ADMIN | NO_MULTI | LOADING | STALE, Keys::None, monitor, "Listens for all requests received by the server in real-time."),
     spec!("slowlog", -2, ADMIN | LOADING | STALE, Keys::None, slowlog, "A container for slow log commands."),
     spec!("lastsave", 1, FAST | LOADING | STALE, Keys::None, lastsave, "Returns the Unix timestamp of the last successful save to disk."),
     spec!(
@@ -225,6 +226,13 @@ fn shutdown(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     exec.server.persist.skip_final_save.store(nosave || save, Ordering::Relaxed);
     exec.server.begin_shutdown();
     exec.client.closing = true;
+    Ok(OK)
+}
+
+/// From now on this client is sent every command the server runs (`crate::monitor`); RESET
+/// or closing the connection ends it.
+fn monitor(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
+    exec.server.monitors.add(exec.client.handle.clone());
     Ok(OK)
 }
 

@@ -310,6 +310,7 @@ fn call(st: &mut CallState, argv: MultiValue) -> Frame {
     let elapsed = started.elapsed();
     cmd::record(index, elapsed, &reply);
     cmd::log_if_slow(st.exec.server, st.exec.client, spec, &argv, elapsed);
+    cmd::show_to_monitors(st.exec.server, st.exec.ctx.db, cmd::Source::Script, spec, &argv);
     let reply = reply.unwrap_or_else(Frame::from);
     if writes && !reply.is_error() {
         st.running.wrote.store(true, Ordering::Release);
