@@ -1,8 +1,9 @@
-//! Regressions found by the `mesh_message` fuzz target (engine/fuzz): effects replayed after
-//! a flush that dominates them. A peer replays what it sent after a reconnect, so an effect
-//! may reach a node before and again after a `FLUSHDB` newer than it; the second time it must
-//! change nothing (idempotence), and the state must not depend on where the flush fell.
-//! Their seeds live in engine/fuzz/corpus/mesh_message (`regression_*`).
+//! Regressions found by the `mesh_message` fuzz target (engine/fuzz): effects replayed after a
+//! newer write that dominates them. A peer replays what it sent after a reconnect, so an effect
+//! may reach a node before and again after a `FLUSHDB` or a write of its key newer than it; the
+//! second time it must change nothing (idempotence: no state, no watcher touched), and the
+//! state must not depend on where the newer write fell. Their seeds live in
+//! engine/fuzz/corpus/mesh_message (`regression_*`).
 
 use keymesh_proto as pb;
 
@@ -15,6 +16,59 @@ use crate::repl::merge::{apply_op, ApplyOutcome};
 /// Pending expiry registers (for keys not created yet) held, in all databases.
 fn orphan_expiries(store: &Store) -> usize {
     (0..store.databases()).map(|db| (0..SHARDS_PER_DB).map(|s| store.lock_shard(db, s).orphan_expiry.len()).sum::<usize>()).sum()
+}
+
+/// A list written whole at `at`.
+fn list(key: &[u8], at: Version) -> pb::Op {
+    pb::Op { db: 0, key: key.to_vec(), effect: Some(pb::op::Effect::List(pb::ListValue { items: vec![b"a".to_vec()], version: version(at) })) }
+}
+
+/// Field `f` of hash `key` set at `at`.
+fn field(key: &[u8], at: Version) -> pb::Op {
+    pb::Op {
+        db: 0,
+        key: key.to_vec(),
+        effect: Some(pb::op::Effect::Hash(pb::HashFields {
+            fields: vec![pb::FieldState { name: b"f".to_vec(), value: Some(b"x".to_vec()), version: version(at) }],
+        })),
+    }
+}
+
+#[test]
+fn a_delete_replayed_after_its_key_was_written_again_changes_nothing() {
+    // `DEL l` at v2, then the list written whole at v8, then the `DEL` again. Before the fix
+    // the replay recorded a tombstone for the live key and reported a change (touching its
+    // watchers), though the list's write at v8 already killed everything the delete would.
+    let delete = effects::delete(0, b"l", v(2, 2));
+    let rewrite = list(b"l", v(8, 1));
+    let s = store();
+    assert_eq!(apply_op(&s, &delete), ApplyOutcome::Applied);
+    assert_eq!(apply_op(&s, &rewrite), ApplyOutcome::Applied);
+    assert_eq!(s.tombstones_held(), 0, "the key's new incarnation replaced its tombstone");
+    assert_eq!(apply_op(&s, &delete), ApplyOutcome::Superseded, "a replayed delete older than the key's rewrite");
+    assert_eq!(s.tombstones_held(), 0);
+    // Delivered the other way round: the same state.
+    let other = store();
+    apply_op(&other, &rewrite);
+    assert_eq!(apply_op(&other, &delete), ApplyOutcome::Superseded);
+    assert_eq!(observe(&s), observe(&other));
+    assert_eq!(observe(&s).len(), 1, "{:?}", observe(&s));
+    assert_eq!(other.tombstones_held(), 0);
+
+    // A hash re-created after its delete starts cleared at the delete: the replay is dead too.
+    let s = store();
+    apply_op(&s, &effects::delete(0, b"h", v(2, 2)));
+    apply_op(&s, &field(b"h", v(8, 1)));
+    assert_eq!(apply_op(&s, &effects::delete(0, b"h", v(2, 2))), ApplyOutcome::Superseded);
+    // A delete older than a field but newer than the hash's creation still acts: it raises the
+    // hash's cleared register (the field at v8 survives it), and a newer one removes the key.
+    let s = store();
+    apply_op(&s, &field(b"h", v(8, 1)));
+    assert_eq!(apply_op(&s, &effects::delete(0, b"h", v(5, 2))), ApplyOutcome::Applied);
+    assert_eq!(observe(&s).len(), 1, "the field at v8 survives a delete at v5");
+    assert_eq!(apply_op(&s, &effects::delete(0, b"h", v(5, 2))), ApplyOutcome::Superseded);
+    assert_eq!(apply_op(&s, &effects::delete(0, b"h", v(9, 2))), ApplyOutcome::Applied);
+    assert!(observe(&s).is_empty());
 }
 
 #[test]
