@@ -192,24 +192,9 @@ fn invalid(origin: &str, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { origin: origin.to_string(), message: message.into() }
 }
 
-/// Parses `100`, `1k`, `1kb`, `5mb`, `2gb` as Redis does (k = 1000, kb = 1024).
-pub fn parse_bytes(s: &str) -> Option<u64> {
-    let lower = s.to_ascii_lowercase();
-    let split = lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len());
-    let (digits, unit) = lower.split_at(split);
-    let n: u64 = digits.parse().ok()?;
-    let mul: u64 = match unit {
-        "" | "b" => 1,
-        "k" => 1000,
-        "kb" => 1024,
-        "m" => 1000 * 1000,
-        "mb" => 1024 * 1024,
-        "g" => 1000 * 1000 * 1000,
-        "gb" => 1024 * 1024 * 1024,
-        _ => return None,
-    };
-    n.checked_mul(mul)
-}
+/// Sizes (`100`, `1k`, `1kb`, `5mb`, `2gb`: k = 1000, kb = 1024, as Redis reads them) are
+/// parsed by the one parser the operator validates with too.
+pub use keymesh_proto::size::parse_bytes;
 
 impl Config {
     /// Parses command-line arguments: an optional config file first, then `--directive

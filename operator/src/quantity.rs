@@ -47,25 +47,9 @@ pub fn quantity_bytes(quantity: &str) -> Option<u64> {
     u64::try_from(numerator.div_ceil(denominator)).ok()
 }
 
-/// Parses a size as the engine does (`parse_bytes` in engine/src/config.rs): digits, then an
-/// optional unit among `b k kb m mb g gb`, case-insensitive.
-pub fn engine_bytes(size: &str) -> Option<u64> {
-    let lower = size.to_ascii_lowercase();
-    let split = lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len());
-    let (digits, unit) = lower.split_at(split);
-    let n: u64 = digits.parse().ok()?;
-    let multiplier: u64 = match unit {
-        "" | "b" => 1,
-        "k" => 1000,
-        "kb" => 1024,
-        "m" => 1000 * 1000,
-        "mb" => 1024 * 1024,
-        "g" => 1000 * 1000 * 1000,
-        "gb" => 1024 * 1024 * 1024,
-        _ => return None,
-    };
-    n.checked_mul(multiplier)
-}
+/// Parses a size as the engine does (`100mb`, `1gb`; `k` is 1000 and `kb` is 1024): the
+/// engine's own parser, from the contract crate, so the two cannot disagree.
+pub use keymesh_proto::size::parse_bytes as engine_bytes;
 
 #[cfg(test)]
 mod tests {
