@@ -17,7 +17,7 @@
 # is needed — and none could be fetched here (rustup's servers are not reachable; crates.io
 # is). Sanitizers are not needed either: the engine forbids `unsafe`, so what a fuzzer can
 # find is a panic, an abort, a hang or unbounded memory, which libFuzzer catches on its own.
-# cargo-fuzz itself is installed from crates.io when missing (once per machine, ~1 minute).
+# cargo-fuzz itself is installed from crates.io when missing (once per machine, ~35 s here).
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
