@@ -2,8 +2,9 @@
 # Runs every test: installs what the tests need (scripts/install-deps.sh: idempotent and cached,
 # about a second once done), builds the workspace, runs the Rust tests (unit, property,
 # black-box, control-plane, chart and cluster tests, via cargo-nextest), checks formatting and
-# clippy, then drives a freshly started keymesh-server with unmodified clients (redis-py over
-# RESP2 and RESP3, redis-cli) and with Redis's own Tcl suite.
+# clippy, runs the engine's fuzz targets (FUZZ_SECONDS each, default 20), then drives a freshly
+# started keymesh-server with unmodified clients (redis-py over RESP2 and RESP3, redis-cli) and
+# with Redis's own Tcl suite.
 #
 #   scripts/test.sh [--no-cargo] [--no-install]
 #
@@ -23,7 +24,7 @@ while (($#)); do
   case "$1" in
     --no-cargo) run_cargo=0; shift ;;
     --no-install) run_install=0; shift ;;
-    -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test.sh: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -111,6 +112,9 @@ if ((run_cargo)); then
   fi
   stage cargo "cargo fmt --check" cargo fmt --all -- --check || true
   stage cargo "cargo clippy -D warnings" cargo clippy --all-targets --release "${locked[@]}" -- -D warnings || true
+  # The fuzz targets (engine/fuzz), each for a bounded time, after their own build.
+  export FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
+  stage cargo "fuzz ($FUZZ_SECONDS s a target)" scripts/fuzz.sh || true
 fi
 
 if [[ ! -x "$KEYMESH_SERVER" ]]; then

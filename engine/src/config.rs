@@ -192,24 +192,9 @@ fn invalid(origin: &str, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid { origin: origin.to_string(), message: message.into() }
 }
 
-/// Parses `100`, `1k`, `1kb`, `5mb`, `2gb` as Redis does (k = 1000, kb = 1024).
-pub fn parse_bytes(s: &str) -> Option<u64> {
-    let lower = s.to_ascii_lowercase();
-    let split = lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len());
-    let (digits, unit) = lower.split_at(split);
-    let n: u64 = digits.parse().ok()?;
-    let mul: u64 = match unit {
-        "" | "b" => 1,
-        "k" => 1000,
-        "kb" => 1024,
-        "m" => 1000 * 1000,
-        "mb" => 1024 * 1024,
-        "g" => 1000 * 1000 * 1000,
-        "gb" => 1024 * 1024 * 1024,
-        _ => return None,
-    };
-    n.checked_mul(mul)
-}
+/// Sizes (`100`, `1k`, `1kb`, `5mb`, `2gb`: k = 1000, kb = 1024, as Redis reads them) are
+/// parsed by the one parser the operator validates with too.
+pub use keymesh_proto::size::parse_bytes;
 
 impl Config {
     /// Parses command-line arguments: an optional config file first, then `--directive
@@ -276,11 +261,25 @@ impl Config {
         Ok(Ports { client, tls, mesh, metrics })
     }
 
+    /// A configuration from the text of a config file named `name` (errors name it and the
+    /// line); `include` lines are read relative to the current directory.
+    pub fn from_text(text: &str, name: &str) -> Result<Config, ConfigError> {
+        let mut config = Config::default();
+        config.load_text(text, Path::new(name), 0)?;
+        config.ports()?;
+        Ok(config)
+    }
+
     fn load_file(&mut self, path: &Path, depth: usize) -> Result<(), ConfigError> {
         if depth > 8 {
             return Err(invalid(&path.display().to_string(), "include nesting deeper than 8"));
         }
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        self.load_text(&text, path, depth)
+    }
+
+    /// Applies the lines of a config file at `path` (which names them in errors).
+    fn load_text(&mut self, text: &str, path: &Path, depth: usize) -> Result<(), ConfigError> {
         for (n, line) in text.lines().enumerate() {
             let origin = format!("{}:{}", path.display(), n + 1);
             let line = line.trim();
@@ -486,6 +485,12 @@ mod tests {
         std::fs::write(&file, "# comment\nport 7001\nmaxmemory-policy sometimes\n").unwrap();
         let e = Config::from_args(&[file.display().to_string()]).unwrap_err().to_string();
         assert!(e.contains("k.conf:3") && e.contains("maxmemory-policy"), "{e}");
+        // The same text, parsed without a file (the config_text fuzz target's entry point).
+        let e = Config::from_text("# comment\nport 7001\nmaxmemory-policy sometimes\n", "k.conf").unwrap_err().to_string();
+        assert!(e.contains("k.conf:3") && e.contains("maxmemory-policy"), "{e}");
+        let e = Config::from_text("maxmemory 1gb\nport 65000\n", "k.conf").unwrap_err().to_string();
+        assert!(e.contains("mesh-port"), "derived ports are checked too: {e}");
+        assert_eq!(Config::from_text("maxmemory 1gb\n", "k.conf").unwrap().get("maxmemory"), "1073741824");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Byte sizes in the two syntaxes the operator meets: Kubernetes quantities (`512Mi`, `1.5G`,
 //! `1e9`) for container memory limits, and the engine's sizes (`100mb`, `1gb`, where `k` is
-//! 1000 and `kb` is 1024, as Redis reads them). Pure parsing, exact integer arithmetic.
+//! 1000 and `kb` is 1024, as Redis reads them: the engine's own parser, tested where it lives,
+//! in keymesh-proto). Pure parsing, exact integer arithmetic.
 
 /// Parses a Kubernetes quantity as a number of bytes, rounding a fractional byte up. `None`
 /// for anything that is not a well-formed, non-negative quantity.
@@ -47,25 +48,9 @@ pub fn quantity_bytes(quantity: &str) -> Option<u64> {
     u64::try_from(numerator.div_ceil(denominator)).ok()
 }
 
-/// Parses a size as the engine does (`parse_bytes` in engine/src/config.rs): digits, then an
-/// optional unit among `b k kb m mb g gb`, case-insensitive.
-pub fn engine_bytes(size: &str) -> Option<u64> {
-    let lower = size.to_ascii_lowercase();
-    let split = lower.find(|c: char| !c.is_ascii_digit()).unwrap_or(lower.len());
-    let (digits, unit) = lower.split_at(split);
-    let n: u64 = digits.parse().ok()?;
-    let multiplier: u64 = match unit {
-        "" | "b" => 1,
-        "k" => 1000,
-        "kb" => 1024,
-        "m" => 1000 * 1000,
-        "mb" => 1024 * 1024,
-        "g" => 1000 * 1000 * 1000,
-        "gb" => 1024 * 1024 * 1024,
-        _ => return None,
-    };
-    n.checked_mul(multiplier)
-}
+/// Parses a size as the engine does (`100mb`, `1gb`; `k` is 1000 and `kb` is 1024): the
+/// engine's own parser, from the contract crate, so the two cannot disagree.
+pub use keymesh_proto::size::parse_bytes as engine_bytes;
 
 #[cfg(test)]
 mod tests {
@@ -92,14 +77,6 @@ mod tests {
         ];
         for (input, expected) in cases {
             assert_eq!(quantity_bytes(input), expected, "quantity {input:?}");
-        }
-    }
-
-    #[test]
-    fn engine_sizes_as_redis_reads_them() {
-        let cases = [("100", Some(100)), ("1k", Some(1000)), ("1kb", Some(1024)), ("5MB", Some(5 << 20)), ("2gb", Some(2 << 30)), ("1Gi", None), ("gb", None)];
-        for (input, expected) in cases {
-            assert_eq!(engine_bytes(input), expected, "engine size {input:?}");
         }
     }
 }

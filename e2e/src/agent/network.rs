@@ -9,22 +9,17 @@
 //! ```
 //!
 //! Each node owns `10.244.<node>.0/24` (its `podCIDR`), so cutting a node (a zone) off is a
-//! blackhole route to its /24 inside every pod of the other nodes, and back. Nothing is created in
-//! the caller's own network namespace; all addresses live inside namespaces made here.
-//! Namespaces are named `km-<pid>-a<seq>-...`, so `netns`'s sweep of namespaces left by dead
-//! test processes also removes these.
+//! blackhole route to its /24 inside every pod of the other nodes, and back. Built with the
+//! toolkit in `crate::netns`, whose rules it follows: nothing is created in the caller's own
+//! network namespace (all addresses live inside namespaces made here), and namespaces are named
+//! `km-<pid>-a<seq>-...`, so the sweep of namespaces left by dead test processes removes these.
 
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
-use nix::sched::CloneFlags;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use crate::netns::{self, add_bridge, add_namespace, add_veth_async, ip, ip_async, namespaces_named, remove_namespace, unique_name, NetnsError};
 
 /// The gateway every pod routes through: the bridge's address in the switch namespace.
 pub const GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 244, 0, 1);
@@ -40,10 +35,8 @@ const POD_IF: &str = "eth0";
 /// A failure to run `ip` or to set up the network.
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
-    #[error("failed to run `{command}`: {source}")]
-    Spawn { command: String, source: std::io::Error },
-    #[error("`{command}` failed ({status}): {stderr}")]
-    Command { command: String, status: String, stderr: String },
+    #[error(transparent)]
+    Netns(#[from] NetnsError),
     #[error("node {node} has no free pod address left in 10.244.{node}.0/24")]
     Exhausted { node: usize },
     #[error("failed to listen on {addr} inside namespace {ns}: {source}")]
@@ -69,13 +62,11 @@ pub struct ClusterNetwork {
     cuts: Mutex<BTreeSet<(usize, usize)>>,
 }
 
-static NEXT_NETWORK: AtomicU32 = AtomicU32::new(0);
-
 impl ClusterNetwork {
     /// Creates the switch namespace with its bridge, the gateway, one address per node
     /// (`10.244.<node>.1`, the node's InternalIP) and `service_ip`.
     pub fn create(nodes: usize, service_ip: Ipv4Addr) -> Result<Self, NetError> {
-        let prefix = format!("km-{}-a{}", std::process::id(), NEXT_NETWORK.fetch_add(1, Ordering::Relaxed));
+        let prefix = unique_name("a");
         let net = ClusterNetwork {
             switch: format!("{prefix}-sw"),
             prefix,
@@ -84,15 +75,13 @@ impl ClusterNetwork {
             cuts: Mutex::new(BTreeSet::new()),
         };
         let sw = net.switch.clone();
-        ip_sync(&["netns", "add", &sw])?;
-        ip_sync(&["-n", &sw, "link", "set", "lo", "up"])?;
-        ip_sync(&["-n", &sw, "link", "add", BRIDGE, "address", BRIDGE_MAC, "type", "bridge"])?;
-        ip_sync(&["-n", &sw, "addr", "add", &format!("{GATEWAY}/16"), "dev", BRIDGE])?;
-        ip_sync(&["-n", &sw, "addr", "add", &format!("{service_ip}/32"), "dev", BRIDGE])?;
+        add_namespace(&sw)?;
+        add_bridge(&sw, BRIDGE, Some(BRIDGE_MAC))?;
+        ip(&["-n", &sw, "addr", "add", &format!("{GATEWAY}/16"), "dev", BRIDGE])?;
+        ip(&["-n", &sw, "addr", "add", &format!("{service_ip}/32"), "dev", BRIDGE])?;
         for node in 1..=nodes {
-            ip_sync(&["-n", &sw, "addr", "add", &format!("{}/32", node_ip(node)), "dev", BRIDGE])?;
+            ip(&["-n", &sw, "addr", "add", &format!("{}/32", node_ip(node)), "dev", BRIDGE])?;
         }
-        ip_sync(&["-n", &sw, "link", "set", BRIDGE, "up"])?;
         Ok(net)
     }
 
@@ -115,19 +104,16 @@ impl ClusterNetwork {
         let port = format!("v{seq}");
         let (ns, sw) = (net.ns.as_str(), self.switch.as_str());
         let result = async {
-            ip(&["netns", "add", ns]).await?;
-            ip(&["-n", ns, "link", "set", "lo", "up"]).await?;
-            ip(&["-n", ns, "link", "add", POD_IF, "type", "veth", "peer", "name", &port, "netns", sw]).await?;
-            ip(&["-n", sw, "link", "set", &port, "master", BRIDGE]).await?;
-            ip(&["-n", sw, "link", "set", &port, "up"]).await?;
-            ip(&["-n", ns, "addr", "add", &format!("{}/16", net.ip), "dev", POD_IF]).await?;
-            ip(&["-n", ns, "link", "set", POD_IF, "up"]).await?;
-            ip(&["-n", ns, "route", "add", "default", "via", &GATEWAY.to_string()]).await?;
+            ip_async(&["netns", "add", ns]).await?;
+            ip_async(&["-n", ns, "link", "set", "lo", "up"]).await?;
+            add_veth_async(ns, POD_IF, sw, &port, BRIDGE).await?;
+            ip_async(&["-n", ns, "addr", "add", &format!("{}/16", net.ip), "dev", POD_IF]).await?;
+            ip_async(&["-n", ns, "route", "add", "default", "via", &GATEWAY.to_string()]).await?;
             let cuts: Vec<usize> = self.cuts.lock().unwrap_or_else(|e| e.into_inner()).iter().filter(|(from, _)| *from == node).map(|(_, to)| *to).collect();
             for to in cuts {
-                ip(&["-n", ns, "route", "replace", "blackhole", &node_subnet(to)]).await?;
+                ip_async(&["-n", ns, "route", "replace", "blackhole", &node_subnet(to)]).await?;
             }
-            Ok(())
+            Ok::<(), NetError>(())
         }
         .await;
         if let Err(e) = result {
@@ -152,7 +138,7 @@ impl ClusterNetwork {
     pub fn cut(&self, from: usize, to: usize, pods: &[String]) -> Result<(), NetError> {
         self.cuts.lock().unwrap_or_else(|e| e.into_inner()).insert((from, to));
         for ns in pods {
-            ip_sync(&["-n", ns, "route", "replace", "blackhole", &node_subnet(to)])?;
+            ip(&["-n", ns, "route", "replace", "blackhole", &node_subnet(to)])?;
         }
         Ok(())
     }
@@ -163,7 +149,7 @@ impl ClusterNetwork {
         for (from, to) in cuts {
             for ns in pods_on(from) {
                 // A pod that went away meanwhile took its route with it.
-                let _ = ip_sync(&["-n", &ns, "route", "del", "blackhole", &node_subnet(to)]);
+                let _ = ip(&["-n", &ns, "route", "del", "blackhole", &node_subnet(to)]);
             }
         }
         Ok(())
@@ -171,10 +157,8 @@ impl ClusterNetwork {
 
     /// Deletes the switch namespace and any pod namespace of this network still present.
     pub fn teardown(&self) {
-        let list = ip_sync(&["netns", "list"]).unwrap_or_default();
-        let mine: Vec<&str> = list.lines().filter_map(|l| l.split_whitespace().next()).filter(|n| n.starts_with(&format!("{}-", self.prefix))).collect();
-        for ns in mine {
-            if let Err(e) = remove_namespace(ns) {
+        for ns in namespaces_named(&format!("{}-", self.prefix)).unwrap_or_default() {
+            if let Err(e) = remove_namespace(&ns) {
                 tracing::warn!(ns, error = %e, "failed to remove a network namespace");
             }
         }
@@ -191,17 +175,9 @@ pub fn node_subnet(node: usize) -> String {
     format!("10.244.{node}.0/24")
 }
 
-/// Binds a TCP listener inside namespace `ns`, from a short-lived thread that enters it; the
-/// socket stays in that namespace, while connections made elsewhere stay in the caller's.
+/// Binds a TCP listener inside namespace `ns` (`netns::listen_in`).
 pub fn listen_in(ns: &str, addr: SocketAddr) -> Result<std::net::TcpListener, NetError> {
-    let path = format!("/run/netns/{ns}");
-    let entered = std::thread::spawn(move || -> std::io::Result<std::net::TcpListener> {
-        let handle = File::open(&path)?;
-        nix::sched::setns(&handle, CloneFlags::CLONE_NEWNET)?;
-        std::net::TcpListener::bind(addr)
-    });
-    let result = entered.join().unwrap_or_else(|_| Err(std::io::Error::other("the namespace-entering thread panicked")));
-    result.map_err(|source| NetError::Listen { ns: ns.to_owned(), addr, source })
+    netns::listen_in(ns, addr).map_err(|source| NetError::Listen { ns: ns.to_owned(), addr, source })
 }
 
 /// Accepts on `listener` (inside the cluster network) and pipes each connection to `target` (on
@@ -229,54 +205,12 @@ pub async fn forward(listener: std::net::TcpListener, target: SocketAddr) {
     }
 }
 
-/// Kills every process inside `ns` (all started by this agent), waits up to five seconds for
-/// them, then deletes the namespace.
-pub fn remove_namespace(ns: &str) -> Result<(), NetError> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let pids: Vec<i32> = ip_sync(&["netns", "pids", ns])?.split_whitespace().filter_map(|p| p.parse().ok()).collect();
-        if pids.is_empty() || Instant::now() > deadline {
-            break;
-        }
-        for pid in pids {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    ip_sync(&["netns", "del", ns]).map(drop)
-}
-
-/// Runs `ip args...`, returning its stdout or an error with its stderr.
-pub fn ip_sync(args: &[&str]) -> Result<String, NetError> {
-    let out = Command::new("ip").args(args).stdin(Stdio::null()).output().map_err(|source| NetError::Spawn { command: shown(args), source })?;
-    checked(args, out)
-}
-
-/// [`ip_sync`] without blocking the runtime.
-pub async fn ip(args: &[&str]) -> Result<String, NetError> {
-    let out =
-        tokio::process::Command::new("ip").args(args).stdin(Stdio::null()).output().await.map_err(|source| NetError::Spawn { command: shown(args), source })?;
-    checked(args, out)
-}
-
-fn checked(args: &[&str], out: std::process::Output) -> Result<String, NetError> {
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(NetError::Command { command: shown(args), status: out.status.to_string(), stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned() })
-    }
-}
-
-fn shown(args: &[&str]) -> String {
-    format!("ip {}", args.join(" "))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn bridge_mac(net: &ClusterNetwork) -> String {
-        let link = ip_sync(&["-n", net.switch(), "-br", "link", "show", BRIDGE]).expect("ip link show br0");
+        let link = ip(&["-n", net.switch(), "-br", "link", "show", BRIDGE]).expect("ip link show br0");
         link.split_whitespace().nth(2).unwrap_or_default().to_string()
     }
 

@@ -1,5 +1,7 @@
 //! Argument parsing shared by the command families, with Redis's error messages.
 
+use std::ops::Range;
+
 use bytes::Bytes;
 
 use crate::db::zset::{LexBound, ScoreBound};
@@ -123,6 +125,76 @@ pub fn cursor(arg: &[u8]) -> Result<u64, CmdError> {
     std::str::from_utf8(arg).ok().and_then(|s| s.parse::<u64>().ok()).ok_or_else(|| CmdError::err("invalid cursor"))
 }
 
+// ---------------------------------------------------------------------------------------
+// `numkeys`-counted keys and the `*MPOP` commands.
+
+/// Positions of the `numkeys`-counted keys that follow `argv[numkeys_idx]`, clamped to the
+/// arguments present (the handler reports a bad count; this only decides what to lock).
+pub fn numkeys_positions(argv: &[Bytes], numkeys_idx: usize) -> Vec<usize> {
+    let Some(n) = argv.get(numkeys_idx).and_then(|a| parse_i64(a)) else {
+        return Vec::new();
+    };
+    if n < 1 {
+        return Vec::new();
+    }
+    let first = numkeys_idx + 1;
+    let last = first.saturating_add(usize::try_from(n).unwrap_or(usize::MAX)).min(argv.len());
+    (first..last).collect()
+}
+
+/// The key positions of `CMD numkeys key...` (`ZUNION`, `LMPOP`, ...).
+pub fn numkeys_at_1(argv: &[Bytes]) -> Vec<usize> {
+    numkeys_positions(argv, 1)
+}
+
+/// Redis's `getRangeLongFromObjectOrReply(min, LONG_MAX, msg)`: a non-integer or a value
+/// below `min` both answer `ERR <msg>`.
+pub fn int_at_least(arg: &[u8], min: i64, msg: &str) -> Result<i64, CmdError> {
+    match parse_i64(arg) {
+        Some(n) if n >= min => Ok(n),
+        _ => Err(CmdError::err(msg)),
+    }
+}
+
+/// Redis's `getPositiveLongFromObjectOrReply` without a custom message.
+pub fn positive(arg: &[u8]) -> Result<usize, CmdError> {
+    int_at_least(arg, 0, "value is out of range, must be positive").map(|n| n as usize)
+}
+
+/// What an `*MPOP` command (`LMPOP`, `ZMPOP` and their blocking forms) asked for.
+#[derive(Debug, PartialEq)]
+pub struct Mpop<E> {
+    /// Indexes into `argv` of the keys, in order.
+    pub keys: Range<usize>,
+    /// The end to pop from (`LEFT`/`RIGHT`, `MIN`/`MAX`), as the command's parser read it.
+    pub end: E,
+    pub count: usize,
+}
+
+/// Parses `numkeys key... <end> [COUNT count]` with `numkeys` at `argv[numkeys_idx]` (1 for
+/// `LMPOP`/`ZMPOP`, 2 for `BLMPOP`/`BZMPOP`, after the timeout), with Redis's errors; `end`
+/// parses the end word (a syntax error when it is not one).
+pub fn mpop_args<E>(argv: &[Bytes], numkeys_idx: usize, end: impl Fn(&[u8]) -> Result<E, CmdError>) -> Result<Mpop<E>, CmdError> {
+    let numkeys = int_at_least(&argv[numkeys_idx], 1, "numkeys should be greater than 0")?;
+    let first = numkeys_idx + 1;
+    let end_idx = usize::try_from(numkeys).unwrap_or(usize::MAX).saturating_add(first);
+    if end_idx >= argv.len() {
+        return Err(CmdError::Syntax);
+    }
+    let end = end(&argv[end_idx])?;
+    let mut count = None;
+    let mut j = end_idx + 1;
+    while j < argv.len() {
+        if count.is_none() && eq_ignore_case(&argv[j], "count") && j + 1 < argv.len() {
+            count = Some(int_at_least(&argv[j + 1], 1, "count should be greater than 0")? as usize);
+            j += 2;
+        } else {
+            return Err(CmdError::Syntax);
+        }
+    }
+    Ok(Mpop { keys: first..end_idx, end, count: count.unwrap_or(1) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,5 +216,20 @@ mod tests {
         assert_eq!(parse_float(b"nan"), None);
         assert_eq!(parse_float(b" 1"), None);
         assert_eq!(parse_float(b"1x"), None);
+    }
+
+    #[test]
+    fn mpop_arguments_parse_with_redis_errors() {
+        let argv = |s: &str| s.split(' ').map(|w| Bytes::copy_from_slice(w.as_bytes())).collect::<Vec<_>>();
+        let left = |a: &[u8]| if eq_ignore_case(a, "left") { Ok(true) } else { Err(CmdError::Syntax) };
+        assert_eq!(mpop_args(&argv("lmpop 2 a b left count 3"), 1, left), Ok(Mpop { keys: 2..4, end: true, count: 3 }));
+        assert_eq!(mpop_args(&argv("blmpop 0 1 a left"), 2, left), Ok(Mpop { keys: 3..4, end: true, count: 1 }));
+        assert_eq!(mpop_args(&argv("lmpop 0 a left"), 1, left), Err(CmdError::err("numkeys should be greater than 0")));
+        assert_eq!(mpop_args(&argv("lmpop 1 a left count 0"), 1, left), Err(CmdError::err("count should be greater than 0")));
+        assert_eq!(mpop_args(&argv("lmpop 3 a left"), 1, left), Err(CmdError::Syntax));
+        assert_eq!(mpop_args(&argv("lmpop 1 a up"), 1, left), Err(CmdError::Syntax));
+        assert_eq!(mpop_args(&argv("lmpop 1 a left count 1 count 2"), 1, left), Err(CmdError::Syntax));
+        assert_eq!(numkeys_positions(&argv("zunion 5 a b"), 1), vec![2, 3]);
+        assert_eq!(numkeys_positions(&argv("zunion x a b"), 1), Vec::<usize>::new());
     }
 }

@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::args::{mpop_args, numkeys_positions};
 use super::flags::*;
-use super::list::{lmpop_args, lmpop_reply, move_element, pop_from, side};
-use super::zset::{numkeys_positions, zmpop_args, zmpop_reply, zpop};
+use super::list::{lmpop_reply, move_element, pop_from, side};
+use super::zset::{min_max, zmpop_reply, zpop};
 use super::{CommandSpec, Exec, Keys, TABLE};
 use crate::blocking::Waiter;
 use crate::client::BlockRequest;
@@ -146,10 +147,10 @@ fn blmove(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 
 fn blmpop(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let wait = timeout(&argv[1])?;
-    let args = lmpop_args(argv, 2)?;
+    let args = mpop_args(argv, 2, side)?;
     let mut found = None;
     for i in args.keys.clone() {
-        let popped = pop_from(exec, &argv[i], args.left, args.count)?;
+        let popped = pop_from(exec, &argv[i], args.end, args.count)?;
         if !popped.is_empty() {
             found = Some(lmpop_reply(&argv[i], popped));
             break;
@@ -181,10 +182,10 @@ fn bzpopmax(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 
 fn bzmpop(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let wait = timeout(&argv[1])?;
-    let args = zmpop_args(argv, 2)?;
+    let args = mpop_args(argv, 2, min_max)?;
     let mut found = None;
     for i in args.keys.clone() {
-        let popped = zpop(exec, &argv[i], args.max, args.count)?;
+        let popped = zpop(exec, &argv[i], args.end, args.count)?;
         if !popped.is_empty() {
             found = Some(zmpop_reply(&argv[i], popped));
             break;

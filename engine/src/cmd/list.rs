@@ -4,15 +4,15 @@
 //!
 //! A list replicates as a whole value (LWW on the key, DESIGN.md, Merge semantics), so edits
 //! only stamp the key's version. The blocking forms (`BLPOP`, `BLMOVE`, `BLMPOP`, ...) live in
-//! `blocking.rs` and reuse `pop_from`, `move_element`, `lmpop_args` and `lmpop_reply`.
+//! `blocking.rs` and reuse `pop_from`, `move_element` and `lmpop_reply` (the `*MPOP` arguments
+//! are parsed by `args::mpop_args`).
 
 use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use super::args::{eq_ignore_case, int, resolve_range};
+use super::args::{eq_ignore_case, int, int_at_least, mpop_args, numkeys_at_1, positive, resolve_range};
 use super::flags::*;
-use super::zset::{int_at_least, numkeys_positions, positive};
 use super::{wrong_arity, CommandSpec, Exec, Keys};
 use crate::db::entry::ListValue;
 use crate::db::{Kind, Value};
@@ -67,10 +67,6 @@ pub const COMMANDS: &[CommandSpec] = &[
         "Returns multiple elements from a list after removing them. Deletes the list if the last element was popped."
     ),
 ];
-
-fn numkeys_at_1(argv: &[Bytes]) -> Vec<usize> {
-    numkeys_positions(argv, 1)
-}
 
 /// The list at `key` for a read command (counts a keyspace hit or miss).
 fn read<'e>(exec: &'e mut Exec<'_, '_>, key: &[u8]) -> Result<Option<&'e VecDeque<Bytes>>, CmdError> {
@@ -411,47 +407,15 @@ fn rpoplpush(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     move_element(exec, &argv[1], &argv[2], false, true)
 }
 
-/// What `LMPOP`/`BLMPOP` asked for.
-pub(crate) struct LmpopArgs {
-    /// Indexes into `argv` of the keys, in order.
-    pub keys: std::ops::Range<usize>,
-    /// `LEFT` (true) or `RIGHT`.
-    pub left: bool,
-    pub count: usize,
-}
-
-/// Parses `numkeys key... LEFT|RIGHT [COUNT count]` with `numkeys` at `argv[numkeys_idx]`
-/// (1 for LMPOP, 2 for BLMPOP), with Redis's errors.
-pub(crate) fn lmpop_args(argv: &[Bytes], numkeys_idx: usize) -> Result<LmpopArgs, CmdError> {
-    let numkeys = int_at_least(&argv[numkeys_idx], 1, "numkeys should be greater than 0")?;
-    let first = numkeys_idx + 1;
-    let where_idx = usize::try_from(numkeys).unwrap_or(usize::MAX).saturating_add(first);
-    if where_idx >= argv.len() {
-        return Err(CmdError::Syntax);
-    }
-    let left = side(&argv[where_idx])?;
-    let mut count = None;
-    let mut j = where_idx + 1;
-    while j < argv.len() {
-        if count.is_none() && eq_ignore_case(&argv[j], "count") && j + 1 < argv.len() {
-            count = Some(int_at_least(&argv[j + 1], 1, "count should be greater than 0")? as usize);
-            j += 2;
-        } else {
-            return Err(CmdError::Syntax);
-        }
-    }
-    Ok(LmpopArgs { keys: first..where_idx, left, count: count.unwrap_or(1) })
-}
-
 /// `[key, [element, ...]]`, the LMPOP/BLMPOP reply.
 pub(crate) fn lmpop_reply(key: &[u8], popped: Vec<Bytes>) -> Frame {
     Frame::Array(vec![Frame::bulk(key), Frame::Array(popped.into_iter().map(Frame::Bulk).collect())])
 }
 
 fn lmpop(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let args = lmpop_args(argv, 1)?;
+    let args = mpop_args(argv, 1, side)?;
     for i in args.keys {
-        let popped = pop_from(exec, &argv[i], args.left, args.count)?;
+        let popped = pop_from(exec, &argv[i], args.end, args.count)?;
         if !popped.is_empty() {
             return Ok(lmpop_reply(&argv[i], popped));
         }

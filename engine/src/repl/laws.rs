@@ -1,9 +1,11 @@
 //! Property tests of the merge lattice: for random effects from three origins, applying them
 //! in any order, with duplicates and with any grouping, leaves every replica in the same
 //! state — i.e. `apply_op` is commutative, idempotent and associative on the keyspace.
-//! `local_writes` checks a node's own writes, no-ops included, against the same merge.
+//! `local_writes` checks a node's own writes, no-ops included, against the same merge;
+//! `replays` holds the cases the `mesh_message` fuzz target found.
 
 mod local_writes;
+mod replays;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -54,7 +56,7 @@ fn effect(kind: u8, key: u8, hlc: u64, node: u32, a: u8, b: u8) -> Vec<pb::Op> {
     let key = [b'k', b'0' + key % 3];
     let ver = v(hlc, node);
     let name = |x: u8| vec![b'f', b'0' + x % 4];
-    match kind % 9 {
+    match kind % 10 {
         0 => vec![effects::value_effect(0, &key, &Value::string(&[b'v', a]), ver, &[])],
         1 => vec![effects::delete(0, &key, ver)],
         2 => vec![effects::expire(0, &key, if a.is_multiple_of(2) { 0 } else { 4_000_000_000_000 + a as u64 }, ver)],
@@ -97,6 +99,8 @@ fn effect(kind: u8, key: u8, hlc: u64, node: u32, a: u8, b: u8) -> Vec<pb::Op> {
             key: key.to_vec(),
             effect: Some(pb::op::Effect::List(pb::ListValue { items: vec![vec![a], vec![b]], version: version(ver) })),
         }],
+        // FLUSHDB: a database-wide tombstone.
+        8 => vec![effects::flush_db(0, ver)],
         // A whole-collection write: a delete and members at the same version.
         _ => vec![
             effects::delete(0, &key, ver),
@@ -195,6 +199,7 @@ fn bump(op: &mut pb::Op, by: u64) {
             c.decr_total = hlc / 5;
         }
         Some(Effect::List(l)) => shift(&mut l.version),
+        Some(Effect::FlushDb(f)) => shift(&mut f.version),
         _ => {}
     }
 }

@@ -27,7 +27,7 @@ use bytes::Bytes;
 use keymesh_proto as pb;
 
 use super::effects::from_pb;
-use crate::db::counter::Counter;
+use crate::db::counter::{Counter, BASE_ONLY};
 use crate::db::entry::{Collection, Field, ListValue};
 use crate::db::zset::SortedSet;
 use crate::db::{Entry, Expiry, Shard, Store, Value, SHARDS_PER_DB};
@@ -84,7 +84,7 @@ pub fn merge_locked(store: &Store, db: usize, shard: &mut Shard, op: &pb::Op, fl
             whole_write(store, db, shard, key, Value::List(Box::new(list)), from_pb(l.version.as_ref()), flushed)
         }
         Effect::Delete(d) => delete(store, db, shard, key, from_pb(d.version.as_ref()), flushed),
-        Effect::Expire(e) => expire(store, db, shard, key, e.deadline_ms, from_pb(e.version.as_ref())),
+        Effect::Expire(e) => expire(store, db, shard, key, e.deadline_ms, from_pb(e.version.as_ref()), flushed),
         Effect::Hash(h) => merge_fields(store, db, shard, key, flushed, FieldsOp::Hash(h)),
         Effect::Set(s) => merge_fields(store, db, shard, key, flushed, FieldsOp::Set(s)),
         Effect::Zset(z) => merge_fields(store, db, shard, key, flushed, FieldsOp::ZSet(z)),
@@ -221,6 +221,13 @@ fn delete(store: &Store, db: usize, shard: &mut Shard, key: &[u8], v: Version, f
         return false;
     }
     if let Some(entry) = shard.raw_mut(key) {
+        // The key's last whole write (or delete) is at least as new: it killed all this delete
+        // would, so the delete changes nothing. A replayed delete meets this once the key was
+        // written again after it (found by the mesh_message fuzz target: the replay recorded a
+        // second tombstone for the live key and reported a change).
+        if v <= whole_version(entry) {
+            return false;
+        }
         if clear_older(entry, v) {
             bury(store, db, shard, key);
         }
@@ -230,7 +237,7 @@ fn delete(store: &Store, db: usize, shard: &mut Shard, key: &[u8], v: Version, f
     true
 }
 
-fn expire(store: &Store, db: usize, shard: &mut Shard, key: &[u8], deadline_ms: u64, v: Version) -> bool {
+fn expire(store: &Store, db: usize, shard: &mut Shard, key: &[u8], deadline_ms: u64, v: Version, flushed: Version) -> bool {
     let register = Expiry { deadline_ms, version: v };
     match shard.raw(key) {
         Some(entry) => {
@@ -244,7 +251,8 @@ fn expire(store: &Store, db: usize, shard: &mut Shard, key: &[u8], deadline_ms: 
             // The write that created the key is still on its way from another origin.
             // Kept if newer than the key's delete; whether the next incarnation adopts it is
             // decided when it is created (a different type starts after the ghost's writes).
-            let newer = v >= tombstone(shard, key) && shard.orphan_expiry.get(key).is_none_or(|e| e.version < v);
+            // A register older than the key's delete, or the database's flush, died with it.
+            let newer = v >= tombstone(shard, key) && v > flushed && shard.orphan_expiry.get(key).is_none_or(|e| e.version < v);
             if newer {
                 shard.orphan_expiry.insert(key.into(), register);
             }
@@ -419,7 +427,11 @@ fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u8], flushed
 
 fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[u8], d: &pb::CounterDelta, flushed: Version) -> bool {
     let dbref = store.db(db);
-    let v = from_pb(d.version.as_ref());
+    // A base-only delta (full sync) writes the base register alone: its version is the
+    // base's, whatever else it carries (found by the mesh_message fuzz target: a base-only
+    // delta stamped later than its base created a counter a flush between it and its replay
+    // removed, so replaying it created the key again).
+    let v = if d.origin == BASE_ONLY { from_pb(d.base.as_ref()) } else { from_pb(d.version.as_ref()) };
     let floor = flushed.max(tombstone(shard, key));
     let ghost_newest = shard.tombstones.get(key).map_or(Version::ZERO, |g| g.newest());
     if v <= floor.max(ghost_newest) {

@@ -9,12 +9,10 @@
 //!   p0 ---------------- br0 --- p1      <- all in km-<pid>-<seq>-sw (the "switch")
 //! ```
 //!
-//! Guarantees:
-//! - Nothing is created in, or changed in, the caller's own network namespace: every `ip`
-//!   command runs with `-n <ns>` against a namespace this fixture created, and each veth pair is
-//!   created from inside its host namespace with its peer placed straight into the switch
-//!   namespace. The `10.231.R.0/24` addresses exist only inside those namespaces, so two
-//!   networks (even with the same `R`) can never see each other.
+//! Guarantees (built with the toolkit in `netns`, whose rules it follows):
+//! - Nothing is created in, or changed in, the caller's own network namespace. The
+//!   `10.231.R.0/24` addresses exist only inside the network's namespaces, so two networks
+//!   (even with the same `R`) can never see each other.
 //! - Names are unique per process and per network (`<pid>-<seq>`), so tests running in
 //!   parallel, in threads or processes, do not collide. Namespaces left by a test process that
 //!   was killed (so its `Drop` never ran) are removed by the next [`Network::new`] once that
@@ -28,40 +26,22 @@
 //! which makes non-transitive partitions, A-B cut while both still reach C, possible).
 //! Both use only iproute2.
 //!
-//! Reaching a host: [`Host::connect`] opens a TCP socket from a short-lived thread that has
-//! entered the host's namespace with `setns(2)`; the socket stays in that namespace after the
-//! thread ends, so ordinary blocking I/O on it works from any thread. [`Network::command`]
-//! runs a program inside a namespace with `ip netns exec`.
+//! Reaching a host: [`Host::connect`] opens a TCP socket inside the host's namespace
+//! (`netns::connect_in`). [`Network::command`] runs a program inside a namespace with
+//! `ip netns exec`.
 
 use std::ffi::OsStr;
-use std::fs::File;
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nix::sched::CloneFlags;
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
+use super::{add_bridge, add_namespace, add_veth, connect_in, ip, remove_namespace, sweep_stale, unique_name, NetnsError};
 
-/// Every namespace this fixture creates starts with this, followed by `-<pid>-`.
-const NAME_PREFIX: &str = "km";
 /// The bridge inside the switch namespace.
 const BRIDGE: &str = "br0";
 /// The host end of each veth pair, inside the host's own namespace.
 const HOST_IF: &str = "eth0";
-
-/// A failure to build or change a [`Network`].
-#[derive(Debug, thiserror::Error)]
-pub enum NetnsError {
-    #[error("failed to run `{command}`: {source}")]
-    Spawn { command: String, source: std::io::Error },
-    #[error("`{command}` failed ({status}): {stderr}")]
-    Command { command: String, status: String, stderr: String },
-    #[error("a network has 1 to 250 hosts, not {0}")]
-    HostCount(usize),
-}
 
 /// One host of a [`Network`]: a namespace with one interface and one address.
 #[derive(Debug, Clone)]
@@ -93,37 +73,6 @@ impl Host {
     }
 }
 
-/// Opens a TCP connection from inside the named namespace (see the module docs for how).
-pub fn connect_in(ns: &str, addr: SocketAddr, timeout: Duration) -> std::io::Result<TcpStream> {
-    let path = format!("/run/netns/{ns}");
-    // A fresh thread, so that no thread the caller owns ever changes namespace.
-    let entered = std::thread::spawn(move || -> std::io::Result<TcpStream> {
-        let handle = File::open(&path)?;
-        nix::sched::setns(&handle, CloneFlags::CLONE_NEWNET)?;
-        TcpStream::connect_timeout(&addr, timeout)
-    });
-    entered.join().unwrap_or_else(|_| Err(std::io::Error::other("the namespace-entering thread panicked")))
-}
-
-/// Why namespace tests cannot run here (`None` when they can): not root, no `ip`, or the
-/// kernel refuses new network namespaces. Checks by creating and deleting one namespace.
-pub fn skip_reason() -> Option<String> {
-    let euid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(2)).map(str::to_owned));
-    if euid.as_deref() != Some("0") {
-        return Some(format!("not running as root (effective uid {})", euid.as_deref().unwrap_or("unknown")));
-    }
-    let probe = format!("{NAME_PREFIX}-{}-probe{}", std::process::id(), NEXT_SEQ.fetch_add(1, Ordering::Relaxed));
-    if let Err(e) = ip(&["netns", "add", &probe]) {
-        return Some(format!("`ip netns` is unavailable: {e}"));
-    }
-    let _ = ip(&["netns", "del", &probe]);
-    None
-}
-
-static NEXT_SEQ: AtomicU32 = AtomicU32::new(0);
-
 /// A private network of hosts joined by one switch; see the module docs.
 pub struct Network {
     name: String,
@@ -142,34 +91,28 @@ impl Network {
             return Err(NetnsError::HostCount(n));
         }
         sweep_stale();
-        let pid = std::process::id();
-        let seq = NEXT_SEQ.fetch_add(1, Ordering::Relaxed);
-        let name = format!("{NAME_PREFIX}-{pid}-{seq}");
+        let name = unique_name("");
         // Cosmetic only (networks are isolated), but distinct subnets make logs easier to read.
-        let subnet = ((pid.wrapping_mul(31).wrapping_add(seq)) % 250 + 1) as u8;
+        let seq: u32 = name.rsplit('-').next().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let subnet = ((std::process::id().wrapping_mul(31).wrapping_add(seq)) % 250 + 1) as u8;
         let mut net = Network { switch: format!("{name}-sw"), name, hosts: Vec::new(), created: Vec::new(), blackholes: Mutex::new(Vec::new()) };
         let sw = net.switch.clone();
         net.add_namespace(&sw)?;
-        ip(&["-n", &sw, "link", "add", BRIDGE, "type", "bridge"])?;
-        ip(&["-n", &sw, "link", "set", BRIDGE, "up"])?;
+        add_bridge(&sw, BRIDGE, None)?;
         for index in 0..n {
             let host = Host { index, ns: format!("{}-h{index}", net.name), ip: Ipv4Addr::new(10, 231, subnet, index as u8 + 1) };
             net.add_namespace(&host.ns)?;
             let port = switch_port(index);
-            ip(&["-n", &host.ns, "link", "add", HOST_IF, "type", "veth", "peer", "name", &port, "netns", &sw])?;
-            ip(&["-n", &sw, "link", "set", &port, "master", BRIDGE])?;
-            ip(&["-n", &sw, "link", "set", &port, "up"])?;
+            add_veth(&host.ns, HOST_IF, &sw, &port, BRIDGE)?;
             ip(&["-n", &host.ns, "addr", "add", &format!("{}/24", host.ip), "dev", HOST_IF])?;
-            ip(&["-n", &host.ns, "link", "set", HOST_IF, "up"])?;
             net.hosts.push(host);
         }
         Ok(net)
     }
 
     fn add_namespace(&mut self, ns: &str) -> Result<(), NetnsError> {
-        ip(&["netns", "add", ns])?;
+        add_namespace(ns)?;
         self.created.push(ns.to_owned());
-        ip(&["-n", ns, "link", "set", "lo", "up"])?;
         Ok(())
     }
 
@@ -296,58 +239,6 @@ impl Drop for Network {
 /// The switch-side end of host `index`'s veth pair.
 fn switch_port(index: usize) -> String {
     format!("p{index}")
-}
-
-/// Kills every process inside `ns` (they were all started there by this fixture), waits up to
-/// five seconds for them to go, then deletes the namespace.
-fn remove_namespace(ns: &str) -> Result<(), NetnsError> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let pids = namespace_pids(ns)?;
-        if pids.is_empty() || Instant::now() > deadline {
-            break;
-        }
-        for pid in pids {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    ip(&["netns", "del", ns]).map(drop)
-}
-
-fn namespace_pids(ns: &str) -> Result<Vec<i32>, NetnsError> {
-    let out = ip(&["netns", "pids", ns])?;
-    Ok(out.split_whitespace().filter_map(|p| p.parse().ok()).collect())
-}
-
-/// Removes namespaces named `km-<pid>-...` whose creating process no longer exists (a test
-/// process that was killed before its `Drop` ran).
-fn sweep_stale() {
-    let Ok(list) = ip(&["netns", "list"]) else { return };
-    for name in list.lines().filter_map(|l| l.split_whitespace().next()) {
-        let mut parts = name.splitn(3, '-');
-        let (Some(NAME_PREFIX), Some(pid), Some(_)) = (parts.next(), parts.next(), parts.next()) else { continue };
-        let Ok(pid) = pid.parse::<u32>() else { continue };
-        if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            eprintln!("keymesh-e2e: removing stale network namespace {name} (its test process {pid} is gone)");
-            let _ = remove_namespace(name);
-        }
-    }
-}
-
-/// Runs `ip args...` and returns its stdout, or an error carrying its stderr.
-fn ip(args: &[&str]) -> Result<String, NetnsError> {
-    let mut cmd = Command::new("ip");
-    cmd.args(args).stdin(Stdio::null());
-    let out = cmd.output().map_err(|source| NetnsError::Spawn { command: describe(&cmd), source })?;
-    if !out.status.success() {
-        return Err(NetnsError::Command {
-            command: describe(&cmd),
-            status: out.status.to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn describe(cmd: &Command) -> String {

@@ -1,0 +1,38 @@
+//! The mesh stream's messages as a peer could send them: arbitrary bytes decoded as the
+//! protobuf messages of both directions, and every effect an origin's batch carries merged
+//! into a replicating keyspace. Decoding may fail; nothing may panic, and merging the same
+//! batch a second time changes nothing (the merge is idempotent).
+#![no_main]
+
+use std::sync::{Arc, OnceLock};
+
+use keymesh_engine::db::Store;
+use keymesh_engine::hlc::{Hlc, SystemClock};
+use keymesh_engine::repl::merge::{apply_op, ApplyOutcome};
+use keymesh_proto as pb;
+use libfuzzer_sys::fuzz_target;
+use prost::Message;
+
+fn store() -> &'static Store {
+    static STORE: OnceLock<Store> = OnceLock::new();
+    STORE.get_or_init(|| {
+        let store = Store::new(2, Hlc::new(Arc::new(SystemClock), 500), 7);
+        store.enable_replication();
+        store
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let _ = pb::SubscriberMessage::decode(data);
+    let Ok(message) = pb::OriginMessage::decode(data) else { return };
+    let Some(pb::origin_message::Body::Batch(batch)) = message.body else { return };
+    let store = store();
+    store.wipe();
+    for op in &batch.ops {
+        apply_op(store, op);
+    }
+    for op in &batch.ops {
+        let again = apply_op(store, op);
+        assert!(!matches!(again, ApplyOutcome::Applied), "applying {op:?} twice changed the keyspace twice");
+    }
+});
