@@ -124,6 +124,8 @@ const DIRECTIVES: &[Directive] = &[
     // µs; negative: off, 0: every command (Redis's meaning and defaults).
     Directive { name: "slowlog-log-slower-than", default: "10000", kind: Kind::Int(i64::MIN, i64::MAX), live: true },
     Directive { name: "slowlog-max-len", default: "128", kind: Kind::Int(0, i64::MAX), live: true },
+    // ms; 0: the latency monitor is off (Redis's default).
+    Directive { name: "latency-monitor-threshold", default: "0", kind: Kind::Int(0, i64::MAX), live: true },
     Directive { name: "busy-reply-threshold", default: "5000", kind: Kind::Int(0, i64::MAX), live: true },
     Directive { name: "lua-time-limit", default: "5000", kind: Kind::Int(0, i64::MAX), live: true },
     Directive { name: "lua-memory-limit", default: "256mb", kind: Kind::Bytes, live: true },

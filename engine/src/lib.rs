@@ -17,6 +17,7 @@ pub mod handoff;
 pub mod hlc;
 pub mod http;
 pub mod kernel;
+pub mod latency;
 pub mod memory;
 pub mod mesh;
 pub mod metrics;

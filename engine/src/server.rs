@@ -76,6 +76,8 @@ pub struct Server {
     pub slowlog: crate::slowlog::SlowLog,
     /// `MONITOR` clients (`crate::monitor`).
     pub monitors: crate::monitor::Monitors,
+    /// `LATENCY` events (`crate::latency`).
+    pub latency: crate::latency::LatencyMonitor,
     pub metrics: Metrics,
     pub stats: ServerStats,
     pub run_id: String,
@@ -144,6 +146,7 @@ impl Server {
             blocking: Blocking::default(),
             slowlog: crate::slowlog::SlowLog::default(),
             monitors: crate::monitor::Monitors::default(),
+            latency: crate::latency::LatencyMonitor::default(),
             metrics,
             stats: ServerStats::default(),
             run_id,
@@ -180,6 +183,7 @@ impl Server {
         self.scripts.memory_limit.store(config.int("lua-memory-limit") as usize, Ordering::Relaxed);
         self.store.tombstone_gc_ms.store(config.int("tombstone-gc-seconds") as u64 * 1000, Ordering::Relaxed);
         self.slowlog.configure(config.int("slowlog-log-slower-than"), config.int("slowlog-max-len") as usize);
+        self.latency.set_threshold_ms(config.int("latency-monitor-threshold") as u64);
     }
 
     /// Changes directives that can change live, all or nothing (`CONFIG SET`, admin
@@ -368,7 +372,12 @@ fn bind_reuse(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
 /// Runs until SIGTERM/SIGINT (or `SHUTDOWN`). Fails only when the snapshot is refused and
 /// `snapshot-load-error` is `refuse-start`.
 pub async fn run(server: Arc<Server>, listeners: Listeners) -> Result<(), ServerError> {
-    tokio::spawn(crate::db::expire::run_active_expiry(server.store.clone()));
+    let monitored = Arc::downgrade(&server);
+    tokio::spawn(crate::db::expire::run_active_expiry(server.store.clone(), move |took| {
+        if let Some(server) = monitored.upgrade() {
+            server.latency.add_if_needed("expire-cycle", took.as_millis() as u64);
+        }
+    }));
     // The first look happens before any client connects, so INFO never shows it unknown.
     let (files, backlog) = server.kernel_files();
     let thp_off = crate::kernel::disable_thp_if_always(&files);

@@ -120,6 +120,17 @@ pub struct CommandStats {
     pub usec: AtomicU64,
     pub rejected: AtomicU64,
     pub failed: AtomicU64,
+    /// Durations by power-of-two µs bucket (`LATENCY HISTOGRAM`, `crate::latency`).
+    pub histogram: [AtomicU64; crate::latency::BUCKETS],
+}
+
+impl CommandStats {
+    /// Zeroes every counter (`CONFIG RESETSTAT`).
+    pub fn reset(&self) {
+        for counter in [&self.calls, &self.usec, &self.rejected, &self.failed].into_iter().chain(&self.histogram) {
+            counter.store(0, Ordering::Relaxed);
+        }
+    }
 }
 
 pub struct CommandTable {
@@ -264,10 +275,12 @@ pub fn show_to_monitors(server: &Server, db: usize, source: Source<'_>, spec: &C
     }
 }
 
-/// Logs a command that ran for `elapsed` in `SLOWLOG` if it was slow enough: the one place
-/// for the rules (a command that blocked is logged when it is served; EXEC as its commands).
+/// Logs a command that ran for `elapsed` in `SLOWLOG` and the latency monitor if it was slow
+/// enough: the one place for the rules (a command that blocked is logged in SLOWLOG when it
+/// is served; EXEC as its commands).
 pub fn log_if_slow(server: &Server, client: &ClientState, spec: &CommandSpec, argv: &[Bytes], elapsed: std::time::Duration) {
     let duration_us = elapsed.as_micros() as u64;
+    server.latency.add_if_needed(if spec.flags & flags::FAST != 0 { "fast-command" } else { "command" }, duration_us / 1000);
     if server.slowlog.wants(duration_us) && client.block.is_none() && !client.would_block && spec.flags & flags::SKIP_SLOWLOG == 0 {
         server.slowlog.record(argv, duration_us, &client.handle.addr, client.handle.name.lock().clone());
     }
@@ -276,7 +289,9 @@ pub fn log_if_slow(server: &Server, client: &ClientState, spec: &CommandSpec, ar
 pub fn record(index: usize, elapsed: std::time::Duration, reply: &Reply) {
     let stats = &TABLE.stats[index];
     stats.calls.fetch_add(1, Ordering::Relaxed);
-    stats.usec.fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
+    let us = elapsed.as_micros() as u64;
+    stats.usec.fetch_add(us, Ordering::Relaxed);
+    stats.histogram[crate::latency::bucket_of(us)].fetch_add(1, Ordering::Relaxed);
     if matches!(reply, Err(_) | Ok(Frame::Error(_))) {
         stats.failed.fetch_add(1, Ordering::Relaxed);
     }

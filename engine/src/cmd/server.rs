@@ -1,5 +1,5 @@
 //! Server commands: `INFO`, `CONFIG`, `COMMAND`, `DBSIZE`, `FLUSHDB`, `FLUSHALL`, `SWAPDB`,
-//! `TIME`, `OBJECT`, `MEMORY USAGE`, `SHUTDOWN`, `SAVE`, `BGSAVE`, `LASTSAVE`, `SLOWLOG`, `MONITOR`.
+//! `TIME`, `OBJECT`, `MEMORY USAGE`, `SHUTDOWN`, `SAVE`, `BGSAVE`, `LASTSAVE`, `SLOWLOG`, `MONITOR`, `LATENCY`.
 
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
@@ -34,6 +34,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec!("save", 1, ADMIN | NO_MULTI, Keys::None, save, "Synchronously saves the database(s) to disk."),
     spec!("bgsave", -1, ADMIN, Keys::None, bgsave, "Asynchronously saves the database(s) to disk."),
     spec!("monitor", 1, ADMIN | NO_MULTI | LOADING | STALE, Keys::None, monitor, "Listens for all requests received by the server in real-time."),
+    spec!("latency", -2, ADMIN | LOADING | STALE, Keys::None, latency, "A container for latency diagnostics commands."),
     spec!("slowlog", -2, ADMIN | LOADING | STALE, Keys::None, slowlog, "A container for slow log commands."),
     spec!("lastsave", 1, FAST | LOADING | STALE, Keys::None, lastsave, "Returns the Unix timestamp of the last successful save to disk."),
     spec!(
@@ -236,6 +237,57 @@ fn monitor(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     Ok(OK)
 }
 
+fn latency(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    let monitor = &exec.server.latency;
+    let sub = argv[1].to_ascii_lowercase();
+    match (sub.as_slice(), argv.len()) {
+        (b"latest", 2) => Ok(monitor.latest()),
+        (b"history", 3) => Ok(monitor.history(&argv[2])),
+        (b"reset", _) => Ok(Frame::Integer(monitor.reset(&argv[2..].iter().map(|a| a.as_ref()).collect::<Vec<&[u8]>>()) as i64)),
+        (b"graph", 3) => match monitor.graph(&argv[2]) {
+            Some(graph) => Ok(Frame::Verbatim(Bytes::from(graph))),
+            None => Err(CmdError::err(format!("No samples available for event '{}'", String::from_utf8_lossy(&argv[2])))),
+        },
+        (b"doctor", 2) => Ok(Frame::Verbatim(Bytes::from(monitor.doctor()))),
+        (b"histogram", _) => {
+            let table = &*TABLE;
+            // Every command that ran, or the named ones (unknown names are skipped), in order.
+            let indexes: Vec<usize> =
+                if argv.len() == 2 { (0..table.specs.len()).collect() } else { argv[2..].iter().filter_map(|name| table.find(name)).collect() };
+            let mut seen = std::collections::BTreeSet::new();
+            let pairs = indexes
+                .into_iter()
+                .filter(|&i| seen.insert(i) && table.stats[i].calls.load(Ordering::Relaxed) > 0)
+                .map(|i| {
+                    (Frame::bulk(table.specs[i].name), crate::latency::histogram_reply(table.stats[i].calls.load(Ordering::Relaxed), &table.stats[i].histogram))
+                })
+                .collect();
+            Ok(Frame::Map(pairs))
+        }
+        (b"help", 2) => Ok(Frame::array_of_bulks([
+            "LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "DOCTOR",
+            "    Return a human readable latency analysis report.",
+            "GRAPH <event>",
+            "    Return an ASCII latency graph for the <event> class.",
+            "HISTORY <event>",
+            "    Return time-latency samples for the <event> class.",
+            "LATEST",
+            "    Return the latest latency samples for all events.",
+            "RESET [<event> ...]",
+            "    Reset latency data of one or more <event> classes.",
+            "    (default: reset all data for all event classes)",
+            "HISTOGRAM [COMMAND ...]",
+            "    Return a cumulative distribution of latencies in the format of a histogram for the specified command names.",
+            "    If no commands are specified then all histograms are replied.",
+            "HELP",
+            "    Print this help.",
+        ])),
+        (b"latest" | b"history" | b"graph" | b"doctor" | b"help", _) => Err(wrong_arity(&format!("latency|{}", String::from_utf8_lossy(&sub)))),
+        _ => Err(unknown_subcommand(&argv[1], "latency")),
+    }
+}
+
 fn slowlog(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let log = &exec.server.slowlog;
     match argv[1].to_ascii_lowercase().as_slice() {
@@ -306,10 +358,7 @@ fn config(exec: &mut Exec, argv: &[Bytes]) -> Reply {
                 return Err(wrong_arity("config|resetstat"));
             }
             for stats in &TABLE.stats {
-                stats.calls.store(0, Ordering::Relaxed);
-                stats.usec.store(0, Ordering::Relaxed);
-                stats.rejected.store(0, Ordering::Relaxed);
-                stats.failed.store(0, Ordering::Relaxed);
+                stats.reset();
             }
             let s = &exec.server.store.stats;
             for c in [&s.expired_keys, &s.evicted_keys, &s.keyspace_hits, &s.keyspace_misses] {
