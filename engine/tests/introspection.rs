@@ -135,3 +135,38 @@ fn monitor_shows_commands_in_the_order_they_ran() {
     c.cmd(&["SET", "after", "reset"]);
     assert_eq!(monitor.cmd(&["PING"]), Reply::Status("PONG".into()), "no MONITOR line after RESET");
 }
+
+#[test]
+fn latency_monitor_and_histograms() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    assert_eq!(c.cmd(&["LATENCY", "LATEST"]), Reply::Array(vec![]), "off by default");
+    assert!(matches!(c.cmd(&["LATENCY", "DOCTOR"]), Reply::Bulk(text) if String::from_utf8_lossy(&text).contains("latency-monitor-threshold")));
+    // A script that spins for ~30 ms is a slow command the monitor records at a 10 ms threshold.
+    c.cmd(&["CONFIG", "SET", "latency-monitor-threshold", "10"]);
+    c.cmd(&["CONFIG", "SET", "busy-reply-threshold", "0"]);
+    let spin = "local t = redis.call('time'); local start = t[1] * 1000000 + t[2]; repeat t = redis.call('time') until t[1] * 1000000 + t[2] - start > 30000; return 1";
+    assert_eq!(c.cmd(&["EVAL", spin, "0"]), Reply::Int(1));
+    let Reply::Array(latest) = c.cmd(&["LATENCY", "LATEST"]) else { panic!() };
+    let Reply::Array(event) = &latest[0] else { panic!("{latest:?}") };
+    assert_eq!(event[0], Reply::Bulk(b"command".to_vec()));
+    assert!(matches!(event[2], Reply::Int(ms) if ms >= 30), "{event:?}");
+    let Reply::Array(history) = c.cmd(&["LATENCY", "HISTORY", "command"]) else { panic!() };
+    assert_eq!(history.len(), 1);
+    assert!(matches!(c.cmd(&["LATENCY", "GRAPH", "command"]), Reply::Bulk(g) if g.starts_with(b"command - high")));
+    assert_eq!(c.cmd(&["LATENCY", "GRAPH", "nothing"]), Reply::Error("ERR No samples available for event 'nothing'".into()));
+    assert_eq!(c.cmd(&["LATENCY", "RESET"]), Reply::Int(1));
+    assert_eq!(c.cmd(&["LATENCY", "LATEST"]), Reply::Array(vec![]));
+
+    c.cmd(&["CONFIG", "RESETSTAT"]);
+    c.cmd(&["SET", "a", "1"]);
+    c.cmd(&["SET", "b", "2"]);
+    c.cmd(&["GET", "a"]);
+    let Reply::Array(histograms) = c.cmd(&["LATENCY", "HISTOGRAM", "set", "nope", "get", "zadd"]) else { panic!() };
+    assert_eq!(histograms.len(), 4, "set and get, each with its histogram; unknown and unused names skipped: {histograms:?}");
+    assert_eq!(histograms[0], Reply::Bulk(b"set".to_vec()));
+    let Reply::Array(set) = &histograms[1] else { panic!() };
+    assert_eq!(set[..2], [Reply::Bulk(b"calls".to_vec()), Reply::Int(2)]);
+    let Reply::Array(cdf) = &set[3] else { panic!("{set:?}") };
+    assert_eq!(cdf.last(), Some(&Reply::Int(2)), "the cumulative count reaches the calls: {cdf:?}");
+}
