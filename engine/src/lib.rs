@@ -4,6 +4,7 @@
 //! (the command table, one module per family) → `db` (the sharded, versioned keyspace) →
 //! `frame` (RESP2/RESP3 replies). `server` owns the listeners and shared state.
 
+pub mod auth;
 pub mod blocking;
 pub mod client;
 pub mod cmd;

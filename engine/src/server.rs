@@ -164,6 +164,11 @@ impl Server {
         Ok(server)
     }
 
+    /// Whether `given` is this node's password (`crate::auth`: every password check asks this).
+    pub fn password_ok(&self, given: &[u8]) -> bool {
+        crate::auth::password_ok(self.config.read().get("requirepass"), given)
+    }
+
     /// Mirrors the current config into the atomics and subsystems that read it.
     pub fn apply_config(&self) {
         let config = self.config.read();

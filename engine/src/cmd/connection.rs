@@ -83,12 +83,7 @@ fn hello(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 
 /// Checks `user`/`password` against `requirepass` (only the `default` user exists).
 fn check_password(server: &Server, user: &[u8], password: &[u8]) -> Result<(), CmdError> {
-    let config = server.config.read();
-    let expected = config.get("requirepass");
-    if user == b"default" && !expected.is_empty() && expected.as_bytes() == password {
-        return Ok(());
-    }
-    if user == b"default" && expected.is_empty() {
+    if user == b"default" && server.password_ok(password) {
         return Ok(());
     }
     Err(CmdError::Raw("WRONGPASS invalid username-password pair or user is disabled.".into()))

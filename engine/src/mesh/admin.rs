@@ -33,12 +33,8 @@ pub struct AdminService {
 impl AdminService {
     fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
         crate::tls::mesh_io::MeshPeer::of(request).require_tls(&self.server, false).map_err(Status::unauthenticated)?;
-        let requirepass = self.server.config.read().get("requirepass").to_string();
-        if requirepass.is_empty() {
-            return Ok(());
-        }
         let given = request.metadata().get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("");
-        if given.strip_prefix("Bearer ").unwrap_or(given) == requirepass {
+        if self.server.password_ok(given.strip_prefix("Bearer ").unwrap_or(given).as_bytes()) {
             Ok(())
         } else {
             Err(Status::unauthenticated("the admin API needs 'authorization: Bearer <requirepass>'"))

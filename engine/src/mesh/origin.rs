@@ -105,9 +105,8 @@ impl pb::mesh_server::Mesh for OriginService {
             Err(_) => return Err(Status::deadline_exceeded("no Hello received")),
         };
         let mesh = &self.mesh;
-        let requirepass = mesh.server().map(|s| s.config.read().get("requirepass").to_string()).unwrap_or_default();
         let subscriber = format!("{} ({})", hello.node_name, addr.map_or_else(|| "?".to_string(), |a| a.to_string()));
-        if !requirepass.is_empty() && !constant_time_eq(hello.password.as_bytes(), requirepass.as_bytes()) {
+        if !mesh.server().is_none_or(|s| s.password_ok(hello.password.as_bytes())) {
             let message = "invalid password: the subscriber's masterauth must equal this node's requirepass";
             mesh.note_refusal(&subscriber, "auth", message);
             return Err(Status::unauthenticated(message));
@@ -189,10 +188,6 @@ impl pb::mesh_server::Mesh for OriginService {
 
 fn message(body: Body) -> pb::OriginMessage {
     pb::OriginMessage { body: Some(body) }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Records Acks; wakes the stream task when the subscriber goes away or goes silent.
