@@ -38,3 +38,13 @@ await_ping() {
   echo "$what did not answer PING on 127.0.0.1:$port in 10 s" >&2
   return 1
 }
+
+# stop_pid PID: stops a server this script started: SIGTERM, up to 10 s for it to exit, then
+# SIGKILL; reaps it.
+stop_pid() {
+  local pid="$1"
+  kill "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
