@@ -276,6 +276,37 @@ impl MeshCluster {
         Ok(text.lines().find_map(|l| l.strip_prefix(&wanted)).unwrap_or("").trim().to_string())
     }
 
+    /// Waits until every node streams from every peer: each link `connected` with its initial
+    /// sync done. Tests that cut links need this: a link still being set up when the cut comes
+    /// starts with a full sync, which carries everything that peer holds (including writes
+    /// another node made across the cut), not only what it originated.
+    pub fn wait_full_mesh(&self, timeout: Duration) -> Result<(), ClusterError> {
+        let started = Instant::now();
+        loop {
+            let mut waiting = Vec::new();
+            for i in 0..self.len() {
+                let args = ["INFO", "replication"];
+                let text = match self.call_ok(i, &args)? {
+                    Reply::Bulk(b) => String::from_utf8_lossy(&b).into_owned(),
+                    reply => return Err(ClusterError::Reply { node: i, command: show_command(&args), reply }),
+                };
+                let states: Vec<&str> = text.lines().filter_map(|l| l.split_once("_link_state:").map(|(_, v)| v.trim())).collect();
+                let synced = text.lines().filter(|l| l.contains("_initial_sync_done:1")).count();
+                let connected = states.iter().filter(|s| **s == "connected").count();
+                if connected < self.len() - 1 || synced < self.len() - 1 {
+                    waiting.push(format!("node {i}: links {states:?}, {synced} synced"));
+                }
+            }
+            if waiting.is_empty() {
+                return Ok(());
+            }
+            if started.elapsed() > timeout {
+                return Err(ClusterError::NotConverged { waited: timeout, report: waiting.join("; ") });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Waits until node `i` reports itself ready (`mesh_ready:1`: it finished a sync from a
     /// peer, or found none within the start-up grace period).
     pub fn wait_ready(&self, i: usize, timeout: Duration) -> Result<(), ClusterError> {
