@@ -16,6 +16,7 @@ pub mod frame;
 pub mod glob;
 pub mod handoff;
 pub mod hlc;
+pub mod hll;
 pub mod http;
 pub mod kernel;
 pub mod latency;
