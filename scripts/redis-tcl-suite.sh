@@ -51,7 +51,7 @@ default_units="unit/type/string unit/type/incr unit/expire unit/keyspace unit/ty
 # against a server that is not a local redis-server process (used by other units).
 tag_args=(--tags -needs:debug --tags -needs:repl --tags -needs:save --tags -needs:config-maxmemory
           --tags -slow --ignore-encoding
-          --tags -needs:latency --tags -needs:pfdebug --tags -needs:local-process)
+          --tags -needs:latency --tags -needs:local-process)
 
 server=""
 units="$default_units"

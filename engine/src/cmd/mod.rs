@@ -11,6 +11,7 @@ pub mod bits;
 pub mod blocking;
 pub mod connection;
 pub mod hash;
+pub mod hll;
 pub mod keys;
 pub mod list;
 pub mod multi;
@@ -147,6 +148,7 @@ pub static TABLE: LazyLock<CommandTable> = LazyLock::new(|| {
         string::COMMANDS,
         bits::COMMANDS,
         hash::COMMANDS,
+        hll::COMMANDS,
         set::COMMANDS,
         zset::COMMANDS,
         list::COMMANDS,

@@ -14,7 +14,7 @@ pub fn get(registers: &[u8], index: usize) -> u8 {
     (((b0 >> first_bit) | (b1 << (8 - first_bit))) & MAX) as u8
 }
 
-fn set(registers: &mut [u8], index: usize, value: u8) {
+pub fn set(registers: &mut [u8], index: usize, value: u8) {
     let byte = index * 6 / 8;
     let first_bit = (index * 6) & 7;
     let value = value as u16;

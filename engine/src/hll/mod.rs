@@ -14,9 +14,11 @@
 
 mod dense;
 pub mod estimate;
+mod selftest;
 mod sparse;
 
 pub use estimate::pattern;
+pub use selftest::self_test;
 
 /// Header: magic (4), encoding (1), unused (3), cached cardinality (8, little endian; the
 /// top bit of the last byte set means "stale").
@@ -25,6 +27,8 @@ pub const HEADER_LEN: usize = 16;
 pub const REGISTERS: usize = 1 << 14;
 /// A dense HLL's exact length.
 pub const DENSE_LEN: usize = HEADER_LEN + (REGISTERS * 6).div_ceil(8);
+/// The largest register value a hash can produce (its run length: 64 - 14 + 1).
+pub const MAX_REGISTER: u8 = 51;
 /// Redis's default `hll-sparse-max-bytes`.
 pub const DEFAULT_SPARSE_MAX_BYTES: usize = 3000;
 
