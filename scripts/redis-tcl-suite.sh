@@ -40,8 +40,9 @@
 #   listed in e2e/tcl/skip.txt.
 #
 # Against redis-server 7.0.15 every test of the default units passes in external mode with these
-# flags (1195 without the skip file; 1151 passed + 44 skipped with it). The default-unit run takes
-# 33-42 s against redis-server on this 2-core machine (unit/type/list is the longest, ~12 s).
+# flags (1215 without the skip file; 1171 passed + 44 skipped with it). The default-unit run takes
+# 33-42 s against redis-server on this 2-core machine without unit/hyperloglog, which adds ~44 s
+# (its multi-key PFCOUNT tests run 10,000 rounds).
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
