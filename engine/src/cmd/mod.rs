@@ -7,6 +7,7 @@
 //! returns a `Reply`.
 
 pub mod args;
+pub mod bitfield;
 pub mod bits;
 pub mod blocking;
 pub mod connection;
@@ -147,6 +148,7 @@ pub static TABLE: LazyLock<CommandTable> = LazyLock::new(|| {
         keys::COMMANDS,
         string::COMMANDS,
         bits::COMMANDS,
+        bitfield::COMMANDS,
         hash::COMMANDS,
         hll::COMMANDS,
         set::COMMANDS,
