@@ -13,6 +13,7 @@ pub mod connection;
 pub mod db;
 pub mod error;
 pub mod frame;
+pub mod geohash;
 pub mod glob;
 pub mod handoff;
 pub mod hlc;

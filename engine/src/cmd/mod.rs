@@ -11,6 +11,7 @@ pub mod bitfield;
 pub mod bits;
 pub mod blocking;
 pub mod connection;
+pub mod geo;
 pub mod hash;
 pub mod hll;
 pub mod keys;
@@ -153,6 +154,7 @@ pub static TABLE: LazyLock<CommandTable> = LazyLock::new(|| {
         hll::COMMANDS,
         set::COMMANDS,
         zset::COMMANDS,
+        geo::COMMANDS,
         list::COMMANDS,
         sort::COMMANDS,
         blocking::COMMANDS,
