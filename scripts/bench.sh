@@ -7,7 +7,9 @@
 #      single thread), redis-benchmark with one thread pinned to CPU 1:
 #      -t set,get,incr,lpush,hset,zadd -n N -r 1000000 -d 100 -c 50 -q --csv at -P 1 and -P 16,
 #      BENCH_RUNS runs (default 3) against a fresh server of each kind; per command the run with
-#      the median ops/s is reported with its p50 and p99 latency.
+#      the median ops/s is reported with its p50 and p99 latency. Each run also adds random
+#      elements to one HyperLogLog (`PFADD bench:hll element:__rand_int__`, same -n, -r, -c and
+#      -P: the unique-visitors pattern, every client on one key), reported as PFADD.
 #   2. Second reference, two threads each, unpinned: keymesh-server --server-threads 2 against
 #      redis-server --io-threads 2, redis-benchmark --threads 2, one run (on two cores the
 #      client competes with both servers' threads, and Redis's I/O thread spins: flattering to
@@ -36,6 +38,7 @@ bench_n="${BENCH_N:-400000}"
 bench_runs="${BENCH_RUNS:-3}"
 bench_keys="${BENCH_KEYS:-1000000}"
 tests="set,get,incr,lpush,hset,zadd"
+pfadd_test="PFADD bench:hll element:__rand_int__"
 self_test=0
 out=""
 
@@ -131,6 +134,11 @@ throughput() {
   if ! grep -q '^"SET",' "$csv"; then
     echo "bench: redis-benchmark produced no results against $kind:" >&2; cat "$csv" >&2; exit 1
   fi
+  # shellcheck disable=SC2086 # the PFADD command line is split into its arguments on purpose
+  "${client[@]}" -h 127.0.0.1 -p "$port" -n "$bench_n" -r 1000000 -c 50 -q --csv -P "$p" \
+    $pfadd_test | grep '^"PFADD ' >>"$csv" || {
+    echo "bench: redis-benchmark produced no PFADD result against $kind" >&2; exit 1
+  }
 }
 
 # resp_load COUNT: RESP for COUNT SETs of distinct keys with 100-byte values, on stdout.
@@ -196,9 +204,9 @@ done
 {
   echo
   if ((self_test)); then echo "(SELF-TEST: the 'keymesh' columns are redis-server too)"; fi
-  python3 - "$out" "$tests" "$bench_n" "$bench_runs" <<'PY'
+  python3 - "$out" "$tests" "$bench_n" "$bench_runs" "$pfadd_test" <<'PY'
 import csv, sys
-out, tests, n, runs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+out, tests, n, runs, pfadd = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 
 def rows(kind, p, run):
     with open(f"{out}/{kind}-P{p}-{run}.csv") as f:
@@ -214,8 +222,9 @@ def table(title, k, r, nruns):
     print(title)
     print(f"{'-P':<4}{'command':<8}{'keymesh ops/s':>14}{'p50':>7}{'p99':>7}{'redis ops/s':>14}{'p50':>7}{'p99':>7}{'ratio':>7}")
     for p in (1, 16):
-        for t in tests.upper().split(","):
-            a, b = median_run(k, p, t, nruns), median_run(r, p, t, nruns)
+        for t in tests.upper().split(",") + ["PFADD"]:
+            name = pfadd if t == "PFADD" else t
+            a, b = median_run(k, p, name, nruns), median_run(r, p, name, nruns)
             if not a or not b:
                 print(f"{p:<4}{t:<8}{'n/a':>14}")
                 continue
@@ -225,7 +234,8 @@ def table(title, k, r, nruns):
     print()
 
 table(f"One core each (headline): server on CPU 0 with one thread, redis-benchmark --threads 1 on CPU 1;\n"
-      f"-t {tests} -n {n} -r 1000000 -d 100 -c 50; median of {runs} runs (latencies in ms, of that run)",
+      f"-t {tests} -n {n} -r 1000000 -d 100 -c 50 (PFADD: {pfadd}); median of {runs} runs\n"
+      f"(latencies in ms, of that run)",
       "keymesh-1core", "redis-1core", runs)
 table("Second reference, two threads each, unpinned: keymesh --server-threads 2, redis --io-threads 2,\n"
       "redis-benchmark --threads 2; one run", "keymesh-2t", "redis-2t", 1)

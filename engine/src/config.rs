@@ -98,6 +98,8 @@ const DIRECTIVES: &[Directive] = &[
     Directive { name: "zset-max-ziplist-value", default: "64", kind: Kind::Int(0, i64::MAX), live: true },
     Directive { name: "list-max-listpack-size", default: "-2", kind: Kind::Int(-5, i64::MAX), live: true },
     Directive { name: "list-max-ziplist-size", default: "-2", kind: Kind::Int(-5, i64::MAX), live: true },
+    // A sparse HyperLogLog longer than this becomes dense (`crate::hll`; a real threshold).
+    Directive { name: "hll-sparse-max-bytes", default: "3000", kind: Kind::Bytes, live: true },
     Directive { name: "list-compress-depth", default: "0", kind: Kind::Int(0, i64::MAX), live: true },
     // The listen backlog (Redis's `tcp-backlog`); capped by the kernel's net.core.somaxconn.
     Directive { name: "tcp-backlog", default: "511", kind: Kind::Int(1, 65535), live: false },

@@ -186,6 +186,7 @@ impl Server {
         self.repl_log.set_capacity(config.int("repl-backlog-size") as u64);
         self.scripts.busy_threshold_ms.store(config.int("busy-reply-threshold") as u64, Ordering::Relaxed);
         self.scripts.memory_limit.store(config.int("lua-memory-limit") as usize, Ordering::Relaxed);
+        self.store.hll_sparse_max_bytes.store(config.int("hll-sparse-max-bytes") as usize, Ordering::Relaxed);
         self.store.tombstone_gc_ms.store(config.int("tombstone-gc-seconds") as u64 * 1000, Ordering::Relaxed);
         self.slowlog.configure(config.int("slowlog-log-slower-than"), config.int("slowlog-max-len") as usize);
         self.latency.set_threshold_ms(config.int("latency-monitor-threshold") as u64);

@@ -151,27 +151,37 @@ async fn subscribe(port: u16, protocol_version: u32) -> Result<pb::Welcome, toni
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adjacent_mesh_protocol_versions_interoperate_and_others_are_refused_visibly() {
-    // Proves the version rule of the mesh handshake: a subscriber one version older (also one
-    // that sends no version, like version 1) is welcomed with this node's version; one further
-    // apart is refused with FAILED_PRECONDITION naming both versions, and the refusal shows in
-    // INFO, /metrics and the admin Status.
+    // Proves the version rule of the mesh handshake: a subscriber one version older or newer is
+    // welcomed with this node's version; one that sends no version speaks version 1 (welcomed
+    // while this node speaks 2, refused from 3 on); one further apart is refused with
+    // FAILED_PRECONDITION naming both versions, and the refusals show in INFO, /metrics and the
+    // admin Status.
     let port = free_mesh_port();
     let server = start("origin", port, &[]);
     let ours = status(port, &[]).await.protocol_version;
     assert!(ours >= 2, "{ours}");
-    for adjacent in [0, ours - 1, ours, ours + 1] {
+    for adjacent in [ours - 1, ours, ours + 1] {
         let welcome = subscribe(port, adjacent).await.unwrap_or_else(|e| panic!("version {adjacent} refused: {e}"));
         assert_eq!(welcome.protocol_version, ours);
+    }
+    let unversioned = subscribe(port, 0).await;
+    let mut refusals = 1;
+    if ours <= 2 {
+        assert!(unversioned.is_ok(), "{unversioned:?}");
+    } else {
+        let refused = unversioned.expect_err("version 1 is two versions apart");
+        assert!(refused.message().contains("the peer speaks version 1"), "{refused:?}");
+        refusals += 1;
     }
     let refused = subscribe(port, ours + 5).await.expect_err("a version 5 apart is refused");
     assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
     assert!(refused.message().contains("incompatible mesh protocol") && refused.message().contains(&(ours + 5).to_string()), "{refused:?}");
 
     let info = authed(port).cmd(&["INFO", "replication"]).text();
-    assert!(info.contains("mesh_refused_subscribers:1\r\n"), "{info}");
+    assert!(info.contains(&format!("mesh_refused_subscribers:{refusals}\r\n")), "{info}");
     assert!(info.lines().any(|l| l.starts_with("mesh_last_refusal:probe-v") && l.contains("incompatible mesh protocol")), "{info}");
     let (_, metrics) = server.http_get("/metrics");
-    assert!(metrics.contains("keymesh_mesh_refused_subscribers_total{reason=\"protocol\"} 1"), "{metrics}");
+    assert!(metrics.contains(&format!("keymesh_mesh_refused_subscribers_total{{reason=\"protocol\"}} {refusals}")), "{metrics}");
     let admin_view = status(port, &[]).await;
     assert!(admin_view.refused.iter().any(|r| r.contains("incompatible mesh protocol")), "{admin_view:?}");
 }

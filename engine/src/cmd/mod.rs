@@ -7,10 +7,13 @@
 //! returns a `Reply`.
 
 pub mod args;
+pub mod bitfield;
 pub mod bits;
 pub mod blocking;
 pub mod connection;
+pub mod geo;
 pub mod hash;
+pub mod hll;
 pub mod keys;
 pub mod list;
 pub mod multi;
@@ -146,9 +149,12 @@ pub static TABLE: LazyLock<CommandTable> = LazyLock::new(|| {
         keys::COMMANDS,
         string::COMMANDS,
         bits::COMMANDS,
+        bitfield::COMMANDS,
         hash::COMMANDS,
+        hll::COMMANDS,
         set::COMMANDS,
         zset::COMMANDS,
+        geo::COMMANDS,
         list::COMMANDS,
         sort::COMMANDS,
         blocking::COMMANDS,

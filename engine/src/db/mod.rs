@@ -12,6 +12,7 @@ pub mod edit;
 pub mod entry;
 pub mod evict;
 pub mod expire;
+pub mod hll;
 pub mod table;
 pub mod zset;
 
@@ -195,6 +196,8 @@ pub struct Store {
     /// This run's identity for counter contributions: a restarted node that has not synced
     /// yet must not overwrite its previous run's increments (totals merge by maximum).
     pub counter_origin: crate::hlc::NodeId,
+    /// `hll-sparse-max-bytes`: a sparse HyperLogLog longer than this becomes dense.
+    pub hll_sparse_max_bytes: AtomicUsize,
 }
 
 impl Store {
@@ -218,6 +221,7 @@ impl Store {
             tombstone_gc_ms: AtomicU64::new(86_400_000),
             // Never 0: that id marks a base-only counter delta.
             counter_origin: rand::random::<crate::hlc::NodeId>() | 1,
+            hll_sparse_max_bytes: AtomicUsize::new(crate::hll::DEFAULT_SPARSE_MAX_BYTES),
         }
     }
 

@@ -52,11 +52,13 @@ pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
 
 /// The mesh protocol this build speaks (`Hello.protocol_version`, `Welcome.protocol_version`).
 /// 1: the first stream (it sent no version); 2: adds the handoff handshake's fields
-/// (`NodeStatus.last_seq`, `PeerStatus.applied_seq`/`synced_run_id`). The rule is in the
+/// (`NodeStatus.last_seq`, `PeerStatus.applied_seq`/`synced_run_id`); 3: HyperLogLog register
+/// effects (`Op.hll`), which a version-2 peer skips (it has no HLLs: PFADD was unknown to it,
+/// and it takes them by full sync once upgraded). The rule is in the
 /// engine README ("Mesh protocol versions"): bump it for any change an older peer would
 /// misread, keep every change readable by the previous version, and a rolling upgrade can
 /// move one version at a time.
-pub const MESH_PROTOCOL_VERSION: u32 = 2;
+pub const MESH_PROTOCOL_VERSION: u32 = 3;
 
 /// Recent refusals kept for `INFO` and the admin `Status`.
 const REFUSALS_KEPT: usize = 8;

@@ -54,6 +54,12 @@ pub fn tombstones(db: usize, key: &[u8], kind: Kind, names: &[Bytes], v: Version
     op(db, key, effect)
 }
 
+/// HyperLogLog registers raised (`index << 8 | value`) in the HLL of incarnation `v`
+/// (`db::hll`).
+pub fn hll_registers(db: usize, key: &[u8], v: Version, raised: &[u32]) -> pb::Op {
+    op(db, key, pb::op::Effect::Hll(pb::HllRegisters { version: version(v), registers: raised.to_vec() }))
+}
+
 pub fn publish(channel: &[u8], message: &[u8]) -> pb::Op {
     op(0, b"", pb::op::Effect::Publish(pb::Publish { channel: channel.to_vec(), message: message.to_vec() }))
 }

@@ -32,6 +32,12 @@ fn observe(store: &Store) -> BTreeMap<(usize, Vec<u8>), String> {
             let shard = store.lock_shard(db, s);
             for (key, entry) in shard.iter() {
                 let value = match &entry.value {
+                    // An HLL's registers are what replicas must agree on; its encoding (sparse
+                    // or dense) and cached count are each node's own.
+                    Value::Str(v) if crate::hll::check(v).is_ok() => match crate::hll::registers(v) {
+                        Ok(r) => format!("hll {:?}", r.iter().enumerate().filter(|(_, &x)| x > 0).collect::<Vec<_>>()),
+                        Err(e) => format!("corrupt hll {e}"),
+                    },
                     Value::Str(v) => format!("str {}", String::from_utf8_lossy(v)),
                     Value::Int(n) => format!("str {n}"),
                     Value::Counter(c) => format!("str {:?}", c.value()),
@@ -56,7 +62,7 @@ fn effect(kind: u8, key: u8, hlc: u64, node: u32, a: u8, b: u8) -> Vec<pb::Op> {
     let key = [b'k', b'0' + key % 3];
     let ver = v(hlc, node);
     let name = |x: u8| vec![b'f', b'0' + x % 4];
-    match kind % 10 {
+    match kind % 12 {
         0 => vec![effects::value_effect(0, &key, &Value::string(&[b'v', a]), ver, &[])],
         1 => vec![effects::delete(0, &key, ver)],
         2 => vec![effects::expire(0, &key, if a.is_multiple_of(2) { 0 } else { 4_000_000_000_000 + a as u64 }, ver)],
@@ -101,6 +107,14 @@ fn effect(kind: u8, key: u8, hlc: u64, node: u32, a: u8, b: u8) -> Vec<pb::Op> {
         }],
         // FLUSHDB: a database-wide tombstone.
         8 => vec![effects::flush_db(0, ver)],
+        // PFADD/PFMERGE: registers raised in one of four incarnations (as created from four
+        // different pasts), so that several origins' adds meet in the same HLL; now and then
+        // a value above 32 that makes the HLL dense.
+        9 => vec![effects::hll_registers(0, &key, hll_incarnation(a), &hll_registers(a, b))],
+        // A string write of HLL bytes: at a shared incarnation (what a snapshot of a
+        // PFADD-created HLL sends), or a SET at its own version followed by PFADDs on it.
+        10 if b.is_multiple_of(2) => vec![hll_value(&key, hll_incarnation(a), a, b)],
+        10 => vec![hll_value(&key, ver, a, b), effects::hll_registers(0, &key, ver, &hll_registers(b, a))],
         // A whole-collection write: a delete and members at the same version.
         _ => vec![
             effects::delete(0, &key, ver),
@@ -113,6 +127,25 @@ fn effect(kind: u8, key: u8, hlc: u64, node: u32, a: u8, b: u8) -> Vec<pb::Op> {
             },
         ],
     }
+}
+
+fn hll_incarnation(a: u8) -> Version {
+    crate::db::hll::incarnation_after(v((a % 4) as u64 * 150, 1))
+}
+
+/// One to three registers (`index << 8 | value`) among a few shared indexes.
+fn hll_registers(a: u8, b: u8) -> Vec<u32> {
+    let value = |x: u8| if x.is_multiple_of(13) { 40 } else { (x % 6 + 1) as u32 };
+    (0..(b % 3 + 1) as u32).map(|i| ((a as u32 + i * 5) % 9) << 8 | value(b.wrapping_add(i as u8 * 7))).collect()
+}
+
+/// A string write of an HLL holding a few registers, at `ver`.
+fn hll_value(key: &[u8], ver: Version, a: u8, b: u8) -> pb::Op {
+    let mut bytes = crate::hll::new_empty();
+    for r in hll_registers(a, b) {
+        let _ = crate::hll::set_register(&mut bytes, (r >> 8) as usize, (r & 0xff) as u8, crate::hll::DEFAULT_SPARSE_MAX_BYTES);
+    }
+    effects::value_effect(0, key, &Value::Str(bytes.into_boxed_slice()), ver, &[])
 }
 
 fn ops_strategy() -> impl Strategy<Value = Vec<pb::Op>> {
@@ -185,7 +218,6 @@ fn bump(op: &mut pb::Op, by: u64) {
         }
     };
     match &mut op.effect {
-        Some(Effect::StringSet(s)) => shift(&mut s.version),
         Some(Effect::Delete(d)) => shift(&mut d.version),
         Some(Effect::Expire(e)) => shift(&mut e.version),
         Some(Effect::Hash(h)) => h.fields.iter_mut().for_each(|f| shift(&mut f.version)),
@@ -200,6 +232,10 @@ fn bump(op: &mut pb::Op, by: u64) {
         }
         Some(Effect::List(l)) => shift(&mut l.version),
         Some(Effect::FlushDb(f)) => shift(&mut f.version),
+        // HLL incarnations created by PFADD are shared by every origin by design (the same
+        // past gives the same version); a SET's own version is shifted as any write's.
+        Some(Effect::Hll(h)) if h.version.as_ref().is_some_and(|v| v.node != crate::db::hll::HLL_NODE) => shift(&mut h.version),
+        Some(Effect::StringSet(s)) if s.version.as_ref().is_some_and(|v| v.node != crate::db::hll::HLL_NODE) => shift(&mut s.version),
         _ => {}
     }
 }
@@ -247,4 +283,51 @@ fn concurrent_increments_from_three_origins_all_count() {
     };
     apply_all(&s, &[delta(1, 2, 5), delta(2, 3, 6), delta(1, 1, 4), delta(3, 4, 7), delta(2, 3, 6)]);
     assert!(observe(&s).values().next().is_some_and(|x| x.contains("Some(9)")), "{:?}", observe(&s));
+}
+
+#[test]
+fn concurrent_pfadds_on_three_nodes_all_count_and_a_newer_delete_wins() {
+    // Three nodes create the same HLL from nothing (the same incarnation) and add different
+    // elements; in any order every replica counts all of them. A DEL stamped later ends the
+    // incarnation everywhere, and a PFADD after it starts a new one that survives.
+    let incarnation = crate::db::hll::incarnation_after(Version::ZERO);
+    let adds: Vec<pb::Op> = (0..3u32)
+        .map(|node| {
+            let mut hll = crate::hll::new_empty();
+            let mut raised = Vec::new();
+            for i in 0..50 {
+                let (index, count) = crate::hll::pattern(format!("n{node}-{i}").as_bytes());
+                if crate::hll::set_register(&mut hll, index, count, crate::hll::DEFAULT_SPARSE_MAX_BYTES).expect("valid") {
+                    raised.push((index as u32) << 8 | count as u32);
+                }
+            }
+            effects::hll_registers(0, b"h", incarnation, &raised)
+        })
+        .collect();
+    let (a, b) = (store(), store());
+    apply_all(&a, &adds);
+    apply_all(&b, &[adds[2].clone(), adds[0].clone(), adds[1].clone(), adds[0].clone()]);
+    assert_eq!(observe(&a), observe(&b));
+    let count = |s: &Store| {
+        let shard = s.lock_shard(0, s.shard_of(b"h"));
+        match shard.raw(b"h").map(|e| &e.value) {
+            Some(Value::Str(bytes)) => crate::hll::count(bytes).expect("valid"),
+            _ => 0,
+        }
+    };
+    // Every node's adds count: the estimate is the one HLL holding all 150 elements gives.
+    let mut all = crate::hll::new_empty();
+    for node in 0..3 {
+        for i in 0..50 {
+            crate::hll::add(&mut all, format!("n{node}-{i}").as_bytes(), crate::hll::DEFAULT_SPARSE_MAX_BYTES).expect("valid");
+        }
+    }
+    assert_eq!(count(&a), crate::hll::count(&all).expect("valid"));
+    assert!(count(&a).abs_diff(150) <= 3, "{}", count(&a));
+    let del = effects::delete(0, b"h", v(500, 2));
+    let after = effects::hll_registers(0, b"h", crate::db::hll::incarnation_after(v(500, 2)), &[7 << 8 | 3]);
+    apply_all(&a, &[del.clone(), after.clone()]);
+    apply_all(&b, &[after, del]);
+    assert_eq!(observe(&a), observe(&b));
+    assert_eq!(count(&a), 1, "{:?}", observe(&a));
 }

@@ -10,7 +10,11 @@
 //! - when two types meet, the newer key write wins whole;
 //! - fields and members merge one by one, tombstones included;
 //! - counters merge per-origin totals by maximum over the same base;
-//! - expiry is its own LWW register (deadline, version).
+//! - expiry is its own LWW register (deadline, version);
+//! - a HyperLogLog is a string whose version is its incarnation (`db::hll`): registers raised
+//!   in the same incarnation merge by maximum, and two string values at the same version
+//!   that are both HLLs (a snapshot of an HLL meeting its registers) merge the same way; a
+//!   string write or delete at another version competes as any string write.
 //!
 //! Every write command is a versioned write, whether or not it changed anything on the node
 //! that ran it: a `DEL` of a key it did not hold, an `HDEL`/`SREM`/`ZREM` of elements it did
@@ -32,6 +36,7 @@ use crate::db::entry::{Collection, Field, ListValue};
 use crate::db::zset::SortedSet;
 use crate::db::{Entry, Expiry, Shard, Store, Value, SHARDS_PER_DB};
 use crate::hlc::Version;
+use crate::hll;
 
 /// What merging one effect did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +94,7 @@ pub fn merge_locked(store: &Store, db: usize, shard: &mut Shard, op: &pb::Op, fl
         Effect::Set(s) => merge_fields(store, db, shard, key, flushed, FieldsOp::Set(s)),
         Effect::Zset(z) => merge_fields(store, db, shard, key, flushed, FieldsOp::ZSet(z)),
         Effect::Counter(c) => merge_counter(store, db, shard, key, c, flushed),
+        Effect::Hll(h) => merge_hll(store, db, shard, key, h, flushed),
         Effect::KeyState(_) | Effect::Publish(_) | Effect::FlushDb(_) => false,
     };
     if changed {
@@ -183,7 +189,19 @@ fn whole_write(store: &Store, db: usize, shard: &mut Shard, key: &[u8], value: V
             return false;
         }
     }
+    let sparse_max = store.hll_sparse_max_bytes.load(Ordering::Relaxed);
     match shard.raw_mut(key) {
+        // The same incarnation of an HLL: the registers merge.
+        Some(entry) if entry.version() == v && is_hll(&entry.value) && is_hll(&value) => {
+            let (Value::Str(stored), Value::Str(incoming)) = (&mut entry.value, &value) else {
+                return false;
+            };
+            let Ok(registers) = hll::registers(incoming) else {
+                return false;
+            };
+            let raised: Vec<u32> = registers.iter().enumerate().filter(|(_, &r)| r > 0).map(|(i, &r)| (i as u32) << 8 | r as u32).collect();
+            raise_hll(stored, &raised, sparse_max)
+        }
         Some(entry) if entry.newest() >= v => {
             // The key holds newer data; the write still clears what is older than it (and an
             // integer SET becomes the base of a counter with newer increments).
@@ -214,6 +232,42 @@ fn whole_write(store: &Store, db: usize, shard: &mut Shard, key: &[u8], value: V
             true
         }
     }
+}
+
+fn is_hll(value: &Value) -> bool {
+    matches!(value, Value::Str(s) if hll::check(s).is_ok())
+}
+
+/// Raises the stored HLL's registers (`index << 8 | value`); returns whether any grew.
+/// Malformed entries (an index or value no HLL holds) are ignored.
+fn raise_hll(stored: &mut Box<[u8]>, raised: &[u32], sparse_max: usize) -> bool {
+    let mut bytes = std::mem::take(stored).into_vec();
+    let mut grew = false;
+    for &r in raised {
+        let (index, value) = ((r >> 8) as usize, (r & 0xff) as u8);
+        if index < hll::REGISTERS && value <= hll::MAX_REGISTER {
+            grew |= hll::set_register(&mut bytes, index, value, sparse_max).unwrap_or(false);
+        }
+    }
+    *stored = bytes.into_boxed_slice();
+    grew
+}
+
+/// HLL registers raised in the incarnation at `v`: merged by maximum into that incarnation
+/// if the key holds it; otherwise an HLL of these registers competes as a string write at
+/// `v` (it creates the key, or replaces an older incarnation, or loses to a newer write).
+fn merge_hll(store: &Store, db: usize, shard: &mut Shard, key: &[u8], h: &pb::HllRegisters, flushed: Version) -> bool {
+    let v = from_pb(h.version.as_ref());
+    let sparse_max = store.hll_sparse_max_bytes.load(Ordering::Relaxed);
+    if let Some(entry) = shard.raw_mut(key).filter(|e| e.version() == v) {
+        return match &mut entry.value {
+            Value::Str(stored) if hll::check(stored).is_ok() => raise_hll(stored, &h.registers, sparse_max),
+            _ => false,
+        };
+    }
+    let mut fresh: Box<[u8]> = hll::new_empty().into_boxed_slice();
+    raise_hll(&mut fresh, &h.registers, sparse_max);
+    whole_write(store, db, shard, key, Value::Str(fresh), v, flushed)
 }
 
 fn delete(store: &Store, db: usize, shard: &mut Shard, key: &[u8], v: Version, flushed: Version) -> bool {

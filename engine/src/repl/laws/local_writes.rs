@@ -49,6 +49,7 @@ enum Local {
     Persist(u8),
     Expire(u8, u8),
     Incr(u8),
+    PfAdd(u8, u8),
     FlushDb,
 }
 
@@ -61,7 +62,7 @@ fn name(x: u8) -> Bytes {
 }
 
 fn local_strategy() -> impl Strategy<Value = Local> {
-    (0u8..12, any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(kind, k, a, b)| match kind {
+    (0u8..13, any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(kind, k, a, b)| match kind {
         0 => Local::Set(k, a),
         1 => Local::Del(k),
         2 => Local::HSet(k, a),
@@ -73,6 +74,7 @@ fn local_strategy() -> impl Strategy<Value = Local> {
         8 => Local::Persist(k),
         9 => Local::Expire(k, a),
         10 => Local::Incr(k),
+        11 => Local::PfAdd(k, a),
         _ => Local::FlushDb,
     })
 }
@@ -92,7 +94,8 @@ fn run(store: &Store, op: &Local) -> Vec<pb::Op> {
         | Local::ZRem(k, _)
         | Local::Persist(k)
         | Local::Expire(k, _)
-        | Local::Incr(k) => store.lock_many(vec![(0, store.shard_of(&key(*k)))]),
+        | Local::Incr(k)
+        | Local::PfAdd(k, _) => store.lock_many(vec![(0, store.shard_of(&key(*k)))]),
     };
     let mut ctx = Ctx::new(store, 0, 0, locks);
     match op {
@@ -130,6 +133,15 @@ fn run(store: &Store, op: &Local) -> Vec<pb::Op> {
         }
         Local::Incr(k) => {
             let _ = ctx.incr(&key(*k), 1);
+        }
+        Local::PfAdd(k, a) => {
+            let _ = ctx.hll_edit(&key(*k), |hll, raised| {
+                let (index, count) = crate::hll::pattern(&[*a % 16]);
+                if crate::hll::set_register(hll, index, count, crate::hll::DEFAULT_SPARSE_MAX_BYTES)? {
+                    raised.push((index as u32) << 8 | count as u32);
+                }
+                Ok(())
+            });
         }
         Local::FlushDb => ctx.flush_db(0),
     }
