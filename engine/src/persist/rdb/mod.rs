@@ -22,7 +22,7 @@ mod read;
 
 pub use export::{export, Export};
 pub use import::{import, RdbImport};
-pub use read::{parse, Record, RdbValue};
+pub use read::{parse, RdbValue, Record};
 
 /// The RDB version `export` writes (Redis 7.0's).
 pub const EXPORT_VERSION: u32 = 10;

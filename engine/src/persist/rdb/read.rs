@@ -224,7 +224,10 @@ fn scored(flat: Vec<Vec<u8>>, at: usize) -> Result<Vec<(Vec<u8>, f64)>, RdbError
     if flat.len() % 2 != 0 {
         return Err(RdbError::Corrupt { offset: at, what: "a sorted set with a member but no score".into() });
     }
-    pairs(flat).into_iter().map(|(m, s)| Ok((m, parse_score(&s).ok_or_else(|| RdbError::Corrupt { offset: at, what: format!("score {:?}", String::from_utf8_lossy(&s)) })?))).collect()
+    pairs(flat)
+        .into_iter()
+        .map(|(m, s)| Ok((m, parse_score(&s).ok_or_else(|| RdbError::Corrupt { offset: at, what: format!("score {:?}", String::from_utf8_lossy(&s)) })?)))
+        .collect()
 }
 
 fn parse_score(text: &[u8]) -> Option<f64> {
@@ -255,7 +258,11 @@ impl<'a> Reader<'a> {
     }
 
     fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], RdbError> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len()).ok_or_else(|| RdbError::Truncated(format!("{what} at byte {} runs past the end", self.pos)))?;
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or_else(|| RdbError::Truncated(format!("{what} at byte {} runs past the end", self.pos)))?;
         let out = &self.buf[self.pos..end];
         self.pos = end;
         Ok(out)

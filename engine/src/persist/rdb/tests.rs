@@ -43,17 +43,17 @@ fn listpack_integers_of_every_width_and_sign_decode() {
     let mut twelve_bit = vec![0xe0 | (200 >> 8) as u8, 200u8];
     twelve_bit.extend_from_slice(&long);
     let blob = lp(&[
-        vec![0x05],                                    // 7-bit: 5
-        vec![0x7f],                                    // 7-bit: 127
-        vec![0xc0 | 0x1f, 0xfe],                       // 13-bit: -2 (0x1ffe)
-        vec![0xc0 | 0x10, 0x00],                       // 13-bit: -4096
-        vec![0xc0 | 0x0f, 0xff],                       // 13-bit: 4095
-        vec![0xf1, 0x00, 0x80],                        // 16-bit: -32768
-        vec![0xf1, 0xff, 0x7f],                        // 16-bit: 32767
-        vec![0xf2, 0xff, 0xff, 0xff],                  // 24-bit: -1
-        vec![0xf2, 0x00, 0x00, 0x80],                  // 24-bit: -8388608
-        vec![0xf2, 0xff, 0xff, 0x7f],                  // 24-bit: 8388607
-        vec![0xf3, 0x00, 0x00, 0x00, 0x80],            // 32-bit: i32::MIN
+        vec![0x05],                         // 7-bit: 5
+        vec![0x7f],                         // 7-bit: 127
+        vec![0xc0 | 0x1f, 0xfe],            // 13-bit: -2 (0x1ffe)
+        vec![0xc0 | 0x10, 0x00],            // 13-bit: -4096
+        vec![0xc0 | 0x0f, 0xff],            // 13-bit: 4095
+        vec![0xf1, 0x00, 0x80],             // 16-bit: -32768
+        vec![0xf1, 0xff, 0x7f],             // 16-bit: 32767
+        vec![0xf2, 0xff, 0xff, 0xff],       // 24-bit: -1
+        vec![0xf2, 0x00, 0x00, 0x80],       // 24-bit: -8388608
+        vec![0xf2, 0xff, 0xff, 0x7f],       // 24-bit: 8388607
+        vec![0xf3, 0x00, 0x00, 0x00, 0x80], // 32-bit: i32::MIN
         [vec![0xf4], i64::MIN.to_le_bytes().to_vec()].concat(),
         [vec![0xf4], i64::MAX.to_le_bytes().to_vec()].concat(),
         [vec![0x80 | 3], b"abc".to_vec()].concat(), // 6-bit string
@@ -61,8 +61,20 @@ fn listpack_integers_of_every_width_and_sign_decode() {
         [vec![0xf0], 3u32.to_le_bytes().to_vec(), b"xyz".to_vec()].concat(), // 32-bit string length
     ]);
     let want = [
-        "5", "127", "-2", "-4096", "4095", "-32768", "32767", "-1", "-8388608", "8388607", "-2147483648",
-        "-9223372036854775808", "9223372036854775807", "abc",
+        "5",
+        "127",
+        "-2",
+        "-4096",
+        "4095",
+        "-32768",
+        "32767",
+        "-1",
+        "-8388608",
+        "8388607",
+        "-2147483648",
+        "-9223372036854775808",
+        "9223372036854775807",
+        "abc",
     ];
     let mut want = texts(&want);
     want.push(long);
