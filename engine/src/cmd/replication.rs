@@ -83,7 +83,7 @@ fn psync(_exec: &mut Exec, _argv: &[Bytes]) -> Reply {
 /// `rdb-filter-only`) are accepted; anything a replica would need a stream for is refused, so
 /// `redis-cli --functions-rdb` (`rdb-filter-only functions`) stops with that error.
 fn replconf(_exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    if argv.len() % 2 == 0 {
+    if argv.len().is_multiple_of(2) {
         return Err(CmdError::Syntax);
     }
     for pair in argv[1..].chunks(2) {

@@ -221,7 +221,7 @@ fn pairs(flat: Vec<Vec<u8>>) -> Vec<(Vec<u8>, Vec<u8>)> {
 
 /// A flat list of alternating members and scores (as text or decimal integers).
 fn scored(flat: Vec<Vec<u8>>, at: usize) -> Result<Vec<(Vec<u8>, f64)>, RdbError> {
-    if flat.len() % 2 != 0 {
+    if !flat.len().is_multiple_of(2) {
         return Err(RdbError::Corrupt { offset: at, what: "a sorted set with a member but no score".into() });
     }
     pairs(flat)
