@@ -301,6 +301,30 @@ fn sync_answers_what_a_replica_would_need_with_clear_errors() {
     assert!(c.read().is_none(), "the connection closes after the file");
 }
 
+#[test]
+fn an_imported_rdb_reaches_the_peers_and_merges_with_their_writes() {
+    // Proves the import is an ordinary set of writes of the importing node: a peer gets every
+    // imported key, and the peer's later write to an imported key wins on both nodes.
+    let (a, b) = (DataNode::new("rdb-mesh-a"), DataNode::new("rdb-mesh-b"));
+    let source = data_dir_for(&a, "redis");
+    let redis = Redis::start(&source, "redis.rdb");
+    let mut r = Conn::connect(redis.port);
+    fill(&mut r, true);
+    let expected = dump(&mut r);
+    assert_eq!(r.cmd(&["SAVE"]), Reply::Status("OK".into()));
+    drop(redis);
+    std::fs::copy(source.join("redis.rdb"), a.snapshot()).unwrap();
+    let server_b = b.start("node-b", &[&a], &[]);
+    let server_a = a.start("node-a", &[&b], &[]);
+    wait_ready(&server_a);
+    wait_ready(&server_b);
+    let mut cb = server_b.connect();
+    wait_for("the peer to hold every imported key", || dump(&mut cb) == expected);
+    assert_eq!(cb.cmd(&["HSET", "hash:listpack", "f0", "changed-on-b"]), Reply::Int(0));
+    let mut ca = server_a.connect();
+    wait_for("the peer's write to reach the importer", || ca.cmd(&["HGET", "hash:listpack", "f0"]).text() == "changed-on-b");
+}
+
 fn refused(name: &str, prepare: impl FnOnce(&mut Conn), damage: impl FnOnce(&Path), message: &str) {
     let node = DataNode::new(name);
     let source = data_dir_for(&node, "redis");
