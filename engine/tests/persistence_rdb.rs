@@ -97,7 +97,7 @@ fn fill(c: &mut Conn, redis: bool) {
         ok(c.cmd(&["SET", &format!("int:{i}"), n]));
     }
     ok(c.cmd(&["SET", "not-canonical", "007"]));
-    ok(c.cmd(&["SET", "compressible", &"abc".repeat(5000)]));
+    ok(c.cmd(&["SET", "compressible", &"abc".repeat(7000)]));
     let noise: String = (0..3000u32).map(|i| char::from(b'!' + (i.wrapping_mul(2654435761) >> 27) as u8)).collect();
     ok(c.cmd(&["SET", "incompressible", &noise]));
     ok(c.cmd(&["SET", "ttl:ms", "v", "PX", "100000000"]));

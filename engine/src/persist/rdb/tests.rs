@@ -221,7 +221,7 @@ fn sample() -> Vec<Record> {
     let rec = |db, key: &str, expire_ms, value| Record { db, key: key.as_bytes().to_vec(), expire_ms, value };
     let mut out = vec![
         rec(0, "plain", None, RdbValue::Str(b"hello".to_vec())),
-        rec(0, "long", Some(far), RdbValue::Str("abcdef".repeat(1000).into_bytes())),
+        rec(0, "long", Some(far), RdbValue::Str("abcdef".repeat(3000).into_bytes())),
         rec(0, "empty-string", None, RdbValue::Str(Vec::new())),
         rec(3, "list", None, RdbValue::List(texts(&["a", "-1", "", "300000"]))),
         rec(1, "set", Some(far + 1), RdbValue::Set(texts(&["m1"]))),
