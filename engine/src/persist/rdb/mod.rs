@@ -46,7 +46,7 @@ pub enum RdbError {
     Corrupt { offset: usize, what: String },
     #[error("key {key:?} in database {db} is a {kind}, which KeyMesh has no type for; delete it (or move it elsewhere) in Redis and save again")]
     Unsupported { kind: &'static str, db: usize, key: String },
-    #[error("the RDB holds {0}, which KeyMesh does not support; remove it in Redis and save again")]
+    #[error("the RDB holds {0}; remove it in Redis and save again")]
     UnsupportedSection(&'static str),
     #[error("the RDB selects database {db}, but this node has {databases} (raise 'databases')")]
     Database { db: u64, databases: usize },

@@ -113,8 +113,12 @@ pub fn parse(bytes: &[u8], sink: &mut dyn FnMut(Record) -> Result<(), RdbError>)
             OP_EXPIRETIME => expire_ms = Some(u64::from(u32::from_le_bytes(r.array("an expiry")?)) * 1000),
             OP_IDLE => drop(r.len()?),
             OP_FREQ => drop(r.byte("an LFU frequency")?),
-            OP_MODULE_AUX => return Err(RdbError::UnsupportedSection("module auxiliary data (a Redis module's state)")),
-            OP_FUNCTION | OP_FUNCTION2 => return Err(RdbError::UnsupportedSection("a function library (FUNCTION LOAD)")),
+            OP_MODULE_AUX => return Err(RdbError::UnsupportedSection("module auxiliary data (a Redis module's state), which KeyMesh has no module for")),
+            OP_FUNCTION | OP_FUNCTION2 => {
+                return Err(RdbError::UnsupportedSection(
+                    "a function library, which an import does not load (FUNCTION FLUSH it in Redis, FUNCTION LOAD it on each KeyMesh node)",
+                ))
+            }
             kind => {
                 let key = r.string()?.into_owned();
                 let value = value(&mut r, kind, db, &key)?;
