@@ -34,20 +34,17 @@ work="$(mktemp -d /tmp/keymesh-bench-rdb.XXXXXX)"
 out="${out:-$work}"
 mkdir -p "$out"
 server_pid=""
+# shellcheck source=scripts/lib.sh
+source "$repo_root/scripts/lib.sh"
+
 stop_server() {
   if [[ -n "$server_pid" ]]; then
-    kill "$server_pid" 2>/dev/null || true
-    for _ in $(seq 100); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
+    stop_pid "$server_pid"
     server_pid=""
   fi
 }
 trap 'stop_server; [[ "$out" != "$work" ]] && rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
-
-# shellcheck source=scripts/lib.sh
-source "$repo_root/scripts/lib.sh"
 
 cli() { redis-cli -h 127.0.0.1 -p "$port" "$@"; }
 now_ms() { date +%s%3N; }
