@@ -43,7 +43,8 @@ stop_server() {
     server_pid=""
   fi
 }
-trap 'stop_server; [[ "$out" != "$work" ]] && rm -rf "$work"' EXIT
+# The data files (hundreds of MiB) go; results.txt stays in --out (default: the work directory).
+trap 'stop_server; rm -rf "$work/redis" "$work/keymesh" "$work/export"; [[ "$out" != "$work" ]] && rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
 
 cli() { redis-cli -h 127.0.0.1 -p "$port" "$@"; }
@@ -125,3 +126,4 @@ stop_server
   printf '%-52s %9s %10s\n' "redis-cli --rdb from keymesh-server (file size)" "$export_ms" "$(mib "$export_bytes")"
   printf '%-52s %9s %10s\n' "redis-server loads the export at start" "$export_load_ms" ""
 } | tee "$out/results.txt"
+echo "bench-rdb: results in $out/results.txt" >&2
