@@ -312,13 +312,13 @@ fn with_refuse_start_a_corrupt_snapshot_stops_the_server() {
 }
 
 #[test]
-fn a_redis_rdb_file_is_recognised_and_kept() {
-    // Proves an RDB file at dir/dbfilename is named as such (this build does not import it),
-    // and moved aside rather than overwritten by the next save.
+fn a_truncated_redis_rdb_file_is_refused_as_such_and_kept() {
+    // Proves an RDB file at dir/dbfilename is recognised and checked as one (import:
+    // tests/persistence_rdb.rs), and a bad one moved aside rather than overwritten.
     let node = Node::new("rdb");
     std::fs::write(node.snapshot(), b"REDIS0011\xfa\x09redis-ver\x057.0.0\xff").unwrap();
     let server = node.start("rdb", &[], &[]);
     wait_ready(&server);
-    assert!(node.log().contains("is a Redis RDB file"), "{}", node.log());
+    assert!(node.log().contains("refused RDB file") && node.log().contains("truncated"), "{}", node.log());
     assert!(!node.snapshot().exists());
 }

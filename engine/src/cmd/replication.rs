@@ -1,5 +1,6 @@
 //! Replication commands: `REPLICAOF host port` (add a mesh peer), `REPLICAOF NO ONE` (remove
-//! every peer), its old name `SLAVEOF`, and `ROLE`.
+//! every peer), its old name `SLAVEOF`, and `ROLE`; `SYNC` and `REPLCONF` as far as
+//! `redis-cli --rdb` uses them: a one-off RDB file of the keyspace (`persist::rdb::export`).
 //!
 //! As in KeyDB, a node with `active-replica yes` and `multi-master yes` adds a master per
 //! `REPLICAOF` instead of replacing its one master. KeyMesh has no read-only replicas, so
@@ -25,6 +26,9 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec!("replicaof", 3, ADMIN | NO_MULTI | STALE, replicaof, "Configures a server as replica of another, or promotes it to a master."),
     spec!("slaveof", 3, ADMIN | NO_MULTI | STALE, replicaof, "Sets a Redis server as a replica of another, or promotes it to being a master."),
     spec!("role", 1, FAST | LOADING | STALE, role, "Returns the replication role."),
+    spec!("sync", 1, ADMIN | NO_MULTI, sync, "Sends the keyspace as an RDB file (redis-cli --rdb), then closes the connection."),
+    spec!("psync", 3, ADMIN | NO_MULTI, psync, "An internal command used in replication."),
+    spec!("replconf", -1, ADMIN | NO_MULTI, replconf, "An internal command for configuring the replication stream."),
 ];
 
 fn replicaof(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -55,4 +59,44 @@ fn replicaof(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 
 fn role(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     Ok(exec.server.mesh.role())
+}
+
+/// `SYNC`: the keyspace as an RDB file (version 10, which Redis 7.0 loads) in one bulk reply,
+/// then the connection closes, as Redis closes an `rdb-only` replica's. KeyMesh has no
+/// replication stream to follow it with: nodes replicate over the mesh.
+fn sync(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
+    let started = std::time::Instant::now();
+    let mut file = Vec::new();
+    let written = crate::persist::rdb::export(&exec.server.store, &exec.server.version, &mut file);
+    tracing::info!(keys = written.keys, bytes = written.bytes, ms = started.elapsed().as_millis() as u64, "RDB file sent (SYNC)");
+    exec.client.closing = true;
+    Ok(Frame::Bulk(Bytes::from(file)))
+}
+
+fn psync(_exec: &mut Exec, _argv: &[Bytes]) -> Reply {
+    Err(CmdError::err(
+        "PSYNC is not supported: KeyMesh nodes replicate over the mesh (REPLICAOF with active-replica); SYNC sends a one-off RDB file (redis-cli --rdb)",
+    ))
+}
+
+/// `REPLCONF`: the options `redis-cli --rdb` sends before `SYNC` (`capa`, `rdb-only`, an empty
+/// `rdb-filter-only`) are accepted; anything a replica would need a stream for is refused, so
+/// `redis-cli --functions-rdb` (`rdb-filter-only functions`) stops with that error.
+fn replconf(_exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    if argv.len().is_multiple_of(2) {
+        return Err(CmdError::Syntax);
+    }
+    for pair in argv[1..].chunks(2) {
+        let accepted = eq_ignore_case(&pair[0], "capa")
+            || (eq_ignore_case(&pair[0], "rdb-only") && matches!(&pair[1][..], b"0" | b"1"))
+            || (eq_ignore_case(&pair[0], "rdb-filter-only") && pair[1].is_empty());
+        if !accepted {
+            return Err(CmdError::err(format!(
+                "REPLCONF {} {} is not supported: KeyMesh sends a one-off RDB file (SYNC) and replicates over the mesh",
+                String::from_utf8_lossy(&pair[0]),
+                String::from_utf8_lossy(&pair[1])
+            )));
+        }
+    }
+    Ok(Frame::Simple("OK"))
 }

@@ -12,6 +12,11 @@
 //! wiped, the file is moved aside to `<dbfilename>.corrupt-<unix ms>` (kept for inspection,
 //! never overwritten by the next save), and the node starts empty and full-syncs; with
 //! `snapshot-load-error refuse-start` the server exits instead.
+//!
+//! A Redis RDB file in the snapshot's place (recognised by its `REDIS` header) is imported
+//! (`rdb`), the way Redis loads its `dump.rdb` at start: migrating from Redis is copying the
+//! file into `dir`. A file that does not decode, or holds a type KeyMesh has no value for, is
+//! refused by the same rule.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -33,6 +38,11 @@ pub enum LoadOutcome {
         ops: u64,
         age_ms: u64,
         stale: bool,
+    },
+    /// A Redis RDB file, imported as writes of this node (`persist::rdb`).
+    Imported {
+        keys: u64,
+        expired: u64,
     },
     /// Refused (`reason`) and moved to `moved_to`; the node starts empty.
     Refused {
@@ -89,7 +99,8 @@ fn merge_file(server: &Server, path: &Path) -> Result<LoadOutcome, PersistError>
     // Peeked, not consumed: the file is read once (it may be a pipe).
     let head = input.fill_buf().map_err(|source| PersistError::Open { path: path.to_path_buf(), source })?;
     if head.starts_with(b"REDIS") {
-        return Err(PersistError::Rdb { path: path.to_path_buf() });
+        drop(input);
+        return import_rdb(server, path);
     }
     let (mut reader, header) = FrameReader::open(input).map_err(refused)?;
     store.hlc.receive(header.hlc);
@@ -117,6 +128,43 @@ fn merge_file(server: &Server, path: &Path) -> Result<LoadOutcome, PersistError>
     }
     info!(path = %path.display(), keys, ops, age_s = age_ms / 1000, saved_by = %header.node_name, "snapshot loaded");
     Ok(LoadOutcome::Loaded { keys, ops, age_ms, stale })
+}
+
+/// Imports a Redis RDB file found at `dir`/`dbfilename`, the way Redis loads it at start.
+/// The file is kept as `<dbfilename>.imported` (a hard link), and a KeyMesh snapshot of the
+/// imported keys replaces `dbfilename` at once. The imported keys are writes of this node: the
+/// peers get them in the full sync they take from a restarted node.
+fn import_rdb(server: &Server, path: &Path) -> Result<LoadOutcome, PersistError> {
+    let bytes = std::fs::read(path).map_err(|source| PersistError::Open { path: path.to_path_buf(), source })?;
+    server.persist.load_total.store(bytes.len() as u64, Ordering::Relaxed);
+    let started = std::time::Instant::now();
+    let imported = super::rdb::import(&server.store, &bytes).map_err(|source| PersistError::Rdb { path: path.to_path_buf(), source })?;
+    server.persist.load_bytes.store(bytes.len() as u64, Ordering::Relaxed);
+    let mut kept = path.as_os_str().to_os_string();
+    kept.push(".imported");
+    if let Err(e) = std::fs::hard_link(path, &kept) {
+        if e.kind() != std::io::ErrorKind::AlreadyExists {
+            warn!(error = %e, "could not keep a copy of the imported RDB file");
+        }
+    }
+    server.persist.set_loaded(imported.keys, server.store.stats.dirty.load(Ordering::Relaxed), 0);
+    // Saved at once in KeyMesh's format: a restart must load these writes with the versions
+    // they were given now, not import the RDB again with newer ones (which would override
+    // writes made after this import).
+    if let Err(e) = super::save(server) {
+        warn!(error = %e, "could not save the imported keys: a restart imports the RDB file again, over any later writes");
+    }
+    info!(
+        path = %path.display(),
+        keys = imported.keys,
+        expired = imported.expired,
+        empty = imported.empty,
+        rdb_version = imported.version,
+        redis_version = imported.redis_version.as_deref().unwrap_or("unknown"),
+        ms = started.elapsed().as_millis() as u64,
+        "Redis RDB file imported"
+    );
+    Ok(LoadOutcome::Imported { keys: imported.keys, expired: imported.expired })
 }
 
 /// Moves a refused file out of the way so that the next save cannot overwrite it.

@@ -19,6 +19,7 @@
 
 pub mod format;
 pub mod load;
+pub mod rdb;
 pub mod schedule;
 mod state;
 mod write;
@@ -40,8 +41,8 @@ pub enum PersistError {
     Open { path: PathBuf, source: std::io::Error },
     #[error("refused snapshot {path}: {source}")]
     Refused { path: PathBuf, source: format::FormatError },
-    #[error("{path} is a Redis RDB file; importing RDB files is not supported by this build (move it away, or start with an empty dir)")]
-    Rdb { path: PathBuf },
+    #[error("refused RDB file {path}: {source}")]
+    Rdb { path: PathBuf, source: rdb::RdbError },
     #[error("the server is shutting down")]
     Stopped,
 }

@@ -2,10 +2,12 @@
 //! in any order, with duplicates and with any grouping, leaves every replica in the same
 //! state — i.e. `apply_op` is commutative, idempotent and associative on the keyspace.
 //! `local_writes` checks a node's own writes, no-ops included, against the same merge;
-//! `replays` holds the cases the `mesh_message` fuzz target found.
+//! `replays` holds the cases the `mesh_message` fuzz target found; `restore` checks nodes
+//! restored from a snapshot or an RDB file against the same laws.
 
 mod local_writes;
 mod replays;
+mod restore;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

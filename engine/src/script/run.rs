@@ -260,6 +260,7 @@ fn allowed_in_script(name: &str) -> bool {
             | "debug"
             | "sync"
             | "psync"
+            | "replconf"
             | "failover"
             | "module"
             | "acl"

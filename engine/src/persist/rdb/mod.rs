@@ -1,0 +1,56 @@
+//! Redis RDB files: importing a `dump.rdb` written by Redis (or KeyDB) into the keyspace, and
+//! writing the keyspace as an RDB file Redis loads (`SYNC`, as `redis-cli --rdb` asks for it).
+//!
+//! The decoder is our own (`read`, `compact`): the `rdb` crate (0.3) mis-decoded listpack
+//! integers of 13 and 24 bits and carried one key's expiry over to the next. It reads every
+//! encoding Redis 2.6 to 7.2 writes (RDB versions 1 to 11, and 12's header): plain strings,
+//! integer-encoded strings, LZF-compressed strings (`lzf` crate), lists, sets, sorted sets and
+//! hashes in their plain encodings and in zipmap, ziplist, intset, listpack, quicklist and
+//! quicklist 2; expiries in seconds and milliseconds; `SELECTDB`, `RESIZEDB`, `AUX`, `IDLE`,
+//! `FREQ`. The trailing CRC-64 (Redis's Jones polynomial, `crc`'s `CRC_64_REDIS`) is checked
+//! before anything is imported, so a corrupt file is refused whole. Types KeyMesh has no
+//! value for (streams, module values, function libraries, hashes with field expiries) are
+//! refused with an error naming the type and the key.
+//!
+//! An import is a set of writes by this node, stamped when they are merged (`import`): they
+//! replicate and merge with the mesh like any other writes.
+
+mod compact;
+mod export;
+mod import;
+mod read;
+
+pub use export::{export, Export};
+pub use import::{import, RdbImport};
+pub use read::{parse, RdbValue, Record};
+
+/// The RDB version `export` writes (Redis 7.0's).
+pub const EXPORT_VERSION: u32 = 10;
+/// The newest RDB version whose header `import` accepts (Redis 7.4); its new types are refused.
+pub const MAX_VERSION: u32 = 12;
+
+/// Redis's CRC-64 (Jones polynomial, reflected), as `crc64.c` computes it.
+pub const CRC64: crc::Crc<u64> = crc::Crc::<u64>::new(&crc::CRC_64_REDIS);
+
+#[derive(Debug, thiserror::Error)]
+pub enum RdbError {
+    #[error("not an RDB file (no REDIS header)")]
+    NotRdb,
+    #[error("RDB version {0} is not supported (versions 1 to {MAX_VERSION}: Redis up to 7.4, KeyDB 6.3)")]
+    Version(String),
+    #[error("RDB file truncated: {0}")]
+    Truncated(String),
+    #[error("RDB checksum mismatch: the file says {expected:016x}, its content gives {actual:016x}")]
+    Checksum { expected: u64, actual: u64 },
+    #[error("corrupt RDB at byte {offset}: {what}")]
+    Corrupt { offset: usize, what: String },
+    #[error("key {key:?} in database {db} is a {kind}, which KeyMesh has no type for; delete it (or move it elsewhere) in Redis and save again")]
+    Unsupported { kind: &'static str, db: usize, key: String },
+    #[error("the RDB holds {0}; remove it in Redis and save again")]
+    UnsupportedSection(&'static str),
+    #[error("the RDB selects database {db}, but this node has {databases} (raise 'databases')")]
+    Database { db: u64, databases: usize },
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,356 @@
+//! The RDB file's outer layer: the header, the opcodes between keys (`AUX`, `SELECTDB`,
+//! `RESIZEDB`, expiries, `IDLE`, `FREQ`, `EOF`), length and string encodings (integers, LZF),
+//! and each value type, down to the compact blobs `compact` decodes.
+
+use std::borrow::Cow;
+
+use super::compact;
+use super::{RdbError, CRC64, MAX_VERSION};
+
+// Value types (rdb.h).
+const TYPE_STRING: u8 = 0;
+const TYPE_LIST: u8 = 1;
+const TYPE_SET: u8 = 2;
+const TYPE_ZSET: u8 = 3;
+const TYPE_HASH: u8 = 4;
+const TYPE_ZSET_2: u8 = 5;
+const TYPE_MODULE: u8 = 6;
+const TYPE_MODULE_2: u8 = 7;
+const TYPE_HASH_ZIPMAP: u8 = 9;
+const TYPE_LIST_ZIPLIST: u8 = 10;
+const TYPE_SET_INTSET: u8 = 11;
+const TYPE_ZSET_ZIPLIST: u8 = 12;
+const TYPE_HASH_ZIPLIST: u8 = 13;
+const TYPE_LIST_QUICKLIST: u8 = 14;
+const TYPE_STREAM_LISTPACKS: u8 = 15;
+const TYPE_HASH_LISTPACK: u8 = 16;
+const TYPE_ZSET_LISTPACK: u8 = 17;
+const TYPE_LIST_QUICKLIST_2: u8 = 18;
+const TYPE_STREAM_LISTPACKS_2: u8 = 19;
+const TYPE_SET_LISTPACK: u8 = 20;
+const TYPE_STREAM_LISTPACKS_3: u8 = 21;
+
+// Opcodes (rdb.h).
+const OP_FUNCTION2: u8 = 245;
+const OP_FUNCTION: u8 = 246;
+const OP_MODULE_AUX: u8 = 247;
+const OP_IDLE: u8 = 248;
+const OP_FREQ: u8 = 249;
+const OP_AUX: u8 = 250;
+const OP_RESIZEDB: u8 = 251;
+const OP_EXPIRETIME_MS: u8 = 252;
+const OP_EXPIRETIME: u8 = 253;
+const OP_SELECTDB: u8 = 254;
+const OP_EOF: u8 = 255;
+
+// Quicklist 2 node containers (quicklist.h).
+const CONTAINER_PLAIN: u64 = 1;
+const CONTAINER_PACKED: u64 = 2;
+
+/// One key as the file holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub db: usize,
+    pub key: Vec<u8>,
+    /// Absolute deadline in Unix ms.
+    pub expire_ms: Option<u64>,
+    pub value: RdbValue,
+}
+
+/// A value in Redis's terms; integers from compact encodings are in their decimal form.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RdbValue {
+    Str(Vec<u8>),
+    List(Vec<Vec<u8>>),
+    Set(Vec<Vec<u8>>),
+    ZSet(Vec<(Vec<u8>, f64)>),
+    Hash(Vec<(Vec<u8>, Vec<u8>)>),
+}
+
+impl RdbValue {
+    /// An empty collection (Redis skips such keys when it loads them).
+    pub fn is_empty(&self) -> bool {
+        match self {
+            RdbValue::Str(_) => false,
+            RdbValue::List(v) | RdbValue::Set(v) => v.is_empty(),
+            RdbValue::ZSet(v) => v.is_empty(),
+            RdbValue::Hash(v) => v.is_empty(),
+        }
+    }
+}
+
+/// What the file says about itself.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Summary {
+    pub version: u32,
+    /// The `redis-ver` AUX field, if any.
+    pub redis_version: Option<String>,
+}
+
+/// Checks `bytes` (a whole RDB file: header, EOF marker, checksum) and hands every key to
+/// `sink` in file order. Nothing is handed over from a file whose checksum is wrong.
+pub fn parse(bytes: &[u8], sink: &mut dyn FnMut(Record) -> Result<(), RdbError>) -> Result<Summary, RdbError> {
+    let version = check(bytes)?;
+    let mut r = Reader { buf: bytes, pos: 9 };
+    let mut summary = Summary { version, redis_version: None };
+    let (mut db, mut expire_ms) = (0usize, None);
+    loop {
+        let op = r.byte("an opcode")?;
+        match op {
+            OP_EOF => return Ok(summary),
+            OP_SELECTDB => db = r.len()? as usize,
+            OP_RESIZEDB => {
+                r.len()?;
+                r.len()?;
+            }
+            OP_AUX => {
+                let (name, value) = (r.string()?, r.string()?);
+                if &name[..] == b"redis-ver" {
+                    summary.redis_version = Some(String::from_utf8_lossy(&value).into_owned());
+                }
+            }
+            OP_EXPIRETIME_MS => expire_ms = Some(u64::from_le_bytes(r.array("an expiry")?)),
+            OP_EXPIRETIME => expire_ms = Some(u64::from(u32::from_le_bytes(r.array("an expiry")?)) * 1000),
+            OP_IDLE => drop(r.len()?),
+            OP_FREQ => drop(r.byte("an LFU frequency")?),
+            OP_MODULE_AUX => return Err(RdbError::UnsupportedSection("module auxiliary data (a Redis module's state), which KeyMesh has no module for")),
+            OP_FUNCTION | OP_FUNCTION2 => {
+                return Err(RdbError::UnsupportedSection(
+                    "a function library, which an import does not load (FUNCTION FLUSH it in Redis, FUNCTION LOAD it on each KeyMesh node)",
+                ))
+            }
+            kind => {
+                let key = r.string()?.into_owned();
+                let value = value(&mut r, kind, db, &key)?;
+                sink(Record { db, key, expire_ms: expire_ms.take(), value })?;
+            }
+        }
+    }
+}
+
+/// The header, version, EOF marker and checksum; returns the version.
+fn check(bytes: &[u8]) -> Result<u32, RdbError> {
+    if !bytes.starts_with(b"REDIS") {
+        return Err(RdbError::NotRdb);
+    }
+    let digits = bytes.get(5..9).ok_or_else(|| RdbError::Truncated("the header is cut short".into()))?;
+    let text = String::from_utf8_lossy(digits).into_owned();
+    let version: u32 = text.parse().map_err(|_| RdbError::Version(text.clone()))?;
+    if !(1..=MAX_VERSION).contains(&version) {
+        return Err(RdbError::Version(text));
+    }
+    if version < 5 {
+        // No checksum before version 5: the file must end with its EOF opcode.
+        return if bytes.len() > 9 && bytes.last() == Some(&OP_EOF) { Ok(version) } else { Err(RdbError::Truncated("no EOF marker at the end".into())) };
+    }
+    if bytes.len() < 9 + 9 || bytes[bytes.len() - 9] != OP_EOF {
+        return Err(RdbError::Truncated("no EOF marker before the checksum".into()));
+    }
+    let (content, sum) = bytes.split_at(bytes.len() - 8);
+    let mut expected = [0u8; 8];
+    expected.copy_from_slice(sum);
+    let expected = u64::from_le_bytes(expected);
+    // 0: saved with `rdbchecksum no`.
+    if expected != 0 {
+        let actual = CRC64.checksum(content);
+        if actual != expected {
+            return Err(RdbError::Checksum { expected, actual });
+        }
+    }
+    Ok(version)
+}
+
+/// One value of type `kind`; `db` and `key` name it in errors.
+fn value(r: &mut Reader, kind: u8, db: usize, key: &[u8]) -> Result<RdbValue, RdbError> {
+    let unsupported = |kind| Err(RdbError::Unsupported { kind, db, key: String::from_utf8_lossy(key).into_owned() });
+    let at = r.pos;
+    let value = match kind {
+        TYPE_STRING => RdbValue::Str(r.string()?.into_owned()),
+        TYPE_LIST => RdbValue::List(r.strings()?),
+        TYPE_SET => RdbValue::Set(r.strings()?),
+        TYPE_HASH => RdbValue::Hash(pairs(r.strings_n(2)?)),
+        TYPE_ZSET | TYPE_ZSET_2 => {
+            let n = r.len()?;
+            let mut members = Vec::with_capacity(capacity(n));
+            for _ in 0..n {
+                let member = r.string()?.into_owned();
+                let score = if kind == TYPE_ZSET { r.text_double()? } else { f64::from_le_bytes(r.array("a score")?) };
+                members.push((member, score));
+            }
+            RdbValue::ZSet(members)
+        }
+        TYPE_HASH_ZIPMAP => RdbValue::Hash(compact::zipmap(&r.string()?).map_err(|e| e.at(at))?),
+        TYPE_LIST_ZIPLIST => RdbValue::List(compact::ziplist(&r.string()?).map_err(|e| e.at(at))?),
+        TYPE_SET_INTSET => RdbValue::Set(compact::intset(&r.string()?).map_err(|e| e.at(at))?),
+        TYPE_SET_LISTPACK => RdbValue::Set(compact::listpack(&r.string()?).map_err(|e| e.at(at))?),
+        TYPE_ZSET_ZIPLIST => RdbValue::ZSet(scored(compact::ziplist(&r.string()?).map_err(|e| e.at(at))?, at)?),
+        TYPE_ZSET_LISTPACK => RdbValue::ZSet(scored(compact::listpack(&r.string()?).map_err(|e| e.at(at))?, at)?),
+        TYPE_HASH_ZIPLIST => RdbValue::Hash(pairs(compact::ziplist(&r.string()?).map_err(|e| e.at(at))?)),
+        TYPE_HASH_LISTPACK => RdbValue::Hash(pairs(compact::listpack(&r.string()?).map_err(|e| e.at(at))?)),
+        TYPE_LIST_QUICKLIST => {
+            let mut items = Vec::new();
+            for _ in 0..r.len()? {
+                items.extend(compact::ziplist(&r.string()?).map_err(|e| e.at(at))?);
+            }
+            RdbValue::List(items)
+        }
+        TYPE_LIST_QUICKLIST_2 => {
+            let mut items = Vec::new();
+            for _ in 0..r.len()? {
+                match r.len()? {
+                    CONTAINER_PLAIN => items.push(r.string()?.into_owned()),
+                    CONTAINER_PACKED => items.extend(compact::listpack(&r.string()?).map_err(|e| e.at(at))?),
+                    other => return Err(r.corrupt(format!("quicklist node container {other}"))),
+                }
+            }
+            RdbValue::List(items)
+        }
+        TYPE_STREAM_LISTPACKS | TYPE_STREAM_LISTPACKS_2 | TYPE_STREAM_LISTPACKS_3 => return unsupported("stream"),
+        TYPE_MODULE | TYPE_MODULE_2 => return unsupported("module value"),
+        22..=25 => return unsupported("hash with field expiries (Redis 7.4)"),
+        other => return Err(RdbError::Corrupt { offset: at - 1, what: format!("unknown value type {other} for key {:?}", String::from_utf8_lossy(key)) }),
+    };
+    Ok(value)
+}
+
+/// A flat list of alternating names and values.
+fn pairs(flat: Vec<Vec<u8>>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::with_capacity(flat.len() / 2);
+    let mut it = flat.into_iter();
+    while let (Some(a), Some(b)) = (it.next(), it.next()) {
+        out.push((a, b));
+    }
+    out
+}
+
+/// A flat list of alternating members and scores (as text or decimal integers).
+fn scored(flat: Vec<Vec<u8>>, at: usize) -> Result<Vec<(Vec<u8>, f64)>, RdbError> {
+    if !flat.len().is_multiple_of(2) {
+        return Err(RdbError::Corrupt { offset: at, what: "a sorted set with a member but no score".into() });
+    }
+    pairs(flat)
+        .into_iter()
+        .map(|(m, s)| Ok((m, parse_score(&s).ok_or_else(|| RdbError::Corrupt { offset: at, what: format!("score {:?}", String::from_utf8_lossy(&s)) })?)))
+        .collect()
+}
+
+fn parse_score(text: &[u8]) -> Option<f64> {
+    let score: f64 = std::str::from_utf8(text).ok()?.parse().ok()?;
+    (!score.is_nan()).then_some(score)
+}
+
+/// A pre-allocation bounded by what a corrupt length could ask for.
+fn capacity(n: u64) -> usize {
+    n.min(1 << 16) as usize
+}
+
+/// A length, or a special string encoding (the low 6 bits of an `11xxxxxx` byte).
+enum Length {
+    Len(u64),
+    Encoded(u8),
+}
+
+/// A cursor over the file.
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn corrupt(&self, what: String) -> RdbError {
+        RdbError::Corrupt { offset: self.pos, what }
+    }
+
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], RdbError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or_else(|| RdbError::Truncated(format!("{what} at byte {} runs past the end", self.pos)))?;
+        let out = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(out)
+    }
+
+    fn byte(&mut self, what: &str) -> Result<u8, RdbError> {
+        Ok(self.take(1, what)?[0])
+    }
+
+    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], RdbError> {
+        let mut out = [0u8; N];
+        out.copy_from_slice(self.take(N, what)?);
+        Ok(out)
+    }
+
+    fn length(&mut self) -> Result<Length, RdbError> {
+        let first = self.byte("a length")?;
+        Ok(match first >> 6 {
+            0 => Length::Len(u64::from(first & 0x3f)),
+            1 => Length::Len(u64::from(first & 0x3f) << 8 | u64::from(self.byte("a length")?)),
+            3 => Length::Encoded(first & 0x3f),
+            _ => match first {
+                0x80 => Length::Len(u64::from(u32::from_be_bytes(self.array("a length")?))),
+                0x81 => Length::Len(u64::from_be_bytes(self.array("a length")?)),
+                other => return Err(self.corrupt(format!("length prefix {other:#04x}"))),
+            },
+        })
+    }
+
+    fn len(&mut self) -> Result<u64, RdbError> {
+        match self.length()? {
+            Length::Len(n) => Ok(n),
+            Length::Encoded(_) => Err(self.corrupt("an encoded string where a length belongs".into())),
+        }
+    }
+
+    fn string(&mut self) -> Result<Cow<'a, [u8]>, RdbError> {
+        match self.length()? {
+            Length::Len(n) => Ok(Cow::Borrowed(self.take(usize::try_from(n).unwrap_or(usize::MAX), "a string")?)),
+            Length::Encoded(0) => Ok(Cow::Owned(decimal(i64::from(self.byte("an integer")? as i8)))),
+            Length::Encoded(1) => Ok(Cow::Owned(decimal(i64::from(i16::from_le_bytes(self.array("an integer")?))))),
+            Length::Encoded(2) => Ok(Cow::Owned(decimal(i64::from(i32::from_le_bytes(self.array("an integer")?))))),
+            Length::Encoded(3) => {
+                let (compressed, len) = (self.len()?, self.len()?);
+                let data = self.take(usize::try_from(compressed).unwrap_or(usize::MAX), "an LZF string")?;
+                let len = usize::try_from(len).unwrap_or(usize::MAX);
+                match lzf::decompress(data, len) {
+                    Ok(out) if out.len() == len => Ok(Cow::Owned(out)),
+                    _ => Err(self.corrupt(format!("an LZF string that does not decompress to its {len} bytes"))),
+                }
+            }
+            Length::Encoded(other) => Err(self.corrupt(format!("string encoding {other}"))),
+        }
+    }
+
+    fn strings(&mut self) -> Result<Vec<Vec<u8>>, RdbError> {
+        self.strings_n(1)
+    }
+
+    /// A length, then `per` strings per counted element.
+    fn strings_n(&mut self, per: u64) -> Result<Vec<Vec<u8>>, RdbError> {
+        let n = self.len()?.saturating_mul(per);
+        let mut out = Vec::with_capacity(capacity(n));
+        for _ in 0..n {
+            out.push(self.string()?.into_owned());
+        }
+        Ok(out)
+    }
+
+    /// A score of the version-1 sorted set: a length byte (253 NaN, 254 +inf, 255 -inf), then text.
+    fn text_double(&mut self) -> Result<f64, RdbError> {
+        match self.byte("a score")? {
+            253 => Err(self.corrupt("a NaN score".into())),
+            254 => Ok(f64::INFINITY),
+            255 => Ok(f64::NEG_INFINITY),
+            n => {
+                let text = self.take(usize::from(n), "a score")?;
+                parse_score(text).ok_or_else(|| self.corrupt(format!("score {:?}", String::from_utf8_lossy(text))))
+            }
+        }
+    }
+}
+
+/// An integer's decimal form, as Redis hands out integer-encoded strings.
+pub fn decimal(n: i64) -> Vec<u8> {
+    itoa::Buffer::new().format(n).as_bytes().to_vec()
+}
