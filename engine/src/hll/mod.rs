@@ -107,6 +107,11 @@ pub fn add(hll: &mut Vec<u8>, element: &[u8], sparse_max_bytes: usize) -> Result
 /// cached cardinality is stale). A sparse HLL becomes dense when the value or the length no
 /// longer fits it.
 pub fn set_register(hll: &mut Vec<u8>, index: usize, count: u8, sparse_max_bytes: usize) -> Result<bool, HllError> {
+    // Raising a register to 0 changes nothing (and the sparse encoding has no opcode for a
+    // value of 0: found by the mesh_message fuzz target with a peer's register of value 0).
+    if count == 0 {
+        return Ok(false);
+    }
     let grew = match check(hll)? {
         Encoding::Dense => dense::raise(&mut hll[HEADER_LEN..], index, count),
         Encoding::Sparse => match sparse::raise(hll, index, count, sparse_max_bytes)? {

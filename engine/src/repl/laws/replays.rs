@@ -129,3 +129,54 @@ fn a_base_only_counter_delta_older_than_a_flush_does_not_recreate_the_key() {
     assert_eq!(apply_op(&s, &base_only(v(11, 1), v(20, 1))), ApplyOutcome::Applied);
     assert!(observe(&s).values().next().is_some_and(|x| x.contains("Some(7)")), "{:?}", observe(&s));
 }
+
+#[test]
+fn an_expiry_at_the_flush_is_dead_before_and_after_its_key_appears() {
+    // Found by the mesh_message fuzz target (seed regression_expiry_at_the_flush): an expiry
+    // register at the database's flush version (here the initial one) was dropped while its
+    // key did not exist yet, but taken once a counter based at that version had created the
+    // key, so replaying the batch changed the keyspace again.
+    let expire = pb::Op {
+        db: 0,
+        key: b"k".to_vec(),
+        effect: Some(pb::op::Effect::Expire(pb::Expire { deadline_ms: 4_000_000_000_000, version: version(Version::ZERO) })),
+    };
+    let counter = pb::Op {
+        db: 0,
+        key: b"k".to_vec(),
+        effect: Some(pb::op::Effect::Counter(pb::CounterDelta {
+            origin: 5,
+            incr_total: 10,
+            decr_total: 3,
+            base: version(Version::ZERO),
+            version: version(v(7, 5)),
+            base_value: 0,
+        })),
+    };
+    let s = store();
+    assert_ne!(apply_op(&s, &expire), ApplyOutcome::Applied);
+    assert_eq!(apply_op(&s, &counter), ApplyOutcome::Applied);
+    assert_ne!(apply_op(&s, &expire), ApplyOutcome::Applied, "the same register, now that the key exists");
+    let other = store();
+    apply_op(&other, &counter);
+    apply_op(&other, &expire);
+    assert_eq!(observe(&s), observe(&other));
+    assert!(observe(&s).values().all(|e| e.contains("ttl=None")), "{:?}", observe(&s));
+}
+
+#[test]
+fn an_hll_register_raised_to_zero_changes_nothing() {
+    // Found by the mesh_message fuzz target (seed regression_hll_register_zero): a peer's HLL
+    // effect raising register 0 to 0 overflowed building the sparse opcode (a panic with
+    // overflow checks, a corrupt HLL without). A register raised to 0 is no change.
+    let s = store();
+    let hll = |registers: Vec<u32>| pb::Op {
+        db: 0,
+        key: b"l".to_vec(),
+        effect: Some(pb::op::Effect::Hll(pb::HllRegisters { version: version(v(3, 1)), registers })),
+    };
+    assert_eq!(apply_op(&s, &hll(vec![5 << 8 | 2])), ApplyOutcome::Applied);
+    assert_ne!(apply_op(&s, &hll(vec![0, 7 << 8])), ApplyOutcome::Applied, "registers raised to 0");
+    let mut bytes = crate::hll::new_empty();
+    assert_eq!(crate::hll::set_register(&mut bytes, 0, 0, 3000).ok(), Some(false));
+}
