@@ -4,6 +4,7 @@
 //! (the command table, one module per family) → `db` (the sharded, versioned keyspace) →
 //! `frame` (RESP2/RESP3 replies). `server` owns the listeners and shared state.
 
+pub mod admin;
 pub mod auth;
 pub mod blocking;
 pub mod client;
@@ -23,6 +24,7 @@ pub mod kernel;
 pub mod latency;
 pub mod memory;
 pub mod mesh;
+pub mod mesh_host;
 pub mod metrics;
 pub mod monitor;
 pub mod parse;

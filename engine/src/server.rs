@@ -96,6 +96,8 @@ pub struct Server {
     pub started: Instant,
     pub port: AtomicUsize,
     shutdown: watch::Sender<bool>,
+    /// This server, for work that outlives the call that starts it (`BGSAVE`).
+    this: std::sync::Weak<Server>,
 }
 
 impl Server {
@@ -128,14 +130,15 @@ impl Server {
             None => None,
         };
         let persist = crate::persist::Persistence::new(metrics.registry());
-        let server = Arc::new_cyclic(|weak| Server {
-            mesh: Arc::new(Mesh::new(
+        let server = Arc::new_cyclic(|weak: &std::sync::Weak<Server>| Server {
+            mesh: Mesh::new(
                 weak.clone(),
                 store.clone(),
                 repl_log.clone(),
                 Identity { node_name: node_name.clone(), node_id, run_id: run_id.clone() },
                 metrics.registry(),
-            )),
+            ),
+            this: weak.clone(),
             store,
             repl_log,
             config: RwLock::new(config),
@@ -162,6 +165,11 @@ impl Server {
         });
         server.apply_config();
         Ok(server)
+    }
+
+    /// This server as an `Arc`, for background work; `None` once it is being dropped.
+    pub fn handle(&self) -> Option<Arc<Server>> {
+        self.this.upgrade()
     }
 
     /// Whether `given` is this node's password (`crate::auth`: every password check asks this).
@@ -267,6 +275,25 @@ impl Server {
     pub fn is_shutting_down(&self) -> bool {
         *self.shutdown.borrow()
     }
+}
+
+/// Serves the mesh port: the mesh's own service, which peers subscribe to, and the operator's
+/// `Admin` service, plain text and TLS on the same port (`tls::mesh_io`).
+fn serve_mesh_port(server: &Arc<Server>, listener: TcpListener) {
+    let local = listener.local_addr().ok();
+    let routes = tonic::service::Routes::new(server.mesh.origin_service()).add_service(crate::admin::service(server.clone()));
+    let mut stop = server.shutdown_signal();
+    let incoming = crate::tls::mesh_io::incoming(server.clone(), listener);
+    tokio::spawn(async move {
+        let mut builder = tonic::transport::Server::builder().http2_keepalive_interval(Some(Duration::from_secs(10)));
+        let serve = builder.add_routes(routes).serve_with_incoming_shutdown(incoming, async move {
+            let _ = stop.wait_for(|s| *s).await;
+        });
+        if let Err(e) = serve.await {
+            warn!(addr = ?local, error = %e, "mesh port stopped serving");
+        }
+    });
+    info!(addr = ?local, "mesh port listening");
 }
 
 /// Addresses to listen on: Redis's `bind` syntax, where `-addr` means "skip if unavailable"
@@ -418,7 +445,10 @@ pub async fn run(server: Arc<Server>, listeners: Listeners) -> Result<(), Server
     }
     tokio::spawn(crate::persist::schedule::run(server.clone()));
     let peers: Vec<_> = server.config.read().replicaof.iter().filter_map(|(h, p)| crate::mesh::PeerAddr::from_client_port(h, *p).ok()).collect();
-    server.mesh.start(&server, peers);
+    for listener in server.mesh.take_listeners() {
+        serve_mesh_port(&server, listener);
+    }
+    server.mesh.start(peers);
     info!(port = server.port.load(Ordering::Relaxed), node = %server.node_name, run_id = %server.run_id, "ready to accept connections");
     let mut stop = server.shutdown_signal();
     tokio::select! {

@@ -186,7 +186,7 @@ fn bgsave(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         Some(a) if argv.len() == 2 && eq_ignore_case(a, "schedule") => true,
         Some(_) => return Err(CmdError::Syntax),
     };
-    let Some(server) = exec.server.mesh.server() else {
+    let Some(server) = exec.server.handle() else {
         return Err(CmdError::err(crate::persist::PersistError::Stopped.to_string()));
     };
     match crate::persist::bgsave(server) {

@@ -30,10 +30,10 @@ use tonic::transport::{Channel, Endpoint};
 use tracing::{debug, info, warn};
 
 use super::frontier::OriginFrontier;
-use super::{Identity, Mesh, PeerAddr, MAX_MESSAGE_BYTES};
+use super::{Delivery, Host, Identity, Mesh, PeerAddr, MAX_MESSAGE_BYTES};
+use crate::db::Store;
 use crate::hlc::Timestamp;
 use crate::repl::merge::{apply_op, ApplyOutcome};
-use crate::server::Server;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// From connecting to the origin's `Welcome` (covers a peer whose process is stopped: the
@@ -162,7 +162,7 @@ impl PeerLink {
         status.down_since = Some(Instant::now());
         status.last_ack = None;
         let status = Arc::new(Mutex::new(status));
-        let ctx = LinkCtx { server: mesh.server.clone(), identity: mesh.identity.clone(), peer, status: status.clone() };
+        let ctx = LinkCtx { mesh: mesh.me.clone(), identity: mesh.identity.clone(), peer, status: status.clone() };
         PeerLink { status, task: tokio::spawn(ctx.run()) }
     }
 
@@ -188,7 +188,7 @@ impl PeerLink {
 }
 
 struct LinkCtx {
-    server: Weak<Server>,
+    mesh: Weak<Mesh>,
     identity: Identity,
     peer: PeerAddr,
     status: Arc<Mutex<LinkStatus>>,
@@ -248,7 +248,7 @@ impl LinkCtx {
         // With `tls-replication yes` the link is mutual TLS: it verifies the peer against the
         // CA and presents this node's certificate (the current one: links are re-made at every
         // reconnect and when TLS settings change).
-        let tls = self.server.upgrade().and_then(|s| s.tls.as_ref().filter(|t| t.current().settings.replication).map(|t| t.client_config(&self.peer.host)));
+        let tls = self.mesh.upgrade().and_then(|m| m.host()).and_then(|h| h.link_tls(&self.peer.host));
         for addr in addrs {
             let scheme = if tls.is_some() { "https" } else { "http" };
             let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
@@ -270,25 +270,22 @@ impl LinkCtx {
 
     /// One connection: handshake, then merge until the stream fails. Returns why it ended.
     async fn session(&self, welcomed: &mut bool) -> LinkError {
-        let Some(server) = self.server.upgrade() else { return LinkError::Stopped };
-        match self.stream(&server, welcomed).await {
+        let Some((mesh, host)) = self.mesh.upgrade().and_then(|m| Some((m.clone(), m.host()?))) else { return LinkError::Stopped };
+        match self.stream(&mesh, &host, welcomed).await {
             Ok(()) => LinkError::Closed,
             Err(e) => e,
         }
     }
 
-    async fn stream(&self, server: &Arc<Server>, welcomed: &mut bool) -> Result<(), LinkError> {
-        let (masterauth, repl_timeout) = {
-            let c = server.config.read();
-            (c.get("masterauth").to_string(), Duration::from_secs(c.int("repl-timeout").max(1) as u64))
-        };
+    async fn stream(&self, mesh: &Arc<Mesh>, host: &Arc<dyn Host>, welcomed: &mut bool) -> Result<(), LinkError> {
+        let super::LinkSettings { masterauth, repl_timeout } = host.link_settings();
         // A stream silent for longer than the tombstone cap must not resume when the network
         // heals: the origin may since have gone stale (`Mesh::stale`), and what it had queued
         // for us while cut off would bypass the wipe. Such a session ends; the reconnect goes
         // through Hello/Welcome.
-        let tombstone_cap = Duration::from_millis(server.store.tombstone_gc_ms.load(std::sync::atomic::Ordering::Relaxed));
+        let tombstone_cap = Duration::from_millis(mesh.store.tombstone_gc_ms.load(std::sync::atomic::Ordering::Relaxed));
         let repl_timeout = repl_timeout.min(tombstone_cap);
-        let stale = server.mesh.stale();
+        let stale = mesh.stale();
         let (origin_run_id, next_seq) = {
             let s = self.status.lock();
             // A stale node will wipe: it needs a full sync, whatever it held.
@@ -324,14 +321,14 @@ impl LinkCtx {
             }
         };
         let (mut down, welcome) = tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake).await.map_err(|_| LinkError::Timeout(HANDSHAKE_TIMEOUT))??;
-        if welcome.run_id == server.mesh.run_id() {
+        if welcome.run_id == mesh.run_id() {
             return Err(LinkError::Itself);
         }
         super::protocol_compatible(welcome.protocol_version).map_err(LinkError::Incompatible)?;
         *welcomed = true;
         let full_sync = welcome.full_sync;
         if full_sync && stale {
-            server.mesh.wipe_for_resync();
+            mesh.wipe_for_resync();
         }
         {
             let mut s = self.status.lock();
@@ -356,7 +353,8 @@ impl LinkCtx {
         }
         info!(peer = %self.peer.label(), origin = %welcome.node_name, full_sync, start_seq = welcome.start_seq, "mesh link established");
         let mut session = Session {
-            server: server.clone(),
+            mesh: mesh.clone(),
+            host: host.clone(),
             status: self.status.clone(),
             up,
             expected_seq: welcome.start_seq,
@@ -390,7 +388,8 @@ impl LinkCtx {
 
 /// One established stream's state.
 struct Session {
-    server: Arc<Server>,
+    mesh: Arc<Mesh>,
+    host: Arc<dyn Host>,
     status: Arc<Mutex<LinkStatus>>,
     up: mpsc::Sender<pb::SubscriberMessage>,
     /// The sequence the next live batch must start at.
@@ -407,13 +406,13 @@ struct Session {
 impl Session {
     async fn handle(&mut self, message: pb::OriginMessage) -> Result<(), LinkError> {
         self.last_io = Instant::now();
-        self.server.mesh.note_contact();
+        self.mesh.note_contact();
         let size = message.encoded_len() as u64;
         match message.body {
             Some(Body::Batch(batch)) => self.batch(batch, size).await?,
             Some(Body::Heartbeat(hb)) => {
-                let skewed = !self.server.store.hlc.receive(hb.hlc);
-                let skew = hb.wall_ms as i64 - self.server.store.hlc.wall_ms() as i64;
+                let skewed = !self.mesh.store.hlc.receive(hb.hlc);
+                let skew = hb.wall_ms as i64 - self.mesh.store.hlc.wall_ms() as i64;
                 let mut s = self.status.lock();
                 s.skew_ms = skew;
                 s.skewed_receives += skewed as u64;
@@ -460,14 +459,14 @@ impl Session {
         if !snapshot && self.syncing {
             return Err(LinkError::Protocol("live batch before SyncDone"));
         }
-        let skewed = !self.server.store.hlc.receive(batch.hlc);
+        let skewed = !self.mesh.store.hlc.receive(batch.hlc);
         let count = batch.ops.len() as u64;
         let (applied, superseded) = if batch.ops.len() <= INLINE_APPLY_OPS {
-            apply_all(&self.server, &batch.ops)
+            apply_all(&self.mesh.store, &*self.host, &batch.ops)
         } else {
-            let server = self.server.clone();
+            let (store, host) = (self.mesh.store.clone(), self.host.clone());
             let ops = batch.ops;
-            tokio::task::spawn_blocking(move || apply_all(&server, &ops)).await.map_err(|_| LinkError::Stopped)?
+            tokio::task::spawn_blocking(move || apply_all(&store, &*host, &ops)).await.map_err(|_| LinkError::Stopped)?
         };
         let mut s = self.status.lock();
         s.skewed_receives += skewed as u64;
@@ -500,7 +499,7 @@ impl Session {
         if !due {
             return;
         }
-        let ack = pb::Ack { applied_seq: applied, hlc: self.server.store.hlc.now(), stable_hlc: self.server.mesh.durable_frontier() };
+        let ack = pb::Ack { applied_seq: applied, hlc: self.mesh.store.hlc.now(), stable_hlc: self.mesh.durable_frontier() };
         // Never block merging on the ack channel: a full channel just skips this ack.
         if self.up.try_send(pb::SubscriberMessage { body: Some(pb::subscriber_message::Body::Ack(ack)) }).is_ok() {
             self.acked_seq = applied;
@@ -510,29 +509,30 @@ impl Session {
     }
 }
 
-/// Merges ops into the keyspace; returns (applied, superseded). Clients blocked (`BLPOP`,
-/// `BZPOPMIN`, ...) on a key a merge changed are served, as a local push would.
-fn apply_all(server: &Server, ops: &[pb::Op]) -> (u64, u64) {
+/// Merges ops into the keyspace; returns (applied, superseded). What the merges cause beyond
+/// the keyspace goes to `delivery`: published messages as they come, then the keys changed
+/// (clients blocked on them are served, as a local write would).
+fn apply_all(store: &Store, delivery: &dyn Delivery, ops: &[pb::Op]) -> (u64, u64) {
     let (mut applied, mut superseded) = (0, 0);
-    let watch_blocked = server.blocking.blocked_clients() > 0;
-    let mut ready: Vec<(usize, crate::db::Key)> = Vec::new();
+    let collect_changed = delivery.wants_changed_keys();
+    let mut changed: Vec<(usize, crate::db::Key)> = Vec::new();
     for op in ops {
-        match apply_op(&server.store, op) {
+        match apply_op(store, op) {
             ApplyOutcome::Applied => {
                 applied += 1;
-                if watch_blocked {
-                    ready.push((op.db as usize, op.key.as_slice().into()));
+                if collect_changed {
+                    changed.push((op.db as usize, op.key.as_slice().into()));
                 }
             }
             ApplyOutcome::Superseded => superseded += 1,
             ApplyOutcome::Publish { channel, message } => {
-                server.pubsub.publish(&channel, &message);
+                delivery.publish(&channel, &message);
                 applied += 1;
             }
         }
     }
-    if !ready.is_empty() {
-        server.blocking.wake(server, ready);
+    if !changed.is_empty() {
+        delivery.keys_changed(changed);
     }
     (applied, superseded)
 }

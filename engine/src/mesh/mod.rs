@@ -1,7 +1,9 @@
 //! The replication mesh's transport: the gRPC `Mesh` service other nodes subscribe to
-//! (`origin`), one `PeerLink` per configured peer that subscribes to that peer's writes
-//! (`link`), and the operator's `Admin` service (`admin`). The data side — the backlog, the
-//! merges, the snapshot — lives in `crate::repl`.
+//! (`origin`) and one `PeerLink` per configured peer that subscribes to that peer's writes
+//! (`link`). The data side — the backlog, the merges, the snapshot — lives in `crate::repl`.
+//! The mesh sees the node around it only through `host::Host` (password, transport security,
+//! link settings, snapshot frontier, delivery of merges), never the `Server`. The mesh port
+//! also serves the operator's `Admin` service, which belongs to the server (`crate::admin`).
 //!
 //! `Mesh` owns the peer links, keyed by `(host, mesh port)`; `set_peers` replaces the whole
 //! list, `add_peer`/`clear_peers` serve `REPLICAOF`. It answers readiness (DESIGN.md,
@@ -11,12 +13,13 @@
 //! (origin run id and applied sequence) is remembered per peer, so re-adding a peer resumes by
 //! partial resync while the origin's backlog still holds what it missed.
 
-pub mod admin;
 pub mod frontier;
+mod host;
 mod info;
 pub mod link;
 mod metrics;
 pub mod origin;
+mod peer;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -34,10 +37,11 @@ use crate::hlc::Timestamp;
 use crate::db::Store;
 use crate::hlc::NodeId;
 use crate::repl::log::ReplLog;
-use crate::server::Server;
+pub use host::{Delivery, Host, LinkSettings};
 pub use link::{LinkPhase, LinkStatus, PeerLink};
 pub use metrics::MeshMetrics;
 pub use origin::SubscriberInfo;
+pub use peer::MeshPeer;
 
 /// How long a starting node waits for a configured peer to answer before it declares itself
 /// ready without a sync (the cold start of a whole cluster: nobody has data to give). A peer
@@ -119,7 +123,10 @@ pub struct Mesh {
     pub identity: Identity,
     pub store: Arc<Store>,
     pub log: Arc<ReplLog>,
-    server: Weak<Server>,
+    /// The node around the mesh (`host`); weak: the node owns the mesh.
+    host: Weak<dyn Host>,
+    /// This mesh, for the links it starts (they outlive the call that starts them).
+    me: Weak<Mesh>,
     links: Mutex<BTreeMap<PeerAddr, PeerLink>>,
     /// The last status of removed links: where they got to (for a partial resync when the
     /// peer is added again) and their counters.
@@ -153,11 +160,12 @@ pub struct Mesh {
 }
 
 impl Mesh {
-    pub fn new(server: Weak<Server>, store: Arc<Store>, log: Arc<ReplLog>, identity: Identity, registry: &prometheus::Registry) -> Mesh {
-        Mesh {
+    pub fn new(host: Weak<dyn Host>, store: Arc<Store>, log: Arc<ReplLog>, identity: Identity, registry: &prometheus::Registry) -> Arc<Mesh> {
+        Arc::new_cyclic(|me| Mesh {
             store,
             log,
-            server,
+            host,
+            me: me.clone(),
             links: Mutex::new(BTreeMap::new()),
             removed: Mutex::new(BTreeMap::new()),
             subscribers: Mutex::new(Vec::new()),
@@ -175,7 +183,7 @@ impl Mesh {
             refused: Mutex::new(std::collections::VecDeque::new()),
             identity,
             metrics: MeshMetrics::new(registry),
-        }
+        })
     }
 
     /// The run id subscribers must present to resume (see `wipe_for_resync`).
@@ -183,8 +191,9 @@ impl Mesh {
         self.run_id.lock().clone()
     }
 
-    pub(crate) fn server(&self) -> Option<Arc<Server>> {
-        self.server.upgrade()
+    /// The node around the mesh; `None` once it is gone (shutdown).
+    pub(crate) fn host(&self) -> Option<Arc<dyn Host>> {
+        self.host.upgrade()
     }
 
     /// Binds the mesh port on every address the client port is bound to (`server::bind`).
@@ -207,28 +216,21 @@ impl Mesh {
         Ok(port)
     }
 
-    /// Serves the Mesh and Admin services on the bound listeners and starts the links of the
-    /// configured peers. Called once, from `server::run`.
-    pub fn start(self: &Arc<Self>, server: &Arc<Server>, peers: Vec<PeerAddr>) {
+    /// The listeners `bind` opened, for the server to serve the mesh port on (once).
+    pub fn take_listeners(&self) -> Vec<TcpListener> {
+        std::mem::take(&mut *self.listeners.lock())
+    }
+
+    /// The gRPC `Mesh` service peers subscribe to.
+    pub fn origin_service(self: &Arc<Self>) -> pb::mesh_server::MeshServer<origin::OriginService> {
+        origin::service(self.clone())
+    }
+
+    /// Starts the links of the configured peers and tombstone collection. Called once, from
+    /// `server::run`, after the mesh port is served.
+    pub fn start(self: &Arc<Self>, peers: Vec<PeerAddr>) {
         if self.started.swap(true, Ordering::SeqCst) {
             return;
-        }
-        for listener in std::mem::take(&mut *self.listeners.lock()) {
-            let local = listener.local_addr().ok();
-            let routes = tonic::service::Routes::new(origin::service(self.clone())).add_service(admin::service(server.clone()));
-            let mut stop = server.shutdown_signal();
-            // Plain and TLS connections on the same port (`tls::mesh_io`).
-            let incoming = crate::tls::mesh_io::incoming(server.clone(), listener);
-            tokio::spawn(async move {
-                let mut builder = tonic::transport::Server::builder().http2_keepalive_interval(Some(Duration::from_secs(10)));
-                let serve = builder.add_routes(routes).serve_with_incoming_shutdown(incoming, async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                });
-                if let Err(e) = serve.await {
-                    warn!(addr = ?local, error = %e, "mesh port stopped serving");
-                }
-            });
-            info!(addr = ?local, "mesh port listening");
         }
         self.set_peers(peers);
         let mesh = self.clone();
@@ -404,7 +406,7 @@ impl Mesh {
     /// from its snapshot finds on its peers every tombstone it needs (they drop none it has
     /// not acknowledged).
     pub fn durable_frontier(&self) -> Timestamp {
-        let cap = self.server().map_or(Timestamp::MAX, |s| s.persist.frontier_cap(!s.config.read().get("save").is_empty()));
+        let cap = self.host().map_or(Timestamp::MAX, |h| h.snapshot_frontier_cap());
         self.stable_frontier().min(cap)
     }
 
@@ -574,8 +576,7 @@ impl Mesh {
     }
 
     pub(crate) fn repl_timeout(&self) -> Duration {
-        let secs = self.server().map_or(60, |s| s.config.read().int("repl-timeout").max(1) as u64);
-        Duration::from_secs(secs)
+        self.host().map_or(Duration::from_secs(60), |h| h.link_settings().repl_timeout)
     }
 }
 

@@ -95,7 +95,7 @@ impl pb::mesh_server::Mesh for OriginService {
     type SubscribeStream = OriginStream;
 
     async fn subscribe(&self, request: Request<Streaming<pb::SubscriberMessage>>) -> Result<Response<OriginStream>, Status> {
-        let peer = crate::tls::mesh_io::MeshPeer::of(&request);
+        let peer = super::MeshPeer::of(&request);
         let addr = peer.remote;
         let mut inbound = request.into_inner();
         let hello = match tokio::time::timeout(HELLO_TIMEOUT, inbound.message()).await {
@@ -106,16 +106,15 @@ impl pb::mesh_server::Mesh for OriginService {
         };
         let mesh = &self.mesh;
         let subscriber = format!("{} ({})", hello.node_name, addr.map_or_else(|| "?".to_string(), |a| a.to_string()));
-        if !mesh.server().is_none_or(|s| s.password_ok(hello.password.as_bytes())) {
+        let host = mesh.host().ok_or_else(|| Status::unavailable("the node is shutting down"))?;
+        if !host.password_ok(hello.password.as_bytes()) {
             let message = "invalid password: the subscriber's masterauth must equal this node's requirepass";
             mesh.note_refusal(&subscriber, "auth", message);
             return Err(Status::unauthenticated(message));
         }
-        if let Some(server) = mesh.server() {
-            if let Err(message) = peer.require_tls(&server, true) {
-                mesh.note_refusal(&subscriber, "tls", &message);
-                return Err(Status::unauthenticated(message));
-            }
+        if let Err(message) = peer.require_tls(host.tls_replication(), true) {
+            mesh.note_refusal(&subscriber, "tls", &message);
+            return Err(Status::unauthenticated(message));
         }
         if let Err(message) = super::protocol_compatible(hello.protocol_version) {
             mesh.note_refusal(&subscriber, "protocol", &message);

@@ -1,4 +1,5 @@
-//! The operator's `Admin` service on the mesh port: `Status` (this node's readiness, sync
+//! The operator's `Admin` service, served on the mesh port beside the mesh's own service
+//! (`server::serve_mesh_port`): `Status` (this node's readiness, sync
 //! state, per-peer links, its last originated sequence, handoff phase and the config values
 //! asked for), `SetPeers` (replace the whole peer list at once), `Handoff` (hand the clients
 //! off before the node leaves the mesh, see `crate::handoff`) and `SetConfig` (directives that
@@ -16,7 +17,7 @@ use keymesh_proto as pb;
 use keymesh_proto::admin_server::AdminServer;
 use tonic::{Request, Response, Status};
 
-use super::PeerAddr;
+use crate::mesh::{Host, PeerAddr};
 use crate::server::Server;
 
 /// The longest grace a handoff may ask for: a handoff must end.
@@ -32,7 +33,7 @@ pub struct AdminService {
 
 impl AdminService {
     fn authorize<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        crate::tls::mesh_io::MeshPeer::of(request).require_tls(&self.server, false).map_err(Status::unauthenticated)?;
+        crate::mesh::MeshPeer::of(request).require_tls(self.server.tls_replication(), false).map_err(Status::unauthenticated)?;
         let given = request.metadata().get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("");
         if self.server.password_ok(given.strip_prefix("Bearer ").unwrap_or(given).as_bytes()) {
             Ok(())
