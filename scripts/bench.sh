@@ -9,7 +9,9 @@
 #      BENCH_RUNS runs (default 3) against a fresh server of each kind; per command the run with
 #      the median ops/s is reported with its p50 and p99 latency. Each run also adds random
 #      elements to one HyperLogLog (`PFADD bench:hll element:__rand_int__`, same -n, -r, -c and
-#      -P: the unique-visitors pattern, every client on one key), reported as PFADD.
+#      -P: the unique-visitors pattern, every client on one key), reported as PFADD, and runs a
+#      small Lua script by its SHA1 (`EVALSHA <sha> 1 bench:counter:__rand_int__`, the script
+#      `return redis.call('INCR', KEYS[1])`, loaded with SCRIPT LOAD first), reported as EVALSHA.
 #   2. Second reference, two threads each, unpinned: keymesh-server --server-threads 2 against
 #      redis-server --io-threads 2, redis-benchmark --threads 2, one run (on two cores the
 #      client competes with both servers' threads, and Redis's I/O thread spins: flattering to
@@ -39,6 +41,9 @@ bench_runs="${BENCH_RUNS:-3}"
 bench_keys="${BENCH_KEYS:-1000000}"
 tests="set,get,incr,lpush,hset,zadd"
 pfadd_test="PFADD bench:hll element:__rand_int__"
+evalsha_script="return redis.call('INCR', KEYS[1])"
+evalsha_sha="$(printf '%s' "$evalsha_script" | sha1sum | cut -d' ' -f1)"
+evalsha_test="EVALSHA $evalsha_sha 1 bench:counter:__rand_int__"
 self_test=0
 out=""
 
@@ -46,7 +51,7 @@ while (($#)); do
   case "$1" in
     --self-test) self_test=1; shift ;;
     --out) out="${2:?--out needs a directory}"; shift 2 ;;
-    -h|--help) sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,33p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -139,6 +144,14 @@ throughput() {
     $pfadd_test | grep '^"PFADD ' >>"$csv" || {
     echo "bench: redis-benchmark produced no PFADD result against $kind" >&2; exit 1
   }
+  local loaded
+  loaded="$(redis-cli -h 127.0.0.1 -p "$port" SCRIPT LOAD "$evalsha_script")"
+  [[ "$loaded" == "$evalsha_sha" ]] || { echo "bench: SCRIPT LOAD answered '$loaded' against $kind, expected $evalsha_sha" >&2; exit 1; }
+  # shellcheck disable=SC2086 # as above
+  "${client[@]}" -h 127.0.0.1 -p "$port" -n "$bench_n" -r 1000000 -c 50 -q --csv -P "$p" \
+    $evalsha_test | grep '^"EVALSHA ' >>"$csv" || {
+    echo "bench: redis-benchmark produced no EVALSHA result against $kind" >&2; exit 1
+  }
 }
 
 # resp_load COUNT: RESP for COUNT SETs of distinct keys with 100-byte values, on stdout.
@@ -204,9 +217,10 @@ done
 {
   echo
   if ((self_test)); then echo "(SELF-TEST: the 'keymesh' columns are redis-server too)"; fi
-  python3 - "$out" "$tests" "$bench_n" "$bench_runs" "$pfadd_test" <<'PY'
+  python3 - "$out" "$tests" "$bench_n" "$bench_runs" "$pfadd_test" "$evalsha_test" <<'PY'
 import csv, sys
-out, tests, n, runs, pfadd = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+out, tests, n, runs, pfadd, evalsha = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6]
+custom = {"PFADD": pfadd, "EVALSHA": evalsha}
 
 def rows(kind, p, run):
     with open(f"{out}/{kind}-P{p}-{run}.csv") as f:
@@ -222,8 +236,8 @@ def table(title, k, r, nruns):
     print(title)
     print(f"{'-P':<4}{'command':<8}{'keymesh ops/s':>14}{'p50':>7}{'p99':>7}{'redis ops/s':>14}{'p50':>7}{'p99':>7}{'ratio':>7}")
     for p in (1, 16):
-        for t in tests.upper().split(",") + ["PFADD"]:
-            name = pfadd if t == "PFADD" else t
+        for t in tests.upper().split(",") + list(custom):
+            name = custom.get(t, t)
             a, b = median_run(k, p, name, nruns), median_run(r, p, name, nruns)
             if not a or not b:
                 print(f"{p:<4}{t:<8}{'n/a':>14}")
@@ -234,7 +248,7 @@ def table(title, k, r, nruns):
     print()
 
 table(f"One core each (headline): server on CPU 0 with one thread, redis-benchmark --threads 1 on CPU 1;\n"
-      f"-t {tests} -n {n} -r 1000000 -d 100 -c 50 (PFADD: {pfadd}); median of {runs} runs\n"
+      f"-t {tests} -n {n} -r 1000000 -d 100 -c 50 (PFADD: {pfadd}; EVALSHA: {evalsha}); median of {runs} runs\n"
       f"(latencies in ms, of that run)",
       "keymesh-1core", "redis-1core", runs)
 table("Second reference, two threads each, unpinned: keymesh --server-threads 2, redis --io-threads 2,\n"

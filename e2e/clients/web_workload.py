@@ -6,7 +6,10 @@ Proves that an unmodified redis-py client works against the server: its connecti
 SET NX, user profiles in hashes, page-view counters, a pipeline of 100 commands, a MULTI/EXEC
 pipeline, a WATCH-based optimistic update (including a lost race), pub/sub with a subscriber
 thread (channels and patterns), DEL, EXPIRE, a SCAN walk, and redis-py's Lock (acquire, extend,
-reacquire and release run its own Lua scripts through EVALSHA, falling back to EVAL). Every reply is compared with the
+reacquire and release run its own Lua scripts through EVALSHA, falling back to EVAL), and a GCRA
+rate limiter: go-redis/redis_rate's `allowN` script, pinned unchanged in
+e2e/fixtures/lua/redis_rate_allow_n.lua, run through redis-py's register_script (EVALSHA, SCRIPT
+LOAD on NOSCRIPT). Every reply is compared with the
 exact value Redis gives; the first mismatch fails that protocol's run with a message saying
 which step, what was expected and what came back.
 
@@ -324,6 +327,40 @@ def locks(r, other, c, p):
     c.eq("released by the new holder", r.exists(name), 0)
 
 
+GCRA_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures", "lua", "redis_rate_allow_n.lua")
+
+
+def rate_limiter(r, c, p):
+    """go-redis/redis_rate's GCRA limiter (its Lua script, unchanged): a burst of 5 at 5 per
+    2 seconds is let through, the 6th request is refused with the time to wait, and after that
+    wait one more goes through. The script reads TIME and writes with SET EX: effects
+    replication (never re-running the script) is what makes that safe on a mesh."""
+    with open(GCRA_SCRIPT) as f:
+        allow_n = r.register_script(f.read())
+    key = p + "rate:login:203.0.113.9"
+    burst, rate, period = 5, 5, 2  # one request per 0.4 s, 5 at once
+
+    def allow():
+        allowed, remaining, retry_after, reset_after = allow_n(keys=[key], args=[burst, rate, period, 1])
+        return allowed, remaining, float(retry_after), float(reset_after)
+
+    r.script_flush()  # the first call finds no script: redis-py loads it and retries
+    results = [allow() for _ in range(burst)]
+    c.eq("a burst of 5 is allowed", [a for a, _, _, _ in results], [1] * burst)
+    # remaining = 4 - k plus the time elapsed, truncated to an integer as Redis converts a Lua
+    # number; the first can come out as 3.9999999 (the script's float arithmetic near 3e8 s).
+    left = [x for _, x, _, _ in results]
+    c.true("remaining counts down", left[0] in (3, 4) and left[1:] == [3, 2, 1, 0], f"remaining {left}")
+    c.eq("the script is cached (SCRIPT EXISTS)", r.script_exists(allow_n.sha), [True])
+    c.true("the limiter's key expires (SET EX ceil(reset_after))", 0 < r.ttl(key) <= 2, f"ttl {r.ttl(key)}")
+    allowed, remaining, retry_after, reset_after = allow()
+    c.eq("the 6th request is refused", (allowed, remaining), (0, 0))
+    c.true("retry after at most one emission interval", 0 < retry_after <= 0.4, f"retry_after {retry_after}")
+    c.true("reset after at most the burst", 1.6 < reset_after <= 2.0, f"reset_after {reset_after}")
+    time.sleep(retry_after + 0.02)
+    c.eq("allowed again after waiting retry_after", allow()[0], 1)
+
+
 def pubsub(r, host, port, proto, c, p):
     """Cache invalidation fan-out: a subscriber thread, a publisher on another connection."""
     sub_client = connect(host, port, proto)
@@ -446,6 +483,7 @@ def run(host, port, proto):
         ("optimistic update", lambda: optimistic_update(r, other, c, p)),
         ("pub/sub", lambda: pubsub(r, host, port, proto, c, p)),
         ("locks", lambda: locks(r, other, c, p)),
+        ("rate limiter", lambda: rate_limiter(r, c, p)),
         ("scan", lambda: scan_walk(r, c, p)),
     ]
     try:
