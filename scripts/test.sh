@@ -111,6 +111,8 @@ if ((run_cargo)); then
     stage cargo "cargo test --release" cargo test --workspace --release "${locked[@]}" || true
   fi
   stage cargo "cargo fmt --check" cargo fmt --all -- --check || true
+  # COMMAND's metadata is generated from Redis 7.0's command definitions: still in step?
+  stage cargo "command metadata up to date (scripts/gen-command-meta.py --check)" python3 scripts/gen-command-meta.py --check || true
   stage cargo "cargo clippy -D warnings" cargo clippy --all-targets --release "${locked[@]}" -- -D warnings || true
   # The fuzz targets (engine/fuzz), each for a bounded time, after their own build.
   export FUZZ_SECONDS="${FUZZ_SECONDS:-20}"

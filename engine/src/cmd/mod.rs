@@ -16,6 +16,7 @@ pub mod hash;
 pub mod hll;
 pub mod keys;
 pub mod list;
+pub mod meta;
 pub mod multi;
 pub mod pubsub;
 pub mod replication;

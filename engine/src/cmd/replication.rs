@@ -27,7 +27,7 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec!("slaveof", 3, ADMIN | NO_MULTI | STALE, replicaof, "Sets a Redis server as a replica of another, or promotes it to being a master."),
     spec!("role", 1, FAST | LOADING | STALE, role, "Returns the replication role."),
     spec!("sync", 1, ADMIN | NO_MULTI, sync, "Sends the keyspace as an RDB file (redis-cli --rdb), then closes the connection."),
-    spec!("psync", 3, ADMIN | NO_MULTI, psync, "An internal command used in replication."),
+    spec!("psync", -3, ADMIN | NO_MULTI, psync, "An internal command used in replication."),
     spec!("replconf", -1, ADMIN | NO_MULTI, replconf, "An internal command for configuring the replication stream."),
 ];
 

@@ -143,7 +143,7 @@ fn script(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             scripts.kill(true)?;
             Ok(OK)
         }
-        (b"debug", 3) => Err(CmdError::err("SCRIPT DEBUG is not supported: KeyMesh has no Lua debugger")),
+        (b"debug", _) => Err(CmdError::err("SCRIPT DEBUG is not supported: KeyMesh has no Lua debugger")),
         (b"help", 2) => Ok(Frame::array_of_bulks([
             "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
             "EXISTS <sha1> [<sha1> ...]",
@@ -155,7 +155,7 @@ fn script(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             "LOAD <script>",
             "    Load a script into the scripts cache without executing it.",
         ])),
-        (b"load" | b"exists" | b"flush" | b"kill" | b"debug" | b"help", _) => Err(wrong_arity(&format!("script|{}", String::from_utf8_lossy(&sub)))),
+        (b"load" | b"exists" | b"flush" | b"kill" | b"help", _) => Err(wrong_arity(&format!("script|{}", String::from_utf8_lossy(&sub)))),
         _ => Err(unknown_subcommand(&argv[1], "script")),
     }
 }

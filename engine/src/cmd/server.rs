@@ -8,11 +8,10 @@ use bytes::Bytes;
 
 use super::args::{eq_ignore_case, int};
 use super::flags::*;
-use super::{unknown_subcommand, wrong_arity, CommandSpec, Exec, Keys, TABLE};
+use super::{meta, unknown_subcommand, wrong_arity, CommandSpec, Exec, Keys, TABLE};
 use crate::db::SHARDS_PER_DB;
 use crate::error::{CmdError, Reply};
 use crate::frame::{Frame, OK};
-use crate::glob::glob_match;
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, $keys:expr, $run:expr, $summary:literal) => {
@@ -379,89 +378,110 @@ fn config(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     }
 }
 
-fn command_info(spec: &CommandSpec) -> Frame {
-    let flags = super::flags::NAMES.iter().filter(|(bit, _)| spec.flags & bit != 0).map(|(_, n)| Frame::Simple(n)).collect();
-    let (first, last, step) = match spec.keys {
-        super::Keys::Range(f, l, s) => (f as i64, l as i64, s as i64),
-        super::Keys::Custom(_) | super::Keys::CrossDb(_) | super::Keys::Database => (1, 1, 1),
-        _ => (0, 0, 0),
-    };
-    Frame::Array(vec![
-        Frame::bulk(spec.name),
-        Frame::Integer(spec.arity as i64),
-        Frame::Set(flags),
-        Frame::Integer(first),
-        Frame::Integer(last),
-        Frame::Integer(step),
-        Frame::Set(vec![Frame::Simple("@all")]),
-        Frame::Set(vec![]),
-        Frame::Array(vec![]),
-        Frame::Array(vec![]),
-    ])
-}
-
-fn command_docs(spec: &CommandSpec) -> Frame {
-    Frame::Map(vec![
-        (Frame::bulk("summary"), Frame::bulk(spec.summary)),
-        (Frame::bulk("since"), Frame::bulk("1.0.0")),
-        (Frame::bulk("group"), Frame::bulk(spec.group)),
-    ])
-}
-
+/// `COMMAND`: Redis's command metadata for what KeyMesh runs (`cmd::meta`).
 fn command(_exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let table = &*TABLE;
-    let named = |args: &[Bytes]| -> Vec<Option<&'static CommandSpec>> { args.iter().map(|a| table.find(a).map(|i| table.specs[i])).collect() };
+    let every = || table.specs.iter().map(|s| meta::Resolved::Command(s));
     let Some(sub) = argv.get(1) else {
-        return Ok(Frame::Array(table.specs.iter().map(|s| command_info(s)).collect()));
+        return Ok(Frame::Array(every().map(|r| meta::info(&r)).collect()));
     };
     match sub.to_ascii_lowercase().as_slice() {
-        b"count" => Ok(Frame::Integer(table.specs.len() as i64)),
+        b"count" if argv.len() == 2 => Ok(Frame::Integer(table.specs.len() as i64)),
         b"info" => {
             if argv.len() == 2 {
-                return Ok(Frame::Array(table.specs.iter().map(|s| command_info(s)).collect()));
+                return Ok(Frame::Array(every().map(|r| meta::info(&r)).collect()));
             }
-            Ok(Frame::Array(named(&argv[2..]).into_iter().map(|s| s.map_or(Frame::NullArray, command_info)).collect()))
+            Ok(Frame::Array(argv[2..].iter().map(|n| meta::resolve(n).map_or(Frame::NullArray, |r| meta::info(&r))).collect()))
         }
         b"docs" => {
-            let specs: Vec<&CommandSpec> = if argv.len() == 2 { table.specs.clone() } else { named(&argv[2..]).into_iter().flatten().collect() };
-            Ok(Frame::Map(specs.into_iter().map(|s| (Frame::bulk(s.name), command_docs(s))).collect()))
+            let named: Vec<(String, meta::Resolved)> = if argv.len() == 2 {
+                table.specs.iter().map(|s| (s.name.to_string(), meta::Resolved::Command(s))).collect()
+            } else {
+                argv[2..].iter().filter_map(|n| Some((String::from_utf8_lossy(n).to_ascii_lowercase(), meta::resolve(n)?))).collect()
+            };
+            Ok(Frame::Map(named.into_iter().map(|(name, r)| (Frame::bulk(&name), meta::docs(&r))).collect()))
         }
         b"list" => {
-            let pattern = match (argv.get(2), argv.get(3)) {
-                (None, _) => None,
-                (Some(f), Some(p)) if eq_ignore_case(f, "filterby") && argv.len() == 5 && eq_ignore_case(p, "pattern") => Some(argv[4].clone()),
+            let filter = match &argv[2..] {
+                [] => None,
+                [f, kind, arg] if eq_ignore_case(f, "filterby") => Some(match kind.to_ascii_lowercase().as_slice() {
+                    b"module" => meta::Filter::Module,
+                    b"aclcat" => meta::Filter::AclCategory(String::from_utf8_lossy(arg).into_owned()),
+                    b"pattern" => meta::Filter::Pattern(arg.clone()),
+                    _ => return Err(CmdError::Syntax),
+                }),
                 _ => return Err(CmdError::Syntax),
             };
-            Ok(Frame::Array(
-                table.specs.iter().filter(|s| pattern.as_ref().is_none_or(|p| glob_match(p, s.name.as_bytes(), true))).map(|s| Frame::bulk(s.name)).collect(),
-            ))
+            Ok(Frame::Array(meta::list(filter.as_ref()).iter().map(Frame::bulk).collect()))
         }
-        b"getkeys" => {
-            let Some(index) = argv.get(2).and_then(|n| table.find(n)) else {
-                return Err(CmdError::err("Invalid command specified"));
-            };
-            let spec = table.specs[index];
-            if !spec.arity_ok(argv.len() - 2) {
-                return Err(CmdError::err("Invalid number of arguments specified for command"));
-            }
-            let keys = spec.key_positions(&argv[2..]);
-            if keys.is_empty() {
-                return Err(CmdError::err("The command has no key arguments"));
-            }
-            Ok(Frame::Array(keys.into_iter().map(|i| Frame::Bulk(argv[2 + i].clone())).collect()))
-        }
-        b"help" => Ok(Frame::array_of_bulks([
+        b"getkeys" if argv.len() >= 3 => getkeys(&argv[2..], false),
+        b"getkeysandflags" if argv.len() >= 3 => getkeys(&argv[2..], true),
+        b"help" if argv.len() == 2 => Ok(Frame::array_of_bulks([
             "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
             "(no subcommand)",
+            "    Return details about all Redis commands.",
             "COUNT",
-            "DOCS [<command-name> ...]",
-            "GETKEYS <full-command>",
+            "    Return the total number of commands in this Redis server.",
+            "LIST",
+            "    Return a list of all commands in this Redis server.",
             "INFO [<command-name> ...]",
-            "LIST [FILTERBY PATTERN <pattern>]",
+            "    Return details about multiple Redis commands.",
+            "    If no command names are given, documentation details for all",
+            "    commands are returned.",
+            "DOCS [<command-name> ...]",
+            "    Return documentation details about multiple Redis commands.",
+            "    If no command names are given, documentation details for all",
+            "    commands are returned.",
+            "GETKEYS <full-command>",
+            "    Return the keys from a full Redis command.",
+            "GETKEYSANDFLAGS <full-command>",
+            "    Return the keys and the access flags from a full Redis command.",
             "HELP",
+            "    Print this help.",
         ])),
+        b"count" | b"getkeys" | b"getkeysandflags" | b"help" => Err(wrong_arity(&format!("command|{}", String::from_utf8_lossy(sub).to_ascii_lowercase()))),
         _ => Err(unknown_subcommand(sub, "command")),
     }
+}
+
+/// `COMMAND GETKEYS[ANDFLAGS] <full command>`, as Redis's `getKeysSubcommandImpl`: the keys a
+/// command line names, by Redis's key specs (a subcommand's own, `MEMORY USAGE key`).
+fn getkeys(line: &[Bytes], with_flags: bool) -> Reply {
+    let Some(index) = TABLE.find(&line[0]) else {
+        return Err(CmdError::err("Invalid command specified"));
+    };
+    let spec = TABLE.specs[index];
+    let (name, arity) = match line.get(1).map(|s| format!("{}|{}", spec.name, String::from_utf8_lossy(s).to_ascii_lowercase())) {
+        Some(full) if meta::SUBCOMMANDS.iter().any(|(c, _)| *c == spec.name) => match meta::resolve(full.as_bytes()) {
+            Some(meta::Resolved::Subcommand(m)) => (m.name.clone(), m.arity),
+            _ => return Err(CmdError::err("Invalid command specified")),
+        },
+        _ => (spec.name.to_string(), spec.arity as i64),
+    };
+    if !meta::has_keys(&name) {
+        return Err(CmdError::err("The command has no key arguments"));
+    }
+    let argc = line.len() as i64;
+    if (arity > 0 && arity != argc) || argc < -arity {
+        return Err(CmdError::err("Invalid number of arguments specified for command"));
+    }
+    let keys = meta::keys(&name, line).unwrap_or_default();
+    if keys.is_empty() {
+        let optional = meta::lookup(&name).is_some_and(|m| m.flags.iter().any(|f| f == "no_mandatory_keys"));
+        return if optional { Ok(Frame::Array(Vec::new())) } else { Err(CmdError::err("Invalid arguments specified for command")) };
+    }
+    Ok(Frame::Array(
+        keys.into_iter()
+            .map(|k| {
+                let key = Frame::Bulk(line[k.pos].clone());
+                if with_flags {
+                    Frame::Array(vec![key, Frame::Set(k.flags.into_iter().map(|f| Frame::Status(Bytes::from(f))).collect())])
+                } else {
+                    key
+                }
+            })
+            .collect(),
+    ))
 }
 
 fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
