@@ -22,15 +22,17 @@ impl Drop for RedisServer {
 
 fn redis_server() -> (RedisServer, Conn) {
     let port = free_port();
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("redis-server (scripts/install-deps.sh installs it)");
+    let server = RedisServer(
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server (scripts/install-deps.sh installs it)"),
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Ok(stream) = std::net::TcpStream::connect(("127.0.0.1", port)) {
-            return (RedisServer(child), Conn::over(stream));
+            return (server, Conn::over(stream));
         }
         assert!(Instant::now() < deadline, "redis-server did not start");
         std::thread::sleep(Duration::from_millis(20));
