@@ -141,3 +141,21 @@ fn write_file(server: &Server, temp: &Path, frontier: u64) -> std::io::Result<(u
 fn frame(body: pb::snapshot_frame::Body) -> pb::SnapshotFrame {
     pb::SnapshotFrame { body: Some(body) }
 }
+
+#[cfg(test)]
+mod tests {
+    use thread_priority::{NormalThreadSchedulePolicy, ThreadSchedulePolicy};
+
+    /// The background save's thread really runs at `SCHED_IDLE` (an unprivileged thread may
+    /// lower its own policy), so a request's worker preempts it.
+    #[test]
+    fn the_save_thread_runs_at_idle_priority() {
+        let policy = std::thread::spawn(|| {
+            super::lower_priority();
+            thread_priority::thread_schedule_policy()
+        })
+        .join()
+        .expect("the thread panicked");
+        assert_eq!(policy.expect("policy readable"), ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle));
+    }
+}
