@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 
 use crate::glob::glob_match;
 
+pub mod settings;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{origin}: {message}")]
