@@ -12,10 +12,15 @@ use keymesh_engine::config::Config;
 use keymesh_engine::server::{self, Server};
 use support::{Conn, Reply};
 
+/// The data directory of the in-process server `name` (removed when the test ends).
+fn data_dir(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("keymesh-settings-{}-{name}", std::process::id()))
+}
+
 /// Starts a server in this process on an ephemeral loopback port with `flags`; its tasks run
 /// on `runtime`. Returns the server and its client port.
 fn start_in_process(runtime: &tokio::runtime::Runtime, name: &str, flags: &[&str]) -> (Arc<Server>, u16) {
-    let dir = std::env::temp_dir().join(format!("keymesh-settings-{}-{name}", std::process::id()));
+    let dir = data_dir(name);
     std::fs::create_dir_all(&dir).unwrap();
     let mesh_port = support::free_port().to_string();
     let mut args: Vec<String> =
@@ -64,4 +69,7 @@ fn two_servers_in_one_process_keep_their_own_settings() {
     lfu.begin_shutdown();
     plain.begin_shutdown();
     runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    for name in ["lfu", "plain"] {
+        std::fs::remove_dir_all(data_dir(name)).unwrap();
+    }
 }
