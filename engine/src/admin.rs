@@ -53,7 +53,7 @@ impl AdminService {
         status.clients = server.clients.count() as u64;
         status.kernel_warnings = server.kernel.get().warnings.into_iter().map(|(_, w)| w).collect();
         let config = server.config.read();
-        status.snapshot = Some(server.persist.status(!config.get("save").is_empty()));
+        status.snapshot = Some(server.persist.status(!server.settings().save.is_empty()));
         status.config = config_keys.iter().map(|k| (k.clone(), config.get(k).to_string())).collect();
         status
     }

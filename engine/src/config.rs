@@ -5,11 +5,17 @@
 //! Every directive is declared once in `DIRECTIVES` with its default and whether it can
 //! change at run time; values are validated when read, and an error names the file and line
 //! (or the flag) that was wrong. Values the engine cannot honour are errors, not ignored.
+//!
+//! `Config` is the text store: what `CONFIG GET` answers and the admin API echoes, and the
+//! `replicaof` list. The engine reads the typed `settings::Settings` instead, parsed from it
+//! once per load or `CONFIG SET`; adding a directive is three steps, listed in `settings`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::glob::glob_match;
+
+pub mod settings;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

@@ -37,9 +37,8 @@ pub async fn serve(server: Arc<Server>, socket: TcpStream, addr: SocketAddr) {
 /// No Nagle delay (replies are flushed whole), and `tcp-keepalive`.
 pub fn tune_socket(server: &Server, socket: &TcpStream) {
     let _ = socket.set_nodelay(true);
-    let keepalive = server.config.read().int("tcp-keepalive");
-    if keepalive > 0 {
-        let ka = socket2::TcpKeepalive::new().with_time(Duration::from_secs(keepalive as u64));
+    if let Some(keepalive) = server.settings().tcp_keepalive {
+        let ka = socket2::TcpKeepalive::new().with_time(keepalive);
         let _ = socket2::SockRef::from(socket).set_tcp_keepalive(&ka);
     }
 }
@@ -55,7 +54,7 @@ where
         return;
     }
     let (handle, mut pushes) = server.clients.register(addr, laddr);
-    let mut client = ClientState::new(handle.clone(), !server.hot.has_password.load(Ordering::Relaxed));
+    let mut client = ClientState::new(handle.clone(), !server.settings().has_password());
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut output = BytesMut::with_capacity(READ_CHUNK);
     let mut shutdown = server.shutdown_signal();
@@ -95,7 +94,7 @@ where
         if handle.killed.load(Ordering::Acquire) {
             break;
         }
-        if input.len() > server.hot.query_buffer_limit.load(Ordering::Relaxed) {
+        if input.len() > server.settings().client_query_buffer_limit {
             debug!(client = client.id, "closing client that exceeded client-query-buffer-limit");
             break;
         }
@@ -163,13 +162,12 @@ where
 /// Redis refuses a connection past `maxclients`, and in protected mode a non-loopback
 /// client when no password is set.
 fn refuse(server: &Server, addr: SocketAddr) -> Option<&'static str> {
-    if server.clients.count() >= server.hot.maxclients.load(Ordering::Relaxed) {
+    if server.clients.count() >= server.settings().maxclients {
         server.stats.rejected_connections.fetch_add(1, Ordering::Relaxed);
         server.metrics.connection_rejected();
         return Some("-ERR max number of clients reached\r\n");
     }
-    let protected =
-        server.hot.protected_mode.load(Ordering::Relaxed) && !server.hot.has_password.load(Ordering::Relaxed) && server.config.read().get("bind") == "* -::*";
+    let protected = server.settings().protected();
     if protected && !addr.ip().is_loopback() {
         return Some("-DENIED Running in protected mode because protected mode is enabled and no password is set for the default user. In this mode connections are only accepted from the loopback interface. Set a password with `requirepass`, bind explicitly to the interfaces clients use, or disable protected mode with `protected-mode no`.\r\n");
     }
@@ -184,8 +182,7 @@ fn is_idle(client: &ClientState, input: &BytesMut) -> bool {
 
 /// `timeout` applies to ordinary idle clients, not to subscribers or blocked clients.
 fn idle_limit(server: &Server, client: &ClientState) -> Option<Duration> {
-    let secs = server.hot.timeout_secs.load(Ordering::Relaxed);
-    (secs > 0 && client.subscriptions() == 0).then(|| Duration::from_secs(secs))
+    server.settings().idle_timeout.filter(|_| client.subscriptions() == 0)
 }
 
 async fn sleep_or_forever(limit: Option<Duration>) {
@@ -272,7 +269,7 @@ async fn wait_blocked<R: AsyncRead + Unpin>(
             read = reader.read_buf(input) => match read {
                 // A client that goes away stops waiting: nothing may be popped on its behalf.
                 Ok(0) | Err(_) => break Outcome::Closed,
-                Ok(_) if input.len() > server.hot.query_buffer_limit.load(Ordering::Relaxed) => break Outcome::Closed,
+                Ok(_) if input.len() > server.settings().client_query_buffer_limit => break Outcome::Closed,
                 Ok(_) => {}
             },
         }

@@ -3,6 +3,7 @@
 
 use std::process::ExitCode;
 
+use keymesh_engine::config::settings::Settings;
 use keymesh_engine::config::{Config, HELP};
 use keymesh_engine::server::{self, Server};
 
@@ -34,13 +35,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = init_logging(&config) {
+    let settings = Settings::from_config(&config);
+    if let Err(e) = init_logging(&settings) {
         eprintln!("keymesh-server: {e}");
         return ExitCode::from(2);
     }
-    let threads = match config.int("server-threads") {
+    let threads = match settings.server_threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n as usize,
+        n => n,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build() {
         Ok(r) => r,
@@ -74,8 +76,8 @@ fn main() -> ExitCode {
     })
 }
 
-fn init_logging(config: &Config) -> Result<(), String> {
-    let level = match config.get("loglevel") {
+fn init_logging(settings: &Settings) -> Result<(), String> {
+    let level = match settings.loglevel.as_str() {
         "debug" => "debug",
         "verbose" => "info",
         "notice" => "info",
@@ -84,7 +86,7 @@ fn init_logging(config: &Config) -> Result<(), String> {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
-    match config.get("logfile") {
+    match settings.logfile.as_str() {
         "" => builder.with_writer(std::io::stderr).init(),
         path => {
             let file = std::fs::OpenOptions::new().create(true).append(true).open(path).map_err(|e| format!("failed to open logfile {path}: {e}"))?;

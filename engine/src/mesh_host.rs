@@ -1,8 +1,6 @@
 //! How the server provides what the mesh needs (`mesh::Host`, `mesh::Delivery`): the mesh gets
 //! this narrow view of the node, never the `Server` itself.
 
-use std::time::Duration;
-
 use bytes::Bytes;
 
 use crate::db::Key;
@@ -38,11 +36,11 @@ impl Host for Server {
     }
 
     fn link_settings(&self) -> LinkSettings {
-        let c = self.config.read();
-        LinkSettings { masterauth: c.get("masterauth").to_string(), repl_timeout: Duration::from_secs(c.int("repl-timeout").max(1) as u64) }
+        let s = self.settings();
+        LinkSettings { masterauth: s.masterauth.clone(), repl_timeout: s.repl_timeout }
     }
 
     fn snapshot_frontier_cap(&self) -> Timestamp {
-        self.persist.frontier_cap(!self.config.read().get("save").is_empty())
+        self.persist.frontier_cap(!self.settings().save.is_empty())
     }
 }

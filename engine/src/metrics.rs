@@ -112,7 +112,7 @@ impl Metrics {
         sync_counter(&self.expired, store.stats.expired_keys.load(Ordering::Relaxed));
         sync_counter(&self.evicted, store.stats.evicted_keys.load(Ordering::Relaxed));
         self.memory_used.set(crate::memory::refresh() as i64);
-        self.maxmemory.set(server.hot.maxmemory.load(Ordering::Relaxed) as i64);
+        self.maxmemory.set(server.settings().maxmemory as i64);
         self.memory_rss.set(crate::memory::rss_bytes() as i64);
         server.mesh.refresh_metrics();
         let kernel = server.kernel.get();

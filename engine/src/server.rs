@@ -6,7 +6,7 @@
 //! command they are running, and exit.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,8 +17,8 @@ use tracing::{info, warn};
 
 use crate::blocking::Blocking;
 use crate::client::ClientRegistry;
+use crate::config::settings::{Settings, SettingsCell, SettingsGuard};
 use crate::config::{Config, MetricsPort, MESH_PORT_OFFSET, METRICS_PORT_OFFSET};
-use crate::db::evict::{self, Policy};
 use crate::db::Store;
 use crate::hlc::{node_id_from_name, Hlc, OffsetClock, WallClock};
 use crate::mesh::{Identity, Mesh};
@@ -46,27 +46,17 @@ pub struct ServerStats {
     pub net_output_bytes: AtomicU64,
 }
 
-/// Config values read on hot paths, mirrored into atomics whenever the config changes.
-#[derive(Debug, Default)]
-pub struct HotConfig {
-    pub maxmemory: AtomicU64,
-    pub maxmemory_samples: AtomicUsize,
-    pub maxclients: AtomicUsize,
-    pub timeout_secs: AtomicU64,
-    pub proto_max_bulk_len: AtomicUsize,
-    pub query_buffer_limit: AtomicUsize,
-    pub protected_mode: AtomicBool,
-    pub has_password: AtomicBool,
-}
-
 pub struct Server {
     pub store: Arc<Store>,
     /// This node's replication backlog (effects of local writes).
     pub repl_log: Arc<crate::repl::log::ReplLog>,
     /// The replication mesh: peer links, the mesh and admin gRPC services, readiness.
     pub mesh: Arc<Mesh>,
+    /// The directives as text, for `CONFIG GET` and the admin API, and `replicaof`. The
+    /// engine reads `settings` instead.
     pub config: RwLock<Config>,
-    pub hot: HotConfig,
+    /// The directives as typed values (`crate::config::settings`), replaced at `CONFIG SET`.
+    settings: SettingsCell,
     pub clients: ClientRegistry,
     pub pubsub: PubSub,
     /// Lua scripts and function libraries (`crate::script`).
@@ -104,25 +94,25 @@ impl Server {
     /// A server for `config`; `version` is what it reports itself as (the binary's build
     /// version, see `main.rs`).
     pub fn new(config: Config, version: &str) -> Result<Arc<Server>, ServerError> {
-        let mesh_mode = config.flag("active-replica") && config.flag("multi-master");
-        if !config.replicaof.is_empty() && !mesh_mode {
+        let settings = Settings::from_config(&config);
+        if !config.replicaof.is_empty() && !settings.mesh_mode {
             return Err(ServerError::Config(
                 "replicaof needs 'active-replica yes' and 'multi-master yes': KeyMesh has no read-only replicas, every node is a master of a mesh".into(),
             ));
         }
-        let node_name = match config.get("node-name") {
+        let node_name = match settings.node_name.as_str() {
             "" => std::env::var("HOSTNAME").unwrap_or_else(|_| format!("keymesh-{}", config.get("port"))),
             name => name.to_string(),
         };
-        let clock: Arc<dyn WallClock> = Arc::new(OffsetClock(config.int("clock-offset-ms")));
-        let hlc = Hlc::new(clock, config.int("max-clock-skew-ms") as u64);
-        let store = Arc::new(Store::new(config.int("databases") as usize, hlc, node_id_from_name(&node_name)));
+        let clock: Arc<dyn WallClock> = Arc::new(OffsetClock(settings.clock_offset_ms));
+        let hlc = Hlc::new(clock, settings.max_clock_skew_ms);
+        let store = Arc::new(Store::new(settings.databases, hlc, node_id_from_name(&node_name)));
         let (shutdown, _) = watch::channel(false);
         let run_id = crate::mesh::new_run_id();
-        if config.flag("active-replica") || !config.replicaof.is_empty() {
+        if settings.active_replica || !config.replicaof.is_empty() {
             store.enable_replication();
         }
-        let repl_log = Arc::new(crate::repl::log::ReplLog::new(config.int("repl-backlog-size") as u64));
+        let repl_log = Arc::new(crate::repl::log::ReplLog::new(settings.repl_backlog_size));
         let node_id = store.node_id;
         let metrics = Metrics::new();
         let tls = match crate::tls::TlsSettings::from_config(&config).map_err(ServerError::Config)? {
@@ -142,7 +132,7 @@ impl Server {
             store,
             repl_log,
             config: RwLock::new(config),
-            hot: HotConfig::default(),
+            settings: SettingsCell::new(settings),
             clients: ClientRegistry::default(),
             pubsub: PubSub::default(),
             scripts: crate::script::Scripts::default(),
@@ -163,7 +153,7 @@ impl Server {
             port: AtomicUsize::new(0),
             shutdown,
         });
-        server.apply_config();
+        server.apply_settings();
         Ok(server)
     }
 
@@ -174,30 +164,27 @@ impl Server {
 
     /// Whether `given` is this node's password (`crate::auth`: every password check asks this).
     pub fn password_ok(&self, given: &[u8]) -> bool {
-        crate::auth::password_ok(self.config.read().get("requirepass"), given)
+        crate::auth::password_ok(&self.settings().requirepass, given)
     }
 
-    /// Mirrors the current config into the atomics and subsystems that read it.
-    pub fn apply_config(&self) {
-        let config = self.config.read();
-        let hot = &self.hot;
-        hot.maxmemory.store(config.int("maxmemory") as u64, Ordering::Relaxed);
-        hot.maxmemory_samples.store(config.int("maxmemory-samples") as usize, Ordering::Relaxed);
-        hot.maxclients.store(config.int("maxclients") as usize, Ordering::Relaxed);
-        hot.timeout_secs.store(config.int("timeout") as u64, Ordering::Relaxed);
-        hot.proto_max_bulk_len.store(config.int("proto-max-bulk-len") as usize, Ordering::Relaxed);
-        hot.query_buffer_limit.store(config.int("client-query-buffer-limit") as usize, Ordering::Relaxed);
-        hot.protected_mode.store(config.flag("protected-mode"), Ordering::Relaxed);
-        hot.has_password.store(!config.get("requirepass").is_empty(), Ordering::Relaxed);
-        evict::set_policy(Policy::from_name(config.get("maxmemory-policy")).unwrap_or(Policy::NoEviction));
-        self.store.hlc.set_max_skew_ms(config.int("max-clock-skew-ms") as u64);
-        self.repl_log.set_capacity(config.int("repl-backlog-size") as u64);
-        self.scripts.busy_threshold_ms.store(config.int("busy-reply-threshold") as u64, Ordering::Relaxed);
-        self.scripts.memory_limit.store(config.int("lua-memory-limit") as usize, Ordering::Relaxed);
-        self.store.hll_sparse_max_bytes.store(config.int("hll-sparse-max-bytes") as usize, Ordering::Relaxed);
-        self.store.tombstone_gc_ms.store(config.int("tombstone-gc-seconds") as u64 * 1000, Ordering::Relaxed);
-        self.slowlog.configure(config.int("slowlog-log-slower-than"), config.int("slowlog-max-len") as usize);
-        self.latency.set_threshold_ms(config.int("latency-monitor-threshold") as u64);
+    /// The current settings: a snapshot, taken without a lock; drop it soon (it pins one
+    /// version of the settings).
+    pub fn settings(&self) -> SettingsGuard {
+        self.settings.load()
+    }
+
+    /// Pushes the current settings into the subsystems that keep their own copy.
+    fn apply_settings(&self) {
+        let s = self.settings();
+        self.store.lfu_access.store(s.maxmemory_policy.lfu(), Ordering::Relaxed);
+        self.store.hlc.set_max_skew_ms(s.max_clock_skew_ms);
+        self.repl_log.set_capacity(s.repl_backlog_size);
+        self.scripts.busy_threshold_ms.store(s.busy_reply_threshold_ms, Ordering::Relaxed);
+        self.scripts.memory_limit.store(s.lua_memory_limit, Ordering::Relaxed);
+        self.store.hll_sparse_max_bytes.store(s.hll_sparse_max_bytes, Ordering::Relaxed);
+        self.store.tombstone_gc_ms.store(s.tombstone_gc.as_millis() as u64, Ordering::Relaxed);
+        self.slowlog.configure(s.slowlog_log_slower_than, s.slowlog_max_len);
+        self.latency.set_threshold_ms(s.latency_monitor_threshold_ms);
     }
 
     /// Changes directives that can change live, all or nothing (`CONFIG SET`, admin
@@ -212,8 +199,12 @@ impl Server {
         if tls_changed {
             self.apply_tls(&next).map_err(|m| format!("CONFIG SET failed (TLS) - {m}"))?;
         }
-        *self.config.write() = next;
-        self.apply_config();
+        // Under the text store's lock, so concurrent changes publish in the order they store.
+        let mut config = self.config.write();
+        self.settings.store(Settings::from_config(&next));
+        *config = next;
+        drop(config);
+        self.apply_settings();
         Ok(())
     }
 
@@ -240,13 +231,13 @@ impl Server {
 
     /// Where the kernel's settings are read from, and the listen backlog.
     pub fn kernel_files(&self) -> (crate::kernel::KernelFiles, u32) {
-        let c = self.config.read();
-        let files = crate::kernel::KernelFiles { sys: c.get("kernel-sys-dir").into(), proc_sys: c.get("kernel-proc-sys-dir").into() };
-        (files, c.int("tcp-backlog") as u32)
+        let s = self.settings();
+        let files = crate::kernel::KernelFiles { sys: s.kernel_sys_dir.clone(), proc_sys: s.kernel_proc_sys_dir.clone() };
+        (files, s.tcp_backlog)
     }
 
     pub fn parse_limits(&self) -> Limits {
-        Limits { max_bulk_len: self.hot.proto_max_bulk_len.load(Ordering::Relaxed), max_multibulk_len: 1024 * 1024 }
+        Limits { max_bulk_len: self.settings().proto_max_bulk_len, max_multibulk_len: 1024 * 1024 }
     }
 
     /// Ready to receive client traffic? A serving node is ready once the mesh says so
@@ -352,7 +343,7 @@ fn bind_client(bind: &str, port: u16, backlog: u32, what: &'static str) -> Resul
 pub async fn bind(server: &Server) -> Result<Listeners, ServerError> {
     let (bind, ports, backlog) = {
         let c = server.config.read();
-        (c.get("bind").to_string(), c.ports().map_err(|e| ServerError::Config(e.to_string()))?, c.int("tcp-backlog") as u32)
+        (server.settings().bind.clone(), c.ports().map_err(|e| ServerError::Config(e.to_string()))?, server.settings().tcp_backlog)
     };
     let (plain, plain_port) = match ports.plain_disabled() {
         true => (Vec::new(), 0),
@@ -468,7 +459,7 @@ pub async fn run(server: Arc<Server>, listeners: Listeners) -> Result<(), Server
 /// As Redis: a node with a save schedule saves when it stops (unless `SHUTDOWN NOSAVE`), so a
 /// whole-cluster restart loses nothing acknowledged before the stop.
 async fn final_save(server: &Arc<Server>) {
-    let scheduled = !server.config.read().get("save").is_empty();
+    let scheduled = !server.settings().save.is_empty();
     if !scheduled || server.persist.skip_final_save.load(Ordering::Relaxed) {
         return;
     }

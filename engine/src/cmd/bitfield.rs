@@ -4,8 +4,6 @@
 //! the first byte, as for `SETBIT`. A command that writes replaces the string whole, so it
 //! replicates like `SETRANGE`: last write wins on the key.
 
-use std::sync::atomic::Ordering;
-
 use bytes::Bytes;
 
 use super::args::eq_ignore_case;
@@ -141,7 +139,7 @@ fn parse_ops(argv: &[Bytes], max_bytes: u64) -> Result<Vec<Op>, CmdError> {
 }
 
 fn run(exec: &mut Exec, argv: &[Bytes], read_only: bool) -> Reply {
-    let max_bytes = exec.server.hot.proto_max_bulk_len.load(Ordering::Relaxed) as u64;
+    let max_bytes = exec.server.settings().proto_max_bulk_len as u64;
     let ops = parse_ops(argv, max_bytes)?;
     let highest_write = ops.iter().filter(|op| op.kind != Kind::Get).map(|op| op.offset + op.bits as u64 - 1).max();
     if read_only && highest_write.is_some() {

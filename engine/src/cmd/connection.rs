@@ -95,7 +95,7 @@ fn auth(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         3 => (&argv[1][..], &argv[2]),
         _ => return Err(CmdError::Syntax),
     };
-    if argv.len() == 2 && exec.server.config.read().get("requirepass").is_empty() {
+    if argv.len() == 2 && !exec.server.settings().has_password() {
         return Err(CmdError::err("AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?"));
     }
     check_password(exec.server, user, password)?;
@@ -150,7 +150,7 @@ fn reset(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     client.resp = 2;
     client.handle.resp.store(2, Ordering::Relaxed);
     *client.handle.name.lock() = None;
-    client.authenticated = !server.hot.has_password.load(Ordering::Relaxed);
+    client.authenticated = !server.settings().has_password();
     Ok(Frame::Simple("RESET"))
 }
 

@@ -371,10 +371,10 @@ fn check(server: &Server, client: &ClientState, argv: &[Bytes]) -> Result<usize,
         return Err((Some(index), CmdError::Raw("READONLY You can't write against a node that is leaving the mesh".into())));
     }
     if spec.flags & flags::DENYOOM != 0 {
-        let maxmemory = server.hot.maxmemory.load(Ordering::Relaxed);
-        if maxmemory > 0
-            && crate::memory::used_memory() > maxmemory
-            && !crate::db::evict::make_room(&server.store, maxmemory, server.hot.maxmemory_samples.load(Ordering::Relaxed))
+        let settings = server.settings();
+        if settings.maxmemory > 0
+            && crate::memory::used_memory() > settings.maxmemory
+            && !crate::db::evict::make_room(&server.store, settings.maxmemory_policy, settings.maxmemory, settings.maxmemory_samples)
         {
             return Err((Some(index), CmdError::Oom));
         }

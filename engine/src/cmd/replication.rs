@@ -38,13 +38,10 @@ fn replicaof(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         server.config.write().replicaof.clear();
         return Ok(Frame::Simple("OK"));
     }
-    {
-        let config = server.config.read();
-        if !config.flag("active-replica") || !config.flag("multi-master") {
-            return Err(CmdError::err(
-                "REPLICAOF needs 'active-replica yes' and 'multi-master yes': KeyMesh has no read-only replicas, every node is a master of a mesh",
-            ));
-        }
+    if !server.settings().mesh_mode {
+        return Err(CmdError::err(
+            "REPLICAOF needs 'active-replica yes' and 'multi-master yes': KeyMesh has no read-only replicas, every node is a master of a mesh",
+        ));
     }
     let host = String::from_utf8_lossy(&argv[1]).into_owned();
     let port: u16 = std::str::from_utf8(&argv[2]).ok().and_then(|p| p.parse().ok()).filter(|&p| p > 0).ok_or_else(|| CmdError::err("Invalid master port"))?;

@@ -141,7 +141,7 @@ fn object(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         return Err(wrong_arity(&format!("object|{}", String::from_utf8_lossy(&sub))));
     }
     let now = exec.ctx.now_ms;
-    let policy_lfu = matches!(crate::db::evict::policy(), crate::db::evict::Policy::AllKeysLfu | crate::db::evict::Policy::VolatileLfu);
+    let policy_lfu = exec.server.settings().maxmemory_policy.lfu();
     let Some(entry) = exec.ctx.peek(&argv[2]) else {
         return Ok(Frame::Null);
     };
@@ -515,7 +515,7 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             out,
             "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\npubsub_clients:{}\r\n\r\n",
             server.clients.count(),
-            server.hot.maxclients.load(Ordering::Relaxed),
+            server.settings().maxclients,
             server.blocking.blocked_clients(),
             server.clients.all().iter().filter(|c| c.subscriptions.load(Ordering::Relaxed) > 0).count(),
         );
@@ -523,12 +523,12 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     if want("memory") {
         let used = crate::memory::used_memory();
         let rss = crate::memory::rss_bytes();
-        let maxmemory = server.hot.maxmemory.load(Ordering::Relaxed);
+        let maxmemory = server.settings().maxmemory;
         let _ = write!(
             out,
             "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\nmaxmemory:{maxmemory}\r\nmaxmemory_policy:{}\r\nmem_allocator:jemalloc\r\nused_memory_scripts_eval:{}\r\nnumber_of_cached_scripts:{}\r\n\r\n",
             used as f64 / 1048576.0,
-            server.config.read().get("maxmemory-policy"),
+            server.settings().maxmemory_policy.name(),
             server.scripts.cache_bytes(),
             server.scripts.cached(),
         );

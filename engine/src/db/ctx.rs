@@ -90,7 +90,7 @@ impl<'a> Ctx<'a> {
         // The key is live: this second lookup hits the cache lines the first one loaded.
         let entry = shard.raw_mut(key)?;
         if touch {
-            super::evict::on_access(entry, now);
+            super::evict::on_access(entry, now, store.lfu_access.load(Ordering::Relaxed));
         }
         Some(entry)
     }

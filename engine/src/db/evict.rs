@@ -6,7 +6,7 @@
 //! under LFU policies Redis's layout, 16 bits of decay time in minutes and an 8-bit
 //! logarithmic counter.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 
 use rand::Rng;
 
@@ -27,53 +27,51 @@ pub enum Policy {
 }
 
 impl Policy {
+    const ALL: [Policy; 8] = [
+        Policy::NoEviction,
+        Policy::AllKeysLru,
+        Policy::AllKeysLfu,
+        Policy::AllKeysRandom,
+        Policy::VolatileLru,
+        Policy::VolatileLfu,
+        Policy::VolatileTtl,
+        Policy::VolatileRandom,
+    ];
+
+    /// The `maxmemory-policy` value that names this policy.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::NoEviction => "noeviction",
+            Policy::AllKeysLru => "allkeys-lru",
+            Policy::AllKeysLfu => "allkeys-lfu",
+            Policy::AllKeysRandom => "allkeys-random",
+            Policy::VolatileLru => "volatile-lru",
+            Policy::VolatileLfu => "volatile-lfu",
+            Policy::VolatileTtl => "volatile-ttl",
+            Policy::VolatileRandom => "volatile-random",
+        }
+    }
+
     pub fn from_name(name: &str) -> Option<Policy> {
-        Some(match name {
-            "noeviction" => Policy::NoEviction,
-            "allkeys-lru" => Policy::AllKeysLru,
-            "allkeys-lfu" => Policy::AllKeysLfu,
-            "allkeys-random" => Policy::AllKeysRandom,
-            "volatile-lru" => Policy::VolatileLru,
-            "volatile-lfu" => Policy::VolatileLfu,
-            "volatile-ttl" => Policy::VolatileTtl,
-            "volatile-random" => Policy::VolatileRandom,
-            _ => return None,
-        })
+        Policy::ALL.into_iter().find(|p| p.name() == name)
     }
 
     fn volatile_only(self) -> bool {
         matches!(self, Policy::VolatileLru | Policy::VolatileLfu | Policy::VolatileTtl | Policy::VolatileRandom)
     }
 
-    fn lfu(self) -> bool {
+    /// Whether accesses are counted as LFU counters.
+    pub fn lfu(self) -> bool {
         matches!(self, Policy::AllKeysLfu | Policy::VolatileLfu)
-    }
-}
-
-static POLICY: AtomicU8 = AtomicU8::new(Policy::NoEviction as u8);
-
-pub fn set_policy(policy: Policy) {
-    POLICY.store(policy as u8, Ordering::Relaxed);
-}
-
-pub fn policy() -> Policy {
-    match POLICY.load(Ordering::Relaxed) {
-        1 => Policy::AllKeysLru,
-        2 => Policy::AllKeysLfu,
-        3 => Policy::AllKeysRandom,
-        4 => Policy::VolatileLru,
-        5 => Policy::VolatileLfu,
-        6 => Policy::VolatileTtl,
-        7 => Policy::VolatileRandom,
-        _ => Policy::NoEviction,
     }
 }
 
 const LFU_INIT: u32 = 5;
 
-/// Records a read or write of `entry` for the eviction policy.
-pub fn on_access(entry: &mut Entry, now_ms: u64) {
-    if policy().lfu() {
+/// Records a read or write of `entry` for the eviction policy: as an LFU counter when `lfu`
+/// (the store's `lfu_access`), else as the access time.
+pub fn on_access(entry: &mut Entry, now_ms: u64, lfu: bool) {
+    if lfu {
         let minutes = ((now_ms / 60_000) & 0xffff) as u32;
         let mut counter = entry.access & 0xff;
         if entry.access == 0 {
@@ -107,8 +105,7 @@ fn score(entry: &Entry, policy: Policy, now_ms: u64) -> u64 {
 
 /// Evicts keys until used memory is below `maxmemory`. Returns false if it could not (the
 /// policy is `noeviction` or nothing is evictable): the caller answers OOM.
-pub fn make_room(store: &Store, maxmemory: u64, samples: usize) -> bool {
-    let policy = policy();
+pub fn make_room(store: &Store, policy: Policy, maxmemory: u64, samples: usize) -> bool {
     let mut attempts = 0;
     while memory::used_memory() > maxmemory {
         if policy == Policy::NoEviction || attempts > 64 {

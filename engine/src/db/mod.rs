@@ -198,6 +198,9 @@ pub struct Store {
     pub counter_origin: crate::hlc::NodeId,
     /// `hll-sparse-max-bytes`: a sparse HyperLogLog longer than this becomes dense.
     pub hll_sparse_max_bytes: AtomicUsize,
+    /// Whether accesses count as LFU counters (`maxmemory-policy` is an LFU policy) rather
+    /// than times. This keyspace's own: two servers in one process evict independently.
+    pub lfu_access: AtomicBool,
 }
 
 impl Store {
@@ -222,6 +225,7 @@ impl Store {
             // Never 0: that id marks a base-only counter delta.
             counter_origin: rand::random::<crate::hlc::NodeId>() | 1,
             hll_sparse_max_bytes: AtomicUsize::new(crate::hll::DEFAULT_SPARSE_MAX_BYTES),
+            lfu_access: AtomicBool::new(false),
         }
     }
 

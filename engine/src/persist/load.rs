@@ -62,8 +62,8 @@ pub fn load(server: &Server) -> Result<LoadOutcome, PersistError> {
 
 fn load_snapshot(server: &Server) -> Result<LoadOutcome, PersistError> {
     let (path, refuse_start) = {
-        let c = server.config.read();
-        (snapshot_path(&c), c.get("snapshot-load-error") == "refuse-start")
+        let s = server.settings();
+        (snapshot_path(&s), s.snapshot_load_error == crate::config::settings::SnapshotLoadError::RefuseStart)
     };
     if !path.exists() {
         info!(path = %path.display(), "no snapshot to load: starting empty");

@@ -47,10 +47,9 @@ pub enum PersistError {
     Stopped,
 }
 
-/// Where the snapshot lives: `dir`/`dbfilename` (a relative `dir` is relative to the working
-/// directory, as Redis's).
-pub fn snapshot_path(config: &crate::config::Config) -> PathBuf {
-    PathBuf::from(config.get("dir")).join(config.get("dbfilename"))
+/// Where the snapshot lives (`Settings::snapshot_path`).
+pub fn snapshot_path(settings: &crate::config::settings::Settings) -> PathBuf {
+    settings.snapshot_path()
 }
 
 /// Milliseconds since the Unix epoch.

@@ -61,7 +61,7 @@ pub async fn run(server: Arc<Server>) {
             let _ = super::bgsave(server.clone());
             continue;
         }
-        let Ok(points) = parse(server.config.read().get("save")) else { continue };
+        let points = server.settings().save.clone();
         let changes = persist.changes_since_save(server.store.stats.dirty.load(Ordering::Relaxed));
         let (since, failed, attempted) = persist.schedule_view();
         if failed && attempted.is_some_and(|a| a < RETRY_AFTER.as_secs()) {

@@ -69,7 +69,7 @@ fn save_claimed(server: &Server) -> Result<SaveReport, PersistError> {
         draining: server.mesh.draining(),
         frontier: server.mesh.stable_frontier(),
     };
-    let path = snapshot_path(&server.config.read());
+    let path = snapshot_path(&server.settings());
     let outcome = write_snapshot(server, &path, start.frontier);
     match &outcome {
         Ok(r) => info!(path = %path.display(), keys = r.keys, bytes = r.bytes, ms = r.duration_ms, "snapshot saved"),

@@ -7,7 +7,8 @@
 //! (property-tested in `tests`). The rules, from DESIGN.md's merge table:
 //! - a whole-key write (string, list, whole collection, delete, flush) at version v kills every
 //!   older field, member, counter contribution and value of any type;
-//! - when two types meet, the newer key write wins whole;
+//! - when two types meet, the newer key write wins whole; at one version, the type that
+//!   ranks higher (`tie_rank`: string < list < hash < set < sorted set) wins whole (below);
 //! - fields and members merge one by one, tombstones included;
 //! - counters merge per-origin totals by maximum over the same base;
 //! - expiry is its own LWW register (deadline, version);
@@ -24,6 +25,16 @@
 //! received still wins (the cache-invalidation race). `db::edit` enforces this on the local
 //! side and applies such writes to its own keyspace through `merge_locked`, so the node that
 //! made them ends exactly where its peers do.
+//!
+//! Ties between types. A version names one write, and a write has one type, so no correct
+//! peer sends two typed effects of different types for one key at one version. The merge
+//! still defines the outcome, so that it is a lattice on every input, a faulty or hostile
+//! peer's included (the `mesh_message` fuzz target checks every batch): key writes compare
+//! by `(version, tie_rank(type))`, a total order, in every place two types meet — a live
+//! key, a buried key (ghost) and an incoming write alike — and the loser still kills what is
+//! older than it, as any losing write does. Counters are strings: they lose every tie to
+//! another type. Two writes of the same type at one version keep the rules above (fields
+//! merge; an HLL's registers merge; otherwise the one held stays).
 
 use std::sync::atomic::Ordering;
 
@@ -34,9 +45,71 @@ use super::effects::from_pb;
 use crate::db::counter::{Counter, BASE_ONLY};
 use crate::db::entry::{Collection, Field, ListValue};
 use crate::db::zset::SortedSet;
-use crate::db::{Entry, Expiry, Shard, Store, Value, SHARDS_PER_DB};
+use crate::db::{Entry, Expiry, Ghost, Kind, Shard, Store, Value, SHARDS_PER_DB};
 use crate::hlc::Version;
 use crate::hll;
+
+/// The order of types for writes of different types at one version (module docs): an
+/// arbitrary but fixed order, so every replica keeps the same one.
+fn tie_rank(kind: Kind) -> u8 {
+    match kind {
+        Kind::String => 0,
+        Kind::List => 1,
+        Kind::Hash => 2,
+        Kind::Set => 3,
+        Kind::ZSet => 4,
+    }
+}
+
+/// Whether a key write of `kind` at `v` beats what the key holds, of `held_kind` and newest
+/// at `held`: newer wins; at one version, the higher `tie_rank` (the same type: the held).
+fn beats(v: Version, kind: Kind, held: Version, held_kind: Kind) -> bool {
+    (v, tie_rank(kind)) > (held, tie_rank(held_kind))
+}
+
+/// The version just after `v`: clearing "older than `just_after(v)`" kills what is at `v`.
+fn just_after(v: Version) -> Version {
+    match v.node.checked_add(1) {
+        Some(node) => Version { hlc: v.hlc, node },
+        None => Version { hlc: v.hlc.saturating_add(1), node: 0 },
+    }
+}
+
+/// What a write of `kind` at `v` kills of a key of the `held` type: everything older than
+/// `v`, and what is at `v` too when `kind` outranks `held` (the tie rule). Pass the result
+/// to `clear_older` or a collection's `cleared`.
+fn clear_point(v: Version, kind: Kind, held: Kind) -> Version {
+    if kind != held && tie_rank(kind) > tie_rank(held) {
+        just_after(v)
+    } else {
+        v
+    }
+}
+
+/// What a buried key's writes kill of a new incarnation of `kind`: everything older than its
+/// newest write, and what is at that version too when a removed field of a higher-ranked
+/// type is there (its `cleared` alone is a delete's or a losing write's, which have no type).
+fn ghost_clear_point(ghost: &Ghost, kind: Kind) -> Version {
+    let newest = ghost.newest();
+    match ghost.kind {
+        Some(held) if ghost.removed().any(|(_, removed)| *removed == newest) => clear_point(newest, held, kind),
+        _ => newest,
+    }
+}
+
+/// Whether a buried key's writes beat a key write of `kind` at `v`: anything newer than it,
+/// or a removed field at its version of a type that ranks higher. The ghost's `cleared` at
+/// `v` does not count in a tie: it is a delete's (a whole-collection write is a delete and
+/// fields at one version) or a losing write's, and neither has a type.
+fn ghost_wins(ghost: &Ghost, v: Version, kind: Kind) -> bool {
+    if ghost.newest() > v {
+        return true;
+    }
+    match ghost.kind {
+        Some(held) if held != kind => tie_rank(held) > tie_rank(kind) && ghost.removed().any(|(_, removed)| *removed == v),
+        _ => false,
+    }
+}
 
 /// What merging one effect did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,9 +255,9 @@ fn whole_write(store: &Store, db: usize, shard: &mut Shard, key: &[u8], value: V
     }
     let dbref = store.db(db);
     if let Some(ghost) = shard.tombstones.get_mut(key) {
-        if ghost.newest() > v {
+        if ghost_wins(ghost, v, value.kind()) {
             // A removed field is newer: the write loses, but still clears what is older.
-            ghost.clear(v);
+            ghost.clear(ghost.kind.map_or(v, |held| clear_point(v, value.kind(), held)));
             drop_older_expiry(store, db, shard, key, v);
             return false;
         }
@@ -202,7 +275,7 @@ fn whole_write(store: &Store, db: usize, shard: &mut Shard, key: &[u8], value: V
             let raised: Vec<u32> = registers.iter().enumerate().filter(|(_, &r)| r > 0).map(|(i, &r)| (i as u32) << 8 | r as u32).collect();
             raise_hll(stored, &raised, sparse_max)
         }
-        Some(entry) if entry.newest() >= v => {
+        Some(entry) if !beats(v, value.kind(), entry.newest(), entry.value.kind()) => {
             // The key holds newer data; the write still clears what is older than it (and an
             // integer SET becomes the base of a counter with newer increments).
             let int = match &value {
@@ -212,7 +285,7 @@ fn whole_write(store: &Store, db: usize, shard: &mut Shard, key: &[u8], value: V
             if let (Value::Counter(c), Some(n)) = (&mut entry.value, int) {
                 c.rebase(n, v);
             }
-            let emptied = clear_older(entry, v);
+            let emptied = clear_older(entry, clear_point(v, value.kind(), entry.value.kind()));
             if emptied {
                 bury(store, db, shard, key);
             }
@@ -354,8 +427,16 @@ impl FieldsOp<'_> {
         }
     }
 
+    fn kind(&self) -> Kind {
+        match self {
+            FieldsOp::Hash(_) => Kind::Hash,
+            FieldsOp::Set(_) => Kind::Set,
+            FieldsOp::ZSet(_) => Kind::ZSet,
+        }
+    }
+
     fn same_kind(&self, value: &Value) -> bool {
-        matches!((self, value), (FieldsOp::Hash(_), Value::Hash(_)) | (FieldsOp::Set(_), Value::Set(_)) | (FieldsOp::ZSet(_), Value::ZSet(_)))
+        self.kind() == value.kind()
     }
 }
 
@@ -381,20 +462,22 @@ fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u8], flushed
     let created = match shard.raw_mut(key) {
         Some(entry) if op.same_kind(&entry.value) => false,
         Some(entry) => {
-            // Another type: the newer key write wins whole; the older one still ends the
-            // incarnation before it (what the winner held from before it dies).
-            if entry.newest() >= op_newest {
-                if clear_older(entry, op_newest) {
+            // Another type: the newer key write wins whole (at one version, by `tie_rank`); the
+            // older one still ends the incarnation before it (what the winner held from before
+            // it dies).
+            let held = entry.value.kind();
+            if !beats(op_newest, op.kind(), entry.newest(), held) {
+                if clear_older(entry, clear_point(op_newest, op.kind(), held)) {
                     bury(store, db, shard, key);
                 }
                 drop_older_expiry(store, db, shard, key, op_newest);
                 return false;
             }
-            let cleared = entry.newest();
-            entry.value = op.empty_value(cleared);
+            let replaced = entry.newest();
+            entry.value = op.empty_value(clear_point(replaced, held, op.kind()));
             entry.set_version(op_newest);
             // A new incarnation: expiry registers older than it died with the old one.
-            drop_older_expiry(store, db, shard, key, cleared);
+            drop_older_expiry(store, db, shard, key, replaced);
             false
         }
         None => {
@@ -402,13 +485,13 @@ fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u8], flushed
             match shard.tombstones.remove(key) {
                 // The key died as another type: that type's newest write competes whole.
                 Some(ghost) if ghost.kind.is_some_and(|k| k != value.kind()) => {
-                    if ghost.newest() > op_newest {
+                    if ghost_wins(&ghost, op_newest, op.kind()) {
                         let mut ghost = ghost;
-                        ghost.clear(op_newest);
+                        ghost.clear(ghost.kind.map_or(op_newest, |held| clear_point(op_newest, op.kind(), held)));
                         shard.tombstones.insert(key.into(), ghost);
                         return false;
                     }
-                    value = op.empty_value(floor.max(ghost.newest()));
+                    value = op.empty_value(floor.max(ghost_clear_point(&ghost, op.kind())));
                 }
                 // Re-created as the same type: its removed fields keep their tombstones.
                 Some(ghost) => restore_removed(&mut value, ghost.into_removed()),
@@ -491,6 +574,9 @@ fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[u8], d: &pb
     let v = if d.origin == BASE_ONLY { from_pb(d.base.as_ref()) } else { from_pb(d.version.as_ref()) };
     let floor = flushed.max(tombstone(shard, key));
     let ghost_newest = shard.tombstones.get(key).map_or(Version::ZERO, |g| g.newest());
+    // A counter is a string, which loses every tie to another type: what a ghost of another
+    // type holds at its newest version kills the counter's contributions there too.
+    let ghost_floor = shard.tombstones.get(key).map_or(Version::ZERO, |g| ghost_clear_point(g, Kind::String));
     if v <= floor.max(ghost_newest) {
         // A losing counter write still ends the incarnation before it.
         if let Some(ghost) = shard.tombstones.get_mut(key) {
@@ -510,7 +596,7 @@ fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[u8], d: &pb
         None => {
             // A counter after a ghost starts a new incarnation after everything the ghost holds.
             shard.tombstones.remove(key);
-            shard.insert(dbref, key, Entry::new(fresh(0, floor.max(ghost_newest)), v));
+            shard.insert(dbref, key, Entry::new(fresh(0, floor.max(ghost_floor)), v));
             adopt_orphan_expiry(store, db, shard, key);
             true
         }
@@ -534,7 +620,8 @@ fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[u8], d: &pb
                     let counter = match &entry.value {
                         Value::Int(n) => fresh(*n, entry_version),
                         Value::Str(s) => fresh(crate::parse::parse_i64(s).unwrap_or(0), entry_version),
-                        _ => fresh(0, entry_newest),
+                        // Another type's parts at its newest version outrank the counter's.
+                        _ => fresh(0, just_after(entry_newest)),
                     };
                     let base = match &counter {
                         Value::Counter(c) => c.base_version,
@@ -545,7 +632,8 @@ fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[u8], d: &pb
                     drop_older_expiry(store, db, shard, key, base);
                     return true;
                 }
-                // Another, newer type: the counter loses whole but still ends what is older.
+                // Another type, newer or at one version (a counter is a string, which loses every
+                // tie to another type): the counter loses whole but still ends what is older.
                 _ => {
                     if clear_older(entry, v) {
                         bury(store, db, shard, key);

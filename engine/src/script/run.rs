@@ -63,10 +63,11 @@ pub fn invoke(exec: &mut Exec, inv: Invocation) -> Reply {
         return Err(CmdError::err("Can not execute a script with write flag using *_ro command."));
     }
     let read_only = inv.read_only_command || script_flags & flags::NO_WRITES != 0;
-    let maxmemory = server.hot.maxmemory.load(Ordering::Relaxed);
-    let over_memory = maxmemory > 0
-        && crate::memory::used_memory() > maxmemory
-        && !crate::db::evict::make_room(&server.store, maxmemory, server.hot.maxmemory_samples.load(Ordering::Relaxed));
+    let settings = server.settings();
+    let over_memory = settings.maxmemory > 0
+        && crate::memory::used_memory() > settings.maxmemory
+        && !crate::db::evict::make_room(&server.store, settings.maxmemory_policy, settings.maxmemory, settings.maxmemory_samples);
+    drop(settings);
     if over_memory && !compat && !read_only && script_flags & flags::ALLOW_OOM == 0 {
         return Err(CmdError::Oom);
     }
