@@ -27,6 +27,7 @@ pub mod mesh;
 pub mod mesh_host;
 pub mod metrics;
 pub mod monitor;
+pub mod notify;
 pub mod parse;
 pub mod persist;
 pub mod pubsub;

@@ -163,6 +163,12 @@ impl Server {
             port: AtomicUsize::new(0),
             shutdown,
         });
+        let weak = Arc::downgrade(&server);
+        server.store.notify.set_sink(Box::new(move |channel, message| {
+            if let Some(server) = weak.upgrade() {
+                server.pubsub.publish(&channel, &message);
+            }
+        }));
         server.apply_config();
         Ok(server)
     }
@@ -198,6 +204,7 @@ impl Server {
         self.store.tombstone_gc_ms.store(config.int("tombstone-gc-seconds") as u64 * 1000, Ordering::Relaxed);
         self.slowlog.configure(config.int("slowlog-log-slower-than"), config.int("slowlog-max-len") as usize);
         self.latency.set_threshold_ms(config.int("latency-monitor-threshold") as u64);
+        self.store.notify.set_classes(crate::notify::parse_classes(config.get("notify-keyspace-events")).unwrap_or(0));
     }
 
     /// Changes directives that can change live, all or nothing (`CONFIG SET`, admin

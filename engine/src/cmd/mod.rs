@@ -256,9 +256,13 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
     let reply = (spec.run)(&mut exec, argv);
     let ready = std::mem::take(&mut exec.ctx.ready_keys);
     let effects = std::mem::take(&mut exec.ctx.effects);
+    let events = exec.ctx.take_events();
     drop(exec);
     if !effects.is_empty() {
         server.repl_log.append(effects);
+    }
+    if !events.is_empty() {
+        server.store.notify.publish(events);
     }
     let elapsed = started.elapsed();
     record(index, elapsed, &reply);

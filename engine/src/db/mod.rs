@@ -198,6 +198,8 @@ pub struct Store {
     pub counter_origin: crate::hlc::NodeId,
     /// `hll-sparse-max-bytes`: a sparse HyperLogLog longer than this becomes dense.
     pub hll_sparse_max_bytes: AtomicUsize,
+    /// `notify-keyspace-events`: the switch, and where events are published.
+    pub notify: crate::notify::Notifier,
 }
 
 impl Store {
@@ -222,6 +224,7 @@ impl Store {
             // Never 0: that id marks a base-only counter delta.
             counter_origin: rand::random::<crate::hlc::NodeId>() | 1,
             hll_sparse_max_bytes: AtomicUsize::new(crate::hll::DEFAULT_SPARSE_MAX_BYTES),
+            notify: crate::notify::Notifier::default(),
         }
     }
 
