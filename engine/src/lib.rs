@@ -13,6 +13,7 @@ pub mod config;
 pub mod connection;
 pub mod db;
 pub mod error;
+pub mod errorstats;
 pub mod frame;
 pub mod geohash;
 pub mod glob;

@@ -69,6 +69,8 @@ pub struct Server {
     pub hot: HotConfig,
     pub clients: ClientRegistry,
     pub pubsub: PubSub,
+    /// Error replies by code (`INFO errorstats`).
+    pub errors: crate::errorstats::ErrorStats,
     /// Lua scripts and function libraries (`crate::script`).
     pub scripts: crate::script::Scripts,
     pub blocking: Blocking,
@@ -145,6 +147,7 @@ impl Server {
             hot: HotConfig::default(),
             clients: ClientRegistry::default(),
             pubsub: PubSub::default(),
+            errors: crate::errorstats::ErrorStats::default(),
             scripts: crate::script::Scripts::default(),
             blocking: Blocking::default(),
             slowlog: crate::slowlog::SlowLog::default(),

@@ -308,8 +308,14 @@ pub fn record(index: usize, elapsed: std::time::Duration, reply: &Reply) {
 }
 
 /// The full path of one request from a connection: checks, `MULTI` queueing, `maxmemory`,
-/// then `run_command`.
+/// then `run_command`; error replies are counted (`INFO errorstats`).
 pub fn dispatch(server: &Server, client: &mut ClientState, argv: Vec<Bytes>) -> Frame {
+    let reply = checked_run(server, client, argv);
+    server.errors.count_reply(&reply);
+    reply
+}
+
+fn checked_run(server: &Server, client: &mut ClientState, argv: Vec<Bytes>) -> Frame {
     server.stats.commands_processed.fetch_add(1, Ordering::Relaxed);
     match check(server, client, &argv) {
         Ok(index) => {
