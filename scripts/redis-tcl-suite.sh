@@ -11,7 +11,9 @@
 #
 # Environment: KEYMESH_SERVER (binary, default target/release/keymesh-server),
 # KEYMESH_SERVER_ARGS (extra flags for it; default --metrics-port 0), REDIS_SRC (default
-# /var/cache/keymesh/redis-src), TCL_UNIT_TIMEOUT (seconds per unit, default 600).
+# /var/cache/keymesh/redis-src), TCL_UNIT_TIMEOUT (seconds per unit, default 600),
+# TCL_BASEPORT (runtest's --baseport, default 21111: its test-client port is 32 below; set it
+# to run two suites on one machine at once).
 #
 # runtest runs with --durable: a test whose command gets an error reply (an unknown command, say)
 # is counted as failed and the unit goes on; without it any non-assertion error aborts the
@@ -48,7 +50,7 @@ set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 redis_src="${REDIS_SRC:-/var/cache/keymesh/redis-src}"
-default_units="unit/type/string unit/type/incr unit/expire unit/keyspace unit/type/hash unit/type/set unit/type/zset unit/type/list unit/multi unit/pubsub unit/scripting unit/functions unit/slowlog unit/hyperloglog unit/bitfield unit/geo unit/introspection-2"
+default_units="unit/type/string unit/type/incr unit/expire unit/keyspace unit/type/hash unit/type/set unit/type/zset unit/type/list unit/multi unit/pubsub unit/scripting unit/functions unit/slowlog unit/hyperloglog unit/bitfield unit/geo unit/introspection-2 unit/info-command"
 # The last two needs: tags do not occur in the default units; they mark tests that cannot work
 # against a server that is not a local redis-server process (used by other units). needs:pfdebug
 # is not excluded: the engine has PFDEBUG and PFSELFTEST, as redis-server does.
@@ -177,7 +179,8 @@ run_unit() {
     cd "$redis_src"
     # runtest colours its output when TERM matches *xterm*.
     exec setsid env TERM=dumb ./runtest --host 127.0.0.1 --port "$port" --single "$unit" \
-      "${tag_args[@]}" --skipfile "$skip_runtest" --timeout "$stall_timeout" --clients 1 --durable
+      "${tag_args[@]}" --skipfile "$skip_runtest" --timeout "$stall_timeout" --clients 1 --durable \
+      --baseport "${TCL_BASEPORT:-21111}"
   ) >"$log" 2>&1 &
   runtest_pid=$!
   local deadline=$((SECONDS + unit_timeout))

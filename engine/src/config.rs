@@ -41,6 +41,8 @@ enum Kind {
     Fixed(&'static [&'static str]),
     /// `save <seconds> <changes> ...` or `""` (`persist::schedule`).
     SaveSchedule,
+    /// Keyspace-notification classes (`KEA`, `""`), kept in Redis's canonical order.
+    KeyspaceEvents,
 }
 
 struct Directive {
@@ -134,6 +136,8 @@ const DIRECTIVES: &[Directive] = &[
     Directive { name: "slowlog-max-len", default: "128", kind: Kind::Int(0, i64::MAX), live: true },
     // ms; 0: the latency monitor is off (Redis's default).
     Directive { name: "latency-monitor-threshold", default: "0", kind: Kind::Int(0, i64::MAX), live: true },
+    // Keyspace notifications (`crate::notify`): Redis's classes, "" (off) by default.
+    Directive { name: "notify-keyspace-events", default: "", kind: Kind::KeyspaceEvents, live: true },
     Directive { name: "busy-reply-threshold", default: "5000", kind: Kind::Int(0, i64::MAX), live: true },
     Directive { name: "lua-time-limit", default: "5000", kind: Kind::Int(0, i64::MAX), live: true },
     Directive { name: "lua-memory-limit", default: "256mb", kind: Kind::Bytes, live: true },
@@ -387,6 +391,7 @@ impl Config {
                 let points = crate::persist::schedule::parse(value).map_err(|m| format!("{m} for '{name}'"))?;
                 points.iter().map(|p| format!("{} {}", p.seconds, p.changes)).collect::<Vec<_>>().join(" ")
             }
+            Kind::KeyspaceEvents => crate::notify::format_classes(crate::notify::parse_classes(value)?),
         };
         self.values.insert(directive.name, normalised);
         Ok(())

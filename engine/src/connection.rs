@@ -200,11 +200,12 @@ fn take_args(input: &mut BytesMut, request: Request) -> Vec<Bytes> {
     }
 }
 
-/// With `CLIENT REPLY OFF|SKIP` only RESP3 push frames (subscription confirmations) go out,
-/// as in Redis.
+/// With `CLIENT REPLY OFF|SKIP` only push frames (subscription confirmations) go out, in
+/// either protocol, as in Redis.
 fn encode_pushes_only(client: &ClientState, frame: &Frame, output: &mut BytesMut) {
     match frame {
-        Frame::Push(_) if client.resp >= 3 => frame.encode(client.resp, output),
+        // Pub/sub confirmations go out whatever the protocol, as Redis's CLIENT_PUSHING.
+        Frame::Push(_) => frame.encode(client.resp, output),
         Frame::Sequence(frames) => frames.iter().for_each(|f| encode_pushes_only(client, f, output)),
         _ => {}
     }

@@ -59,6 +59,8 @@ pub struct Server {
     settings: SettingsCell,
     pub clients: ClientRegistry,
     pub pubsub: PubSub,
+    /// Error replies by code (`INFO errorstats`).
+    pub errors: crate::errorstats::ErrorStats,
     /// Lua scripts and function libraries (`crate::script`).
     pub scripts: crate::script::Scripts,
     pub blocking: Blocking,
@@ -135,6 +137,7 @@ impl Server {
             settings: SettingsCell::new(settings),
             clients: ClientRegistry::default(),
             pubsub: PubSub::default(),
+            errors: crate::errorstats::ErrorStats::default(),
             scripts: crate::script::Scripts::default(),
             blocking: Blocking::default(),
             slowlog: crate::slowlog::SlowLog::default(),
@@ -153,6 +156,12 @@ impl Server {
             port: AtomicUsize::new(0),
             shutdown,
         });
+        let weak = Arc::downgrade(&server);
+        server.store.notify.set_sink(Box::new(move |channel, message| {
+            if let Some(server) = weak.upgrade() {
+                server.pubsub.publish(&channel, &message);
+            }
+        }));
         server.apply_settings();
         Ok(server)
     }
@@ -185,6 +194,7 @@ impl Server {
         self.store.tombstone_gc_ms.store(s.tombstone_gc.as_millis() as u64, Ordering::Relaxed);
         self.slowlog.configure(s.slowlog_log_slower_than, s.slowlog_max_len);
         self.latency.set_threshold_ms(s.latency_monitor_threshold_ms);
+        self.store.notify.set_classes(s.notify_keyspace_events);
     }
 
     /// Changes directives that can change live, all or nothing (`CONFIG SET`, admin

@@ -12,6 +12,7 @@ use super::{CommandSpec, Exec, Keys};
 use crate::db::Value;
 use crate::error::{CmdError, Reply};
 use crate::frame::Frame;
+use crate::notify::class;
 use crate::parse::parse_i64;
 
 pub const COMMANDS: &[CommandSpec] = &[
@@ -175,6 +176,7 @@ fn run(exec: &mut Exec, argv: &[Bytes], read_only: bool) -> Reply {
     }
     if grown || changed {
         exec.ctx.put(key, Value::string(&buf), true);
+        exec.ctx.notify(class::STRING, "setbit", key);
     }
     Ok(Frame::Array(replies))
 }

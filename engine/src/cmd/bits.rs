@@ -8,6 +8,7 @@ use super::{CommandSpec, Exec, Keys};
 use crate::db::Value;
 use crate::error::{CmdError, Reply};
 use crate::frame::Frame;
+use crate::notify::class;
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, $keys:expr, $run:expr, $summary:literal) => {
@@ -57,6 +58,7 @@ fn setbit(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         value[byte] &= !mask;
     }
     exec.ctx.put(&argv[1], Value::string(&value), true);
+    exec.ctx.notify(class::STRING, "setbit", &argv[1]);
     Ok(Frame::Integer(old as i64))
 }
 
@@ -161,9 +163,12 @@ fn bitop(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         })
         .collect();
     if result.is_empty() {
-        exec.ctx.delete(&argv[2]);
+        if exec.ctx.delete(&argv[2]) {
+            exec.ctx.notify(class::GENERIC, "del", &argv[2]);
+        }
     } else {
         exec.ctx.put(&argv[2], Value::string(&result), false);
+        exec.ctx.notify(class::STRING, "set", &argv[2]);
     }
     Ok(Frame::Integer(result.len() as i64))
 }

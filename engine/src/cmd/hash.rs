@@ -16,6 +16,7 @@ use crate::db::Value;
 use crate::error::{CmdError, Reply};
 use crate::frame::{format_double_human, Frame, OK};
 use crate::glob::glob_match;
+use crate::notify::class;
 use crate::parse::parse_i64;
 
 macro_rules! spec {
@@ -91,11 +92,14 @@ fn set_pairs(exec: &mut Exec, argv: &[Bytes], name: &str) -> Result<i64, CmdErro
 }
 
 fn hset(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    Ok(Frame::Integer(set_pairs(exec, argv, "hset")?))
+    let created = set_pairs(exec, argv, "hset")?;
+    exec.ctx.notify(class::HASH, "hset", &argv[1]);
+    Ok(Frame::Integer(created))
 }
 
 fn hmset(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     set_pairs(exec, argv, "hmset")?;
+    exec.ctx.notify(class::HASH, "hset", &argv[1]);
     Ok(OK)
 }
 
@@ -112,6 +116,7 @@ fn hsetnx(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         return Ok(Frame::Integer(0));
     }
     put_field(exec, &argv[1], &argv[2], own(&argv[3]))?;
+    exec.ctx.notify(class::HASH, "hset", &argv[1]);
     Ok(Frame::Integer(1))
 }
 
@@ -129,6 +134,9 @@ fn hmget(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 
 fn hdel(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let deleted = exec.ctx.remove_elements::<Collection<Field>>(&argv[1], &argv[2..])?;
+    if deleted > 0 {
+        exec.ctx.notify(class::HASH, "hdel", &argv[1]);
+    }
     Ok(Frame::Integer(deleted as i64))
 }
 
@@ -160,6 +168,7 @@ fn hincrby(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     };
     let next = current.checked_add(delta).ok_or(CmdError::Overflow)?;
     put_field(exec, &argv[1], &argv[2], own(itoa::Buffer::new().format(next).as_bytes()))?;
+    exec.ctx.notify(class::HASH, "hincrby", &argv[1]);
     Ok(Frame::Integer(next))
 }
 
@@ -178,6 +187,7 @@ fn hincrbyfloat(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     }
     let text = Bytes::from(format_double_human(next));
     put_field(exec, &argv[1], &argv[2], text.clone())?;
+    exec.ctx.notify(class::HASH, "hincrbyfloat", &argv[1]);
     Ok(Frame::Bulk(text))
 }
 

@@ -12,6 +12,7 @@ use super::{CommandSpec, Exec, Keys};
 use crate::error::{CmdError, Reply};
 use crate::frame::{Frame, OK};
 use crate::hll::{self, estimate, HllError, REGISTERS};
+use crate::notify::class;
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, $keys:expr, $run:expr, $summary:literal) => {
@@ -46,7 +47,11 @@ fn pfadd(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         }
         Ok(())
     })?;
-    Ok(Frame::Integer((write.created || write.raised > 0) as i64))
+    let updated = write.created || write.raised > 0;
+    if updated {
+        exec.ctx.notify(class::STRING, "pfadd", &argv[1]);
+    }
+    Ok(Frame::Integer(updated as i64))
 }
 
 fn pfcount(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -95,6 +100,7 @@ fn pfmerge(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         }
         Ok(())
     })?;
+    exec.ctx.notify(class::STRING, "pfadd", &argv[1]);
     Ok(OK)
 }
 

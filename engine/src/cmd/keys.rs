@@ -14,6 +14,7 @@ use crate::db::{Kind, SHARDS_PER_DB};
 use crate::error::{CmdError, Reply};
 use crate::frame::{Frame, OK};
 use crate::glob::glob_match;
+use crate::notify::class;
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, $keys:expr, $run:expr, $summary:literal) => {
@@ -53,7 +54,13 @@ pub const COMMANDS: &[CommandSpec] = &[
 ];
 
 fn del(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let deleted = argv[1..].iter().filter(|k| exec.ctx.delete(k)).count();
+    let mut deleted = 0;
+    for key in &argv[1..] {
+        if exec.ctx.delete(key) {
+            exec.ctx.notify(class::GENERIC, "del", key);
+            deleted += 1;
+        }
+    }
     Ok(Frame::Integer(deleted as i64))
 }
 
@@ -98,6 +105,8 @@ fn rename(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     if src != dst {
         transfer(exec, src, exec.ctx.db, dst, false);
     }
+    exec.ctx.notify(class::GENERIC, "rename_from", src);
+    exec.ctx.notify(class::GENERIC, "rename_to", dst);
     Ok(OK)
 }
 
@@ -110,6 +119,8 @@ fn renamenx(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         return Ok(Frame::Integer(0));
     }
     transfer(exec, src, exec.ctx.db, dst, false);
+    exec.ctx.notify(class::GENERIC, "rename_from", src);
+    exec.ctx.notify(class::GENERIC, "rename_to", dst);
     Ok(Frame::Integer(1))
 }
 
@@ -166,7 +177,11 @@ fn copy(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         }
         exec.ctx.delete_in(target, dst);
     }
-    Ok(Frame::Integer(transfer(exec, src, target, dst, true) as i64))
+    let copied = transfer(exec, src, target, dst, true);
+    if copied {
+        exec.ctx.notify_in(target, class::GENERIC, "copy_to", dst);
+    }
+    Ok(Frame::Integer(copied as i64))
 }
 
 fn move_keys(argv: &[Bytes], db: usize) -> Vec<(usize, usize)> {
@@ -188,7 +203,12 @@ fn move_key(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     if !exec.ctx.exists(key) || exec.ctx.get_in(target, key).is_some() {
         return Ok(Frame::Integer(0));
     }
-    Ok(Frame::Integer(transfer(exec, key, target, key, false) as i64))
+    let moved = transfer(exec, key, target, key, false);
+    if moved {
+        exec.ctx.notify_in(db, class::GENERIC, "move_from", key);
+        exec.ctx.notify_in(target, class::GENERIC, "move_to", key);
+    }
+    Ok(Frame::Integer(moved as i64))
 }
 
 /// Live keys of one shard that match `pattern` (and type `kind`).
@@ -287,8 +307,10 @@ fn expire_generic(exec: &mut Exec, argv: &[Bytes], unit_ms: i64, absolute: bool)
     }
     if when <= exec.ctx.now_ms as i64 {
         exec.ctx.delete(key);
+        exec.ctx.notify(class::GENERIC, "del", key);
     } else {
         exec.ctx.set_deadline(key, when as u64);
+        exec.ctx.notify(class::GENERIC, "expire", key);
     }
     Ok(Frame::Integer(1))
 }
@@ -335,5 +357,9 @@ fn pexpiretime(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn persist(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    Ok(Frame::Integer(exec.ctx.persist(&argv[1]) as i64))
+    let had_ttl = exec.ctx.persist(&argv[1]);
+    if had_ttl {
+        exec.ctx.notify(class::GENERIC, "persist", &argv[1]);
+    }
+    Ok(Frame::Integer(had_ttl as i64))
 }

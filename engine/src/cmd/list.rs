@@ -18,6 +18,7 @@ use crate::db::entry::ListValue;
 use crate::db::{Kind, Value};
 use crate::error::{CmdError, Reply};
 use crate::frame::{Frame, OK};
+use crate::notify::class;
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, $keys:expr, $run:expr, $summary:literal) => {
@@ -121,6 +122,7 @@ fn push(exec: &mut Exec, argv: &[Bytes], left: bool, only_existing: bool) -> Rep
         }
         list.len()
     })?;
+    exec.ctx.notify(class::LIST, if left { "lpush" } else { "rpush" }, key);
     Ok(Frame::Integer(len as i64))
 }
 
@@ -156,7 +158,11 @@ pub(crate) fn pop_from(exec: &mut Exec, key: &[u8], left: bool, count: usize) ->
             list.drain(len - n..).rev().collect()
         }
     })?;
-    Ok(popped.unwrap_or_default())
+    let popped: Vec<Bytes> = popped.unwrap_or_default();
+    if !popped.is_empty() {
+        exec.ctx.notify(class::LIST, if left { "lpop" } else { "rpop" }, key);
+    }
+    Ok(popped)
 }
 
 /// LPOP/RPOP `key [count]`: a bulk without a count, an array with one (null bulk vs null
@@ -282,6 +288,7 @@ fn lset(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let len = exec.ctx.list(key)?.map_or(0, |l| l.len());
     let i = index_in(index, len).ok_or(CmdError::IndexOutOfRange)?;
     exec.ctx.edit(key, |list: &mut ListValue, _| list[i] = argv[3].clone())?.ok_or(CmdError::NoSuchKey)?;
+    exec.ctx.notify(class::LIST, "lset", key);
     Ok(OK)
 }
 
@@ -295,14 +302,15 @@ fn ltrim(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         Some((s, e)) => (s, len - e - 1),
         None => (len, 0),
     };
-    if head + tail == 0 {
-        return Ok(OK);
+    if head + tail > 0 {
+        exec.ctx.edit(key, |list: &mut ListValue, _| {
+            list.drain(..head);
+            let keep = list.len() - tail;
+            list.truncate(keep);
+        })?;
     }
-    exec.ctx.edit(key, |list: &mut ListValue, _| {
-        list.drain(..head);
-        let keep = list.len() - tail;
-        list.truncate(keep);
-    })?;
+    // Redis announces a trim of an existing list even when it removed nothing.
+    exec.ctx.notify(class::LIST, "ltrim", key);
     Ok(OK)
 }
 
@@ -335,6 +343,9 @@ fn lrem(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             list.make_contiguous().reverse();
         }
     })?;
+    if removed > 0 {
+        exec.ctx.notify(class::LIST, "lrem", key);
+    }
     Ok(Frame::Integer(removed as i64))
 }
 
@@ -358,6 +369,7 @@ fn linsert(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         list.insert(if after { pivot + 1 } else { pivot }, argv[4].clone());
         list.len()
     })?;
+    exec.ctx.notify(class::LIST, "linsert", key);
     Ok(Frame::Integer(len.unwrap_or(0) as i64))
 }
 
@@ -392,9 +404,11 @@ pub(crate) fn move_element(exec: &mut Exec, src: &[u8], dst: &[u8], from_left: b
     let Some(value) = popped.flatten() else {
         return Ok(Frame::Null);
     };
+    exec.ctx.notify(class::LIST, if from_left { "lpop" } else { "rpop" }, src);
     if src != dst {
         exec.ctx.edit_or_create(dst, |list: &mut ListValue, _| push(list, &value))?;
     }
+    exec.ctx.notify(class::LIST, if to_left { "lpush" } else { "rpush" }, dst);
     Ok(Frame::Bulk(value))
 }
 

@@ -257,9 +257,13 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
     let reply = (spec.run)(&mut exec, argv);
     let ready = std::mem::take(&mut exec.ctx.ready_keys);
     let effects = std::mem::take(&mut exec.ctx.effects);
+    let events = exec.ctx.take_events();
     drop(exec);
     if !effects.is_empty() {
         server.repl_log.append(effects);
+    }
+    if !events.is_empty() {
+        server.store.notify.publish(events);
     }
     let elapsed = started.elapsed();
     record(index, elapsed, &reply);
@@ -305,8 +309,14 @@ pub fn record(index: usize, elapsed: std::time::Duration, reply: &Reply) {
 }
 
 /// The full path of one request from a connection: checks, `MULTI` queueing, `maxmemory`,
-/// then `run_command`.
+/// then `run_command`; error replies are counted (`INFO errorstats`).
 pub fn dispatch(server: &Server, client: &mut ClientState, argv: Vec<Bytes>) -> Frame {
+    let reply = checked_run(server, client, argv);
+    server.errors.count_reply(&reply);
+    reply
+}
+
+fn checked_run(server: &Server, client: &mut ClientState, argv: Vec<Bytes>) -> Frame {
     server.stats.commands_processed.fetch_add(1, Ordering::Relaxed);
     match check(server, client, &argv) {
         Ok(index) => {

@@ -121,9 +121,13 @@ fn exec_queue(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     }
     let ready = std::mem::take(&mut inner.ctx.ready_keys);
     let effects = std::mem::take(&mut inner.ctx.effects);
+    let events = inner.ctx.take_events();
     drop(inner);
     if !effects.is_empty() {
         server.repl_log.append(effects);
+    }
+    if !events.is_empty() {
+        server.store.notify.publish(events);
     }
     exec.client.in_exec = false;
     unwatch_all(server, exec.client);

@@ -364,6 +364,7 @@ fn config(exec: &mut Exec, argv: &[Bytes]) -> Reply {
                 c.store(0, Ordering::Relaxed);
             }
             exec.server.stats.commands_processed.store(0, Ordering::Relaxed);
+            exec.server.errors.reset();
             Ok(OK)
         }
         b"rewrite" => Err(CmdError::err("CONFIG REWRITE is not supported: KeyMesh's configuration is owned by its config file or operator")),
@@ -541,12 +542,13 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         let st = &server.stats;
         let _ = write!(
             out,
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\ntotal_error_replies:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n\r\n",
             st.connections_received.load(Ordering::Relaxed),
             st.commands_processed.load(Ordering::Relaxed),
             st.net_input_bytes.load(Ordering::Relaxed),
             st.net_output_bytes.load(Ordering::Relaxed),
             st.rejected_connections.load(Ordering::Relaxed),
+            server.errors.total(),
             s.expired_keys.load(Ordering::Relaxed),
             s.evicted_keys.load(Ordering::Relaxed),
             s.keyspace_hits.load(Ordering::Relaxed),
@@ -592,6 +594,9 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             );
         }
         out.push_str("\r\n");
+    }
+    if want("errorstats") {
+        out.push_str(&server.errors.info());
     }
     if want("keyspace") {
         out.push_str("# Keyspace\r\n");

@@ -16,6 +16,7 @@ use crate::error::{CmdError, Reply};
 use crate::frame::Frame;
 use crate::glob::glob_match;
 use crate::hlc::Version;
+use crate::notify::class;
 use crate::parse::parse_i64;
 
 macro_rules! spec {
@@ -121,11 +122,17 @@ fn sadd(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         }
         added
     })?;
+    if added > 0 {
+        exec.ctx.notify(class::SET, "sadd", &argv[1]);
+    }
     Ok(Frame::Integer(added))
 }
 
 fn srem(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let removed = exec.ctx.remove_elements::<Collection<Version>>(&argv[1], &argv[2..])?;
+    if removed > 0 {
+        exec.ctx.notify(class::SET, "srem", &argv[1]);
+    }
     Ok(Frame::Integer(removed as i64))
 }
 
@@ -170,7 +177,11 @@ fn spop_one(exec: &mut Exec, key: &[u8]) -> Reply {
         }
         member
     })?;
-    Ok(member.flatten().map_or(Frame::Null, Frame::Bulk))
+    let member = member.flatten();
+    if member.is_some() {
+        exec.ctx.notify(class::SET, "spop", key);
+    }
+    Ok(member.map_or(Frame::Null, Frame::Bulk))
 }
 
 fn spop_many(exec: &mut Exec, key: &[u8], n: usize) -> Reply {
@@ -190,7 +201,11 @@ fn spop_many(exec: &mut Exec, key: &[u8], n: usize) -> Reply {
             picks
         }
     })?;
-    Ok(Frame::Set(bulks(popped.unwrap_or_default())))
+    let popped = popped.unwrap_or_default();
+    if !popped.is_empty() {
+        exec.ctx.notify(class::SET, "spop", key);
+    }
+    Ok(Frame::Set(bulks(popped)))
 }
 
 /// `SRANDMEMBER key [count]`.
@@ -231,11 +246,17 @@ fn smove(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     if removed != Some(true) {
         return Ok(Frame::Integer(0));
     }
-    exec.ctx.edit_or_create(dst, |set: &mut Collection<Version>, v| {
-        if !set.contains_key(member) {
+    exec.ctx.notify(class::SET, "srem", src);
+    let added = exec.ctx.edit_or_create(dst, |set: &mut Collection<Version>, v| {
+        let added = !set.contains_key(member);
+        if added {
             set.insert(own(member), v);
         }
+        added
     })?;
+    if added {
+        exec.ctx.notify(class::SET, "sadd", dst);
+    }
     Ok(Frame::Integer(1))
 }
 
@@ -305,15 +326,18 @@ fn diff(exec: &mut Exec, keys: &[Bytes]) -> Result<Members, CmdError> {
 }
 
 /// Replaces `dst` with `members` (deleting it when empty) and replies with the size.
-fn store(exec: &mut Exec, dst: &[u8], members: Members) -> Reply {
+fn store(exec: &mut Exec, dst: &[u8], members: Members, event: &'static str) -> Reply {
     let len = members.len();
     if len == 0 {
-        exec.ctx.delete(dst);
+        if exec.ctx.delete(dst) {
+            exec.ctx.notify(class::GENERIC, "del", dst);
+        }
         return Ok(Frame::Integer(0));
     }
     // A whole-value write: `put` stamps every member with the write's version.
     let set: Collection<Version> = members.into_iter().map(|m| (m, Version::ZERO)).collect();
     exec.ctx.put(dst, Value::Set(Box::new(set)), false);
+    exec.ctx.notify(class::SET, event, dst);
     Ok(Frame::Integer(len as i64))
 }
 
@@ -331,17 +355,17 @@ fn sdiff(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 
 fn sinterstore(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let members = inter(exec, &argv[2..])?;
-    store(exec, &argv[1], members)
+    store(exec, &argv[1], members, "sinterstore")
 }
 
 fn sunionstore(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let members = union(exec, &argv[2..])?;
-    store(exec, &argv[1], members)
+    store(exec, &argv[1], members, "sunionstore")
 }
 
 fn sdiffstore(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let members = diff(exec, &argv[2..])?;
-    store(exec, &argv[1], members)
+    store(exec, &argv[1], members, "sdiffstore")
 }
 
 /// `SINTERCARD numkeys key... [LIMIT n]`: the keys are the `numkeys` after it (none when

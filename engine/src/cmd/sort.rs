@@ -17,6 +17,7 @@ use crate::db::ctx::Ctx;
 use crate::db::Value;
 use crate::error::{CmdError, Reply};
 use crate::frame::Frame;
+use crate::notify::class;
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, $keys:expr, $run:expr, $summary:literal) => {
@@ -209,8 +210,9 @@ fn sort_generic(exec: &mut Exec, argv: &[Bytes], readonly: bool) -> Reply {
     }
     if outputlen > 0 {
         ctx.put(dest, Value::List(Box::new(crate::db::entry::ListValue::new(list))), false);
-    } else {
-        ctx.delete(dest);
+        ctx.notify(class::LIST, "sortstore", dest);
+    } else if ctx.delete(dest) {
+        ctx.notify(class::GENERIC, "del", dest);
     }
     Ok(Frame::Integer(outputlen as i64))
 }

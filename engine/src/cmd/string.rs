@@ -8,6 +8,7 @@ use super::{wrong_arity, CommandSpec, Exec, Keys};
 use crate::db::Value;
 use crate::error::{CmdError, Reply};
 use crate::frame::{format_double_human, Frame, OK};
+use crate::notify::class;
 
 /// Strings longer than this are refused (Redis's default `proto-max-bulk-len`).
 pub const MAX_STRING: usize = 512 * 1024 * 1024;
@@ -77,8 +78,10 @@ fn deadline(arg: &[u8], unit_ms: i64, absolute: bool, now_ms: u64, command: &str
 
 fn store(exec: &mut Exec, key: &[u8], value: &[u8], ttl: Ttl) {
     exec.ctx.put(key, Value::string(value), matches!(ttl, Ttl::Keep));
+    exec.ctx.notify(class::STRING, "set", key);
     if let Ttl::At(at) = ttl {
         exec.ctx.set_deadline(key, at);
+        exec.ctx.notify(class::GENERIC, "expire", key);
     }
 }
 
@@ -153,7 +156,9 @@ fn getset(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 fn getdel(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let old = exec.ctx.string(&argv[1])?;
     // Deleting a key this node does not hold is still a delete (`db::edit`).
-    exec.ctx.delete(&argv[1]);
+    if exec.ctx.delete(&argv[1]) {
+        exec.ctx.notify(class::GENERIC, "del", &argv[1]);
+    }
     Ok(Frame::bulk_opt(old))
 }
 
@@ -182,9 +187,12 @@ fn getex(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let value = exec.ctx.string(&argv[1])?;
     if let (Some(_), Some(at)) = (&value, change) {
         if at == 0 {
-            exec.ctx.persist(&argv[1]);
+            if exec.ctx.persist(&argv[1]) {
+                exec.ctx.notify(class::GENERIC, "persist", &argv[1]);
+            }
         } else {
             exec.ctx.set_deadline(&argv[1], at);
+            exec.ctx.notify(class::GENERIC, "expire", &argv[1]);
         }
     }
     Ok(Frame::bulk_opt(value))
@@ -238,7 +246,9 @@ fn current_int(exec: &mut Exec, key: &[u8]) -> Result<i64, CmdError> {
 fn add(exec: &mut Exec, key: &[u8], delta: i64) -> Reply {
     let current = current_int(exec, key)?;
     current.checked_add(delta).ok_or(CmdError::Overflow)?;
-    Ok(Frame::Integer(exec.ctx.incr(key, delta)?))
+    let next = exec.ctx.incr(key, delta)?;
+    exec.ctx.notify(class::STRING, "incrby", key);
+    Ok(Frame::Integer(next))
 }
 
 fn incr(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -278,6 +288,7 @@ fn incrbyfloat(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     }
     let text = format_double_human(next);
     exec.ctx.put(key, Value::string(text.as_bytes()), true);
+    exec.ctx.notify(class::STRING, "incrbyfloat", key);
     Ok(Frame::bulk(text))
 }
 
@@ -294,6 +305,7 @@ fn append(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     value.extend_from_slice(&argv[2]);
     let len = value.len();
     exec.ctx.put(&argv[1], Value::string(&value), true);
+    exec.ctx.notify(class::STRING, "append", &argv[1]);
     Ok(Frame::Integer(len as i64))
 }
 
@@ -345,6 +357,7 @@ fn setrange(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     value[offset..offset + patch.len()].copy_from_slice(patch);
     let len = value.len();
     exec.ctx.put(&argv[1], Value::string(&value), true);
+    exec.ctx.notify(class::STRING, "setrange", &argv[1]);
     Ok(Frame::Integer(len as i64))
 }
 

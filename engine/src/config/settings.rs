@@ -54,6 +54,8 @@ pub struct Settings {
     pub maxmemory_policy: Policy,
     pub maxmemory_samples: usize,
     pub hll_sparse_max_bytes: usize,
+    /// `notify-keyspace-events` as `crate::notify` class bits (validated when set).
+    pub notify_keyspace_events: u32,
     // The keyspace and replication.
     pub databases: usize,
     /// `active-replica yes`: this node replicates (stamps and logs its writes).
@@ -110,6 +112,7 @@ impl Settings {
             maxmemory_policy: Policy::from_name(c.get("maxmemory-policy")).unwrap_or(Policy::NoEviction),
             maxmemory_samples: c.int("maxmemory-samples") as usize,
             hll_sparse_max_bytes: c.int("hll-sparse-max-bytes") as usize,
+            notify_keyspace_events: crate::notify::parse_classes(c.get("notify-keyspace-events")).unwrap_or(0),
             databases: c.int("databases") as usize,
             active_replica: c.flag("active-replica"),
             mesh_mode: c.flag("active-replica") && c.flag("multi-master"),

@@ -19,6 +19,7 @@ use super::zset::SortedSet;
 use super::{Db, Entry, Expiry, Key, Kind, Locks, Shard, Store, Value};
 use crate::error::CmdError;
 use crate::hlc::Version;
+use crate::notify::{class, Event};
 use crate::repl::effects;
 
 pub struct Ctx<'a> {
@@ -30,11 +31,46 @@ pub struct Ctx<'a> {
     pub ready_keys: Vec<(usize, Key)>,
     /// The replicated effects of this command's writes (only while replicating).
     pub effects: Vec<pb::Op>,
+    /// Keyspace events to publish once the locks are dropped (`crate::notify`).
+    pub events: Vec<Event>,
+    /// Where in `events` the `del` of a collection this command emptied is: the command's
+    /// own event goes before it, as in Redis (`lpop` then `del`).
+    emptied_at: Option<usize>,
 }
 
 impl<'a> Ctx<'a> {
     pub fn new(store: &'a Store, db: usize, now_ms: u64, locks: Locks<'a>) -> Ctx<'a> {
-        Ctx { store, db, now_ms, locks, ready_keys: Vec::new(), effects: Vec::new() }
+        Ctx { store, db, now_ms, locks, ready_keys: Vec::new(), effects: Vec::new(), events: Vec::new(), emptied_at: None }
+    }
+
+    /// Records the keyspace event `name` of `class` for `key` in the current database.
+    #[inline]
+    pub fn notify(&mut self, class: u32, name: &'static str, key: &[u8]) {
+        self.notify_in(self.db, class, name, key);
+    }
+
+    /// `notify` in database `db` (one relaxed load when notifications are off).
+    #[inline]
+    pub fn notify_in(&mut self, db: usize, class: u32, name: &'static str, key: &[u8]) {
+        if self.store.notify.wants(class) {
+            self.record_event(Event { class, name, db, key: Bytes::copy_from_slice(key) });
+        }
+    }
+
+    fn record_event(&mut self, event: Event) {
+        match self.emptied_at {
+            Some(i) if i + 1 == self.events.len() && self.events[i].db == event.db && self.events[i].key == event.key => {
+                self.events.insert(i, event);
+                self.emptied_at = Some(i + 1);
+            }
+            _ => self.events.push(event),
+        }
+    }
+
+    /// The events recorded so far, for publishing (`Notifier::publish`).
+    pub fn take_events(&mut self) -> Vec<Event> {
+        self.emptied_at = None;
+        std::mem::take(&mut self.events)
     }
 
     pub(super) fn emit(&mut self, op: impl FnOnce() -> pb::Op) {
@@ -85,10 +121,11 @@ impl<'a> Ctx<'a> {
             shard.remove(dbref, key);
             shard.touch(key);
             store.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
+            self.notify_in(db, class::EXPIRED, "expired", key);
             return None;
         }
         // The key is live: this second lookup hits the cache lines the first one loaded.
-        let entry = shard.raw_mut(key)?;
+        let entry = self.parts(db, key).1.raw_mut(key)?;
         if touch {
             super::evict::on_access(entry, now, store.lfu_access.load(Ordering::Relaxed));
         }
@@ -211,6 +248,13 @@ impl<'a> Ctx<'a> {
             }
             Found::Missing(version) => version,
         };
+        if !matches!(found, Found::Live { .. }) {
+            if matches!(found, Found::Expired(_)) {
+                self.notify_in(db, class::EXPIRED, "expired", key);
+            }
+            self.notify_in(db, class::NEW, "new", key);
+        }
+        let (_, shard) = self.parts(db, key);
         let dropped_ttl = matches!(found, Found::Live { drop_ttl: true, .. });
         let entry = shard.raw_mut(key);
         if let (true, Some(entry)) = (is_collection, entry) {
@@ -287,6 +331,10 @@ impl<'a> Ctx<'a> {
                 } else {
                     shard.remove(dbref, key);
                 }
+                if self.store.notify.wants(class::GENERIC) {
+                    self.events.push(Event { class: class::GENERIC, name: "del", db, key: Bytes::copy_from_slice(key) });
+                    self.emptied_at = Some(self.events.len() - 1);
+                }
             } else if matches!(entry.value, Value::List(_) | Value::ZSet(_)) {
                 self.ready_keys.push((db, key.into()));
             }
@@ -336,6 +384,7 @@ impl<'a> Ctx<'a> {
                 let counter = Value::Counter(Box::new(super::counter::Counter::new(0, cleared)));
                 shard.insert(dbref, key, Entry::new(counter, version));
                 shard.adopt_orphan_expiry(dbref, key, cleared);
+                self.notify_in(db, class::NEW, "new", key);
                 version
             }
             // An integer string becomes the counter's base (its SET is the base version).

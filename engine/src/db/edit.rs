@@ -124,6 +124,7 @@ impl<'a> Ctx<'a> {
             shard.tombstones.remove(key);
             shard.insert(dbref, key, super::Entry::new(fresh.into_value(), version));
             shard.adopt_orphan_expiry(dbref, key, cleared);
+            self.notify_in(db, crate::notify::class::NEW, "new", key);
             self.finish(db, key, version, &[]);
         }
         Ok(result)

@@ -142,8 +142,10 @@ fn evict_one(store: &Store, policy: Policy, samples: usize) -> bool {
         if let Some((key, size)) = victim {
             shard.remove(store.db(db), &key);
             shard.touch(&key);
+            drop(shard);
             store.stats.evicted_keys.fetch_add(1, Ordering::Relaxed);
             memory::note_freed(size as u64);
+            store.notify.fire(crate::notify::class::EVICTED, "evicted", db, &key);
             return true;
         }
     }

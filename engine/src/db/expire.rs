@@ -22,14 +22,23 @@ pub fn expire_cycle(store: &Store, now_ms: u64) -> usize {
             continue;
         }
         let dbref = store.db(db);
+        let notify = store.notify.wants(crate::notify::class::EXPIRED);
         for s in 0..SHARDS_PER_DB {
+            let mut expired = Vec::new();
             let mut shard = store.lock_shard(db, s);
             for key in shard.due_keys(now_ms, PER_SHARD_LIMIT) {
                 if shard.raw(&key).is_some_and(|e| e.is_expired(now_ms)) {
                     shard.remove(dbref, &key);
                     shard.touch(&key);
                     deleted += 1;
+                    if notify {
+                        expired.push(key);
+                    }
                 }
+            }
+            drop(shard);
+            for key in expired {
+                store.notify.fire(crate::notify::class::EXPIRED, "expired", db, &key);
             }
         }
     }

@@ -114,6 +114,9 @@ impl Ctx<'_> {
                 true
             }
         };
+        if created {
+            self.notify_in(db, crate::notify::class::NEW, "new", key);
+        }
         let (_, shard) = self.parts(db, key);
         let Some(entry) = shard.raw_mut(key) else {
             return Err(CmdError::WrongType);

@@ -201,6 +201,8 @@ pub struct Store {
     /// Whether accesses count as LFU counters (`maxmemory-policy` is an LFU policy) rather
     /// than times. This keyspace's own: two servers in one process evict independently.
     pub lfu_access: AtomicBool,
+    /// `notify-keyspace-events`: the switch, and where events are published.
+    pub notify: crate::notify::Notifier,
 }
 
 impl Store {
@@ -226,6 +228,7 @@ impl Store {
             counter_origin: rand::random::<crate::hlc::NodeId>() | 1,
             hll_sparse_max_bytes: AtomicUsize::new(crate::hll::DEFAULT_SPARSE_MAX_BYTES),
             lfu_access: AtomicBool::new(false),
+            notify: crate::notify::Notifier::default(),
         }
     }
 

@@ -520,6 +520,8 @@ fn apply_all(store: &Store, delivery: &dyn Delivery, ops: &[pb::Op]) -> (u64, u6
         match apply_op(store, op) {
             ApplyOutcome::Applied => {
                 applied += 1;
+                // Keyspace notifications for the merged write (`crate::notify`).
+                store.notify.merged_write(op);
                 if collect_changed {
                     changed.push((op.db as usize, op.key.as_slice().into()));
                 }

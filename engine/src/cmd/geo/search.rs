@@ -15,6 +15,7 @@ use crate::error::{CmdError, Reply};
 use crate::frame::Frame;
 use crate::geohash::{self, Search, Shape};
 use crate::hlc::Version;
+use crate::notify::class;
 
 /// Which command is searching (Redis's `georadiusGeneric` flags).
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -100,7 +101,9 @@ fn search(exec: &mut Exec, argv: &[Bytes], variant: Variant) -> Reply {
         // No source key: an empty reply, or the destination deleted.
         return match &o.store {
             Some(dst) => {
-                exec.ctx.delete(dst);
+                if exec.ctx.delete(dst) {
+                    exec.ctx.notify(class::GENERIC, "del", dst);
+                }
                 Ok(Frame::Integer(0))
             }
             None => Ok(Frame::Array(Vec::new())),
@@ -122,7 +125,10 @@ fn search(exec: &mut Exec, argv: &[Bytes], variant: Variant) -> Reply {
         f.dist /= conversion;
     }
     match o.store {
-        Some(dst) => Ok(Frame::Integer(store(exec, &dst, found, o.store_dist) as i64)),
+        Some(dst) => {
+            let event = if matches!(variant, Variant::SearchStore) { "geosearchstore" } else { "georadiusstore" };
+            Ok(Frame::Integer(store(exec, &dst, found, o.store_dist, event) as i64))
+        }
         None => Ok(Frame::Array(found.into_iter().map(|f| reply_of(f, &o, exec.client.resp)).collect())),
     }
 }
@@ -292,10 +298,12 @@ fn reply_of(f: Found, o: &Options, resp: u8) -> Frame {
 
 /// Replaces `dst` with the found members (scored by geohash, or by distance for STOREDIST),
 /// or deletes it when none were found. Returns how many were stored.
-fn store(exec: &mut Exec, dst: &[u8], found: Vec<Found>, by_distance: bool) -> usize {
+fn store(exec: &mut Exec, dst: &[u8], found: Vec<Found>, by_distance: bool, event: &'static str) -> usize {
     let n = found.len();
     if n == 0 {
-        exec.ctx.delete(dst);
+        if exec.ctx.delete(dst) {
+            exec.ctx.notify(class::GENERIC, "del", dst);
+        }
         return 0;
     }
     // A whole-value write: `put` stamps every member with the write's version.
@@ -304,5 +312,6 @@ fn store(exec: &mut Exec, dst: &[u8], found: Vec<Found>, by_distance: bool) -> u
         z.insert(f.member, if by_distance { f.dist } else { f.score }, Version::ZERO);
     }
     exec.ctx.put(dst, Value::ZSet(Box::new(z)), false);
+    exec.ctx.notify(class::ZSET, event, dst);
     n
 }

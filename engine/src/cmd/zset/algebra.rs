@@ -198,7 +198,14 @@ fn setop_generic(exec: &mut Exec, argv: &[Bytes], dst: Option<&Bytes>, numkeys_i
         }
     }
     match dst {
-        Some(dst) => Ok(Frame::Integer(store_set(exec, dst, result) as i64)),
+        Some(dst) => {
+            let event = match op {
+                SetOp::Union => "zunionstore",
+                SetOp::Inter => "zinterstore",
+                SetOp::Diff => "zdiffstore",
+            };
+            Ok(Frame::Integer(store_set(exec, dst, result, event) as i64))
+        }
         None => Ok(scored_reply(owned(result.iter()), withscores, exec.client.resp)),
     }
 }

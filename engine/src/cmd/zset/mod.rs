@@ -28,6 +28,7 @@ use crate::db::Value;
 use crate::error::CmdError;
 use crate::frame::Frame;
 use crate::hlc::Version;
+use crate::notify::class;
 use algebra::*;
 use members::*;
 pub(crate) use pop::{min_max, zmpop_reply, zpop};
@@ -136,21 +137,25 @@ fn window<'i>(items: impl Iterator<Item = (&'i Bytes, f64)>, offset: i64, count:
 
 /// Replaces `dst` with a sorted set of `items` (deleting it when there are none). Returns
 /// the stored cardinality.
-fn store_items(exec: &mut Exec, dst: &[u8], items: Vec<(Bytes, f64)>) -> usize {
+fn store_items(exec: &mut Exec, dst: &[u8], items: Vec<(Bytes, f64)>, event: &'static str) -> usize {
     // A whole-value write: `put` stamps every member with the write's version.
     let mut z = SortedSet::default();
     for (m, s) in items {
         z.insert(m, s, Version::ZERO);
     }
-    store_set(exec, dst, z)
+    store_set(exec, dst, z, event)
 }
 
-fn store_set(exec: &mut Exec, dst: &[u8], z: SortedSet) -> usize {
+/// `event`: the keyspace event of the command that stored (`zunionstore`, ...).
+fn store_set(exec: &mut Exec, dst: &[u8], z: SortedSet, event: &'static str) -> usize {
     let n = z.len();
     if n == 0 {
-        exec.ctx.delete(dst);
+        if exec.ctx.delete(dst) {
+            exec.ctx.notify(class::GENERIC, "del", dst);
+        }
     } else {
         exec.ctx.put(dst, Value::ZSet(Box::new(z)), false);
+        exec.ctx.notify(class::ZSET, event, dst);
     }
     n
 }

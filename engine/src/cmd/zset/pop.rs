@@ -10,6 +10,7 @@ use crate::db::zset::SortedSet;
 use crate::db::Kind;
 use crate::error::{CmdError, Reply};
 use crate::frame::Frame;
+use crate::notify::class;
 
 /// Pops up to `count` lowest-scoring (`max == false`) or highest-scoring members from the
 /// sorted set at `key`, in pop order. A missing key (or `count == 0`) pops nothing; a key of
@@ -32,7 +33,11 @@ pub(crate) fn zpop(exec: &mut Exec, key: &[u8], max: bool, count: usize) -> Resu
         }
         popped
     })?;
-    Ok(popped.unwrap_or_default())
+    let popped = popped.unwrap_or_default();
+    if !popped.is_empty() {
+        exec.ctx.notify(class::ZSET, if max { "zpopmax" } else { "zpopmin" }, key);
+    }
+    Ok(popped)
 }
 
 /// ZPOPMIN/ZPOPMAX `key [count]`: flat pairs, nested in RESP3 when a count is given.

@@ -131,7 +131,7 @@ fn zrange_generic(exec: &mut Exec, argv: &[Bytes], src_idx: usize, dst: Option<&
         },
     };
     match dst {
-        Some(dst) => Ok(Frame::Integer(store_items(exec, dst, items) as i64)),
+        Some(dst) => Ok(Frame::Integer(store_items(exec, dst, items, "zrangestore") as i64)),
         None => Ok(scored_reply(items, withscores, resp)),
     }
 }

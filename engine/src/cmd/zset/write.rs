@@ -11,6 +11,7 @@ use crate::db::Kind;
 use crate::error::{CmdError, Reply};
 use crate::frame::Frame;
 use crate::hlc::Version;
+use crate::notify::class;
 
 #[derive(Clone, Copy, Default)]
 struct AddFlags {
@@ -137,6 +138,9 @@ fn zadd_generic(exec: &mut Exec, argv: &[Bytes], incr: bool) -> Reply {
         }
         Ok::<_, CmdError>((added, updated, processed, last))
     })??;
+    if added + updated > 0 {
+        exec.ctx.notify(class::ZSET, if f.incr { "zincr" } else { "zadd" }, key);
+    }
     if f.incr {
         Ok(if processed > 0 { Frame::Double(last) } else { Frame::Null })
     } else {
@@ -154,11 +158,14 @@ pub(super) fn zincrby(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 
 pub(super) fn zrem(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let deleted = exec.ctx.remove_elements::<SortedSet>(&argv[1], &argv[2..])?;
+    if deleted > 0 {
+        exec.ctx.notify(class::ZSET, "zrem", &argv[1]);
+    }
     Ok(Frame::Integer(deleted as i64))
 }
 
 /// Removes the members `select` picks from the set at `argv[1]`; replies with their count.
-fn zremrange(exec: &mut Exec, argv: &[Bytes], select: impl FnOnce(&SortedSet) -> Vec<Bytes>) -> Reply {
+fn zremrange(exec: &mut Exec, argv: &[Bytes], event: &'static str, select: impl FnOnce(&SortedSet) -> Vec<Bytes>) -> Reply {
     let removed = exec.ctx.edit(&argv[1], |z: &mut SortedSet, _| {
         let victims = select(z);
         for m in &victims {
@@ -166,20 +173,24 @@ fn zremrange(exec: &mut Exec, argv: &[Bytes], select: impl FnOnce(&SortedSet) ->
         }
         victims.len()
     })?;
-    Ok(Frame::Integer(removed.unwrap_or(0) as i64))
+    let removed = removed.unwrap_or(0);
+    if removed > 0 {
+        exec.ctx.notify(class::ZSET, event, &argv[1]);
+    }
+    Ok(Frame::Integer(removed as i64))
 }
 
 pub(super) fn zremrangebyrank(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let (start, stop) = (int(&argv[2])?, int(&argv[3])?);
-    zremrange(exec, argv, |z| rank_range(z, start, stop, false).into_iter().map(|(m, _)| m).collect())
+    zremrange(exec, argv, "zremrangebyrank", |z| rank_range(z, start, stop, false).into_iter().map(|(m, _)| m).collect())
 }
 
 pub(super) fn zremrangebyscore(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let (min, max) = (score_bound(&argv[2])?, score_bound(&argv[3])?);
-    zremrange(exec, argv, |z| z.range_by_score(min, max).map(|(m, _)| m.clone()).collect())
+    zremrange(exec, argv, "zremrangebyscore", |z| z.range_by_score(min, max).map(|(m, _)| m.clone()).collect())
 }
 
 pub(super) fn zremrangebylex(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let (min, max) = (lex_bound(&argv[2])?, lex_bound(&argv[3])?);
-    zremrange(exec, argv, |z| z.range_by_lex(&min, &max).map(|(m, _)| m.clone()).collect())
+    zremrange(exec, argv, "zremrangebylex", |z| z.range_by_lex(&min, &max).map(|(m, _)| m.clone()).collect())
 }

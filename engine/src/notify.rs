@@ -1,0 +1,265 @@
+//! Keyspace notifications (`notify-keyspace-events`), as Redis 7.0's notify.c: a write, an
+//! expiry or an eviction publishes its event on `__keyspace@<db>__:<key>` (message: the
+//! event) and `__keyevent@<db>__:<event>` (message: the key), for the classes switched on.
+//!
+//! Commands collect their events in their `Ctx` while they hold shard locks; the events are
+//! published once the locks are dropped (`Notifier::publish`), before the command's reply is
+//! written, so a subscriber sees them in the order Redis gives. Background work (active
+//! expiry, eviction, writes merged from peers) publishes through the same `Notifier`.
+//! With notifications off, every call site costs one relaxed atomic load.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use keymesh_proto as pb;
+
+/// Redis's class bits (server.h `NOTIFY_*`), so `CONFIG GET` prints what Redis prints.
+pub mod class {
+    pub const KEYSPACE: u32 = 1 << 0;
+    pub const KEYEVENT: u32 = 1 << 1;
+    pub const GENERIC: u32 = 1 << 2;
+    pub const STRING: u32 = 1 << 3;
+    pub const LIST: u32 = 1 << 4;
+    pub const SET: u32 = 1 << 5;
+    pub const HASH: u32 = 1 << 6;
+    pub const ZSET: u32 = 1 << 7;
+    pub const EXPIRED: u32 = 1 << 8;
+    pub const EVICTED: u32 = 1 << 9;
+    pub const STREAM: u32 = 1 << 10;
+    pub const KEY_MISS: u32 = 1 << 11;
+    pub const MODULE: u32 = 1 << 13;
+    pub const NEW: u32 = 1 << 14;
+    /// `A`: every class but `m` and `n`, as Redis.
+    pub const ALL: u32 = GENERIC | STRING | LIST | SET | HASH | ZSET | EXPIRED | EVICTED | STREAM | MODULE;
+}
+
+/// The error for a class character Redis does not know, in Redis's words.
+pub const INVALID_CLASSES: &str = "Invalid event class character. Use 'Ag$lshzxeKEtmdn'.";
+
+/// Parses a `notify-keyspace-events` value (`KEA`, `Kx`, `""`).
+pub fn parse_classes(text: &str) -> Result<u32, &'static str> {
+    let mut flags = 0;
+    for c in text.chars() {
+        flags |= match c {
+            'A' => class::ALL,
+            'g' => class::GENERIC,
+            '$' => class::STRING,
+            'l' => class::LIST,
+            's' => class::SET,
+            'h' => class::HASH,
+            'z' => class::ZSET,
+            'x' => class::EXPIRED,
+            'e' => class::EVICTED,
+            'K' => class::KEYSPACE,
+            'E' => class::KEYEVENT,
+            't' => class::STREAM,
+            'm' => class::KEY_MISS,
+            'd' => class::MODULE,
+            'n' => class::NEW,
+            _ => return Err(INVALID_CLASSES),
+        };
+    }
+    Ok(flags)
+}
+
+/// The canonical text of a class set, as Redis's `keyspaceEventsFlagsToString`.
+pub fn format_classes(flags: u32) -> String {
+    let mut out = String::new();
+    if flags & class::ALL == class::ALL {
+        out.push('A');
+    } else {
+        let types = [
+            (class::GENERIC, 'g'),
+            (class::STRING, '$'),
+            (class::LIST, 'l'),
+            (class::SET, 's'),
+            (class::HASH, 'h'),
+            (class::ZSET, 'z'),
+            (class::EXPIRED, 'x'),
+            (class::EVICTED, 'e'),
+            (class::STREAM, 't'),
+            (class::MODULE, 'd'),
+        ];
+        out.extend(types.iter().filter(|(bit, _)| flags & bit != 0).map(|(_, c)| c));
+    }
+    // `n` is outside `A`; Redis prints it after the type classes (and before `K`/`E`).
+    if flags & class::NEW != 0 {
+        out.push('n');
+    }
+    for (bit, c) in [(class::KEYSPACE, 'K'), (class::KEYEVENT, 'E'), (class::KEY_MISS, 'm')] {
+        if flags & bit != 0 {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// One keyspace event waiting to be published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub class: u32,
+    pub name: &'static str,
+    pub db: usize,
+    pub key: Bytes,
+}
+
+/// Where events go: the server's pub/sub, installed at start-up (the keyspace does not know
+/// the server).
+pub type Sink = Box<dyn Fn(Bytes, Bytes) + Send + Sync>;
+
+/// The switch and the sink. Lives in the `Store`, so every writer can reach it.
+#[derive(Default)]
+pub struct Notifier {
+    flags: AtomicU32,
+    sink: OnceLock<Sink>,
+}
+
+impl Notifier {
+    pub fn set_classes(&self, flags: u32) {
+        self.flags.store(flags, Ordering::Relaxed);
+    }
+
+    /// Whether an event of `class` is published (one relaxed load: the hot-path check).
+    #[inline]
+    pub fn wants(&self, class: u32) -> bool {
+        let flags = self.flags.load(Ordering::Relaxed);
+        flags & class != 0 && flags & (class::KEYSPACE | class::KEYEVENT) != 0
+    }
+
+    /// Installs the function that publishes a message on a channel (once, at start-up).
+    pub fn set_sink(&self, sink: Sink) {
+        let _ = self.sink.set(sink);
+    }
+
+    /// Publishes events on Redis's two channels; call it with no lock held.
+    pub fn publish(&self, events: impl IntoIterator<Item = Event>) {
+        let Some(sink) = self.sink.get() else {
+            return;
+        };
+        let flags = self.flags.load(Ordering::Relaxed);
+        for event in events {
+            if flags & event.class == 0 {
+                continue;
+            }
+            if flags & class::KEYSPACE != 0 {
+                sink(channel("__keyspace@", event.db, &event.key), Bytes::from_static(event.name.as_bytes()));
+            }
+            if flags & class::KEYEVENT != 0 {
+                sink(channel("__keyevent@", event.db, event.name.as_bytes()), event.key.clone());
+            }
+        }
+    }
+
+    /// Publishes one event at once (background work that holds no lock).
+    pub fn fire(&self, class: u32, name: &'static str, db: usize, key: &[u8]) {
+        if self.wants(class) {
+            self.publish([Event { class, name, db, key: Bytes::copy_from_slice(key) }]);
+        }
+    }
+
+    /// Publishes what a write merged from a peer did here (`mesh::link::apply_all`): the
+    /// event of the effect's kind, see `merged_events`.
+    pub fn merged_write(&self, op: &pb::Op) {
+        if self.flags.load(Ordering::Relaxed) & (class::KEYSPACE | class::KEYEVENT) == 0 {
+            return;
+        }
+        let events = merged_events(op);
+        if events.iter().any(|e| self.wants(e.class)) {
+            self.publish(events);
+        }
+    }
+}
+
+fn channel(prefix: &str, db: usize, suffix: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(prefix.len() + 8 + suffix.len());
+    out.put_slice(prefix.as_bytes());
+    out.put_slice(db.to_string().as_bytes());
+    out.put_slice(b"__:");
+    out.put_slice(suffix);
+    out.freeze()
+}
+
+/// The events a merged effect fires (docs/compatibility.md, "Keyspace notifications"): a
+/// peer's write is not a command here, so it fires the event of what it did to the key — a
+/// string register `set`, a counter contribution `incrby`, a HyperLogLog's registers
+/// `pfadd`, a tombstone `del`, an expiry register `expire` (or `persist` when it clears the
+/// TTL), hash fields `hset`/`hdel`, set members `sadd`/`srem`, sorted-set members
+/// `zadd`/`zrem`, a list's value `lset` (a list replicates whole). A full-sync key state fires
+/// its type's write event, or `del` for a tombstone. `FLUSHDB`/`FLUSHALL` fire nothing, as in
+/// Redis; published messages are delivered as messages, not events.
+pub fn merged_events(op: &pb::Op) -> Vec<Event> {
+    use pb::op::Effect;
+    let db = op.db as usize;
+    let event = |class, name| Event { class, name, db, key: Bytes::copy_from_slice(&op.key) };
+    let Some(effect) = &op.effect else {
+        return Vec::new();
+    };
+    let mut events = Vec::new();
+    match effect {
+        Effect::StringSet(_) => events.push(event(class::STRING, "set")),
+        Effect::Counter(_) => events.push(event(class::STRING, "incrby")),
+        Effect::Hll(_) => events.push(event(class::STRING, "pfadd")),
+        Effect::Delete(_) => events.push(event(class::GENERIC, "del")),
+        Effect::Expire(e) => events.push(event(class::GENERIC, if e.deadline_ms == 0 { "persist" } else { "expire" })),
+        Effect::Hash(h) => added_removed(&mut events, h.fields.iter().map(|f| f.value.is_some()), || event(class::HASH, "hset"), || event(class::HASH, "hdel")),
+        Effect::Set(s) => added_removed(&mut events, s.members.iter().map(|m| m.value.is_some()), || event(class::SET, "sadd"), || event(class::SET, "srem")),
+        Effect::Zset(z) => {
+            added_removed(&mut events, z.members.iter().map(|m| m.score.is_some()), || event(class::ZSET, "zadd"), || event(class::ZSET, "zrem"))
+        }
+        Effect::List(l) => events.push(if l.items.is_empty() { event(class::GENERIC, "del") } else { event(class::LIST, "lset") }),
+        Effect::KeyState(state) => {
+            use pb::key_state::Value;
+            events.push(match (&state.value, state.tombstone) {
+                (_, true) | (None, _) => event(class::GENERIC, "del"),
+                (Some(Value::String(_)), _) => event(class::STRING, "set"),
+                (Some(Value::Counter(_)), _) => event(class::STRING, "incrby"),
+                (Some(Value::Hash(_)), _) => event(class::HASH, "hset"),
+                (Some(Value::Set(_)), _) => event(class::SET, "sadd"),
+                (Some(Value::Zset(_)), _) => event(class::ZSET, "zadd"),
+                (Some(Value::List(_)), _) => event(class::LIST, "lset"),
+            });
+        }
+        Effect::FlushDb(_) | Effect::Publish(_) => {}
+    }
+    events
+}
+
+/// One event for added elements and one for removed ones, if the effect had any of each.
+fn added_removed(events: &mut Vec<Event>, present: impl Iterator<Item = bool>, added: impl Fn() -> Event, removed: impl Fn() -> Event) {
+    let (mut any_added, mut any_removed) = (false, false);
+    for p in present {
+        any_added |= p;
+        any_removed |= !p;
+    }
+    if any_added {
+        events.push(added());
+    }
+    if any_removed {
+        events.push(removed());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_print_as_redis_prints_them() {
+        for (input, shown) in [("gKE", "gKE"), ("$lshzxeKE", "$lshzxeKE"), ("KA", "AK"), ("EA", "AE"), ("", ""), ("En", "nE"), ("AKEm", "AKEm")] {
+            assert_eq!(format_classes(parse_classes(input).unwrap()), shown, "{input}");
+        }
+        assert_eq!(parse_classes("KEw"), Err(INVALID_CLASSES));
+    }
+
+    #[test]
+    fn classes_without_k_or_e_publish_nothing() {
+        let notifier = Notifier::default();
+        notifier.set_classes(class::ALL);
+        assert!(!notifier.wants(class::STRING));
+        notifier.set_classes(class::ALL | class::KEYEVENT);
+        assert!(notifier.wants(class::STRING));
+        assert!(!notifier.wants(class::NEW));
+    }
+}
