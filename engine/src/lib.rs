@@ -35,3 +35,4 @@ pub mod script;
 pub mod server;
 pub mod slowlog;
 pub mod tls;
+pub mod tracking;

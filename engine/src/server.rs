@@ -69,6 +69,8 @@ pub struct Server {
     pub hot: HotConfig,
     pub clients: ClientRegistry,
     pub pubsub: PubSub,
+    /// Client-side caching (`crate::tracking`).
+    pub tracking: crate::tracking::Tracking,
     /// Lua scripts and function libraries (`crate::script`).
     pub scripts: crate::script::Scripts,
     pub blocking: Blocking,
@@ -145,6 +147,7 @@ impl Server {
             hot: HotConfig::default(),
             clients: ClientRegistry::default(),
             pubsub: PubSub::default(),
+            tracking: crate::tracking::Tracking::default(),
             scripts: crate::script::Scripts::default(),
             blocking: Blocking::default(),
             slowlog: crate::slowlog::SlowLog::default(),
@@ -198,6 +201,7 @@ impl Server {
         self.store.tombstone_gc_ms.store(config.int("tombstone-gc-seconds") as u64 * 1000, Ordering::Relaxed);
         self.slowlog.configure(config.int("slowlog-log-slower-than"), config.int("slowlog-max-len") as usize);
         self.latency.set_threshold_ms(config.int("latency-monitor-threshold") as u64);
+        self.tracking.set_max_keys(config.int("tracking-table-max-keys") as usize);
     }
 
     /// Changes directives that can change live, all or nothing (`CONFIG SET`, admin
@@ -409,6 +413,8 @@ pub async fn run(server: Arc<Server>, listeners: Listeners) -> Result<(), Server
     tokio::spawn(crate::db::expire::run_active_expiry(server.store.clone(), move |took| {
         if let Some(server) = monitored.upgrade() {
             server.latency.add_if_needed("expire-cycle", took.as_millis() as u64);
+            // Expired keys invalidate client-side caches (no command carries them).
+            server.tracking.merged(&server.clients, &server.store, crate::db::Modified::default());
         }
     }));
     // The first look happens before any client connects, so INFO never shows it unknown.

@@ -145,6 +145,7 @@ fn evict_one(store: &Store, policy: Policy, samples: usize) -> bool {
         if let Some((key, size)) = victim {
             shard.remove(store.db(db), &key);
             shard.touch(&key);
+            store.note_removed(&key);
             store.stats.evicted_keys.fetch_add(1, Ordering::Relaxed);
             memory::note_freed(size as u64);
             return true;

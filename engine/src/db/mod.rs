@@ -198,6 +198,34 @@ pub struct Store {
     pub counter_origin: crate::hlc::NodeId,
     /// `hll-sparse-max-bytes`: a sparse HyperLogLog longer than this becomes dense.
     pub hll_sparse_max_bytes: AtomicUsize,
+    /// Client-side caching (`crate::tracking`) wants to hear which keys writes modify. One
+    /// relaxed load per write: nothing is recorded while no client tracks.
+    pub tracking: AtomicBool,
+    /// Keys active expiry and eviction removed while `tracking` is on: they go away outside
+    /// any command, so the server collects them from here (`Store::take_removed`).
+    removed: Mutex<Vec<Key>>,
+}
+
+/// The keys a command's writes modified, recorded only while `Store::tracking` is on
+/// (client-side caching invalidates them once the command is done).
+#[derive(Debug, Default)]
+pub struct Modified {
+    pub keys: Vec<Key>,
+    /// A `FLUSHDB`/`FLUSHALL` ran: every cached key is stale.
+    pub flushed: bool,
+}
+
+impl Modified {
+    /// Records that `key` changed, if a client tracks keys.
+    pub fn note(&mut self, store: &Store, key: &[u8]) {
+        if store.tracking.load(Ordering::Relaxed) {
+            self.keys.push(key.into());
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty() && !self.flushed
+    }
 }
 
 impl Store {
@@ -222,7 +250,22 @@ impl Store {
             // Never 0: that id marks a base-only counter delta.
             counter_origin: rand::random::<crate::hlc::NodeId>() | 1,
             hll_sparse_max_bytes: AtomicUsize::new(crate::hll::DEFAULT_SPARSE_MAX_BYTES),
+            tracking: AtomicBool::new(false),
+            removed: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Notes a key removed outside any command (active expiry, eviction) for client-side
+    /// caching, if a client tracks keys.
+    pub fn note_removed(&self, key: &[u8]) {
+        if self.tracking.load(Ordering::Relaxed) {
+            self.removed.lock().push(key.into());
+        }
+    }
+
+    /// The keys `note_removed` collected since the last call.
+    pub fn take_removed(&self) -> Vec<Key> {
+        std::mem::take(&mut *self.removed.lock())
     }
 
     pub fn replicating(&self) -> bool {
