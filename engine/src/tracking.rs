@@ -82,7 +82,9 @@ impl Tracker {
     /// Whether this client's current read is remembered (OPTIN needs `CACHING yes` first,
     /// OPTOUT skips it after `CACHING no`).
     fn remembers(&self) -> bool {
-        !self.options.bcast && !(self.options.optin && !self.caching) && !(self.options.optout && self.caching)
+        let o = &self.options;
+        let skipped = o.bcast || (o.optin && !self.caching) || (o.optout && self.caching);
+        !skipped
     }
 }
 
@@ -399,7 +401,8 @@ fn invalidate_key(st: &mut State, out: &mut Outbox, key: &[u8], writer: Option<u
     let Some(ids) = st.keys.remove(key) else { return };
     st.items -= ids.len();
     for id in ids {
-        let wants = st.clients.get(&id).is_some_and(|t| !t.options.bcast && !(t.options.noloop && writer == Some(id)));
+        let own_write = writer == Some(id);
+        let wants = st.clients.get(&id).is_some_and(|t| !(t.options.bcast || (t.options.noloop && own_write)));
         if wants {
             let keys = Frame::Array(vec![Frame::Bulk(Bytes::copy_from_slice(key))]);
             send(st, out, id, keys, key.len());
