@@ -80,6 +80,8 @@ pub struct ClientState {
     pub script_read: bool,
     /// Client-side caching: keys read by the commands of the transaction `EXEC` is running.
     pub tracking_reads: Vec<Bytes>,
+    /// `CLIENT TRACKING ON` is in effect (the full state is in `crate::tracking`).
+    pub tracking: bool,
     pub handle: Arc<ClientHandle>,
 }
 
@@ -104,6 +106,7 @@ impl ClientState {
             in_script: false,
             script_read: false,
             tracking_reads: Vec::new(),
+            tracking: false,
             handle,
         }
     }

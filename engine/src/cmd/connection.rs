@@ -150,6 +150,7 @@ fn reset(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     super::pubsub::unsubscribe_all(server, client);
     server.monitors.remove(client.id);
     server.tracking.disable(&server.store, client.id);
+    client.tracking = false;
     client.db = 0;
     client.handle.db.store(0, Ordering::Relaxed);
     client.resp = 2;

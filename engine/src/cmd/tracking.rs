@@ -64,8 +64,12 @@ pub fn client_tracking(exec: &mut Exec, argv: &[Bytes]) -> Reply {
                 return Err(CmdError::err("You can't use both OPTIN and OPTOUT"));
             }
             server.tracking.enable(&server.store, &exec.client.handle, options)?;
+            exec.client.tracking = true;
         }
-        b"off" => server.tracking.disable(&server.store, exec.client.id),
+        b"off" => {
+            server.tracking.disable(&server.store, exec.client.id);
+            exec.client.tracking = false;
+        }
         _ => return Err(CmdError::Syntax),
     }
     Ok(OK)
@@ -115,6 +119,13 @@ pub fn read_keys(client: &mut ClientState, spec: &CommandSpec, argv: &[Bytes]) -
 /// what it modified, and whether a `CLIENT CACHING` still holds for the next command.
 /// Returns the client's own invalidation messages, to follow the reply.
 pub fn after_command(server: &Server, client: &mut ClientState, spec: &CommandSpec, argv: &[Bytes], modified: Modified) -> Vec<Frame> {
+    // The common case while others track: a command of a client that does not, which changed
+    // nothing. It must not take the tracking lock.
+    if !client.tracking && modified.is_empty() && !server.store.has_removed() {
+        client.script_read = false;
+        client.tracking_reads.clear();
+        return Vec::new();
+    }
     let mut read = read_keys(client, spec, argv);
     read.append(&mut client.tracking_reads);
     let read: Vec<&[u8]> = read.iter().map(|k| &k[..]).collect();

@@ -204,6 +204,8 @@ pub struct Store {
     /// Keys active expiry and eviction removed while `tracking` is on: they go away outside
     /// any command, so the server collects them from here (`Store::take_removed`).
     removed: Mutex<Vec<Key>>,
+    /// Whether `removed` holds keys (so a command need not lock it to find out).
+    removed_pending: AtomicBool,
 }
 
 /// The keys a command's writes modified, recorded only while `Store::tracking` is on
@@ -252,6 +254,7 @@ impl Store {
             hll_sparse_max_bytes: AtomicUsize::new(crate::hll::DEFAULT_SPARSE_MAX_BYTES),
             tracking: AtomicBool::new(false),
             removed: Mutex::new(Vec::new()),
+            removed_pending: AtomicBool::new(false),
         }
     }
 
@@ -260,12 +263,22 @@ impl Store {
     pub fn note_removed(&self, key: &[u8]) {
         if self.tracking.load(Ordering::Relaxed) {
             self.removed.lock().push(key.into());
+            self.removed_pending.store(true, Ordering::Release);
         }
+    }
+
+    pub fn has_removed(&self) -> bool {
+        self.removed_pending.load(Ordering::Acquire)
     }
 
     /// The keys `note_removed` collected since the last call.
     pub fn take_removed(&self) -> Vec<Key> {
-        std::mem::take(&mut *self.removed.lock())
+        if !self.has_removed() {
+            return Vec::new();
+        }
+        let mut removed = self.removed.lock();
+        self.removed_pending.store(false, Ordering::Release);
+        std::mem::take(&mut *removed)
     }
 
     pub fn replicating(&self) -> bool {
