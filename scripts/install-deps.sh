@@ -15,6 +15,8 @@ need_apt=()
 for pkg in redis-server redis-tools tcl iproute2 dpkg-dev python3-pip python3-yaml python3-jsonschema prometheus docker-registry lua5.1; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
+# Node.js runs node-redis's client-side cache check (e2e/clients/node); any node >= 18 will do.
+command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
 if ((${#need_apt[@]})); then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
@@ -37,6 +39,8 @@ for daemon in prometheus docker-registry; do
 done
 
 # Redis's own test suite, from the Debian source package of the installed version.
+# node-redis, pinned by e2e/clients/node/package-lock.json.
+(cd "$(dirname "${BASH_SOURCE[0]}")/../e2e/clients/node" && npm ci --silent --no-audit --no-fund)
 if [ ! -x "$cache/redis-src/runtest" ]; then
   if ! grep -rqs '^Types:.*deb-src' /etc/apt/sources.list.d/ && ! grep -qs '^deb-src' /etc/apt/sources.list; then
     sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources > /etc/apt/sources.list.d/keymesh-src.sources

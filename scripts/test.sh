@@ -154,6 +154,8 @@ client_stage() {
 
 stage clients "redis-py workload (RESP2, RESP3)" client_stage python3 e2e/clients/web_workload.py || true
 stage clients "redis-cli workload" client_stage e2e/clients/redis_cli_workload.sh || true
+# Starts its own 3-node mesh: node-redis's client-side cache on one node, writes on the others.
+stage clients "node-redis client-side cache across a 3-node mesh" node e2e/clients/node/client_cache_mesh.mjs "$KEYMESH_SERVER" || true
 stage clients "Redis Tcl suite (external mode)" scripts/redis-tcl-suite.sh --server keymesh || true
 rm -f "$server_log"
 

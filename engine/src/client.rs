@@ -75,6 +75,13 @@ pub struct ClientState {
     /// True while a Lua script runs commands for this client: `SORT BY <constant>` of a set
     /// orders its output, as Redis does, so a script sees a deterministic result.
     pub in_script: bool,
+    /// Client-side caching: a script this command ran called a read-only command, so the
+    /// script's declared keys are remembered for this client (Redis 7.0).
+    pub script_read: bool,
+    /// Client-side caching: keys read by the commands of the transaction `EXEC` is running.
+    pub tracking_reads: Vec<Bytes>,
+    /// `CLIENT TRACKING ON` is in effect (the full state is in `crate::tracking`).
+    pub tracking: bool,
     pub handle: Arc<ClientHandle>,
 }
 
@@ -97,6 +104,9 @@ impl ClientState {
             serving_wakeup: false,
             in_exec: false,
             in_script: false,
+            script_read: false,
+            tracking_reads: Vec::new(),
+            tracking: false,
             handle,
         }
     }

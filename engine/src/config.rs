@@ -138,6 +138,9 @@ const DIRECTIVES: &[Directive] = &[
     Directive { name: "latency-monitor-threshold", default: "0", kind: Kind::Int(0, i64::MAX), live: true },
     // Keyspace notifications (`crate::notify`): Redis's classes, "" (off) by default.
     Directive { name: "notify-keyspace-events", default: "", kind: Kind::KeyspaceEvents, live: true },
+    // Client-side caching (`crate::tracking`): keys past this are evicted from the tracking
+    // table, invalidating them (Redis's default; 0: no limit).
+    Directive { name: "tracking-table-max-keys", default: "1000000", kind: Kind::Int(0, i64::MAX), live: true },
     Directive { name: "busy-reply-threshold", default: "5000", kind: Kind::Int(0, i64::MAX), live: true },
     Directive { name: "lua-time-limit", default: "5000", kind: Kind::Int(0, i64::MAX), live: true },
     Directive { name: "lua-memory-limit", default: "256mb", kind: Kind::Bytes, live: true },

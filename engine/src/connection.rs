@@ -98,6 +98,9 @@ where
             debug!(client = client.id, "closing client that exceeded client-query-buffer-limit");
             break;
         }
+        // Messages queued before these requests arrived go first (an invalidation sent
+        // before a client's next command must reach it before that command's reply).
+        drain_pushes(&client, &mut pushes, &mut output);
         let limits = server.parse_limits();
         loop {
             let request = match parse_request(&input, &limits) {

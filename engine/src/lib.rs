@@ -37,3 +37,4 @@ pub mod script;
 pub mod server;
 pub mod slowlog;
 pub mod tls;
+pub mod tracking;

@@ -14,10 +14,12 @@ impl Delivery for Server {
     }
 
     fn wants_changed_keys(&self) -> bool {
-        self.blocking.blocked_clients() > 0
+        self.blocking.blocked_clients() > 0 || self.store.tracking.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn keys_changed(&self, keys: Vec<(usize, Key)>) {
+        // Client-side caches first (the merge already happened), then blocked clients.
+        crate::tracking::invalidate_merged(self, &keys);
         self.blocking.wake(self, keys);
     }
 }

@@ -91,7 +91,9 @@ fn remove(map: &mut HashMap<Bytes, Subscribers>, name: &[u8], client_id: u64) ->
     removed
 }
 
-fn deliver(client: &ClientHandle, frame: Frame, size: usize) {
+/// Queues a push frame of about `size` bytes for `client`; a client whose queue passes
+/// `PUSH_LIMIT_BYTES` is disconnected.
+pub fn deliver(client: &ClientHandle, frame: Frame, size: usize) {
     let pending = client.pending_push.fetch_add(size as u64, Ordering::Relaxed) + size as u64;
     if pending > PUSH_LIMIT_BYTES {
         client.kill();

@@ -61,6 +61,8 @@ pub struct Server {
     pub pubsub: PubSub,
     /// Error replies by code (`INFO errorstats`).
     pub errors: crate::errorstats::ErrorStats,
+    /// Client-side caching (`crate::tracking`).
+    pub tracking: crate::tracking::Tracking,
     /// Lua scripts and function libraries (`crate::script`).
     pub scripts: crate::script::Scripts,
     pub blocking: Blocking,
@@ -138,6 +140,7 @@ impl Server {
             clients: ClientRegistry::default(),
             pubsub: PubSub::default(),
             errors: crate::errorstats::ErrorStats::default(),
+            tracking: crate::tracking::Tracking::default(),
             scripts: crate::script::Scripts::default(),
             blocking: Blocking::default(),
             slowlog: crate::slowlog::SlowLog::default(),
@@ -195,6 +198,7 @@ impl Server {
         self.slowlog.configure(s.slowlog_log_slower_than, s.slowlog_max_len);
         self.latency.set_threshold_ms(s.latency_monitor_threshold_ms);
         self.store.notify.set_classes(s.notify_keyspace_events);
+        self.tracking.set_max_keys(s.tracking_table_max_keys);
     }
 
     /// Changes directives that can change live, all or nothing (`CONFIG SET`, admin
@@ -410,6 +414,8 @@ pub async fn run(server: Arc<Server>, listeners: Listeners) -> Result<(), Server
     tokio::spawn(crate::db::expire::run_active_expiry(server.store.clone(), move |took| {
         if let Some(server) = monitored.upgrade() {
             server.latency.add_if_needed("expire-cycle", took.as_millis() as u64);
+            // Expired keys invalidate client-side caches (no command carries them).
+            server.tracking.merged(&server.clients, &server.store, crate::db::Modified::default());
         }
     }));
     // The first look happens before any client connects, so INFO never shows it unknown.

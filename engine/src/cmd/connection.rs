@@ -134,6 +134,10 @@ fn select(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 
 fn quit(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     exec.client.closing = true;
+    // Gone for everyone once QUIT is answered, as in Redis (a tracking redirect to it is
+    // broken from the next command on), though the socket closes after the reply.
+    exec.server.tracking.disable(&exec.server.store, exec.client.id);
+    exec.server.clients.unregister(exec.client.id);
     Ok(OK)
 }
 
@@ -145,6 +149,8 @@ fn reset(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     super::multi::unwatch_all(server, client);
     super::pubsub::unsubscribe_all(server, client);
     server.monitors.remove(client.id);
+    server.tracking.disable(&server.store, client.id);
+    client.tracking = false;
     client.db = 0;
     client.handle.db.store(0, Ordering::Relaxed);
     client.resp = 2;
@@ -159,6 +165,7 @@ pub fn disconnect(server: &Server, client: &mut ClientState) {
     super::multi::unwatch_all(server, client);
     super::pubsub::unsubscribe_all(server, client);
     server.monitors.remove(client.id);
+    server.tracking.disable(&server.store, client.id);
     server.clients.unregister(client.id);
 }
 
@@ -213,7 +220,10 @@ fn client(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             let unblocked = exec.server.blocking.waiter_of(id as u64).is_some_and(|w| w.unblock(with_error));
             Ok(Frame::Integer(unblocked as i64))
         }
-        (b"getredir", 2) => Ok(Frame::Integer(-1)),
+        (b"tracking", n) if n >= 3 => super::tracking::client_tracking(exec, argv),
+        (b"caching", 3) => super::tracking::client_caching(exec, argv),
+        (b"getredir", 2) => super::tracking::client_getredir(exec),
+        (b"trackinginfo", 2) => super::tracking::client_trackinginfo(exec),
         (b"reply", 3) => {
             exec.client.reply_mode = match argv[2].to_ascii_lowercase().as_slice() {
                 b"on" => ReplyMode::On,
@@ -234,11 +244,14 @@ fn client(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
             "ID, SETNAME <name>, GETNAME, SETINFO <LIB-NAME|LIB-VER> <value>, INFO,",
             "LIST [TYPE <type>] [ID <id> ...], KILL <option> <value> ..., UNBLOCK <id> [TIMEOUT|ERROR],",
-            "GETREDIR, NO-EVICT <ON|OFF>, NO-TOUCH <ON|OFF>, HELP",
+            "TRACKING <ON|OFF> [REDIRECT <id>] [BCAST] [PREFIX <prefix> ...] [OPTIN] [OPTOUT] [NOLOOP],",
+            "CACHING <YES|NO>, GETREDIR, TRACKINGINFO, NO-EVICT <ON|OFF>, NO-TOUCH <ON|OFF>, HELP",
         ])),
-        (b"id" | b"setname" | b"getname" | b"setinfo" | b"info" | b"kill" | b"unblock" | b"getredir" | b"reply" | b"no-evict" | b"no-touch" | b"help", _) => {
-            Err(arity_error())
-        }
+        (
+            b"id" | b"setname" | b"getname" | b"setinfo" | b"info" | b"kill" | b"unblock" | b"tracking" | b"caching" | b"getredir" | b"trackinginfo" | b"reply"
+            | b"no-evict" | b"no-touch" | b"help",
+            _,
+        ) => Err(arity_error()),
         _ => Err(unknown_subcommand(&argv[1], "client")),
     }
 }

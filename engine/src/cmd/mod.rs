@@ -25,6 +25,7 @@ pub mod server;
 pub mod set;
 pub mod sort;
 pub mod string;
+pub mod tracking;
 pub mod zset;
 
 use std::collections::HashMap;
@@ -258,6 +259,7 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
     let ready = std::mem::take(&mut exec.ctx.ready_keys);
     let effects = std::mem::take(&mut exec.ctx.effects);
     let events = exec.ctx.take_events();
+    let modified = std::mem::take(&mut exec.ctx.modified);
     drop(exec);
     if !effects.is_empty() {
         server.repl_log.append(effects);
@@ -265,6 +267,8 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
     if !events.is_empty() {
         server.store.notify.publish(events);
     }
+    let own_invalidations =
+        if server.store.tracking.load(Ordering::Relaxed) { tracking::after_command(server, client, spec, argv, modified) } else { Vec::new() };
     let elapsed = started.elapsed();
     record(index, elapsed, &reply);
     server.metrics.latency.observe(elapsed.as_secs_f64());
@@ -276,7 +280,7 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
     if !ready.is_empty() {
         server.blocking.wake(server, ready);
     }
-    reply.unwrap_or_else(Frame::from)
+    tracking::with_pushes(Vec::new(), reply.unwrap_or_else(Frame::from), own_invalidations)
 }
 
 /// Shows a command that ran to MONITOR clients: the one place for which commands are shown.
@@ -329,7 +333,11 @@ fn checked_run(server: &Server, client: &mut ClientState, argv: Vec<Bytes>) -> F
                 return Frame::Simple("QUEUED");
             }
             client.would_block = false;
-            run_command(server, client, index, &argv)
+            // Keys evicted to make room for this command: their invalidations go first.
+            let evicted =
+                if server.store.tracking.load(Ordering::Relaxed) { server.tracking.evicted(&server.clients, &server.store, client.id) } else { Vec::new() };
+            let reply = run_command(server, client, index, &argv);
+            tracking::with_pushes(evicted, reply, Vec::new())
         }
         Err((index, e)) => {
             if let Some(i) = index {

@@ -117,11 +117,17 @@ fn exec_queue(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
         record(*index, elapsed, &reply);
         log_if_slow(server, inner.client, TABLE.specs[*index], argv, elapsed);
         show_to_monitors(server, inner.client.db, Source::Client(&inner.client.handle.addr), TABLE.specs[*index], argv);
+        if server.store.tracking.load(Ordering::Relaxed) {
+            let mut read = super::tracking::read_keys(inner.client, TABLE.specs[*index], argv);
+            inner.client.tracking_reads.append(&mut read);
+        }
         replies.push(reply.unwrap_or_else(Frame::from));
     }
     let ready = std::mem::take(&mut inner.ctx.ready_keys);
     let effects = std::mem::take(&mut inner.ctx.effects);
     let events = inner.ctx.take_events();
+    // EXEC's own `run_command` invalidates what the transaction modified.
+    exec.ctx.modified = std::mem::take(&mut inner.ctx.modified);
     drop(inner);
     if !effects.is_empty() {
         server.repl_log.append(effects);

@@ -511,13 +511,15 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             uptime / 86400
         );
     }
+    let tracking = server.tracking.stats();
     if want("clients") {
         let _ = write!(
             out,
-            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\npubsub_clients:{}\r\n\r\n",
+            "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\ntracking_clients:{}\r\npubsub_clients:{}\r\n\r\n",
             server.clients.count(),
             server.settings().maxclients,
             server.blocking.blocked_clients(),
+            tracking.clients,
             server.clients.all().iter().filter(|c| c.subscriptions.load(Ordering::Relaxed) > 0).count(),
         );
     }
@@ -525,9 +527,11 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         let used = crate::memory::used_memory();
         let rss = crate::memory::rss_bytes();
         let maxmemory = server.settings().maxmemory;
+        // Eviction weighs all of used_memory (nothing is left out, as Redis leaves out its
+        // replication buffers), and nothing is freed lazily: UNLINK frees at once.
         let _ = write!(
             out,
-            "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\nmaxmemory:{maxmemory}\r\nmaxmemory_policy:{}\r\nmem_allocator:jemalloc\r\nused_memory_scripts_eval:{}\r\nnumber_of_cached_scripts:{}\r\n\r\n",
+            "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\nmaxmemory:{maxmemory}\r\nmaxmemory_policy:{}\r\nmem_allocator:jemalloc\r\nused_memory_scripts_eval:{}\r\nnumber_of_cached_scripts:{}\r\nmem_not_counted_for_evict:0\r\nlazyfree_pending_objects:0\r\n\r\n",
             used as f64 / 1048576.0,
             server.settings().maxmemory_policy.name(),
             server.scripts.cache_bytes(),
@@ -542,7 +546,7 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         let st = &server.stats;
         let _ = write!(
             out,
-            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\ntotal_error_replies:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\n\r\n",
+            "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\ntotal_error_replies:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\n\r\n",
             st.connections_received.load(Ordering::Relaxed),
             st.commands_processed.load(Ordering::Relaxed),
             st.net_input_bytes.load(Ordering::Relaxed),
@@ -555,6 +559,9 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             s.keyspace_misses.load(Ordering::Relaxed),
             server.pubsub.channels(None).len(),
             server.pubsub.numpat(),
+            tracking.keys,
+            tracking.items,
+            tracking.prefixes,
         );
     }
     if want("replication") {

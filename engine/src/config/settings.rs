@@ -56,6 +56,8 @@ pub struct Settings {
     pub hll_sparse_max_bytes: usize,
     /// `notify-keyspace-events` as `crate::notify` class bits (validated when set).
     pub notify_keyspace_events: u32,
+    /// `tracking-table-max-keys` (0: no limit).
+    pub tracking_table_max_keys: usize,
     // The keyspace and replication.
     pub databases: usize,
     /// `active-replica yes`: this node replicates (stamps and logs its writes).
@@ -113,6 +115,7 @@ impl Settings {
             maxmemory_samples: c.int("maxmemory-samples") as usize,
             hll_sparse_max_bytes: c.int("hll-sparse-max-bytes") as usize,
             notify_keyspace_events: crate::notify::parse_classes(c.get("notify-keyspace-events")).unwrap_or(0),
+            tracking_table_max_keys: c.int("tracking-table-max-keys") as usize,
             databases: c.int("databases") as usize,
             active_replica: c.flag("active-replica"),
             mesh_mode: c.flag("active-replica") && c.flag("multi-master"),

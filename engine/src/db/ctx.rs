@@ -7,6 +7,10 @@
 //! `remove_elements`, `delete`, `persist`, `flush_db`) — so a command cannot forget either.
 //! `finish` is where an in-place edit ends: it keeps the expiry index and watchers in step,
 //! deletes collections that became empty, and notes keys blocked clients may wait on.
+//!
+//! Wherever a write touches a key's watchers (Redis's `signalModifiedKey`), it also notes the
+//! key in `modified` for client-side caching (`crate::tracking`), which costs one relaxed
+//! load while no client tracks.
 
 use std::sync::atomic::Ordering;
 
@@ -16,7 +20,7 @@ use keymesh_proto as pb;
 
 use super::entry::{Collection, Field, ListValue};
 use super::zset::SortedSet;
-use super::{Db, Entry, Expiry, Key, Kind, Locks, Shard, Store, Value};
+use super::{Db, Entry, Expiry, Key, Kind, Locks, Modified, Shard, Store, Value};
 use crate::error::CmdError;
 use crate::hlc::Version;
 use crate::notify::{class, Event};
@@ -36,11 +40,13 @@ pub struct Ctx<'a> {
     /// Where in `events` the `del` of a collection this command emptied is: the command's
     /// own event goes before it, as in Redis (`lpop` then `del`).
     emptied_at: Option<usize>,
+    /// Keys this command's writes modified (only while a client tracks keys).
+    pub modified: Modified,
 }
 
 impl<'a> Ctx<'a> {
     pub fn new(store: &'a Store, db: usize, now_ms: u64, locks: Locks<'a>) -> Ctx<'a> {
-        Ctx { store, db, now_ms, locks, ready_keys: Vec::new(), effects: Vec::new(), events: Vec::new(), emptied_at: None }
+        Ctx { store, db, now_ms, locks, ready_keys: Vec::new(), effects: Vec::new(), events: Vec::new(), emptied_at: None, modified: Modified::default() }
     }
 
     /// Records the keyspace event `name` of `class` for `key` in the current database.
@@ -115,11 +121,13 @@ impl<'a> Ctx<'a> {
     fn live_entry_in(&mut self, db: usize, key: &[u8], touch: bool) -> Option<&mut Entry> {
         let now = self.now_ms;
         let store = self.store;
-        let (dbref, shard) = self.parts(db, key);
+        // Borrows only `locks`, so a lazy expiry can note the key in `modified`.
+        let (dbref, shard) = (store.db(db), self.locks.get(db, store.shard_of(key)));
         let expired = shard.raw_mut(key)?.is_expired(now);
         if expired {
             shard.remove(dbref, key);
             shard.touch(key);
+            self.modified.note(store, key);
             store.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
             self.notify_in(db, class::EXPIRED, "expired", key);
             return None;
@@ -262,6 +270,7 @@ impl<'a> Ctx<'a> {
             restamp(&mut entry.value, version);
         }
         shard.touch(key);
+        self.modified.note(store, key);
         store.stats.dirty.fetch_add(1, Ordering::Relaxed);
         if store.replicating() {
             let (_, shard) = self.parts(db, key);
@@ -340,6 +349,7 @@ impl<'a> Ctx<'a> {
             }
             let (_, shard) = self.parts(db, key);
             shard.touch(key);
+            self.modified.note(self.store, key);
             self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(op) = op {
@@ -422,6 +432,7 @@ impl<'a> Ctx<'a> {
         let (dbref, shard) = self.parts(db, key);
         shard.set_expiry(dbref, key, Some(Expiry { deadline_ms, version }));
         shard.touch(key);
+        self.modified.note(self.store, key);
         self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
         self.emit(|| effects::expire(db, key, deadline_ms, version));
     }

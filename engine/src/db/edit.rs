@@ -178,6 +178,7 @@ impl<'a> Ctx<'a> {
         let (dbref, shard) = self.parts(db, key);
         shard.remove(dbref, key);
         shard.touch(key);
+        self.modified.note(store, key);
         store.stats.dirty.fetch_add(1, Ordering::Relaxed);
         if store.replicating() {
             let version = store.stamp(Some(stored));
@@ -235,6 +236,8 @@ impl<'a> Ctx<'a> {
             }
             self.effects.push(effects::flush_db(db, version));
         }
+        // Client-side caching drops every cached key on a flush, as Redis does.
+        self.modified.flushed |= store.tracking.load(Ordering::Relaxed);
         store.stats.dirty.fetch_add(1, Ordering::Relaxed);
     }
 

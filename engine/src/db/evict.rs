@@ -142,6 +142,7 @@ fn evict_one(store: &Store, policy: Policy, samples: usize) -> bool {
         if let Some((key, size)) = victim {
             shard.remove(store.db(db), &key);
             shard.touch(&key);
+            store.note_removed(&key);
             drop(shard);
             store.stats.evicted_keys.fetch_add(1, Ordering::Relaxed);
             memory::note_freed(size as u64);

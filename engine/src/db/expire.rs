@@ -30,6 +30,7 @@ pub fn expire_cycle(store: &Store, now_ms: u64) -> usize {
                 if shard.raw(&key).is_some_and(|e| e.is_expired(now_ms)) {
                     shard.remove(dbref, &key);
                     shard.touch(&key);
+                    store.note_removed(&key);
                     deleted += 1;
                     if notify {
                         expired.push(key);

@@ -131,6 +131,7 @@ impl Ctx<'_> {
         *stored = bytes.into_boxed_slice();
         if created || !raised.is_empty() {
             shard.touch(key);
+            self.modified.note(store, key);
             store.stats.dirty.fetch_add(1, Ordering::Relaxed);
             self.emit(|| effects::hll_registers(db, key, incarnation, &raised));
         }

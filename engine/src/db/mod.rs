@@ -203,6 +203,36 @@ pub struct Store {
     pub lfu_access: AtomicBool,
     /// `notify-keyspace-events`: the switch, and where events are published.
     pub notify: crate::notify::Notifier,
+    /// Client-side caching (`crate::tracking`) wants to hear which keys writes modify. One
+    /// relaxed load per write: nothing is recorded while no client tracks.
+    pub tracking: AtomicBool,
+    /// Keys active expiry and eviction removed while `tracking` is on: they go away outside
+    /// any command, so the server collects them from here (`Store::take_removed`).
+    removed: Mutex<Vec<Key>>,
+    /// Whether `removed` holds keys (so a command need not lock it to find out).
+    removed_pending: AtomicBool,
+}
+
+/// The keys a command's writes modified, recorded only while `Store::tracking` is on
+/// (client-side caching invalidates them once the command is done).
+#[derive(Debug, Default)]
+pub struct Modified {
+    pub keys: Vec<Key>,
+    /// A `FLUSHDB`/`FLUSHALL` ran: every cached key is stale.
+    pub flushed: bool,
+}
+
+impl Modified {
+    /// Records that `key` changed, if a client tracks keys.
+    pub fn note(&mut self, store: &Store, key: &[u8]) {
+        if store.tracking.load(Ordering::Relaxed) {
+            self.keys.push(key.into());
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty() && !self.flushed
+    }
 }
 
 impl Store {
@@ -229,7 +259,33 @@ impl Store {
             hll_sparse_max_bytes: AtomicUsize::new(crate::hll::DEFAULT_SPARSE_MAX_BYTES),
             lfu_access: AtomicBool::new(false),
             notify: crate::notify::Notifier::default(),
+            tracking: AtomicBool::new(false),
+            removed: Mutex::new(Vec::new()),
+            removed_pending: AtomicBool::new(false),
         }
+    }
+
+    /// Notes a key removed outside any command (active expiry, eviction) for client-side
+    /// caching, if a client tracks keys.
+    pub fn note_removed(&self, key: &[u8]) {
+        if self.tracking.load(Ordering::Relaxed) {
+            self.removed.lock().push(key.into());
+            self.removed_pending.store(true, Ordering::Release);
+        }
+    }
+
+    pub fn has_removed(&self) -> bool {
+        self.removed_pending.load(Ordering::Acquire)
+    }
+
+    /// The keys `note_removed` collected since the last call.
+    pub fn take_removed(&self) -> Vec<Key> {
+        if !self.has_removed() {
+            return Vec::new();
+        }
+        let mut removed = self.removed.lock();
+        self.removed_pending.store(false, Ordering::Release);
+        std::mem::take(&mut *removed)
     }
 
     pub fn replicating(&self) -> bool {

@@ -314,6 +314,9 @@ fn call(st: &mut CallState, argv: MultiValue) -> Frame {
     cmd::log_if_slow(st.exec.server, st.exec.client, spec, &argv, elapsed);
     cmd::show_to_monitors(st.exec.server, st.exec.ctx.db, cmd::Source::Script, spec, &argv);
     let reply = reply.unwrap_or_else(Frame::from);
+    if spec.flags & cmd_flags::READONLY != 0 && st.exec.server.store.tracking.load(Ordering::Relaxed) {
+        st.exec.client.script_read = true;
+    }
     if writes && !reply.is_error() {
         st.running.wrote.store(true, Ordering::Release);
     }
