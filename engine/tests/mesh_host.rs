@@ -69,6 +69,19 @@ fn wait_for(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
+/// An in-process mesh with a `RecordingHost`, subscribed to the node on client port `port`.
+fn double_subscribed_to(port: u16) -> (tokio::runtime::Runtime, Arc<RecordingHost>, Arc<Store>, Arc<Mesh>) {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let host = Arc::new(RecordingHost::default());
+    let store = Arc::new(Store::new(16, Hlc::new(Arc::new(OffsetClock(0)), 60_000), node_id_from_name("double")));
+    store.enable_replication();
+    let identity = Identity { node_name: "double".into(), node_id: store.node_id, run_id: keymesh_engine::mesh::new_run_id() };
+    let weak: Weak<dyn Host> = Arc::downgrade(&host) as Weak<dyn Host>;
+    let mesh = Mesh::new(weak, store.clone(), Arc::new(ReplLog::new(1 << 20)), identity, &prometheus::Registry::new());
+    runtime.block_on(async { mesh.start(vec![PeerAddr::from_client_port("127.0.0.1", port).unwrap()]) });
+    (runtime, host, store, mesh)
+}
+
 fn holds(store: &Store, key: &[u8]) -> bool {
     store.lock_shard(0, store.shard_of(key)).raw(key).is_some()
 }
@@ -81,14 +94,7 @@ fn a_mesh_merges_into_its_own_store_and_delivers_to_its_host_without_a_server() 
     assert_eq!(client.cmd(&["AUTH", "secret"]).text(), "OK");
     assert_eq!(client.cmd(&["SET", "before", "1"]).text(), "OK");
 
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let host = Arc::new(RecordingHost::default());
-    let store = Arc::new(Store::new(16, Hlc::new(Arc::new(OffsetClock(0)), 60_000), node_id_from_name("double")));
-    store.enable_replication();
-    let identity = Identity { node_name: "double".into(), node_id: store.node_id, run_id: keymesh_engine::mesh::new_run_id() };
-    let weak: Weak<dyn Host> = Arc::downgrade(&host) as Weak<dyn Host>;
-    let mesh = Mesh::new(weak, store.clone(), Arc::new(ReplLog::new(1 << 20)), identity, &prometheus::Registry::new());
-    runtime.block_on(async { mesh.start(vec![PeerAddr::from_client_port("127.0.0.1", port).unwrap()]) });
+    let (runtime, host, store, _mesh) = double_subscribed_to(port);
 
     // The full sync: the key written before the link existed.
     wait_for("the full sync", || holds(&store, b"before"));
@@ -112,14 +118,7 @@ fn a_host_whose_password_is_wrong_is_refused_by_the_origin() {
     let mut client = origin.connect();
     assert_eq!(client.cmd(&["AUTH", "other"]).text(), "OK");
 
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let host = Arc::new(RecordingHost::default());
-    let store = Arc::new(Store::new(16, Hlc::new(Arc::new(OffsetClock(0)), 60_000), node_id_from_name("double")));
-    store.enable_replication();
-    let identity = Identity { node_name: "double".into(), node_id: store.node_id, run_id: keymesh_engine::mesh::new_run_id() };
-    let weak: Weak<dyn Host> = Arc::downgrade(&host) as Weak<dyn Host>;
-    let mesh = Mesh::new(weak, store.clone(), Arc::new(ReplLog::new(1 << 20)), identity, &prometheus::Registry::new());
-    runtime.block_on(async { mesh.start(vec![PeerAddr::from_client_port("127.0.0.1", port).unwrap()]) });
+    let (runtime, _host, store, _mesh) = double_subscribed_to(port);
 
     // The origin names the refusal in its INFO; the double's link keeps its error.
     wait_for("the origin to refuse the link", || {

@@ -25,7 +25,26 @@ use crate::glob::glob_match;
 /// The subcommands KeyMesh runs, per container command. Others that Redis has answer
 /// "unknown subcommand" (or say why KeyMesh does not support them) and are not listed.
 pub const SUBCOMMANDS: &[(&str, &[&str])] = &[
-    ("client", &["getname", "getredir", "help", "id", "info", "kill", "list", "no-evict", "no-touch", "reply", "setname", "unblock"]),
+    (
+        "client",
+        &[
+            "caching",
+            "getname",
+            "getredir",
+            "help",
+            "id",
+            "info",
+            "kill",
+            "list",
+            "no-evict",
+            "no-touch",
+            "reply",
+            "setname",
+            "tracking",
+            "trackinginfo",
+            "unblock",
+        ],
+    ),
     ("command", &["count", "docs", "getkeys", "getkeysandflags", "help", "info", "list"]),
     ("config", &["get", "help", "resetstat", "set"]),
     ("function", &["delete", "dump", "flush", "help", "kill", "list", "load", "restore", "stats"]),
