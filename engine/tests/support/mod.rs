@@ -73,7 +73,21 @@ impl Server {
         let mesh_port = free_port().to_string();
         let mut args = vec!["--mesh-port", mesh_port.as_str()];
         args.extend_from_slice(extra);
-        Server::start_on(free_port(), free_port(), &args)
+        let server = Server::start_on(free_port(), free_port(), &args);
+        server.wait_loaded();
+        server
+    }
+
+    /// Waits until the server has loaded its snapshot. It accepts connections while it loads
+    /// (commands then get LOADING), so a test that sends a command the moment the port is open
+    /// can see LOADING on a busy machine (a BLPOP that never blocks). A server that wants AUTH
+    /// first is taken as loaded: INFO cannot tell.
+    pub fn wait_loaded(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.connect().cmd(&["INFO", "persistence"]).text().contains("loading:1") {
+            assert!(Instant::now() < deadline, "keymesh-server on {} did not finish loading", self.port);
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Starts the server on the given client and metrics ports (a restart on the same
