@@ -278,7 +278,7 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
         show_to_monitors(server, client.db, Source::Client(&client.handle.addr), spec, argv);
     }
     if !ready.is_empty() {
-        server.blocking.wake(server, ready);
+        blocking::wake_ready(server, ready);
     }
     tracking::with_pushes(Vec::new(), reply.unwrap_or_else(Frame::from), own_invalidations)
 }
