@@ -118,8 +118,8 @@ fn run_once(vm: &mut Vm, state: &mut CallState, inv: &Invocation, name: &str) ->
     let args = array(&vm.lua, inv.args).map_err(lua_err)?;
     let eval = matches!(inv.target, Target::Eval(_));
     if eval {
-        vm.set_global("KEYS", Value::Table(keys.clone())).map_err(lua_err)?;
-        vm.set_global("ARGV", Value::Table(args.clone())).map_err(lua_err)?;
+        vm.set_global(&vm.names.keys, Value::Table(keys.clone())).map_err(lua_err)?;
+        vm.set_global(&vm.names.argv, Value::Table(args.clone())).map_err(lua_err)?;
     }
     vm.resp.set(2);
     {
@@ -140,9 +140,9 @@ fn run_once(vm: &mut Vm, state: &mut CallState, inv: &Invocation, name: &str) ->
             let failed = reply.is_error();
             Ok((frame_to_lua(lua, &reply, resp.get())?, failed))
         })?;
-        vm.slot.raw_set("f", command)?;
+        vm.slot.raw_set(&vm.names.f, command)?;
         let result = if eval { vm.protected.call::<MultiValue>((function.clone(),)) } else { vm.protected.call::<MultiValue>((function.clone(), keys, args)) };
-        vm.slot.raw_set("f", Value::Nil)?;
+        vm.slot.raw_set(&vm.names.f, Value::Nil)?;
         result
     });
     vm.watch.borrow_mut().running = None;
