@@ -8,10 +8,21 @@
 //! before and after a concurrent `DEL`/`SET` it had not seen yet keeps its earlier increments
 //! too (its contribution's version is that of its latest increment).
 
-use keymesh_proto as pb;
-
 use crate::hlc::{NodeId, Version};
-use crate::repl::effects::{from_pb, version};
+
+/// A PN-counter contribution as it replicates: the origin's running totals of increments and
+/// decrements on top of the base it counted from (the version of the last `SET` or `DEL` it
+/// saw, and that `SET`'s value, so a peer that has not seen the `SET` yet can still merge).
+/// Origin `BASE_ONLY` carries the base register alone (full sync).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CounterDelta {
+    pub origin: NodeId,
+    pub incr_total: i64,
+    pub decr_total: i64,
+    pub base: Version,
+    pub version: Version,
+    pub base_value: i64,
+}
 
 /// One origin's running totals within one epoch: the base version it counted from. A node
 /// that sees a DEL or SET starts a new epoch, so its fresh totals never mix (by maximum) with
@@ -78,39 +89,32 @@ impl Counter {
     }
 
     /// The effect of `origin`'s contribution in the current epoch (after a local increment).
-    pub fn delta_of(&self, origin: NodeId, v: Version) -> pb::CounterDelta {
+    pub fn delta_of(&self, origin: NodeId, v: Version) -> CounterDelta {
         let c = self.totals.iter().find(|c| c.origin == origin && c.epoch == self.base_version).copied();
         self.delta_of_slot(&c.unwrap_or(Contribution { origin, epoch: self.base_version, incr: 0, decr: 0, version: v }))
     }
 
     /// The effect that recreates the base register (full sync).
-    pub fn base_delta(&self) -> pb::CounterDelta {
-        pb::CounterDelta {
-            origin: BASE_ONLY,
-            incr_total: 0,
-            decr_total: 0,
-            base: version(self.base_version),
-            version: version(self.base_version),
-            base_value: self.base,
-        }
+    pub fn base_delta(&self) -> CounterDelta {
+        CounterDelta { origin: BASE_ONLY, incr_total: 0, decr_total: 0, base: self.base_version, version: self.base_version, base_value: self.base }
     }
 
     /// The effect that recreates one contribution (full sync).
-    pub fn delta_of_slot(&self, c: &Contribution) -> pb::CounterDelta {
+    pub fn delta_of_slot(&self, c: &Contribution) -> CounterDelta {
         // The epoch travels as the delta's base; its value is the base register's when the
         // epoch is the current one (older epochs' base values are dominated anyway).
         let base_value = if c.epoch == self.base_version { self.base } else { 0 };
-        pb::CounterDelta { origin: c.origin, incr_total: c.incr, decr_total: c.decr, base: version(c.epoch), version: version(c.version), base_value }
+        CounterDelta { origin: c.origin, incr_total: c.incr, decr_total: c.decr, base: c.epoch, version: c.version, base_value }
     }
 
     /// Merges a peer's contribution (and the base it saw, LWW).
-    pub fn merge_delta(&mut self, d: &pb::CounterDelta) {
-        let base = from_pb(d.base.as_ref());
+    pub fn merge_delta(&mut self, d: &CounterDelta) {
+        let base = d.base;
         if base > self.base_version {
             self.base = d.base_value;
             self.base_version = base;
         }
-        let v = from_pb(d.version.as_ref());
+        let v = d.version;
         // Origin 0 carries only the base register (full sync), no contribution.
         if d.origin != BASE_ONLY && v >= self.base_version {
             let slot = self.slot(d.origin, base);

@@ -15,11 +15,11 @@
 use std::sync::atomic::Ordering;
 
 use super::ctx::Ctx;
+use super::effect::Effect;
 use super::{Entry, Value};
 use crate::error::CmdError;
 use crate::hlc::{NodeId, Version};
 use crate::hll::{self, HllError};
-use crate::repl::effects;
 
 /// The node id of incarnations that `PFADD`/`PFMERGE` create: no node stamps with it, so
 /// such a version never equals a real write's (node ids are hashes of pod names; the one
@@ -133,7 +133,7 @@ impl Ctx<'_> {
             shard.touch(key);
             self.modified.note(store, key);
             store.stats.dirty.fetch_add(1, Ordering::Relaxed);
-            self.emit(|| effects::hll_registers(db, key, incarnation, &raised));
+            self.emit(|| Effect::hll_registers(db, key, incarnation, &raised));
         }
         result?;
         Ok(HllWrite { created, raised: raised.len() })

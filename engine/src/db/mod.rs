@@ -9,6 +9,7 @@
 pub mod counter;
 pub mod ctx;
 pub mod edit;
+pub mod effect;
 pub mod entry;
 pub mod evict;
 pub mod expire;

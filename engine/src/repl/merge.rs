@@ -39,10 +39,9 @@
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use keymesh_proto as pb;
 
-use super::effects::from_pb;
-use crate::db::counter::{Counter, BASE_ONLY};
+use crate::db::counter::{Counter, CounterDelta, BASE_ONLY};
+use crate::db::effect::{Effect, EffectKind, FieldState, MemberState, ZSetMemberState};
 use crate::db::entry::{Collection, Field, ListValue};
 use crate::db::zset::SortedSet;
 use crate::db::{Entry, Expiry, Ghost, Kind, Shard, Store, Value, SHARDS_PER_DB};
@@ -123,18 +122,15 @@ pub enum ApplyOutcome {
 }
 
 /// Merges one effect from a peer.
-pub fn apply_op(store: &Store, op: &pb::Op) -> ApplyOutcome {
-    use pb::op::Effect;
-    let Some(effect) = &op.effect else { return ApplyOutcome::Superseded };
-    let db = op.db as usize;
+pub fn apply_op(store: &Store, op: &Effect) -> ApplyOutcome {
+    let db = op.db;
     if db >= store.databases() {
         return ApplyOutcome::Superseded;
     }
-    if let Effect::Publish(p) = effect {
-        return ApplyOutcome::Publish { channel: Bytes::from(p.channel.clone()), message: Bytes::from(p.message.clone()) };
-    }
-    if let Effect::FlushDb(f) = effect {
-        return flush_db(store, db, from_pb(f.version.as_ref()));
+    match &op.kind {
+        EffectKind::Publish { channel, message } => return ApplyOutcome::Publish { channel: channel.clone(), message: message.clone() },
+        EffectKind::FlushDb { version } => return flush_db(store, db, *version),
+        _ => {}
     }
     let flushed = *store.db(db).flushed.lock();
     let mut shard = store.lock_shard(db, store.shard_of(&op.key));
@@ -148,27 +144,25 @@ pub fn apply_op(store: &Store, op: &pb::Op) -> ApplyOutcome {
 /// Merges one key's effect into its shard, which the caller holds locked; `flushed` is the
 /// database's flush version. Returns whether the keyspace changed (watchers are touched).
 /// Also how a node applies its own write that has no local state to edit (`db::edit`).
-pub fn merge_locked(store: &Store, db: usize, shard: &mut Shard, op: &pb::Op, flushed: Version) -> bool {
-    use pb::op::Effect;
-    let Some(effect) = &op.effect else { return false };
+pub fn merge_locked(store: &Store, db: usize, shard: &mut Shard, op: &Effect, flushed: Version) -> bool {
     let key = &op.key[..];
-    let changed = match effect {
-        Effect::StringSet(s) => whole_write(store, db, shard, key, Value::string(&s.value), from_pb(s.version.as_ref()), flushed),
+    let changed = match &op.kind {
+        EffectKind::StringSet { value, version } => whole_write(store, db, shard, key, Value::string(value), *version, flushed),
         // Popping a list's last item deletes the key, as in Redis: an empty list at `v` is a
         // delete at `v` (both dominate everything older), never an empty key.
-        Effect::List(l) if l.items.is_empty() => delete(store, db, shard, key, from_pb(l.version.as_ref()), flushed),
-        Effect::List(l) => {
-            let list = ListValue::new(l.items.iter().map(|i| Bytes::copy_from_slice(i)).collect());
-            whole_write(store, db, shard, key, Value::List(Box::new(list)), from_pb(l.version.as_ref()), flushed)
+        EffectKind::List { items, version } if items.is_empty() => delete(store, db, shard, key, *version, flushed),
+        EffectKind::List { items, version } => {
+            let list = ListValue::new(items.iter().cloned().collect());
+            whole_write(store, db, shard, key, Value::List(Box::new(list)), *version, flushed)
         }
-        Effect::Delete(d) => delete(store, db, shard, key, from_pb(d.version.as_ref()), flushed),
-        Effect::Expire(e) => expire(store, db, shard, key, e.deadline_ms, from_pb(e.version.as_ref()), flushed),
-        Effect::Hash(h) => merge_fields(store, db, shard, key, flushed, FieldsOp::Hash(h)),
-        Effect::Set(s) => merge_fields(store, db, shard, key, flushed, FieldsOp::Set(s)),
-        Effect::Zset(z) => merge_fields(store, db, shard, key, flushed, FieldsOp::ZSet(z)),
-        Effect::Counter(c) => merge_counter(store, db, shard, key, c, flushed),
-        Effect::Hll(h) => merge_hll(store, db, shard, key, h, flushed),
-        Effect::KeyState(_) | Effect::Publish(_) | Effect::FlushDb(_) => false,
+        EffectKind::Delete { version } => delete(store, db, shard, key, *version, flushed),
+        EffectKind::Expire { deadline_ms, version } => expire(store, db, shard, key, *deadline_ms, *version, flushed),
+        EffectKind::Hash(fields) => merge_fields(store, db, shard, key, flushed, FieldsOp::Hash(fields)),
+        EffectKind::Set(members) => merge_fields(store, db, shard, key, flushed, FieldsOp::Set(members)),
+        EffectKind::ZSet(members) => merge_fields(store, db, shard, key, flushed, FieldsOp::ZSet(members)),
+        EffectKind::Counter(c) => merge_counter(store, db, shard, key, c, flushed),
+        EffectKind::Hll { version, registers } => merge_hll(store, db, shard, key, *version, registers, flushed),
+        EffectKind::Publish { .. } | EffectKind::FlushDb { .. } => false,
     };
     if changed {
         shard.touch(key);
@@ -329,17 +323,16 @@ fn raise_hll(stored: &mut Box<[u8]>, raised: &[u32], sparse_max: usize) -> bool 
 /// HLL registers raised in the incarnation at `v`: merged by maximum into that incarnation
 /// if the key holds it; otherwise an HLL of these registers competes as a string write at
 /// `v` (it creates the key, or replaces an older incarnation, or loses to a newer write).
-fn merge_hll(store: &Store, db: usize, shard: &mut Shard, key: &[u8], h: &pb::HllRegisters, flushed: Version) -> bool {
-    let v = from_pb(h.version.as_ref());
+fn merge_hll(store: &Store, db: usize, shard: &mut Shard, key: &[u8], v: Version, registers: &[u32], flushed: Version) -> bool {
     let sparse_max = store.hll_sparse_max_bytes.load(Ordering::Relaxed);
     if let Some(entry) = shard.raw_mut(key).filter(|e| e.version() == v) {
         return match &mut entry.value {
-            Value::Str(stored) if hll::check(stored).is_ok() => raise_hll(stored, &h.registers, sparse_max),
+            Value::Str(stored) if hll::check(stored).is_ok() => raise_hll(stored, registers, sparse_max),
             _ => false,
         };
     }
     let mut fresh: Box<[u8]> = hll::new_empty().into_boxed_slice();
-    raise_hll(&mut fresh, &h.registers, sparse_max);
+    raise_hll(&mut fresh, registers, sparse_max);
     whole_write(store, db, shard, key, Value::Str(fresh), v, flushed)
 }
 
@@ -392,17 +385,17 @@ fn expire(store: &Store, db: usize, shard: &mut Shard, key: &[u8], deadline_ms: 
 }
 
 enum FieldsOp<'a> {
-    Hash(&'a pb::HashFields),
-    Set(&'a pb::SetMembers),
-    ZSet(&'a pb::ZSetMembers),
+    Hash(&'a [FieldState]),
+    Set(&'a [MemberState]),
+    ZSet(&'a [ZSetMemberState]),
 }
 
 impl FieldsOp<'_> {
     fn newest(&self) -> Version {
         let versions: Vec<Version> = match self {
-            FieldsOp::Hash(h) => h.fields.iter().map(|f| from_pb(f.version.as_ref())).collect(),
-            FieldsOp::Set(s) => s.members.iter().map(|f| from_pb(f.version.as_ref())).collect(),
-            FieldsOp::ZSet(z) => z.members.iter().map(|f| from_pb(f.version.as_ref())).collect(),
+            FieldsOp::Hash(h) => h.iter().map(|f| f.version).collect(),
+            FieldsOp::Set(s) => s.iter().map(|f| f.version).collect(),
+            FieldsOp::ZSet(z) => z.iter().map(|f| f.version).collect(),
         };
         versions.into_iter().max().unwrap_or(Version::ZERO)
     }
@@ -507,29 +500,29 @@ fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u8], flushed
     let mut changed = false;
     match (&op, &mut entry.value) {
         (FieldsOp::Hash(h), Value::Hash(map)) => {
-            for f in &h.fields {
-                let v = from_pb(f.version.as_ref());
+            for f in h.iter() {
+                let v = f.version;
                 let current = map.get(&f.name[..]).map(|x| x.version).or_else(|| map.removed.get(&f.name[..]).copied());
                 if v < map.cleared.max(floor) || current.is_some_and(|c| c >= v) {
                     continue;
                 }
-                let name = Bytes::copy_from_slice(&f.name);
+                let name = f.name.clone();
                 match &f.value {
-                    Some(value) => map.merge_insert(name, Field { value: Bytes::copy_from_slice(value), version: v }),
+                    Some(value) => map.merge_insert(name, Field { value: value.clone(), version: v }),
                     None => map.merge_remove(name, v),
                 }
                 changed = true;
             }
         }
         (FieldsOp::Set(s), Value::Set(set)) => {
-            for m in &s.members {
-                let v = from_pb(m.version.as_ref());
+            for m in s.iter() {
+                let v = m.version;
                 let current = set.get(&m.name[..]).copied().or_else(|| set.removed.get(&m.name[..]).copied());
                 if v < set.cleared.max(floor) || current.is_some_and(|c| c >= v) {
                     continue;
                 }
-                let name = Bytes::copy_from_slice(&m.name);
-                if m.value.is_some() {
+                let name = m.name.clone();
+                if m.present {
                     set.merge_insert(name, v);
                 } else {
                     set.merge_remove(name, v);
@@ -538,13 +531,13 @@ fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u8], flushed
             }
         }
         (FieldsOp::ZSet(z), Value::ZSet(zset)) => {
-            for m in &z.members {
-                let v = from_pb(m.version.as_ref());
+            for m in z.iter() {
+                let v = m.version;
                 let current = zset.member(&m.name).map(|x| x.version).or_else(|| zset.removed.get(&m.name[..]).copied());
                 if v < zset.cleared.max(floor) || current.is_some_and(|c| c >= v) {
                     continue;
                 }
-                let name = Bytes::copy_from_slice(&m.name);
+                let name = m.name.clone();
                 match m.score {
                     Some(score) => zset.merge_insert(name, score, v),
                     None => zset.merge_remove(name, v),
@@ -565,13 +558,13 @@ fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u8], flushed
     changed
 }
 
-fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[u8], d: &pb::CounterDelta, flushed: Version) -> bool {
+fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[u8], d: &CounterDelta, flushed: Version) -> bool {
     let dbref = store.db(db);
     // A base-only delta (full sync) writes the base register alone: its version is the
     // base's, whatever else it carries (found by the mesh_message fuzz target: a base-only
     // delta stamped later than its base created a counter a flush between it and its replay
     // removed, so replaying it created the key again).
-    let v = if d.origin == BASE_ONLY { from_pb(d.base.as_ref()) } else { from_pb(d.version.as_ref()) };
+    let v = if d.origin == BASE_ONLY { d.base } else { d.version };
     let floor = flushed.max(tombstone(shard, key));
     let ghost_newest = shard.tombstones.get(key).map_or(Version::ZERO, |g| g.newest());
     // A counter is a string, which loses every tie to another type: what a ghost of another
