@@ -8,6 +8,7 @@
 //! before and after a concurrent `DEL`/`SET` it had not seen yet keeps its earlier increments
 //! too (its contribution's version is that of its latest increment).
 
+use super::lattice::Merge;
 use crate::hlc::{NodeId, Version};
 
 /// A PN-counter contribution as it replicates: the origin's running totals of increments and
@@ -107,22 +108,21 @@ impl Counter {
         CounterDelta { origin: c.origin, incr_total: c.incr, decr_total: c.decr, base: c.epoch, version: c.version, base_value }
     }
 
-    /// Merges a peer's contribution (and the base it saw, LWW).
-    pub fn merge_delta(&mut self, d: &CounterDelta) {
-        let base = d.base;
-        if base > self.base_version {
-            self.base = d.base_value;
-            self.base_version = base;
-        }
-        let v = d.version;
+    /// The state a delta describes: the base it saw and, unless it is `BASE_ONLY`, one
+    /// contribution in the epoch of that base.
+    pub fn of_delta(d: &CounterDelta) -> Counter {
+        let mut c = Counter::new(d.base_value, d.base);
         // Origin 0 carries only the base register (full sync), no contribution.
-        if d.origin != BASE_ONLY && v >= self.base_version {
-            let slot = self.slot(d.origin, base);
-            slot.incr = slot.incr.max(d.incr_total);
-            slot.decr = slot.decr.max(d.decr_total);
-            slot.version = slot.version.max(v);
+        if d.origin != BASE_ONLY {
+            c.totals.push(Contribution { origin: d.origin, epoch: d.base, incr: d.incr_total, decr: d.decr_total, version: d.version });
         }
-        self.prune();
+        c
+    }
+
+    /// Merges a peer's contribution (and the base it saw, LWW); returns whether the counter
+    /// changed.
+    pub fn merge_delta(&mut self, d: &CounterDelta) -> bool {
+        self.merge(&Counter::of_delta(d))
     }
 
     /// A `SET` of an integer at `v`: the new base; older contributions die.
@@ -158,9 +158,89 @@ impl Counter {
     }
 }
 
+/// The PN-counter: the base register is LWW by version (at one version the held base
+/// stays: a version names one write, so it is the same value); contributions merge per
+/// `(origin, epoch)` by taking the maximum of each total and of the version; contributions
+/// older than the base (after the merge) are dead.
+///
+/// Laws: commutative, associative and idempotent on counters whose origins' totals only grow
+/// with their versions, as a real origin's do (`add`): the per-slot maximum is then the
+/// newest contribution, and pruning by the newest base commutes with it. Checked by
+/// `tests::the_counter_is_a_lattice`. The answer is exact: `totals` is never reordered, so
+/// comparing before and after tells a change.
+impl Merge for Counter {
+    fn merge(&mut self, other: &Counter) -> bool {
+        let before = self.clone();
+        if other.base_version > self.base_version {
+            self.base = other.base;
+            self.base_version = other.base_version;
+        }
+        for c in &other.totals {
+            if c.version >= self.base_version {
+                let slot = self.slot(c.origin, c.epoch);
+                slot.incr = slot.incr.max(c.incr);
+                slot.decr = slot.decr.max(c.decr);
+                slot.version = slot.version.max(c.version);
+            }
+        }
+        self.prune();
+        *self != before
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+    use crate::db::lattice::check_laws;
+    use crate::db::lattice::strategies::{version, written};
+
+    /// A counter as a correct mesh makes them: the base value is the one its version wrote,
+    /// and each origin's totals grow with its versions.
+    fn counter() -> impl Strategy<Value = Counter> {
+        let contribution = (1u32..4, version(), version()).prop_map(|(origin, epoch, at)| {
+            let version = Version { hlc: at.hlc + 1, node: origin };
+            Contribution { origin, epoch, incr: version.hlc as i64 / 3, decr: version.hlc as i64 / 5, version }
+        });
+        (version(), prop::collection::vec(contribution, 0..5)).prop_map(|(base_version, totals)| {
+            let mut c = Counter::new(written(b"base", base_version) as i64 % 100, base_version);
+            // An epoch is a base the origin saw, never newer than the counter's.
+            for t in totals.into_iter().map(|t| Contribution { epoch: t.epoch.min(base_version), ..t }) {
+                c.merge(&Counter { base: c.base, base_version: Version::ZERO, totals: vec![t], last_origin: 0 });
+            }
+            c
+        })
+    }
+
+    fn same(a: &Counter, b: &Counter) -> bool {
+        let sorted = |c: &Counter| {
+            let mut t: Vec<_> = c.totals.iter().map(|t| (t.origin, t.epoch, t.incr, t.decr, t.version)).collect();
+            t.sort_unstable();
+            t
+        };
+        (a.base, a.base_version) == (b.base, b.base_version) && sorted(a) == sorted(b)
+    }
+
+    proptest! {
+        #[test]
+        fn the_counter_is_a_lattice(a in counter(), b in counter(), c in counter()) {
+            check_laws(&a, &b, &c, same);
+        }
+
+        /// Merging a delta is merging the state it describes.
+        #[test]
+        fn a_delta_merges_as_its_state(a in counter(), b in counter()) {
+            let mut by_deltas = a.clone();
+            by_deltas.merge_delta(&b.base_delta());
+            for t in &b.totals {
+                by_deltas.merge_delta(&b.delta_of_slot(t));
+            }
+            let mut whole = a.clone();
+            whole.merge(&b);
+            prop_assert!(same(&by_deltas, &whole), "{by_deltas:?} != {whole:?}");
+        }
+    }
 
     #[test]
     fn concurrent_increments_all_count() {

@@ -14,6 +14,7 @@ pub mod entry;
 pub mod evict;
 pub mod expire;
 pub mod hll;
+pub mod lattice;
 pub mod table;
 pub mod zset;
 
