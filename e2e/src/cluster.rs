@@ -3,7 +3,7 @@
 //!
 //! Every node listens on `<its ip>:6379` (mesh on 16379, metrics on 9121) inside its own
 //! namespace, so all nodes use the default ports and faults come from [`MeshCluster::net`].
-//! The client of node `i` is a [`Connection`] whose socket was opened inside node `i`'s
+//! The client of node `i` is a [`Conn`](crate::resp::Conn) whose socket was opened inside node `i`'s
 //! namespace (see [`crate::netns`]), so it keeps working while node `i` is cut off from the
 //! others: tests can write to both sides of a partition. Calls never retry (a retried `INCR`
 //! could apply twice); a failed call drops the connection and the next call reconnects.
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::keyspace::{self, Entry, Keyspace, Value};
 use crate::netns::{Host, NetnsError, Network};
-use crate::resp::{Connection, Reply, RespError};
+use crate::resp::{Conn, Reply, RespError};
 
 pub const CLIENT_PORT: u16 = 6379;
 pub const METRICS_PORT: u16 = 9121;
@@ -81,7 +81,7 @@ struct Node {
     args: Vec<String>,
     log: PathBuf,
     child: Mutex<Option<Child>>,
-    conn: Mutex<Option<Connection>>,
+    conn: Mutex<Option<Conn>>,
 }
 
 /// A running cluster; see the module docs.
@@ -187,7 +187,7 @@ impl MeshCluster {
                 return Err(self.start_error(i, format!("exited with {status}")));
             }
             match self.call(i, &["PING"]) {
-                Ok(Reply::Simple(s)) if s == "PONG" => return Ok(()),
+                Ok(Reply::Status(s)) if s == "PONG" => return Ok(()),
                 Ok(_) | Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
                 Ok(reply) => return Err(self.start_error(i, format!("PING replied {reply:?}"))),
                 Err(e) => return Err(self.start_error(i, format!("no PONG within {START_TIMEOUT:?}: {e}"))),
@@ -229,7 +229,7 @@ impl MeshCluster {
         let mut conn = lock(&node.conn);
         if conn.is_none() {
             let stream = node.host.connect(self.addr(i), IO_TIMEOUT).map_err(|e| ClusterError::Client { node: i, source: e.into() })?;
-            *conn = Some(Connection::new(stream, IO_TIMEOUT).map_err(|e| ClusterError::Client { node: i, source: e.into() })?);
+            *conn = Some(Conn::new(stream, IO_TIMEOUT).map_err(|e| ClusterError::Client { node: i, source: e.into() })?);
         }
         let result = conn.as_mut().map_or_else(|| Err(RespError::Protocol("no connection".into())), |c| c.call(args));
         result.map_err(|source| {
@@ -250,7 +250,7 @@ impl MeshCluster {
     pub fn set(&self, i: usize, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<(), ClusterError> {
         let args = [b"SET".as_slice(), key.as_ref(), value.as_ref()];
         match self.call_ok(i, &args)? {
-            Reply::Simple(s) if s == "OK" => Ok(()),
+            Reply::Status(s) if s == "OK" => Ok(()),
             reply => Err(ClusterError::Reply { node: i, command: show_command(&args), reply }),
         }
     }

@@ -7,7 +7,7 @@
 //! - [`keyspace`]: a node's keyspace as plain values, and a readable diff.
 //! - [`model`]: the expected keyspace after a sequence of acknowledged writes under KeyMesh's
 //!   merge semantics, for randomized partition tests.
-//! - [`resp`]: a tiny blocking RESP2 client.
+//! - [`resp`]: the tests' one blocking RESP client (the `keymesh-resp` crate).
 //! - [`control_plane`]: `ControlPlane`, a real Kubernetes 1.20 control plane (etcd,
 //!   kube-apiserver, kube-controller-manager, kube-scheduler) on loopback, with `kubectl` and
 //!   `helm` (testing ladder item 4).
@@ -34,7 +34,7 @@ pub mod operator_process;
 pub mod pod_security;
 pub mod promql;
 pub mod registry;
-pub mod resp;
+pub use keymesh_resp as resp;
 
 pub use cluster::{ClusterError, ClusterOptions, MeshCluster};
 pub use control_plane::{ControlPlane, ControlPlaneError};

@@ -5,6 +5,10 @@
 //! any command that made a list or sorted set non-empty, `wake` re-runs the first waiter's
 //! command on its behalf (as Redis's `handleClientsBlockedOnKeys` does) and sends the reply
 //! to the blocked connection; it stops at the first waiter that still finds nothing.
+//!
+//! This module sits below the command layer: it is handed the function that re-runs a command
+//! (`cmd::blocking::wake_ready` passes `cmd::run_command`), so it never calls up into `cmd` or
+//! the `Server`.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,9 +19,8 @@ use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
 use crate::client::{ClientHandle, ClientState};
-use crate::db::{Key, Kind};
+use crate::db::{Key, Kind, Store};
 use crate::frame::Frame;
-use crate::server::Server;
 
 pub struct Waiter {
     pub client: Arc<ClientHandle>,
@@ -149,8 +152,9 @@ impl Blocking {
         self.queues.lock().get(&(db, key.clone())).and_then(|q| q.front().cloned())
     }
 
-    /// Serves waiters of keys that became ready, first come first served.
-    pub fn wake(&self, server: &Server, mut ready: Vec<(usize, Key)>) {
+    /// Serves waiters of keys that became ready in `store`, first come first served: `run`
+    /// re-runs a waiter's command (`command`, `argv`) for the waiter's proxy client.
+    pub fn wake(&self, store: &Store, mut ready: Vec<(usize, Key)>, mut run: impl FnMut(&mut ClientState, usize, &[Bytes]) -> Frame) {
         if self.by_client.lock().is_empty() {
             return;
         }
@@ -159,8 +163,8 @@ impl Blocking {
             while let Some(waiter) = self.front(db, &key) {
                 // A key that now holds another type (`LPUSH` then `SET` in one transaction)
                 // leaves its clients blocked, as in Redis.
-                let shard = server.store.shard_of(&key);
-                if server.store.lock_shard(db, shard).raw(&key).map(|e| e.value.kind()) != Some(waiter.wants) {
+                let shard = store.shard_of(&key);
+                if store.lock_shard(db, shard).raw(&key).map(|e| e.value.kind()) != Some(waiter.wants) {
                     break;
                 }
                 let Some(tx) = waiter.claim() else {
@@ -171,7 +175,7 @@ impl Blocking {
                 proxy.db = waiter.db;
                 proxy.resp = waiter.resp;
                 proxy.serving_wakeup = true;
-                let reply = crate::cmd::run_command(server, &mut proxy, waiter.command, &waiter.argv);
+                let reply = run(&mut proxy, waiter.command, &waiter.argv);
                 let served = !proxy.would_block;
                 if served || waiter.cancelled.load(Ordering::Acquire) {
                     self.unregister(&waiter);

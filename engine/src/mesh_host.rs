@@ -19,8 +19,8 @@ impl Delivery for Server {
 
     fn keys_changed(&self, keys: Vec<(usize, Key)>) {
         // Client-side caches first (the merge already happened), then blocked clients.
-        crate::tracking::invalidate_merged(self, &keys);
-        self.blocking.wake(self, keys);
+        self.tracking.invalidate_merged(&self.clients, &self.store, &keys);
+        crate::cmd::blocking::wake_ready(self, keys);
     }
 }
 

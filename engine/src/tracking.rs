@@ -302,6 +302,25 @@ impl Tracking {
         out.own
     }
 
+    /// The mesh's hook (`mesh::Delivery::keys_changed`): the `(db, key)`s a batch of merges from
+    /// a peer changed; clients that cached them are invalidated, as for a local write. A merged
+    /// `FLUSHDB`/`FLUSHALL` arrives as a change of the empty key name, so a change of that name
+    /// invalidates everything (more than needed when a real empty key changed, never less).
+    pub fn invalidate_merged(&self, clients: &ClientRegistry, store: &Store, changed: &[(usize, Key)]) {
+        if changed.is_empty() || !store.tracking.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut modified = Modified::default();
+        for (_, key) in changed {
+            if key.is_empty() {
+                modified.flushed = true;
+            } else {
+                modified.keys.push(key.clone());
+            }
+        }
+        self.merged(clients, store, modified);
+    }
+
     /// Invalidates keys changed by writes merged from peers (and expired or evicted keys, when
     /// no command runs to carry them: the expiry cycle calls this with an empty `modified`).
     pub fn merged(&self, clients: &ClientRegistry, store: &Store, modified: Modified) {
@@ -329,25 +348,6 @@ impl Tracking {
             invalidate_key(st, out, &key, None);
         }
     }
-}
-
-/// The mesh's hook (`mesh::Delivery::keys_changed`): the `(db, key)`s a batch of merges from
-/// a peer changed; clients that cached them are invalidated, as for a local write. A merged
-/// `FLUSHDB`/`FLUSHALL` arrives as a change of the empty key name, so a change of that name
-/// invalidates everything (more than needed when a real empty key changed, never less).
-pub fn invalidate_merged(server: &crate::server::Server, changed: &[(usize, Key)]) {
-    if changed.is_empty() || !server.store.tracking.load(Ordering::Relaxed) {
-        return;
-    }
-    let mut modified = Modified::default();
-    for (_, key) in changed {
-        if key.is_empty() {
-            modified.flushed = true;
-        } else {
-            modified.keys.push(key.clone());
-        }
-    }
-    server.tracking.merged(&server.clients, &server.store, modified);
 }
 
 /// Turns the keyspace's "note modified keys" flag on while anyone could be told.

@@ -74,7 +74,7 @@ fn an_hll_is_a_string_that_get_and_set_carry_between_nodes() {
     pfadd(&mut ca, "h", "x", 5000);
     let Reply::Bulk(bytes) = ca.cmd(&["GET", "h"]) else { panic!("GET of an HLL") };
     assert!(bytes.starts_with(b"HYLL"));
-    cb.send_raw(&encode(&[b"SET", b"copy", &bytes])).unwrap();
+    cb.send_raw(&encode(&[&b"SET"[..], b"copy", &bytes])).unwrap();
     assert_eq!(cb.read(), Some(Reply::Status("OK".into())));
     assert_eq!(pfcount(&mut cb, "copy"), pfcount(&mut ca, "h"));
     pfadd(&mut cb, "other", "y", 10);

@@ -24,6 +24,7 @@ use keymesh_operator::handoff::{self, HandoffAction};
 use keymesh_operator::mesh::{observe, plan, wire, GrpcMeshClient, Member, MeshClient, PlanInput, PodMember, ScalePlan};
 use keymesh_operator::names::ClusterNames;
 use keymesh_operator::observe::PodFacts;
+use keymesh_resp::{Conn, Reply};
 
 const PASSWORD: &str = "wiring-secret";
 const MAX_PODS: u32 = 5;
@@ -100,7 +101,7 @@ impl Pods {
             .spawn()
             .expect("spawn unshare");
         self.children[ordinal as usize] = Some(child);
-        wait_for(&format!("pod {ordinal} answering PING"), Duration::from_secs(15), || redis(ordinal, &["PING"]).is_some_and(|r| r.contains("PONG")));
+        wait_for(&format!("pod {ordinal} answering PING"), Duration::from_secs(15), || redis(ordinal, &["PING"]) == Some(Reply::Status("PONG".into())));
     }
 
     fn stop(&mut self, ordinal: u32) {
@@ -135,33 +136,23 @@ impl Drop for Pods {
     }
 }
 
-/// One command to pod `ordinal` over RESP (after AUTH); the reply's raw text, or None.
-fn redis(ordinal: u32, args: &[&str]) -> Option<String> {
-    let mut stream = TcpStream::connect_timeout(&format!("{}:6379", ip(ordinal)).parse().ok()?, Duration::from_secs(1)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    let encode = |args: &[&str]| {
-        let mut out = format!("*{}\r\n", args.len());
-        for a in args {
-            out.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-        }
-        out
-    };
-    stream.write_all(format!("{}{}", encode(&["AUTH", PASSWORD]), encode(args)).as_bytes()).ok()?;
-    let mut reply = String::new();
-    let mut buf = [0u8; 4096];
-    let deadline = Instant::now() + Duration::from_secs(2);
-    // "+OK\r\n" for AUTH, then one reply (the commands used here answer in one short read).
-    while Instant::now() < deadline {
-        let n = stream.read(&mut buf).ok()?;
-        if n == 0 {
-            break;
-        }
-        reply.push_str(&String::from_utf8_lossy(&buf[..n]));
-        if reply.len() > 5 && reply[5..].ends_with("\r\n") {
-            break;
-        }
+/// One command to pod `ordinal` over RESP (after AUTH); its reply, or None when the pod does
+/// not answer.
+fn redis(ordinal: u32, args: &[&str]) -> Option<Reply> {
+    let stream = TcpStream::connect_timeout(&format!("{}:6379", ip(ordinal)).parse().ok()?, Duration::from_secs(1)).ok()?;
+    let mut conn = Conn::new(stream, Duration::from_secs(2)).ok()?;
+    match conn.call(&["AUTH", PASSWORD]).ok()? {
+        Reply::Status(ok) if ok == "OK" => conn.call(args).ok(),
+        _ => None,
     }
-    reply.strip_prefix("+OK\r\n").map(str::to_string)
+}
+
+fn ok() -> Option<Reply> {
+    Some(Reply::Status("OK".into()))
+}
+
+fn bulk(value: &str) -> Option<Reply> {
+    Some(Reply::Bulk(value.into()))
 }
 
 /// The HTTP status code of `GET path` on pod `ordinal`'s metrics port (9121).
@@ -297,8 +288,8 @@ async fn the_operators_wiring_creates_scales_up_and_scales_down_a_real_mesh() {
     for (i, list) in peer_lists(&pods).await {
         assert_eq!(list, others(i, &[0, 1, 2]), "pod {i}'s peers after create");
     }
-    assert_eq!(redis(0, &["SET", "before-scale", "v1"]).as_deref(), Some("+OK\r\n"));
-    wait_for("the write on pod 2", Duration::from_secs(10), || redis(2, &["GET", "before-scale"]).as_deref() == Some("$2\r\nv1\r\n"));
+    assert_eq!(redis(0, &["SET", "before-scale", "v1"]), ok());
+    wait_for("the write on pod 2", Duration::from_secs(10), || redis(2, &["GET", "before-scale"]) == bulk("v1"));
 
     // Scale up: the StatefulSet grows at once; the new pods start with the joined members in
     // their config, sync, and only then join every list.
@@ -311,9 +302,9 @@ async fn the_operators_wiring_creates_scales_up_and_scales_down_a_real_mesh() {
     for (i, list) in peer_lists(&pods).await {
         assert_eq!(list, others(i, &[0, 1, 2, 3, 4]), "pod {i}'s peers after scaling up");
     }
-    assert_eq!(redis(4, &["GET", "before-scale"]).as_deref(), Some("$2\r\nv1\r\n"), "a new pod holds the data written before it joined");
-    assert_eq!(redis(3, &["SET", "from-new-pod", "v2"]).as_deref(), Some("+OK\r\n"));
-    wait_for("a new pod's write on pod 0", Duration::from_secs(10), || redis(0, &["GET", "from-new-pod"]).as_deref() == Some("$2\r\nv2\r\n"));
+    assert_eq!(redis(4, &["GET", "before-scale"]), bulk("v1"), "a new pod holds the data written before it joined");
+    assert_eq!(redis(3, &["SET", "from-new-pod", "v2"]), ok());
+    wait_for("a new pod's write on pod 0", Duration::from_secs(10), || redis(0, &["GET", "from-new-pod"]) == bulk("v2"));
 
     // Scale down: the leaving pods are handed off — out of the Service (gate closed), their
     // clients closed, writes refused — and leave every remaining list once the remaining
@@ -326,7 +317,7 @@ async fn the_operators_wiring_creates_scales_up_and_scales_down_a_real_mesh() {
     let first = mesh_step(&mut pods, 3, 5).await;
     assert_eq!(first.statefulset_replicas, 5, "the StatefulSet must not shrink before the peer lists: {first:?}");
     assert_eq!(pods.gates[3..5], [Some(false), Some(false)], "the leaving pods leave the Service first");
-    assert_eq!(redis(4, &["SET", "before-handoff", "x"]).as_deref(), Some("+OK\r\n"), "the engine still takes writes until its handoff");
+    assert_eq!(redis(4, &["SET", "before-handoff", "x"]), ok(), "the engine still takes writes until its handoff");
     // Out of the endpoints, the pods keep serving while the change propagates, then hand off.
     let deadline = Instant::now() + Duration::from_secs(20);
     while handoff_phase(&pods, 4).await != "done" {
@@ -336,9 +327,12 @@ async fn the_operators_wiring_creates_scales_up_and_scales_down_a_real_mesh() {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
     assert_eq!(idle_client.read(&mut buf).ok(), Some(0), "an idle client of a leaving pod is closed by its handoff");
-    let refused = redis(4, &["SET", "on-a-leaving-pod", "x"]).unwrap_or_default();
-    assert!(refused.starts_with("-READONLY"), "a handed-off pod refuses writes, so none is acknowledged that its peers never merge: {refused:?}");
-    assert_eq!(redis(4, &["GET", "from-new-pod"]).as_deref(), Some("$2\r\nv2\r\n"), "a leaving pod still serves reads");
+    let refused = redis(4, &["SET", "on-a-leaving-pod", "x"]);
+    assert!(
+        matches!(&refused, Some(Reply::Error(e)) if e.starts_with("READONLY")),
+        "a handed-off pod refuses writes, so none is acknowledged that its peers never merge: {refused:?}"
+    );
+    assert_eq!(redis(4, &["GET", "from-new-pod"]), bulk("v2"), "a leaving pod still serves reads");
     let readyz = http_status(4, "/readyz");
     assert_eq!(readyz.as_deref(), Some("503"), "a handed-off pod is not ready");
     let replicas = reconcile_until_settled(&mut pods, 3, 5).await;
@@ -348,10 +342,10 @@ async fn the_operators_wiring_creates_scales_up_and_scales_down_a_real_mesh() {
     }
     pods.stop(3);
     pods.stop(4);
-    assert_eq!(redis(1, &["SET", "after-scale-down", "v3"]).as_deref(), Some("+OK\r\n"));
+    assert_eq!(redis(1, &["SET", "after-scale-down", "v3"]), ok());
     wait_for("writes still replicate among the remaining pods", Duration::from_secs(10), || {
-        redis(2, &["GET", "after-scale-down"]).as_deref() == Some("$2\r\nv3\r\n")
-            && redis(0, &["GET", "from-new-pod"]).as_deref() == Some("$2\r\nv2\r\n")
-            && redis(1, &["GET", "before-handoff"]).as_deref() == Some("$1\r\nx\r\n")
+        redis(2, &["GET", "after-scale-down"]) == bulk("v3")
+            && redis(0, &["GET", "from-new-pod"]) == bulk("v2")
+            && redis(1, &["GET", "before-handoff"]) == bulk("x")
     });
 }

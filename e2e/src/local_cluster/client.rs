@@ -9,7 +9,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use super::LocalCluster;
-use crate::resp::{Connection, Reply};
+use crate::resp::{Conn, Reply};
 
 pub const CLIENT_PORT: u16 = 6379;
 pub const METRICS_PORT: u16 = 9121;
@@ -91,12 +91,12 @@ impl LocalCluster {
 
     /// A RESP connection to pod `namespace/pod`'s client port, opened from inside the pod's own
     /// network namespace (a client next to it: no partition separates them) and authenticated.
-    pub fn connect(&self, namespace: &str, pod: &str, password: &str, timeout: Duration) -> Result<Connection, String> {
+    pub fn connect(&self, namespace: &str, pod: &str, password: &str, timeout: Duration) -> Result<Conn, String> {
         let ip = self.pod_ip(namespace, pod)?;
         let stream = self.agent.connect(namespace, pod, SocketAddr::from((ip, CLIENT_PORT)), timeout).map_err(|e| e.to_string())?;
-        let mut conn = Connection::new(stream, timeout).map_err(|e| format!("connection to {pod}: {e}"))?;
+        let mut conn = Conn::new(stream, timeout).map_err(|e| format!("connection to {pod}: {e}"))?;
         match conn.call(&["AUTH", password]) {
-            Ok(Reply::Simple(ok)) if ok == "OK" => Ok(conn),
+            Ok(Reply::Status(ok)) if ok == "OK" => Ok(conn),
             other => Err(format!("AUTH on {pod}: {other:?}")),
         }
     }

@@ -27,7 +27,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::{LocalCluster, LocalClusterError};
-use crate::resp::{Connection, Reply};
+use crate::resp::{Conn, Reply};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 const TARGET_REFRESH: Duration = Duration::from_secs(1);
@@ -214,7 +214,7 @@ struct Writer {
     options: LoadOptions,
     shared: Arc<Mutex<Progress>>,
     ledger: Ledger,
-    connections: HashMap<String, Connection>,
+    connections: HashMap<String, Conn>,
     targets: Vec<String>,
 }
 
@@ -313,7 +313,7 @@ impl Writer {
         }
         let Some(conn) = self.connections.get_mut(pod) else { return (Outcome::NotSent, None) };
         match conn.call(&["SET", key, &seq.to_string()]) {
-            Ok(Reply::Simple(ok)) if ok == "OK" => (Outcome::Acked, None),
+            Ok(Reply::Status(ok)) if ok == "OK" => (Outcome::Acked, None),
             // An error reply means the command did not run (as in Redis): the write must not
             // show up anywhere, which the ledger checks by not counting it.
             Ok(Reply::Error(e)) => (Outcome::Refused, Some(e)),

@@ -17,9 +17,11 @@ use super::zset::{min_max, zmpop_reply, zpop};
 use super::{CommandSpec, Exec, Keys, TABLE};
 use crate::blocking::Waiter;
 use crate::client::BlockRequest;
+use crate::db::Key;
 use crate::db::Kind;
 use crate::error::{CmdError, Reply};
 use crate::frame::Frame;
+use crate::server::Server;
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, $keys:expr, $run:expr, $summary:literal) => {
@@ -192,4 +194,10 @@ fn bzmpop(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         }
     }
     or_block(exec, argv, argv[args.keys].to_vec(), wait, found)
+}
+
+/// Serves clients blocked on keys that became ready (after a command, a transaction or a merge
+/// from a peer), re-running each waiter's command through the command layer.
+pub fn wake_ready(server: &Server, ready: Vec<(usize, Key)>) {
+    server.blocking.wake(&server.store, ready, |client, command, argv| super::run_command(server, client, command, argv));
 }

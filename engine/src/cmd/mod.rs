@@ -141,7 +141,9 @@ impl CommandStats {
 pub struct CommandTable {
     pub specs: Vec<&'static CommandSpec>,
     pub stats: Vec<CommandStats>,
-    by_name: HashMap<&'static str, usize>,
+    /// Lower-case name → index. foldhash, not SipHash: the lookup runs for every command, and
+    /// the names are ours, not an attacker's choice of keys.
+    by_name: HashMap<&'static [u8], usize, foldhash::fast::FixedState>,
 }
 
 pub static TABLE: LazyLock<CommandTable> = LazyLock::new(|| {
@@ -166,7 +168,7 @@ pub static TABLE: LazyLock<CommandTable> = LazyLock::new(|| {
         scripting::COMMANDS,
     ];
     let specs: Vec<&'static CommandSpec> = families.iter().flat_map(|f| f.iter()).collect();
-    let by_name = specs.iter().enumerate().map(|(i, s)| (s.name, i)).collect();
+    let by_name = specs.iter().enumerate().map(|(i, s)| (s.name.as_bytes(), i)).collect();
     let stats = specs.iter().map(|_| CommandStats::default()).collect();
     CommandTable { specs, stats, by_name }
 });
@@ -181,8 +183,7 @@ impl CommandTable {
         let lower = &mut buf[..name.len()];
         lower.copy_from_slice(name);
         lower.make_ascii_lowercase();
-        let lower = std::str::from_utf8(lower).ok()?;
-        self.by_name.get(lower).copied()
+        self.by_name.get(&*lower).copied()
     }
 }
 
@@ -241,6 +242,12 @@ pub fn lock_for<'a>(server: &'a Server, spec: &CommandSpec, argv: &[Bytes], db: 
             let wanted = f(argv, db).into_iter().filter(|&(d, _)| d < store.databases()).map(|(d, p)| (d, store.shard_of(&argv[p]))).collect();
             store.lock_many(wanted)
         }
+        // The common case, one key at a fixed position (GET, SET, INCR, LPUSH, HSET, ...): no
+        // list of positions to build, sort and deduplicate.
+        Keys::Range(first, last, _) if last == first as isize || (last == -1 && argv.len() == first + 1) => match argv.get(first) {
+            Some(key) => store.lock_one(db, store.shard_of(key)),
+            None => Locks::none(),
+        },
         _ => {
             let wanted = spec.key_positions(argv).into_iter().map(|i| (db, store.shard_of(&argv[i]))).collect();
             store.lock_many(wanted)
@@ -278,7 +285,7 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
         show_to_monitors(server, client.db, Source::Client(&client.handle.addr), spec, argv);
     }
     if !ready.is_empty() {
-        server.blocking.wake(server, ready);
+        blocking::wake_ready(server, ready);
     }
     tracking::with_pushes(Vec::new(), reply.unwrap_or_else(Frame::from), own_invalidations)
 }

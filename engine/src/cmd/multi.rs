@@ -138,7 +138,7 @@ fn exec_queue(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     exec.client.in_exec = false;
     unwatch_all(server, exec.client);
     if !ready.is_empty() {
-        server.blocking.wake(server, ready);
+        super::blocking::wake_ready(server, ready);
     }
     Ok(Frame::Array(replies))
 }

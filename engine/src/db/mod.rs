@@ -320,6 +320,13 @@ impl Store {
         Locks { guards }
     }
 
+    /// Locks one shard: `lock_many` of one, without its sorting.
+    pub fn lock_one(&self, db: usize, shard: usize) -> Locks<'_> {
+        let mut guards = Vec::with_capacity(1);
+        guards.push(((db, shard), self.lock_shard(db, shard)));
+        Locks { guards }
+    }
+
     /// Locks every shard of every database (for `EXEC` blocks that contain whole-keyspace
     /// commands).
     pub fn lock_all(&self) -> Locks<'_> {

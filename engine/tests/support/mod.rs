@@ -1,5 +1,5 @@
-//! Test support: start a real `keymesh-server` process on free loopback ports, and a tiny
-//! blocking RESP client that reads replies into a `Reply` tree.
+//! Test support: start a real `keymesh-server` process on free loopback ports, and talk to it
+//! with the tests' one RESP client (`keymesh_resp`, shared with the e2e and operator tests).
 
 #![allow(clippy::unwrap_used)]
 #![allow(dead_code)]
@@ -7,7 +7,7 @@
 pub mod data_node;
 pub mod pki;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -166,148 +166,9 @@ impl Drop for Server {
     }
 }
 
-/// A reply, as the test reads it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Reply {
-    Status(String),
-    Error(String),
-    Int(i64),
-    Bulk(Vec<u8>),
-    Nil,
-    Array(Vec<Reply>),
-    Map(Vec<(Reply, Reply)>),
-    Double(String),
-    Bool(bool),
-    Push(Vec<Reply>),
-}
-
-impl Reply {
-    pub fn text(&self) -> String {
-        match self {
-            Reply::Status(s) | Reply::Error(s) | Reply::Double(s) => s.clone(),
-            Reply::Bulk(b) => String::from_utf8_lossy(b).into_owned(),
-            Reply::Int(n) => n.to_string(),
-            other => format!("{other:?}"),
-        }
-    }
-
-    pub fn texts(&self) -> Vec<String> {
-        match self {
-            Reply::Array(items) | Reply::Push(items) => items.iter().map(Reply::text).collect(),
-            other => panic!("expected an array, got {other:?}"),
-        }
-    }
-
-    pub fn is_error(&self) -> bool {
-        matches!(self, Reply::Error(_))
-    }
-}
-
-/// A RESP connection over a plain socket, or over any stream (a TLS one in `tls.rs`).
-pub struct Conn<S: Read + Write = TcpStream> {
-    stream: BufReader<S>,
-}
-
-pub fn encode(args: &[&[u8]]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
-impl Conn {
-    pub fn connect(port: u16) -> Conn {
-        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        Conn::over(stream)
-    }
-
-    pub fn set_timeout(&mut self, d: Duration) {
-        self.stream.get_ref().set_read_timeout(Some(d)).unwrap();
-    }
-}
-
-impl<S: Read + Write> Conn<S> {
-    pub fn over(stream: S) -> Conn<S> {
-        Conn { stream: BufReader::new(stream) }
-    }
-
-    pub fn stream(&self) -> &S {
-        self.stream.get_ref()
-    }
-
-    pub fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        let stream = self.stream.get_mut();
-        stream.write_all(bytes)?;
-        stream.flush()
-    }
-
-    pub fn send(&mut self, args: &[&str]) {
-        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        self.send_raw(&encode(&args)).expect("write");
-    }
-
-    /// Sends a command and reads its reply.
-    pub fn cmd(&mut self, args: &[&str]) -> Reply {
-        self.send(args);
-        self.read().expect("a reply")
-    }
-
-    /// Reads one reply; `None` if the server closed the connection.
-    pub fn read(&mut self) -> Option<Reply> {
-        let mut line = String::new();
-        if self.stream.read_line(&mut line).ok()? == 0 {
-            return None;
-        }
-        let line = line.trim_end_matches("\r\n");
-        let (tag, rest) = line.split_at(1);
-        Some(match tag {
-            "+" => Reply::Status(rest.into()),
-            "-" => Reply::Error(rest.into()),
-            ":" => Reply::Int(rest.parse().ok()?),
-            "," => Reply::Double(rest.into()),
-            "#" => Reply::Bool(rest == "t"),
-            "_" => Reply::Nil,
-            "$" | "=" => {
-                let len: i64 = rest.parse().ok()?;
-                if len < 0 {
-                    return Some(Reply::Nil);
-                }
-                let mut buf = vec![0; len as usize + 2];
-                self.stream.read_exact(&mut buf).ok()?;
-                buf.truncate(len as usize);
-                if tag == "=" {
-                    buf.drain(..4);
-                }
-                Reply::Bulk(buf)
-            }
-            "*" | "~" | ">" => {
-                let len: i64 = rest.parse().ok()?;
-                if len < 0 {
-                    return Some(Reply::Nil);
-                }
-                let items = (0..len).map(|_| self.read()).collect::<Option<Vec<_>>>()?;
-                if tag == ">" {
-                    Reply::Push(items)
-                } else {
-                    Reply::Array(items)
-                }
-            }
-            "%" => {
-                let len: i64 = rest.parse().ok()?;
-                let mut pairs = Vec::new();
-                for _ in 0..len {
-                    pairs.push((self.read()?, self.read()?));
-                }
-                Reply::Map(pairs)
-            }
-            _ => panic!("unexpected reply line {line:?}"),
-        })
-    }
-}
+// Not every test binary uses all three.
+#[allow(unused_imports)]
+pub use keymesh_resp::{encode, Conn, Reply};
 
 /// Shorthand for asserting a bulk/status/int reply's text.
 #[macro_export]
