@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use keymesh_proto as pb;
+use crate::db::effect::{Effect, EffectKind};
 
 /// Redis's class bits (server.h `NOTIFY_*`), so `CONFIG GET` prints what Redis prints.
 pub mod class {
@@ -161,7 +161,7 @@ impl Notifier {
 
     /// Publishes what a write merged from a peer did here (`mesh::link::apply_all`): the
     /// event of the effect's kind, see `merged_events`.
-    pub fn merged_write(&self, op: &pb::Op) {
+    pub fn merged_write(&self, op: &Effect) {
         if self.flags.load(Ordering::Relaxed) & (class::KEYSPACE | class::KEYEVENT) == 0 {
             return;
         }
@@ -186,42 +186,22 @@ fn channel(prefix: &str, db: usize, suffix: &[u8]) -> Bytes {
 /// string register `set`, a counter contribution `incrby`, a HyperLogLog's registers
 /// `pfadd`, a tombstone `del`, an expiry register `expire` (or `persist` when it clears the
 /// TTL), hash fields `hset`/`hdel`, set members `sadd`/`srem`, sorted-set members
-/// `zadd`/`zrem`, a list's value `lset` (a list replicates whole). A full-sync key state fires
-/// its type's write event, or `del` for a tombstone. `FLUSHDB`/`FLUSHALL` fire nothing, as in
-/// Redis; published messages are delivered as messages, not events.
-pub fn merged_events(op: &pb::Op) -> Vec<Event> {
-    use pb::op::Effect;
-    let db = op.db as usize;
-    let event = |class, name| Event { class, name, db, key: Bytes::copy_from_slice(&op.key) };
-    let Some(effect) = &op.effect else {
-        return Vec::new();
-    };
+/// `zadd`/`zrem`, a list's value `lset` (a list replicates whole). `FLUSHDB`/`FLUSHALL`
+/// fire nothing, as in Redis; published messages are delivered as messages, not events.
+pub fn merged_events(op: &Effect) -> Vec<Event> {
+    let event = |class, name| Event { class, name, db: op.db, key: op.key.clone() };
     let mut events = Vec::new();
-    match effect {
-        Effect::StringSet(_) => events.push(event(class::STRING, "set")),
-        Effect::Counter(_) => events.push(event(class::STRING, "incrby")),
-        Effect::Hll(_) => events.push(event(class::STRING, "pfadd")),
-        Effect::Delete(_) => events.push(event(class::GENERIC, "del")),
-        Effect::Expire(e) => events.push(event(class::GENERIC, if e.deadline_ms == 0 { "persist" } else { "expire" })),
-        Effect::Hash(h) => added_removed(&mut events, h.fields.iter().map(|f| f.value.is_some()), || event(class::HASH, "hset"), || event(class::HASH, "hdel")),
-        Effect::Set(s) => added_removed(&mut events, s.members.iter().map(|m| m.value.is_some()), || event(class::SET, "sadd"), || event(class::SET, "srem")),
-        Effect::Zset(z) => {
-            added_removed(&mut events, z.members.iter().map(|m| m.score.is_some()), || event(class::ZSET, "zadd"), || event(class::ZSET, "zrem"))
-        }
-        Effect::List(l) => events.push(if l.items.is_empty() { event(class::GENERIC, "del") } else { event(class::LIST, "lset") }),
-        Effect::KeyState(state) => {
-            use pb::key_state::Value;
-            events.push(match (&state.value, state.tombstone) {
-                (_, true) | (None, _) => event(class::GENERIC, "del"),
-                (Some(Value::String(_)), _) => event(class::STRING, "set"),
-                (Some(Value::Counter(_)), _) => event(class::STRING, "incrby"),
-                (Some(Value::Hash(_)), _) => event(class::HASH, "hset"),
-                (Some(Value::Set(_)), _) => event(class::SET, "sadd"),
-                (Some(Value::Zset(_)), _) => event(class::ZSET, "zadd"),
-                (Some(Value::List(_)), _) => event(class::LIST, "lset"),
-            });
-        }
-        Effect::FlushDb(_) | Effect::Publish(_) => {}
+    match &op.kind {
+        EffectKind::StringSet { .. } => events.push(event(class::STRING, "set")),
+        EffectKind::Counter(_) => events.push(event(class::STRING, "incrby")),
+        EffectKind::Hll { .. } => events.push(event(class::STRING, "pfadd")),
+        EffectKind::Delete { .. } => events.push(event(class::GENERIC, "del")),
+        EffectKind::Expire { deadline_ms, .. } => events.push(event(class::GENERIC, if *deadline_ms == 0 { "persist" } else { "expire" })),
+        EffectKind::Hash(h) => added_removed(&mut events, h.iter().map(|f| f.value.is_some()), || event(class::HASH, "hset"), || event(class::HASH, "hdel")),
+        EffectKind::Set(s) => added_removed(&mut events, s.iter().map(|m| m.present), || event(class::SET, "sadd"), || event(class::SET, "srem")),
+        EffectKind::ZSet(z) => added_removed(&mut events, z.iter().map(|m| m.score.is_some()), || event(class::ZSET, "zadd"), || event(class::ZSET, "zrem")),
+        EffectKind::List { items, .. } => events.push(if items.is_empty() { event(class::GENERIC, "del") } else { event(class::LIST, "lset") }),
+        EffectKind::FlushDb { .. } | EffectKind::Publish { .. } => {}
     }
     events
 }

@@ -1,7 +1,8 @@
 //! The mesh stream's messages as a peer could send them: arbitrary bytes decoded as the
-//! protobuf messages of both directions, and every effect an origin's batch carries merged
-//! into a replicating keyspace. Decoding may fail; nothing may panic, and merging the same
-//! batch a second time changes nothing (the merge is idempotent).
+//! protobuf messages of both directions, and every effect an origin's batch carries decoded
+//! (`repl::wire`) and merged into a replicating keyspace, as a peer link does. Decoding may
+//! fail; nothing may panic, and merging the same batch a second time changes nothing (the
+//! merge is idempotent).
 //!
 //! Two typed effects of different types for one key at one version (which no correct peer
 //! sends) are checked like any other batch: the merge orders them by type (`repl::merge`,
@@ -10,6 +11,7 @@
 
 use std::sync::{Arc, OnceLock};
 
+use keymesh_engine::db::effect::Effect;
 use keymesh_engine::db::Store;
 use keymesh_engine::hlc::{Hlc, SystemClock};
 use keymesh_engine::repl::merge::{apply_op, ApplyOutcome};
@@ -32,10 +34,12 @@ fuzz_target!(|data: &[u8]| {
     let Some(pb::origin_message::Body::Batch(batch)) = message.body else { return };
     let store = store();
     store.wipe();
-    for op in &batch.ops {
+    // An op that is no effect (none, or a full-sync KeyState) is skipped, as a link skips it.
+    let effects: Vec<Effect> = batch.ops.into_iter().filter_map(|op| Effect::try_from(op).ok()).collect();
+    for op in &effects {
         apply_op(store, op);
     }
-    for op in &batch.ops {
+    for op in &effects {
         let again = apply_op(store, op);
         assert!(!matches!(again, ApplyOutcome::Applied), "applying {op:?} twice changed the keyspace twice");
     }

@@ -8,10 +8,22 @@
 //! before and after a concurrent `DEL`/`SET` it had not seen yet keeps its earlier increments
 //! too (its contribution's version is that of its latest increment).
 
-use keymesh_proto as pb;
-
+use super::lattice::Merge;
 use crate::hlc::{NodeId, Version};
-use crate::repl::effects::{from_pb, version};
+
+/// A PN-counter contribution as it replicates: the origin's running totals of increments and
+/// decrements on top of the base it counted from (the version of the last `SET` or `DEL` it
+/// saw, and that `SET`'s value, so a peer that has not seen the `SET` yet can still merge).
+/// Origin `BASE_ONLY` carries the base register alone (full sync).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CounterDelta {
+    pub origin: NodeId,
+    pub incr_total: i64,
+    pub decr_total: i64,
+    pub base: Version,
+    pub version: Version,
+    pub base_value: i64,
+}
 
 /// One origin's running totals within one epoch: the base version it counted from. A node
 /// that sees a DEL or SET starts a new epoch, so its fresh totals never mix (by maximum) with
@@ -78,47 +90,39 @@ impl Counter {
     }
 
     /// The effect of `origin`'s contribution in the current epoch (after a local increment).
-    pub fn delta_of(&self, origin: NodeId, v: Version) -> pb::CounterDelta {
+    pub fn delta_of(&self, origin: NodeId, v: Version) -> CounterDelta {
         let c = self.totals.iter().find(|c| c.origin == origin && c.epoch == self.base_version).copied();
         self.delta_of_slot(&c.unwrap_or(Contribution { origin, epoch: self.base_version, incr: 0, decr: 0, version: v }))
     }
 
     /// The effect that recreates the base register (full sync).
-    pub fn base_delta(&self) -> pb::CounterDelta {
-        pb::CounterDelta {
-            origin: BASE_ONLY,
-            incr_total: 0,
-            decr_total: 0,
-            base: version(self.base_version),
-            version: version(self.base_version),
-            base_value: self.base,
-        }
+    pub fn base_delta(&self) -> CounterDelta {
+        CounterDelta { origin: BASE_ONLY, incr_total: 0, decr_total: 0, base: self.base_version, version: self.base_version, base_value: self.base }
     }
 
     /// The effect that recreates one contribution (full sync).
-    pub fn delta_of_slot(&self, c: &Contribution) -> pb::CounterDelta {
+    pub fn delta_of_slot(&self, c: &Contribution) -> CounterDelta {
         // The epoch travels as the delta's base; its value is the base register's when the
         // epoch is the current one (older epochs' base values are dominated anyway).
         let base_value = if c.epoch == self.base_version { self.base } else { 0 };
-        pb::CounterDelta { origin: c.origin, incr_total: c.incr, decr_total: c.decr, base: version(c.epoch), version: version(c.version), base_value }
+        CounterDelta { origin: c.origin, incr_total: c.incr, decr_total: c.decr, base: c.epoch, version: c.version, base_value }
     }
 
-    /// Merges a peer's contribution (and the base it saw, LWW).
-    pub fn merge_delta(&mut self, d: &pb::CounterDelta) {
-        let base = from_pb(d.base.as_ref());
-        if base > self.base_version {
-            self.base = d.base_value;
-            self.base_version = base;
-        }
-        let v = from_pb(d.version.as_ref());
+    /// The state a delta describes: the base it saw and, unless it is `BASE_ONLY`, one
+    /// contribution in the epoch of that base.
+    pub fn of_delta(d: &CounterDelta) -> Counter {
+        let mut c = Counter::new(d.base_value, d.base);
         // Origin 0 carries only the base register (full sync), no contribution.
-        if d.origin != BASE_ONLY && v >= self.base_version {
-            let slot = self.slot(d.origin, base);
-            slot.incr = slot.incr.max(d.incr_total);
-            slot.decr = slot.decr.max(d.decr_total);
-            slot.version = slot.version.max(v);
+        if d.origin != BASE_ONLY {
+            c.totals.push(Contribution { origin: d.origin, epoch: d.base, incr: d.incr_total, decr: d.decr_total, version: d.version });
         }
-        self.prune();
+        c
+    }
+
+    /// Merges a peer's contribution (and the base it saw, LWW); returns whether the counter
+    /// changed.
+    pub fn merge_delta(&mut self, d: &CounterDelta) -> bool {
+        self.merge(&Counter::of_delta(d))
     }
 
     /// A `SET` of an integer at `v`: the new base; older contributions die.
@@ -154,9 +158,89 @@ impl Counter {
     }
 }
 
+/// The PN-counter: the base register is LWW by version (at one version the held base
+/// stays: a version names one write, so it is the same value); contributions merge per
+/// `(origin, epoch)` by taking the maximum of each total and of the version; contributions
+/// older than the base (after the merge) are dead.
+///
+/// Laws: commutative, associative and idempotent on counters whose origins' totals only grow
+/// with their versions, as a real origin's do (`add`): the per-slot maximum is then the
+/// newest contribution, and pruning by the newest base commutes with it. Checked by
+/// `tests::the_counter_is_a_lattice`. The answer is exact: `totals` is never reordered, so
+/// comparing before and after tells a change.
+impl Merge for Counter {
+    fn merge(&mut self, other: &Counter) -> bool {
+        let before = self.clone();
+        if other.base_version > self.base_version {
+            self.base = other.base;
+            self.base_version = other.base_version;
+        }
+        for c in &other.totals {
+            if c.version >= self.base_version {
+                let slot = self.slot(c.origin, c.epoch);
+                slot.incr = slot.incr.max(c.incr);
+                slot.decr = slot.decr.max(c.decr);
+                slot.version = slot.version.max(c.version);
+            }
+        }
+        self.prune();
+        *self != before
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+    use crate::db::lattice::check_laws;
+    use crate::db::lattice::strategies::{version, written};
+
+    /// A counter as a correct mesh makes them: the base value is the one its version wrote,
+    /// and each origin's totals grow with its versions.
+    fn counter() -> impl Strategy<Value = Counter> {
+        let contribution = (1u32..4, version(), version()).prop_map(|(origin, epoch, at)| {
+            let version = Version { hlc: at.hlc + 1, node: origin };
+            Contribution { origin, epoch, incr: version.hlc as i64 / 3, decr: version.hlc as i64 / 5, version }
+        });
+        (version(), prop::collection::vec(contribution, 0..5)).prop_map(|(base_version, totals)| {
+            let mut c = Counter::new(written(b"base", base_version) as i64 % 100, base_version);
+            // An epoch is a base the origin saw, never newer than the counter's.
+            for t in totals.into_iter().map(|t| Contribution { epoch: t.epoch.min(base_version), ..t }) {
+                c.merge(&Counter { base: c.base, base_version: Version::ZERO, totals: vec![t], last_origin: 0 });
+            }
+            c
+        })
+    }
+
+    fn same(a: &Counter, b: &Counter) -> bool {
+        let sorted = |c: &Counter| {
+            let mut t: Vec<_> = c.totals.iter().map(|t| (t.origin, t.epoch, t.incr, t.decr, t.version)).collect();
+            t.sort_unstable();
+            t
+        };
+        (a.base, a.base_version) == (b.base, b.base_version) && sorted(a) == sorted(b)
+    }
+
+    proptest! {
+        #[test]
+        fn the_counter_is_a_lattice(a in counter(), b in counter(), c in counter()) {
+            check_laws(&a, &b, &c, same);
+        }
+
+        /// Merging a delta is merging the state it describes.
+        #[test]
+        fn a_delta_merges_as_its_state(a in counter(), b in counter()) {
+            let mut by_deltas = a.clone();
+            by_deltas.merge_delta(&b.base_delta());
+            for t in &b.totals {
+                by_deltas.merge_delta(&b.delta_of_slot(t));
+            }
+            let mut whole = a.clone();
+            whole.merge(&b);
+            prop_assert!(same(&by_deltas, &whole), "{by_deltas:?} != {whole:?}");
+        }
+    }
 
     #[test]
     fn concurrent_increments_all_count() {

@@ -16,15 +16,13 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 
-use keymesh_proto as pb;
-
+use super::effect::Effect;
 use super::entry::{Collection, Field, ListValue};
 use super::zset::SortedSet;
 use super::{Db, Entry, Expiry, Key, Kind, Locks, Modified, Shard, Store, Value};
 use crate::error::CmdError;
 use crate::hlc::Version;
 use crate::notify::{class, Event};
-use crate::repl::effects;
 
 pub struct Ctx<'a> {
     pub store: &'a Store,
@@ -34,7 +32,7 @@ pub struct Ctx<'a> {
     /// `(db, key)` of lists and sorted sets that gained elements: blocked clients wake on them.
     pub ready_keys: Vec<(usize, Key)>,
     /// The replicated effects of this command's writes (only while replicating).
-    pub effects: Vec<pb::Op>,
+    pub effects: Vec<Effect>,
     /// Keyspace events to publish once the locks are dropped (`crate::notify`).
     pub events: Vec<Event>,
     /// Where in `events` the `del` of a collection this command emptied is: the command's
@@ -79,7 +77,7 @@ impl<'a> Ctx<'a> {
         std::mem::take(&mut self.events)
     }
 
-    pub(super) fn emit(&mut self, op: impl FnOnce() -> pb::Op) {
+    pub(super) fn emit(&mut self, op: impl FnOnce() -> Effect) {
         if self.store.replicating() {
             self.effects.push(op());
         }
@@ -87,7 +85,7 @@ impl<'a> Ctx<'a> {
 
     /// Emits a published message for every node's subscribers.
     pub fn emit_publish(&mut self, channel: &[u8], message: &[u8]) {
-        self.emit(|| effects::publish(channel, message));
+        self.emit(|| Effect::publish(channel, message));
     }
 
     pub(super) fn parts(&mut self, db: usize, key: &[u8]) -> (&'a Db, &mut Shard) {
@@ -278,15 +276,15 @@ impl<'a> Ctx<'a> {
                 let names = all_names(&entry.value);
                 // A whole-value write replaces whatever the key held: an implicit delete.
                 if is_collection {
-                    self.effects.push(effects::delete(db, key, version));
+                    self.effects.push(Effect::delete(db, key, version));
                 }
                 let (_, shard) = self.parts(db, key);
                 if let Some(entry) = shard.raw(key) {
-                    let op = effects::value_effect(db, key, &entry.value, version, &names);
+                    let op = Effect::of_value(db, key, &entry.value, version, &names);
                     self.effects.push(op);
                 }
                 if dropped_ttl {
-                    self.effects.push(effects::expire(db, key, 0, version));
+                    self.effects.push(Effect::expire(db, key, 0, version));
                 }
                 // A kept TTL travels re-stamped: peers drop registers older than a whole write.
                 if keep_ttl {
@@ -322,7 +320,7 @@ impl<'a> Ctx<'a> {
             return;
         }
         entry.set_version(version);
-        let op = replicating.then(|| effects::value_effect(db, key, &entry.value, version, &names));
+        let op = replicating.then(|| Effect::of_value(db, key, &entry.value, version, &names));
         if changed.is_some() {
             if entry.value.is_empty_collection() {
                 // Redis deletes an emptied collection. Replication keeps its field tombstones (a
@@ -335,7 +333,7 @@ impl<'a> Ctx<'a> {
                         // Redis drops an emptied key's TTL: say so with a newer register, so a
                         // member added concurrently elsewhere does not revive the old one.
                         shard.orphan_expiry.insert(key.into(), Expiry { deadline_ms: 0, version });
-                        self.effects.push(effects::expire(db, key, 0, version));
+                        self.effects.push(Effect::expire(db, key, 0, version));
                     }
                 } else {
                     shard.remove(dbref, key);
@@ -368,7 +366,7 @@ impl<'a> Ctx<'a> {
             return;
         };
         shard.set_expiry(dbref, key, Some(Expiry { deadline_ms: deadline, version }));
-        self.effects.push(effects::expire(db, key, deadline, version));
+        self.effects.push(Effect::expire(db, key, deadline, version));
     }
 
     /// Increments the counter at `key` by `delta`, creating it or converting an integer
@@ -434,7 +432,7 @@ impl<'a> Ctx<'a> {
         shard.touch(key);
         self.modified.note(self.store, key);
         self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
-        self.emit(|| effects::expire(db, key, deadline_ms, version));
+        self.emit(|| Effect::expire(db, key, deadline_ms, version));
     }
 
     pub fn deadline(&mut self, key: &[u8]) -> Option<u64> {

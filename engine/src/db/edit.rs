@@ -19,15 +19,15 @@
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use keymesh_proto as pb;
 
 use super::ctx::Ctx;
+use super::effect::Effect;
 use super::entry::{Collection, Field, ListValue};
 use super::zset::SortedSet;
 use super::{Ghost, Kind, Tombstoned, Value, SHARDS_PER_DB};
 use crate::error::CmdError;
 use crate::hlc::Version;
-use crate::repl::{effects, merge};
+use crate::repl::merge;
 
 /// A value a command edits in place: a collection or a list.
 pub trait Editable: Tombstoned + Default {
@@ -139,7 +139,7 @@ impl<'a> Ctx<'a> {
         let Some(entry) = self.entry_mut_in(db, key) else {
             if replicating {
                 let version = self.stamp_unseen(db, key);
-                let op = effects::tombstones(db, key, T::KIND, names, version);
+                let op = Effect::tombstones(db, key, T::KIND, names, version);
                 self.apply_unseen(db, key, op);
             }
             return Ok(0);
@@ -171,7 +171,7 @@ impl<'a> Ctx<'a> {
         let Some(stored) = self.get_in(db, key).map(super::Entry::last_write) else {
             if store.replicating() {
                 let version = self.stamp_unseen(db, key);
-                self.apply_unseen(db, key, effects::delete(db, key, version));
+                self.apply_unseen(db, key, Effect::delete(db, key, version));
             }
             return false;
         };
@@ -184,7 +184,7 @@ impl<'a> Ctx<'a> {
             let version = store.stamp(Some(stored));
             let (_, shard) = self.parts(db, key);
             shard.tombstones.insert(key.into(), Ghost::deleted(version));
-            self.effects.push(effects::delete(db, key, version));
+            self.effects.push(Effect::delete(db, key, version));
         }
         true
     }
@@ -197,7 +197,7 @@ impl<'a> Ctx<'a> {
         let Some(entry) = self.get(key) else {
             if self.store.replicating() {
                 let version = self.stamp_unseen(db, key);
-                self.apply_unseen(db, key, effects::expire(db, key, 0, version));
+                self.apply_unseen(db, key, Effect::expire(db, key, 0, version));
             }
             return false;
         };
@@ -206,7 +206,7 @@ impl<'a> Ctx<'a> {
             self.set_deadline(key, 0);
         } else if self.store.replicating() {
             let version = self.store.stamp(Some(stored));
-            self.apply_unseen(db, key, effects::expire(db, key, 0, version));
+            self.apply_unseen(db, key, Effect::expire(db, key, 0, version));
         }
         had_ttl
     }
@@ -234,7 +234,7 @@ impl<'a> Ctx<'a> {
             for shard in 0..SHARDS_PER_DB {
                 self.with_shard(db, shard, |_, s| merge::flush_shard(store, db, s, version));
             }
-            self.effects.push(effects::flush_db(db, version));
+            self.effects.push(Effect::flush_db(db, version));
         }
         // Client-side caching drops every cached key on a flush, as Redis does.
         self.modified.flushed |= store.tracking.load(Ordering::Relaxed);
@@ -254,7 +254,7 @@ impl<'a> Ctx<'a> {
 
     /// Applies a write that changes no live value here through the merge a peer runs, and
     /// records it for the peers.
-    fn apply_unseen(&mut self, db: usize, key: &[u8], op: pb::Op) {
+    fn apply_unseen(&mut self, db: usize, key: &[u8], op: Effect) {
         let store = self.store;
         let flushed = *store.db(db).flushed.lock();
         let (_, shard) = self.parts(db, key);

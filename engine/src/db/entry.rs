@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
+use super::lattice::{merge_elements, ElementMap, Merge};
 use super::zset::SortedSet;
 use crate::hlc::Version;
 
@@ -31,6 +32,46 @@ pub struct Entry {
 pub struct Expiry {
     pub deadline_ms: u64,
     pub version: Version,
+}
+
+/// The expiry register is LWW: the newer version's deadline wins; at one version the held
+/// register stays (a version names one write, so it is the same deadline).
+///
+/// Laws: the maximum by version, so commutative, associative and idempotent on registers
+/// where a version names one deadline (`tests::the_expiry_register_is_a_lattice`). A key
+/// without a register is `None`, the bottom (`Merge for Option`).
+impl Merge for Expiry {
+    fn merge(&mut self, other: &Expiry) -> bool {
+        let changed = other.version > self.version;
+        if changed {
+            *self = *other;
+        }
+        changed
+    }
+}
+
+/// The LWW register of a whole value — a string's bytes, a list's items — and the version
+/// that wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Register<T> {
+    pub value: T,
+    pub version: Version,
+}
+
+/// The newer version's value wins; at one version the held value stays (a version names one
+/// write). The key layer (`repl::merge`) orders whole-key writes of different types at one
+/// version by type as well (docs/merge.md); within one type this is the rule.
+///
+/// Laws: the maximum by version, so commutative, associative and idempotent where a version
+/// names one value (`tests::the_register_is_a_lattice`).
+impl<T: Clone> Merge for Register<T> {
+    fn merge(&mut self, other: &Register<T>) -> bool {
+        let changed = other.version > self.version;
+        if changed {
+            *self = other.clone();
+        }
+        changed
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -169,6 +210,111 @@ impl<V> Collection<V> {
     }
 }
 
+impl<V: Stamped> Collection<V> {
+    /// A key-level delete at `v` (`ElementMap::clear_older`): `cleared` grows to `v`, older
+    /// elements and tombstones die.
+    pub fn clear_older(&mut self, v: Version) {
+        self.cleared = self.cleared.max(v);
+        self.live.retain(|_, x| x.version() >= v);
+        self.removed.retain(|_, removed| *removed >= v);
+    }
+}
+
+/// The version a collection's live element carries.
+pub trait Stamped {
+    fn version(&self) -> Version;
+}
+
+impl Stamped for Field {
+    fn version(&self) -> Version {
+        self.version
+    }
+}
+
+impl Stamped for Version {
+    fn version(&self) -> Version {
+        *self
+    }
+}
+
+/// A hash's fields: per-field LWW with tombstones (`ElementMap`). The content is the value.
+impl ElementMap for Collection<Field> {
+    type Content = Bytes;
+
+    fn cleared(&self) -> Version {
+        self.cleared
+    }
+
+    fn held(&self, name: &[u8]) -> Option<Version> {
+        self.get(name).map(|f| f.version).or_else(|| self.removed.get(name).copied())
+    }
+
+    fn put(&mut self, name: Bytes, content: Option<Bytes>, version: Version) {
+        match content {
+            Some(value) => self.merge_insert(name, Field { value, version }),
+            None => self.merge_remove(name, version),
+        }
+    }
+
+    fn states(&self) -> Vec<(Bytes, Option<Bytes>, Version)> {
+        let live = self.live.iter().map(|(n, f)| (n.clone(), Some(f.value.clone()), f.version));
+        live.chain(self.removed.iter().map(|(n, v)| (n.clone(), None, *v))).collect()
+    }
+
+    fn clear_older(&mut self, v: Version) {
+        Collection::clear_older(self, v);
+    }
+}
+
+/// A set's members: an LWW element set (add and remove versions per member, `ElementMap`).
+impl ElementMap for Collection<Version> {
+    type Content = ();
+
+    fn cleared(&self) -> Version {
+        self.cleared
+    }
+
+    fn held(&self, name: &[u8]) -> Option<Version> {
+        self.get(name).copied().or_else(|| self.removed.get(name).copied())
+    }
+
+    fn put(&mut self, name: Bytes, content: Option<()>, version: Version) {
+        match content {
+            Some(()) => self.merge_insert(name, version),
+            None => self.merge_remove(name, version),
+        }
+    }
+
+    fn states(&self) -> Vec<(Bytes, Option<()>, Version)> {
+        let live = self.live.iter().map(|(n, v)| (n.clone(), Some(()), *v));
+        live.chain(self.removed.iter().map(|(n, v)| (n.clone(), None, *v))).collect()
+    }
+
+    fn clear_older(&mut self, v: Version) {
+        Collection::clear_older(self, v);
+    }
+}
+
+/// A hash's fields or a set's members: per-element LWW with tombstones under the key
+/// tombstone `cleared` (`ElementMap::merge_element`; the newer `cleared` kills older
+/// elements).
+///
+/// Laws: commutative, associative and idempotent where a version names one write (one
+/// element state per name and version); checked by `tests::a_hash_is_a_lattice` and
+/// `tests::a_set_is_a_lattice`.
+impl Merge for Collection<Field> {
+    fn merge(&mut self, other: &Self) -> bool {
+        merge_elements(self, other)
+    }
+}
+
+/// See `Merge for Collection<Field>`: the same rule, for set members.
+impl Merge for Collection<Version> {
+    fn merge(&mut self, other: &Self) -> bool {
+        merge_elements(self, other)
+    }
+}
+
 /// A hash field: its value and the version that wrote it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Field {
@@ -299,5 +445,72 @@ impl Entry {
 
     pub fn is_expired(&self, now_ms: u64) -> bool {
         self.deadline().is_some_and(|d| d <= now_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::db::lattice::check_laws;
+    use crate::db::lattice::strategies::{name, version, written};
+
+    /// A collection as a correct mesh makes them: every element's state is the one its
+    /// version wrote (live or removed, and the value), under a key tombstone.
+    fn collection<M: ElementMap + Default + std::fmt::Debug>(content: impl Fn(u64) -> M::Content) -> impl Strategy<Value = M> {
+        (version(), prop::collection::vec((name(), version()), 0..6)).prop_map(move |(cleared, elements)| {
+            let mut m = M::default();
+            m.clear_older(cleared);
+            for (n, v) in elements {
+                let w = written(&n, v);
+                m.merge_element(&n, (!w.is_multiple_of(3)).then(|| content(w)), v, Version::ZERO);
+            }
+            m
+        })
+    }
+
+    fn same<M: ElementMap>(a: &M, b: &M) -> bool
+    where
+        M::Content: std::fmt::Debug,
+    {
+        let sorted = |m: &M| {
+            let mut s: Vec<_> = m.states().into_iter().map(|(n, c, v)| (n, format!("{c:?}"), v)).collect();
+            s.sort();
+            (m.cleared(), s)
+        };
+        sorted(a) == sorted(b)
+    }
+
+    proptest! {
+        #[test]
+        fn a_hash_is_a_lattice(
+            a in collection::<Collection<Field>>(|w| Bytes::from(w.to_string())),
+            b in collection::<Collection<Field>>(|w| Bytes::from(w.to_string())),
+            c in collection::<Collection<Field>>(|w| Bytes::from(w.to_string())),
+        ) {
+            check_laws(&a, &b, &c, same);
+        }
+
+        #[test]
+        fn a_set_is_a_lattice(
+            a in collection::<Collection<Version>>(|_| ()),
+            b in collection::<Collection<Version>>(|_| ()),
+            c in collection::<Collection<Version>>(|_| ()),
+        ) {
+            check_laws(&a, &b, &c, same);
+        }
+
+        #[test]
+        fn the_expiry_register_is_a_lattice(a in version(), b in version(), c in version()) {
+            let register = |v: Version| Expiry { deadline_ms: written(b"ttl", v), version: v };
+            check_laws(&register(a), &register(b), &register(c), |x, y| x == y);
+        }
+
+        #[test]
+        fn the_register_is_a_lattice(a in version(), b in version(), c in version()) {
+            let register = |v: Version| Register { value: written(b"value", v), version: v };
+            check_laws(&register(a), &register(b), &register(c), |x, y| x == y);
+        }
     }
 }

@@ -15,11 +15,56 @@
 use std::sync::atomic::Ordering;
 
 use super::ctx::Ctx;
+use super::effect::Effect;
+use super::lattice::Merge;
 use super::{Entry, Value};
 use crate::error::CmdError;
 use crate::hlc::{NodeId, Version};
 use crate::hll::{self, HllError};
-use crate::repl::effects;
+
+/// An HLL's registers as they merge: the value (Redis's HYLL bytes, sparse or dense) and
+/// the `hll-sparse-max-bytes` it is kept under.
+#[derive(Debug, Clone)]
+pub struct Hll {
+    pub bytes: Vec<u8>,
+    pub sparse_max: usize,
+}
+
+impl Hll {
+    /// Raises registers given as `index << 8 | value`, each to the maximum of what it holds
+    /// and the value; returns whether any grew. Entries no HLL holds (an index or a value out
+    /// of range, from a faulty peer) are skipped.
+    pub fn raise(&mut self, raised: &[u32]) -> bool {
+        let mut grew = false;
+        for &r in raised {
+            let (index, value) = ((r >> 8) as usize, (r & 0xff) as u8);
+            if index < hll::REGISTERS && value <= hll::MAX_REGISTER {
+                grew |= hll::set_register(&mut self.bytes, index, value, self.sparse_max).unwrap_or(false);
+            }
+        }
+        grew
+    }
+
+    /// Every register above zero, as `index << 8 | value`; none for bytes that are no HLL.
+    pub fn raised(&self) -> Vec<u32> {
+        let Ok(registers) = hll::registers(&self.bytes) else {
+            return Vec::new();
+        };
+        registers.iter().enumerate().filter(|(_, &r)| r > 0).map(|(i, &r)| (i as u32) << 8 | r as u32).collect()
+    }
+}
+
+/// HyperLogLog registers merge by maximum, register by register (within one incarnation:
+/// which incarnation a key holds is the key layer's, `repl::merge`). The encoding (sparse or
+/// dense) is each node's own and may differ; the registers are what replicas agree on.
+///
+/// Laws: the per-register maximum, so commutative, associative and idempotent on the
+/// registers (`tests::the_registers_are_a_lattice`), whatever the encoding limit.
+impl Merge for Hll {
+    fn merge(&mut self, other: &Hll) -> bool {
+        self.raise(&other.raised())
+    }
+}
 
 /// The node id of incarnations that `PFADD`/`PFMERGE` create: no node stamps with it, so
 /// such a version never equals a real write's (node ids are hashes of pod names; the one
@@ -133,9 +178,38 @@ impl Ctx<'_> {
             shard.touch(key);
             self.modified.note(store, key);
             store.stats.dirty.fetch_add(1, Ordering::Relaxed);
-            self.emit(|| effects::hll_registers(db, key, incarnation, &raised));
+            self.emit(|| Effect::hll_registers(db, key, incarnation, &raised));
         }
         result?;
         Ok(HllWrite { created, raised: raised.len() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::db::lattice::check_laws;
+
+    /// An HLL of a few registers among shared indexes; a value above 32 or a small
+    /// encoding limit makes it dense.
+    fn hll(sparse_max: usize) -> impl Strategy<Value = Hll> {
+        prop::collection::vec((0u32..12, 1u32..=51), 0..8).prop_map(move |registers| {
+            let mut h = Hll { bytes: hll::new_empty(), sparse_max };
+            h.raise(&registers.into_iter().map(|(i, v)| (i * 1361) << 8 | v).collect::<Vec<_>>());
+            h
+        })
+    }
+
+    fn same(a: &Hll, b: &Hll) -> bool {
+        hll::registers(&a.bytes).expect("an HLL") == hll::registers(&b.bytes).expect("an HLL")
+    }
+
+    proptest! {
+        #[test]
+        fn the_registers_are_a_lattice(a in hll(3000), b in hll(3000), c in hll(20)) {
+            check_laws(&a, &b, &c, same);
+        }
     }
 }

@@ -9,10 +9,12 @@
 pub mod counter;
 pub mod ctx;
 pub mod edit;
+pub mod effect;
 pub mod entry;
 pub mod evict;
 pub mod expire;
 pub mod hll;
+pub mod lattice;
 pub mod table;
 pub mod zset;
 

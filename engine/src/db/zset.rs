@@ -9,6 +9,7 @@ use std::ops::Bound;
 use bytes::Bytes;
 
 use super::entry::FieldMap;
+use super::lattice::{merge_elements, ElementMap, Merge};
 use crate::hlc::Version;
 
 /// A score with a total order (scores are never NaN: commands reject NaN results).
@@ -45,6 +46,55 @@ pub struct SortedSet {
     pub cleared: Version,
     /// Members changed since the last effect was emitted.
     touched: Vec<Bytes>,
+}
+
+/// A sorted set's members: per-member LWW of score and membership, with tombstones, under
+/// the key tombstone `cleared` (`ElementMap`). The content is the score.
+impl ElementMap for SortedSet {
+    type Content = f64;
+
+    fn cleared(&self) -> Version {
+        self.cleared
+    }
+
+    fn held(&self, name: &[u8]) -> Option<Version> {
+        self.members.get(name).map(|m| m.version).or_else(|| self.removed.get(name).copied())
+    }
+
+    fn put(&mut self, name: Bytes, content: Option<f64>, version: Version) {
+        match content {
+            Some(score) => self.merge_insert(name, score, version),
+            None => self.merge_remove(name, version),
+        }
+    }
+
+    fn states(&self) -> Vec<(Bytes, Option<f64>, Version)> {
+        let live = self.members.iter().map(|(n, m)| (n.clone(), Some(m.score), m.version));
+        live.chain(self.removed.iter().map(|(n, v)| (n.clone(), None, *v))).collect()
+    }
+
+    fn clear_older(&mut self, v: Version) {
+        let dead: Vec<Bytes> = self.members.iter().filter(|(_, m)| m.version < v).map(|(n, _)| n.clone()).collect();
+        for n in dead {
+            if let Some((key, old)) = self.members.remove_entry(&n[..]) {
+                self.order.remove(&(Score(old.score), key));
+            }
+        }
+        self.cleared = self.cleared.max(v);
+        self.removed.retain(|_, removed| *removed >= v);
+    }
+}
+
+/// Per-member LWW with tombstones (`ElementMap::merge_element`); the newer `cleared` kills
+/// older members.
+///
+/// Laws: commutative, associative and idempotent where a version names one write (one
+/// member state per name and version); checked by `tests::a_sorted_set_is_a_lattice`,
+/// which also checks that the score index stays in step with the members.
+impl Merge for SortedSet {
+    fn merge(&mut self, other: &SortedSet) -> bool {
+        merge_elements(self, other)
+    }
 }
 
 /// One end of a score range (`(1.5`, `-inf`, ...).
@@ -303,7 +353,47 @@ pub fn lex_below_max(member: &[u8], max: &LexBound) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+    use crate::db::lattice::check_laws;
+    use crate::db::lattice::strategies::{name, version, written};
+
+    /// A sorted set as a correct mesh makes them: every member's state is the one its version
+    /// wrote (a score, or removed), under a key tombstone.
+    fn sorted_set() -> impl Strategy<Value = SortedSet> {
+        (version(), prop::collection::vec((name(), version()), 0..6)).prop_map(|(cleared, members)| {
+            let mut z = SortedSet::default();
+            z.clear_older(cleared);
+            for (n, v) in members {
+                let w = written(&n, v);
+                z.merge_element(&n, (!w.is_multiple_of(3)).then_some((w % 5) as f64), v, Version::ZERO);
+            }
+            z
+        })
+    }
+
+    /// Equal states: members, tombstones and key tombstone; and the score index holds
+    /// exactly the members.
+    fn same(a: &SortedSet, b: &SortedSet) -> bool {
+        let state = |z: &SortedSet| {
+            let index: Vec<(u64, Bytes)> = z.order.iter().map(|(s, n)| (s.0.to_bits(), n.clone())).collect();
+            let mut members: Vec<(u64, Bytes)> = z.members.iter().map(|(n, m)| (m.score.to_bits(), n.clone())).collect();
+            members.sort_by(|x, y| (f64::from_bits(x.0), &x.1).partial_cmp(&(f64::from_bits(y.0), &y.1)).expect("no NaN"));
+            assert_eq!(index, members, "the score index is out of step with the members");
+            let mut states: Vec<_> = z.states().into_iter().map(|(n, s, v)| (n, s.map(f64::to_bits), v)).collect();
+            states.sort();
+            (z.cleared, states)
+        };
+        state(a) == state(b)
+    }
+
+    proptest! {
+        #[test]
+        fn a_sorted_set_is_a_lattice(a in sorted_set(), b in sorted_set(), c in sorted_set()) {
+            check_laws(&a, &b, &c, same);
+        }
+    }
 
     fn set(items: &[(&str, f64)]) -> SortedSet {
         let mut z = SortedSet::default();

@@ -4,9 +4,10 @@
 //! (pod IPs change; nothing is cached), opens a gRPC stream with a connect timeout, and sends
 //! `Hello` with the origin run it last completed a sync from and the next sequence it needs.
 //! The origin answers with a partial resync (the live stream from that sequence) or a full
-//! sync (snapshot batches, `SyncDone`, then the live stream). Every op is merged with
-//! `repl::merge::apply_op` (shard locks are taken briefly inside it, never across an await);
-//! every batch and heartbeat HLC goes through `hlc.receive`. Acks go back at most every
+//! sync (snapshot batches, `SyncDone`, then the live stream). Every op is decoded into an
+//! `Effect` (`repl::wire`, the stream's edge) and merged with `repl::merge::apply_op` (shard
+//! locks are taken briefly inside it, never across an await); every batch and heartbeat HLC
+//! goes through `hlc.receive`. Acks go back at most every
 //! `ACK_INTERVAL` while ops arrive, and at least every `ACK_KEEPALIVE` so the origin can tell
 //! a live subscriber from a dead one. On any error the link backs off (100 ms doubling to 2 s)
 //! and reconnects, forever, until the link is removed (its task is aborted).
@@ -31,6 +32,7 @@ use tracing::{debug, info, warn};
 
 use super::frontier::OriginFrontier;
 use super::{Delivery, Host, Identity, Mesh, PeerAddr, MAX_MESSAGE_BYTES};
+use crate::db::effect::Effect;
 use crate::db::Store;
 use crate::hlc::Timestamp;
 use crate::repl::merge::{apply_op, ApplyOutcome};
@@ -462,11 +464,11 @@ impl Session {
         let skewed = !self.mesh.store.hlc.receive(batch.hlc);
         let count = batch.ops.len() as u64;
         let (applied, superseded) = if batch.ops.len() <= INLINE_APPLY_OPS {
-            apply_all(&self.mesh.store, &*self.host, &batch.ops)
+            apply_all(&self.mesh.store, &*self.host, batch.ops)
         } else {
             let (store, host) = (self.mesh.store.clone(), self.host.clone());
             let ops = batch.ops;
-            tokio::task::spawn_blocking(move || apply_all(&store, &*host, &ops)).await.map_err(|_| LinkError::Stopped)?
+            tokio::task::spawn_blocking(move || apply_all(&store, &*host, ops)).await.map_err(|_| LinkError::Stopped)?
         };
         let mut s = self.status.lock();
         s.skewed_receives += skewed as u64;
@@ -512,18 +514,24 @@ impl Session {
 /// Merges ops into the keyspace; returns (applied, superseded). What the merges cause beyond
 /// the keyspace goes to `delivery`: published messages as they come, then the keys changed
 /// (clients blocked on them are served, as a local write would).
-fn apply_all(store: &Store, delivery: &dyn Delivery, ops: &[pb::Op]) -> (u64, u64) {
+/// Each op is decoded into an `Effect` first (`repl::wire`); one that is not an effect this
+/// node merges (none, or a kind it does not know) counts as superseded, as it always did.
+fn apply_all(store: &Store, delivery: &dyn Delivery, ops: Vec<pb::Op>) -> (u64, u64) {
     let (mut applied, mut superseded) = (0, 0);
     let collect_changed = delivery.wants_changed_keys();
     let mut changed: Vec<(usize, crate::db::Key)> = Vec::new();
     for op in ops {
-        match apply_op(store, op) {
+        let Ok(op) = Effect::try_from(op) else {
+            superseded += 1;
+            continue;
+        };
+        match apply_op(store, &op) {
             ApplyOutcome::Applied => {
                 applied += 1;
                 // Keyspace notifications for the merged write (`crate::notify`).
-                store.notify.merged_write(op);
+                store.notify.merged_write(&op);
                 if collect_changed {
-                    changed.push((op.db as usize, op.key.as_slice().into()));
+                    changed.push((op.db, op.key[..].into()));
                 }
             }
             ApplyOutcome::Superseded => superseded += 1,

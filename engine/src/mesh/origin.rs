@@ -12,6 +12,9 @@
 //! its own stream (and, if it falls out of the backlog, gets an error and full-syncs on
 //! reconnect) instead of growing memory. A subscriber that sends nothing (Acks are sent at
 //! least every second) for `repl-timeout` is dropped.
+//!
+//! The backlog and the snapshot scan hold `Effect`s; they become protobuf (`repl::wire`) here,
+//! as they go into a `Batch`.
 
 use std::net::SocketAddr;
 use std::pin::pin;
@@ -30,6 +33,7 @@ use tonic::{Request, Response, Status, Streaming};
 use tracing::{debug, info};
 
 use super::Mesh;
+use crate::db::effect::Effect;
 use crate::repl::log::Resume;
 
 /// Live batches carry at most this many ops.
@@ -240,7 +244,8 @@ async fn stream_to(
             return Err(Status::out_of_range(format!("sequence {seq} fell out of the backlog (repl-backlog-size); reconnect for a full sync")));
         };
         if let Some(&(last, _)) = ops.last() {
-            let batch = pb::Batch { first_seq: seq, ops: ops.into_iter().map(|(_, op)| op).collect(), hlc: mesh.store.hlc.now() };
+            // The wire form of the backlog's effects (`repl::wire`): the stream's edge.
+            let batch = pb::Batch { first_seq: seq, ops: ops.into_iter().map(|(_, op)| pb::Op::from(op)).collect(), hlc: mesh.store.hlc.now() };
             seq = last + 1;
             if tx.send(Ok(message(Body::Batch(batch)))).await.is_err() {
                 return Ok(());
@@ -271,13 +276,13 @@ async fn send_snapshot(mesh: &Arc<Mesh>, tx: mpsc::Sender<Result<pb::OriginMessa
     let scan = tokio::task::spawn_blocking(move || {
         let mut bytes = 0u64;
         let mut open = true;
-        let (keys, _ops) = crate::repl::snapshot::snapshot(&store, &mut |ops: Vec<pb::Op>| {
+        let (keys, _ops) = crate::repl::snapshot::snapshot(&store, &mut |ops: Vec<Effect>| {
             if !open {
                 return;
             }
             let mut ops = ops.into_iter().peekable();
             while ops.peek().is_some() {
-                let chunk: Vec<pb::Op> = ops.by_ref().take(SNAPSHOT_BATCH_OPS).collect();
+                let chunk: Vec<pb::Op> = ops.by_ref().take(SNAPSHOT_BATCH_OPS).map(pb::Op::from).collect();
                 let batch = pb::Batch { first_seq: 0, ops: chunk, hlc: store.hlc.now() };
                 bytes += batch.encoded_len() as u64;
                 // The subscriber went away: finish the scan cheaply without sending.

@@ -107,10 +107,14 @@ fn merge_file(server: &Server, path: &Path) -> Result<LoadOutcome, PersistError>
     let mut ops = 0u64;
     while let Some(batch) = reader.next_batch().map_err(refused)? {
         store.hlc.receive(batch.hlc);
-        for op in &batch.ops {
-            crate::repl::merge::apply_op(store, op);
-        }
         ops += batch.ops.len() as u64;
+        // The file's edge: each op decoded into an `Effect` (`repl::wire`); one that carries no
+        // effect this node merges is skipped, as the merge always skipped it.
+        for op in batch.ops {
+            if let Ok(op) = crate::db::effect::Effect::try_from(op) {
+                crate::repl::merge::apply_op(store, &op);
+            }
+        }
         server.persist.load_bytes.store(reader.offset, Ordering::Relaxed);
     }
     let keys: u64 = (0..store.databases()).map(|db| store.dbsize(db) as u64).sum();

@@ -124,7 +124,7 @@ fn write_file(server: &Server, temp: &Path, frontier: u64) -> std::io::Result<(u
     let (keys, ops) = crate::repl::snapshot::snapshot(store, &mut |ops| {
         if failed.is_none() {
             batches += 1;
-            let batch = pb::Batch { first_seq: 0, ops, hlc: store.hlc.now() };
+            let batch = pb::Batch { first_seq: 0, ops: ops.into_iter().map(pb::Op::from).collect(), hlc: store.hlc.now() };
             failed = out.write(&frame(pb::snapshot_frame::Body::Batch(batch))).err();
         }
     });

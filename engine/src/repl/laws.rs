@@ -4,6 +4,10 @@
 //! `local_writes` checks a node's own writes, no-ops included, against the same merge;
 //! `replays` holds the cases the `mesh_message` fuzz target found; `restore` checks nodes
 //! restored from a snapshot or an RDB file against the same laws.
+//!
+//! The effects here are in their wire form (`pb::Op`), as a peer sends them, and merge
+//! through `apply_op` below, which decodes each (`repl::wire`) first: the laws hold for what
+//! arrives on the wire, the decoder included.
 
 mod local_writes;
 mod replays;
@@ -15,10 +19,58 @@ use std::sync::Arc;
 use keymesh_proto as pb;
 use proptest::prelude::*;
 
-use super::effects::{self, version};
-use super::merge::apply_op;
+use super::merge::ApplyOutcome;
+use super::wire::version;
+use crate::db::effect::Effect;
 use crate::db::{Store, Value, SHARDS_PER_DB};
 use crate::hlc::{Hlc, SystemClock, Version};
+
+/// The effect builders (`db::effect`), giving the wire form a peer sends.
+mod effects {
+    use keymesh_proto as pb;
+
+    use crate::db::effect::Effect;
+    use crate::db::Value;
+    use crate::hlc::Version;
+    pub use crate::repl::wire::from_pb;
+
+    pub fn value_effect(db: usize, key: &[u8], value: &Value, v: Version, names: &[bytes::Bytes]) -> pb::Op {
+        Effect::of_value(db, key, value, v, names).into()
+    }
+
+    pub fn delete(db: usize, key: &[u8], v: Version) -> pb::Op {
+        Effect::delete(db, key, v).into()
+    }
+
+    pub fn expire(db: usize, key: &[u8], deadline_ms: u64, v: Version) -> pb::Op {
+        Effect::expire(db, key, deadline_ms, v).into()
+    }
+
+    pub fn flush_db(db: usize, v: Version) -> pb::Op {
+        Effect::flush_db(db, v).into()
+    }
+
+    pub fn hll_registers(db: usize, key: &[u8], v: Version, raised: &[u32]) -> pb::Op {
+        Effect::hll_registers(db, key, v, raised).into()
+    }
+
+    pub fn counter(db: usize, key: &[u8], delta: pb::CounterDelta) -> pb::Op {
+        pb::Op { db: db as u32, key: key.to_vec(), effect: Some(pb::op::Effect::Counter(delta)) }
+    }
+}
+
+/// Merges an op as a peer's link does: decoded first; one that is no effect is superseded.
+fn apply_op(store: &Store, op: &pb::Op) -> ApplyOutcome {
+    match Effect::try_from(op.clone()) {
+        Ok(effect) => super::merge::apply_op(store, &effect),
+        Err(_) => ApplyOutcome::Superseded,
+    }
+}
+
+/// The wire form of effects a node made (a snapshot, a local write).
+fn wire(effects: Vec<Effect>) -> Vec<pb::Op> {
+    effects.into_iter().map(pb::Op::from).collect()
+}
 
 fn store() -> Store {
     let s = Store::new(2, Hlc::new(Arc::new(SystemClock), 500), 9);
@@ -243,7 +295,7 @@ proptest! {
         apply_all(&bc, &b);
         apply_all(&bc, &c);
         let mut snap = Vec::new();
-        super::snapshot::snapshot(&bc, &mut |batch| snap.extend(batch));
+        super::snapshot::snapshot(&bc, &mut |batch| snap.extend(wire(batch)));
         apply_all(&left, &snap);
         let right = store();
         apply_all(&right, &c);

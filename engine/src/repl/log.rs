@@ -5,10 +5,10 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use keymesh_proto::Op;
 use parking_lot::Mutex;
-use prost::Message;
 use tokio::sync::Notify;
+
+use crate::db::effect::Effect;
 
 /// Where a subscriber can start.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,7 +22,7 @@ pub enum Resume {
 
 struct Entry {
     seq: u64,
-    op: Op,
+    op: Effect,
     size: usize,
 }
 
@@ -61,7 +61,7 @@ impl ReplLog {
     }
 
     /// Appends ops (in order); returns the last sequence assigned.
-    pub fn append(&self, ops: impl IntoIterator<Item = Op>) -> u64 {
+    pub fn append(&self, ops: impl IntoIterator<Item = Effect>) -> u64 {
         let capacity = self.capacity_bytes.load(Ordering::Relaxed) as usize;
         let mut inner = self.inner.lock();
         let mut last = 0;
@@ -69,7 +69,7 @@ impl ReplLog {
             let seq = self.next_seq.fetch_add(1, Ordering::AcqRel);
             // What the entry costs in memory: its slot plus the op's heap data, which its
             // encoding approximates (a small op's slot outweighs its encoding several times).
-            let size = std::mem::size_of::<Entry>() + op.encoded_len();
+            let size = std::mem::size_of::<Entry>() + super::wire::encoded_len(&op);
             inner.bytes += size;
             inner.entries.push_back(Entry { seq, op, size });
             last = seq;
@@ -96,7 +96,7 @@ impl ReplLog {
     }
 
     /// Up to `max` ops starting at `from`. `None` if `from` fell out of the backlog.
-    pub fn read(&self, from: u64, max: usize) -> Option<Vec<(u64, Op)>> {
+    pub fn read(&self, from: u64, max: usize) -> Option<Vec<(u64, Effect)>> {
         let inner = self.inner.lock();
         let first_held = inner.entries.front().map_or(self.next_seq(), |e| e.seq);
         if from < first_held {
@@ -115,8 +115,8 @@ impl ReplLog {
 mod tests {
     use super::*;
 
-    fn op(key: &str) -> Op {
-        Op { db: 0, key: key.as_bytes().to_vec(), effect: None }
+    fn op(key: &str) -> Effect {
+        Effect::delete(0, key.as_bytes(), crate::hlc::Version::ZERO)
     }
 
     #[test]

@@ -1,4 +1,14 @@
-//! Merging a peer's effect into the keyspace.
+//! Merging a peer's effect (`db::effect::Effect`) into the keyspace: the key-level layer.
+//!
+//! Each replicated state's own rule lives with its type under `db::lattice::Merge`, with its
+//! laws and property test there (docs/merge.md has the table): the field map of hashes and
+//! sets and the sorted set's members (`ElementMap::merge_element`), the PN-counter, the
+//! expiry register, the key tombstone and flush point (`Version`), the HyperLogLog
+//! registers. This module does what only a key knows — which type and incarnation it holds
+//! (ghosts, kind conflicts and ties), the floor a key tombstone or flush puts under every
+//! part, orphan expiry registers — and delegates the rest to those rules. The whole-key
+//! write's LWW register (`db::entry::Register`) is applied here, ordered by `(version, type
+//! rank)` (`beats`), since its value and version live apart in the `Entry`.
 //!
 //! Every key is a lattice: a key tombstone (`cleared`: everything older is dead), plus the
 //! register or per-field/per-member registers of its type, each ordered by `Version`. Merging
@@ -39,11 +49,12 @@
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use keymesh_proto as pb;
 
-use super::effects::from_pb;
-use crate::db::counter::{Counter, BASE_ONLY};
+use crate::db::counter::{Counter, CounterDelta, BASE_ONLY};
+use crate::db::effect::{Effect, EffectKind, FieldState, MemberState, ZSetMemberState};
 use crate::db::entry::{Collection, Field, ListValue};
+use crate::db::hll::Hll;
+use crate::db::lattice::{ElementMap, Merge};
 use crate::db::zset::SortedSet;
 use crate::db::{Entry, Expiry, Ghost, Kind, Shard, Store, Value, SHARDS_PER_DB};
 use crate::hlc::Version;
@@ -123,18 +134,15 @@ pub enum ApplyOutcome {
 }
 
 /// Merges one effect from a peer.
-pub fn apply_op(store: &Store, op: &pb::Op) -> ApplyOutcome {
-    use pb::op::Effect;
-    let Some(effect) = &op.effect else { return ApplyOutcome::Superseded };
-    let db = op.db as usize;
+pub fn apply_op(store: &Store, op: &Effect) -> ApplyOutcome {
+    let db = op.db;
     if db >= store.databases() {
         return ApplyOutcome::Superseded;
     }
-    if let Effect::Publish(p) = effect {
-        return ApplyOutcome::Publish { channel: Bytes::from(p.channel.clone()), message: Bytes::from(p.message.clone()) };
-    }
-    if let Effect::FlushDb(f) = effect {
-        return flush_db(store, db, from_pb(f.version.as_ref()));
+    match &op.kind {
+        EffectKind::Publish { channel, message } => return ApplyOutcome::Publish { channel: channel.clone(), message: message.clone() },
+        EffectKind::FlushDb { version } => return flush_db(store, db, *version),
+        _ => {}
     }
     let flushed = *store.db(db).flushed.lock();
     let mut shard = store.lock_shard(db, store.shard_of(&op.key));
@@ -148,27 +156,25 @@ pub fn apply_op(store: &Store, op: &pb::Op) -> ApplyOutcome {
 /// Merges one key's effect into its shard, which the caller holds locked; `flushed` is the
 /// database's flush version. Returns whether the keyspace changed (watchers are touched).
 /// Also how a node applies its own write that has no local state to edit (`db::edit`).
-pub fn merge_locked(store: &Store, db: usize, shard: &mut Shard, op: &pb::Op, flushed: Version) -> bool {
-    use pb::op::Effect;
-    let Some(effect) = &op.effect else { return false };
+pub fn merge_locked(store: &Store, db: usize, shard: &mut Shard, op: &Effect, flushed: Version) -> bool {
     let key = &op.key[..];
-    let changed = match effect {
-        Effect::StringSet(s) => whole_write(store, db, shard, key, Value::string(&s.value), from_pb(s.version.as_ref()), flushed),
+    let changed = match &op.kind {
+        EffectKind::StringSet { value, version } => whole_write(store, db, shard, key, Value::string(value), *version, flushed),
         // Popping a list's last item deletes the key, as in Redis: an empty list at `v` is a
         // delete at `v` (both dominate everything older), never an empty key.
-        Effect::List(l) if l.items.is_empty() => delete(store, db, shard, key, from_pb(l.version.as_ref()), flushed),
-        Effect::List(l) => {
-            let list = ListValue::new(l.items.iter().map(|i| Bytes::copy_from_slice(i)).collect());
-            whole_write(store, db, shard, key, Value::List(Box::new(list)), from_pb(l.version.as_ref()), flushed)
+        EffectKind::List { items, version } if items.is_empty() => delete(store, db, shard, key, *version, flushed),
+        EffectKind::List { items, version } => {
+            let list = ListValue::new(items.iter().cloned().collect());
+            whole_write(store, db, shard, key, Value::List(Box::new(list)), *version, flushed)
         }
-        Effect::Delete(d) => delete(store, db, shard, key, from_pb(d.version.as_ref()), flushed),
-        Effect::Expire(e) => expire(store, db, shard, key, e.deadline_ms, from_pb(e.version.as_ref()), flushed),
-        Effect::Hash(h) => merge_fields(store, db, shard, key, flushed, FieldsOp::Hash(h)),
-        Effect::Set(s) => merge_fields(store, db, shard, key, flushed, FieldsOp::Set(s)),
-        Effect::Zset(z) => merge_fields(store, db, shard, key, flushed, FieldsOp::ZSet(z)),
-        Effect::Counter(c) => merge_counter(store, db, shard, key, c, flushed),
-        Effect::Hll(h) => merge_hll(store, db, shard, key, h, flushed),
-        Effect::KeyState(_) | Effect::Publish(_) | Effect::FlushDb(_) => false,
+        EffectKind::Delete { version } => delete(store, db, shard, key, *version, flushed),
+        EffectKind::Expire { deadline_ms, version } => expire(store, db, shard, key, *deadline_ms, *version, flushed),
+        EffectKind::Hash(fields) => merge_fields(store, db, shard, key, flushed, FieldsOp::Hash(fields)),
+        EffectKind::Set(members) => merge_fields(store, db, shard, key, flushed, FieldsOp::Set(members)),
+        EffectKind::ZSet(members) => merge_fields(store, db, shard, key, flushed, FieldsOp::ZSet(members)),
+        EffectKind::Counter(c) => merge_counter(store, db, shard, key, c, flushed),
+        EffectKind::Hll { version, registers } => merge_hll(store, db, shard, key, *version, registers, flushed),
+        EffectKind::Publish { .. } | EffectKind::FlushDb { .. } => false,
     };
     if changed {
         shard.touch(key);
@@ -211,25 +217,15 @@ fn bury(store: &Store, db: usize, shard: &mut Shard, key: &[u8]) {
 fn clear_older(entry: &mut Entry, v: Version) -> bool {
     match &mut entry.value {
         Value::Hash(h) => {
-            h.cleared = h.cleared.max(v);
-            h.live_mut().retain(|_, f| f.version >= v);
-            h.removed.retain(|_, rv| *rv >= v);
+            h.clear_older(v);
             h.is_empty()
         }
         Value::Set(s) => {
-            s.cleared = s.cleared.max(v);
-            s.live_mut().retain(|_, mv| *mv >= v);
-            s.removed.retain(|_, rv| *rv >= v);
+            s.clear_older(v);
             s.is_empty()
         }
         Value::ZSet(z) => {
-            let dead: Vec<Bytes> = z.members().filter(|(_, m)| m.version < v).map(|(n, _)| n.clone()).collect();
-            for n in dead {
-                z.merge_remove(n.clone(), v);
-                z.removed.remove(&n[..]);
-            }
-            z.cleared = z.cleared.max(v);
-            z.removed.retain(|_, rv| *rv >= v);
+            ElementMap::clear_older(&mut **z, v);
             z.is_empty()
         }
         Value::Counter(c) => c.clear_older(v),
@@ -269,11 +265,8 @@ fn whole_write(store: &Store, db: usize, shard: &mut Shard, key: &[u8], value: V
             let (Value::Str(stored), Value::Str(incoming)) = (&mut entry.value, &value) else {
                 return false;
             };
-            let Ok(registers) = hll::registers(incoming) else {
-                return false;
-            };
-            let raised: Vec<u32> = registers.iter().enumerate().filter(|(_, &r)| r > 0).map(|(i, &r)| (i as u32) << 8 | r as u32).collect();
-            raise_hll(stored, &raised, sparse_max)
+            let incoming = Hll { bytes: incoming.to_vec(), sparse_max };
+            with_hll(stored, sparse_max, |h| h.merge(&incoming))
         }
         Some(entry) if !beats(v, value.kind(), entry.newest(), entry.value.kind()) => {
             // The key holds newer data; the write still clears what is older than it (and an
@@ -311,36 +304,28 @@ fn is_hll(value: &Value) -> bool {
     matches!(value, Value::Str(s) if hll::check(s).is_ok())
 }
 
-/// Raises the stored HLL's registers (`index << 8 | value`); returns whether any grew.
-/// Malformed entries (an index or value no HLL holds) are ignored.
-fn raise_hll(stored: &mut Box<[u8]>, raised: &[u32], sparse_max: usize) -> bool {
-    let mut bytes = std::mem::take(stored).into_vec();
-    let mut grew = false;
-    for &r in raised {
-        let (index, value) = ((r >> 8) as usize, (r & 0xff) as u8);
-        if index < hll::REGISTERS && value <= hll::MAX_REGISTER {
-            grew |= hll::set_register(&mut bytes, index, value, sparse_max).unwrap_or(false);
-        }
-    }
-    *stored = bytes.into_boxed_slice();
+/// Runs `f` on the stored HLL bytes as an `Hll` (its registers' `Merge`).
+fn with_hll(stored: &mut Box<[u8]>, sparse_max: usize, f: impl FnOnce(&mut Hll) -> bool) -> bool {
+    let mut h = Hll { bytes: std::mem::take(stored).into_vec(), sparse_max };
+    let grew = f(&mut h);
+    *stored = h.bytes.into_boxed_slice();
     grew
 }
 
 /// HLL registers raised in the incarnation at `v`: merged by maximum into that incarnation
 /// if the key holds it; otherwise an HLL of these registers competes as a string write at
 /// `v` (it creates the key, or replaces an older incarnation, or loses to a newer write).
-fn merge_hll(store: &Store, db: usize, shard: &mut Shard, key: &[u8], h: &pb::HllRegisters, flushed: Version) -> bool {
-    let v = from_pb(h.version.as_ref());
+fn merge_hll(store: &Store, db: usize, shard: &mut Shard, key: &[u8], v: Version, registers: &[u32], flushed: Version) -> bool {
     let sparse_max = store.hll_sparse_max_bytes.load(Ordering::Relaxed);
     if let Some(entry) = shard.raw_mut(key).filter(|e| e.version() == v) {
         return match &mut entry.value {
-            Value::Str(stored) if hll::check(stored).is_ok() => raise_hll(stored, &h.registers, sparse_max),
+            Value::Str(stored) if hll::check(stored).is_ok() => with_hll(stored, sparse_max, |h| h.raise(registers)),
             _ => false,
         };
     }
-    let mut fresh: Box<[u8]> = hll::new_empty().into_boxed_slice();
-    raise_hll(&mut fresh, &h.registers, sparse_max);
-    whole_write(store, db, shard, key, Value::Str(fresh), v, flushed)
+    let mut fresh = Hll { bytes: hll::new_empty(), sparse_max };
+    fresh.raise(registers);
+    whole_write(store, db, shard, key, Value::Str(fresh.bytes.into_boxed_slice()), v, flushed)
 }
 
 fn delete(store: &Store, db: usize, shard: &mut Shard, key: &[u8], v: Version, flushed: Version) -> bool {
@@ -371,10 +356,15 @@ fn expire(store: &Store, db: usize, shard: &mut Shard, key: &[u8], deadline_ms: 
             // Not newer than the database's flush: dead with it, as for a key not created yet
             // (found by the mesh_message fuzz target: a counter whose base is at the flush
             // took a register at the flush's version, which the key-less path had dropped).
-            if v <= flushed || v < whole_version(entry) || entry.expiry.as_ref().is_some_and(|e| e.version >= v) {
+            if v <= flushed || v < whole_version(entry) {
                 return false;
             }
-            shard.set_expiry(store.db(db), key, Some(register));
+            // The register's own rule (`Merge for Expiry`; a key without one holds `None`).
+            let mut held = entry.expiry.as_deref().copied();
+            if !held.merge(&Some(register)) {
+                return false;
+            }
+            shard.set_expiry(store.db(db), key, held);
             true
         }
         None => {
@@ -392,17 +382,17 @@ fn expire(store: &Store, db: usize, shard: &mut Shard, key: &[u8], deadline_ms: 
 }
 
 enum FieldsOp<'a> {
-    Hash(&'a pb::HashFields),
-    Set(&'a pb::SetMembers),
-    ZSet(&'a pb::ZSetMembers),
+    Hash(&'a [FieldState]),
+    Set(&'a [MemberState]),
+    ZSet(&'a [ZSetMemberState]),
 }
 
 impl FieldsOp<'_> {
     fn newest(&self) -> Version {
         let versions: Vec<Version> = match self {
-            FieldsOp::Hash(h) => h.fields.iter().map(|f| from_pb(f.version.as_ref())).collect(),
-            FieldsOp::Set(s) => s.members.iter().map(|f| from_pb(f.version.as_ref())).collect(),
-            FieldsOp::ZSet(z) => z.members.iter().map(|f| from_pb(f.version.as_ref())).collect(),
+            FieldsOp::Hash(h) => h.iter().map(|f| f.version).collect(),
+            FieldsOp::Set(s) => s.iter().map(|f| f.version).collect(),
+            FieldsOp::ZSet(z) => z.iter().map(|f| f.version).collect(),
         };
         versions.into_iter().max().unwrap_or(Version::ZERO)
     }
@@ -506,50 +496,20 @@ fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u8], flushed
     };
     let mut changed = false;
     match (&op, &mut entry.value) {
+        // Each element by its type's rule (`ElementMap::merge_element`), in the effect's order.
         (FieldsOp::Hash(h), Value::Hash(map)) => {
-            for f in &h.fields {
-                let v = from_pb(f.version.as_ref());
-                let current = map.get(&f.name[..]).map(|x| x.version).or_else(|| map.removed.get(&f.name[..]).copied());
-                if v < map.cleared.max(floor) || current.is_some_and(|c| c >= v) {
-                    continue;
-                }
-                let name = Bytes::copy_from_slice(&f.name);
-                match &f.value {
-                    Some(value) => map.merge_insert(name, Field { value: Bytes::copy_from_slice(value), version: v }),
-                    None => map.merge_remove(name, v),
-                }
-                changed = true;
+            for f in h.iter() {
+                changed |= map.merge_element(&f.name, f.value.clone(), f.version, floor);
             }
         }
         (FieldsOp::Set(s), Value::Set(set)) => {
-            for m in &s.members {
-                let v = from_pb(m.version.as_ref());
-                let current = set.get(&m.name[..]).copied().or_else(|| set.removed.get(&m.name[..]).copied());
-                if v < set.cleared.max(floor) || current.is_some_and(|c| c >= v) {
-                    continue;
-                }
-                let name = Bytes::copy_from_slice(&m.name);
-                if m.value.is_some() {
-                    set.merge_insert(name, v);
-                } else {
-                    set.merge_remove(name, v);
-                }
-                changed = true;
+            for m in s.iter() {
+                changed |= set.merge_element(&m.name, m.present.then_some(()), m.version, floor);
             }
         }
         (FieldsOp::ZSet(z), Value::ZSet(zset)) => {
-            for m in &z.members {
-                let v = from_pb(m.version.as_ref());
-                let current = zset.member(&m.name).map(|x| x.version).or_else(|| zset.removed.get(&m.name[..]).copied());
-                if v < zset.cleared.max(floor) || current.is_some_and(|c| c >= v) {
-                    continue;
-                }
-                let name = Bytes::copy_from_slice(&m.name);
-                match m.score {
-                    Some(score) => zset.merge_insert(name, score, v),
-                    None => zset.merge_remove(name, v),
-                }
-                changed = true;
+            for m in z.iter() {
+                changed |= zset.merge_element(&m.name, m.score, m.version, floor);
             }
         }
         _ => {}
@@ -565,13 +525,13 @@ fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u8], flushed
     changed
 }
 
-fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[u8], d: &pb::CounterDelta, flushed: Version) -> bool {
+fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[u8], d: &CounterDelta, flushed: Version) -> bool {
     let dbref = store.db(db);
     // A base-only delta (full sync) writes the base register alone: its version is the
     // base's, whatever else it carries (found by the mesh_message fuzz target: a base-only
     // delta stamped later than its base created a counter a flush between it and its replay
     // removed, so replaying it created the key again).
-    let v = if d.origin == BASE_ONLY { from_pb(d.base.as_ref()) } else { from_pb(d.version.as_ref()) };
+    let v = if d.origin == BASE_ONLY { d.base } else { d.version };
     let floor = flushed.max(tombstone(shard, key));
     let ghost_newest = shard.tombstones.get(key).map_or(Version::ZERO, |g| g.newest());
     // A counter is a string, which loses every tie to another type: what a ghost of another
@@ -604,15 +564,15 @@ fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[u8], d: &pb
             let (entry_newest, entry_version) = (entry.newest(), entry.version());
             let changed = match &mut entry.value {
                 Value::Counter(c) => {
-                    let before = c.clone();
-                    c.merge_delta(d);
-                    if c.base_version > before.base_version {
+                    let base_before = c.base_version;
+                    let changed = c.merge_delta(d);
+                    if c.base_version > base_before {
                         // A newer base (a SET, or a restart after a delete) ends older registers.
                         let base = c.base_version;
                         drop_older_expiry(store, db, shard, key, base);
                         return true;
                     }
-                    *c != before
+                    changed
                 }
                 // An integer string: the counter continues from it (it is the base register);
                 // any other older value is replaced by a counter that starts after it.
@@ -653,11 +613,10 @@ fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[u8], d: &pb
 /// `FLUSHDB`/`FLUSHALL` from a peer: everything older than `v` in the database dies.
 fn flush_db(store: &Store, db: usize, v: Version) -> ApplyOutcome {
     {
-        let mut flushed = store.db(db).flushed.lock();
-        if *flushed >= v {
+        // The database's flush point is a key tombstone for every key (`Merge for Version`).
+        if !store.db(db).flushed.lock().merge(&v) {
             return ApplyOutcome::Superseded;
         }
-        *flushed = v;
     }
     for s in 0..SHARDS_PER_DB {
         flush_shard(store, db, &mut store.lock_shard(db, s), v);

@@ -5,19 +5,18 @@
 //! still converges.
 
 use bytes::Bytes;
-use keymesh_proto as pb;
 
-use super::effects;
+use crate::db::effect::{Effect, EffectKind, FieldState, MemberState, ZSetMemberState};
 use crate::db::{Entry, Store, Value, SHARDS_PER_DB};
 use crate::hlc::Version;
 
 /// Streams the snapshot to `sink`, one batch per non-empty shard. Returns (keys, ops).
-pub fn snapshot(store: &Store, sink: &mut dyn FnMut(Vec<pb::Op>)) -> (u64, u64) {
+pub fn snapshot(store: &Store, sink: &mut dyn FnMut(Vec<Effect>)) -> (u64, u64) {
     let (mut keys, mut ops) = (0u64, 0u64);
     for db in 0..store.databases() {
         let flushed = *store.db(db).flushed.lock();
         if flushed > Version::ZERO {
-            sink(vec![effects::flush_db(db, flushed)]);
+            sink(vec![Effect::flush_db(db, flushed)]);
             ops += 1;
         }
         for s in 0..SHARDS_PER_DB {
@@ -32,7 +31,7 @@ pub fn snapshot(store: &Store, sink: &mut dyn FnMut(Vec<pb::Op>)) -> (u64, u64) 
                     ghost_state(db, key, ghost, &mut batch);
                 }
                 for (key, e) in &shard.orphan_expiry {
-                    batch.push(effects::expire(db, key, e.deadline_ms, e.version));
+                    batch.push(Effect::expire(db, key, e.deadline_ms, e.version));
                 }
                 batch
             };
@@ -46,7 +45,7 @@ pub fn snapshot(store: &Store, sink: &mut dyn FnMut(Vec<pb::Op>)) -> (u64, u64) 
 }
 
 /// The effects that recreate `entry` exactly on a peer.
-pub fn key_state(db: usize, key: &[u8], entry: &Entry, out: &mut Vec<pb::Op>) {
+pub fn key_state(db: usize, key: &[u8], entry: &Entry, out: &mut Vec<Effect>) {
     let v = entry.version();
     let names = |value: &Value| -> Vec<Bytes> {
         match value {
@@ -63,38 +62,36 @@ pub fn key_state(db: usize, key: &[u8], entry: &Entry, out: &mut Vec<pb::Op>) {
         _ => Version::ZERO,
     };
     if cleared > Version::ZERO {
-        out.push(effects::delete(db, key, cleared));
+        out.push(Effect::delete(db, key, cleared));
     }
     match &entry.value {
         Value::Counter(c) => {
-            out.push(effects::counter(db, key, c.base_delta()));
+            out.push(Effect::counter(db, key, c.base_delta()));
             for t in &c.totals {
-                out.push(effects::counter(db, key, c.delta_of_slot(t)));
+                out.push(Effect::counter(db, key, c.delta_of_slot(t)));
             }
         }
-        value => out.push(effects::value_effect(db, key, value, v, &names(value))),
+        value => out.push(Effect::of_value(db, key, value, v, &names(value))),
     }
     if let Some(e) = &entry.expiry {
-        out.push(effects::expire(db, key, e.deadline_ms, e.version));
+        out.push(Effect::expire(db, key, e.deadline_ms, e.version));
     }
 }
 
 /// The effects that recreate a ghost (a deleted key, or an emptied collection's tombstones).
-fn ghost_state(db: usize, key: &[u8], ghost: &crate::db::Ghost, out: &mut Vec<pb::Op>) {
+fn ghost_state(db: usize, key: &[u8], ghost: &crate::db::Ghost, out: &mut Vec<Effect>) {
     if ghost.cleared > Version::ZERO {
-        out.push(effects::delete(db, key, ghost.cleared));
+        out.push(Effect::delete(db, key, ghost.cleared));
     }
     if !ghost.has_removed() {
         return;
     }
-    let dead = |n: &Bytes, v: &Version| pb::FieldState { name: n.to_vec(), value: None, version: effects::version(*v) };
-    let effect = match ghost.kind {
-        Some(crate::db::Kind::Hash) => pb::op::Effect::Hash(pb::HashFields { fields: ghost.removed().map(|(n, v)| dead(n, v)).collect() }),
-        Some(crate::db::Kind::Set) => pb::op::Effect::Set(pb::SetMembers { members: ghost.removed().map(|(n, v)| dead(n, v)).collect() }),
-        Some(crate::db::Kind::ZSet) => pb::op::Effect::Zset(pb::ZSetMembers {
-            members: ghost.removed().map(|(n, v)| pb::ZSetMember { name: n.to_vec(), score: None, version: effects::version(*v) }).collect(),
-        }),
+    let removed = ghost.removed().map(|(n, v)| (n.clone(), *v));
+    let kind = match ghost.kind {
+        Some(crate::db::Kind::Hash) => EffectKind::Hash(removed.map(|(name, version)| FieldState { name, value: None, version }).collect()),
+        Some(crate::db::Kind::Set) => EffectKind::Set(removed.map(|(name, version)| MemberState { name, present: false, version }).collect()),
+        Some(crate::db::Kind::ZSet) => EffectKind::ZSet(removed.map(|(name, version)| ZSetMemberState { name, score: None, version }).collect()),
         _ => return,
     };
-    out.push(pb::Op { db: db as u32, key: key.to_vec(), effect: Some(effect) });
+    out.push(Effect::new(db, key, kind));
 }

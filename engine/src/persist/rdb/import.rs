@@ -8,13 +8,14 @@
 //! an imported key wins, an older one loses. Keys whose expiry has passed are skipped, as
 //! Redis skips them when it loads a file; empty collections are skipped, as Redis does.
 
-use keymesh_proto as pb;
+use bytes::Bytes;
 
 use super::read::{parse, RdbValue, Record};
 use super::RdbError;
+use crate::db::effect::{Effect, EffectKind, FieldState, MemberState, ZSetMemberState};
 use crate::db::Store;
 use crate::hlc::Version;
-use crate::repl::{effects, merge};
+use crate::repl::merge;
 
 /// What an import merged.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -59,31 +60,31 @@ pub fn import(store: &Store, bytes: &[u8]) -> Result<RdbImport, RdbError> {
 }
 
 /// The effects of writing `record` at version `v`.
-pub fn ops(record: &Record, v: Version) -> Vec<pb::Op> {
+pub fn ops(record: &Record, v: Version) -> Vec<Effect> {
     let (db, key) = (record.db, &record.key);
-    let version = effects::version(v);
-    let op = |effect| pb::Op { db: db as u32, key: key.clone(), effect: Some(effect) };
-    let field = |name: &Vec<u8>, value: Vec<u8>| pb::FieldState { name: name.clone(), value: Some(value), version };
+    let version = v;
+    let op = |kind| Effect::new(db, key, kind);
+    let bytes = |b: &Vec<u8>| Bytes::copy_from_slice(b);
     let mut out = Vec::with_capacity(3);
     match &record.value {
-        RdbValue::Str(value) => out.push(op(pb::op::Effect::StringSet(pb::StringSet { value: value.clone(), version }))),
-        RdbValue::List(items) => out.push(op(pb::op::Effect::List(pb::ListValue { items: items.clone(), version }))),
+        RdbValue::Str(value) => out.push(op(EffectKind::StringSet { value: bytes(value), version })),
+        RdbValue::List(items) => out.push(op(EffectKind::List { items: items.iter().map(bytes).collect(), version })),
         RdbValue::Hash(fields) => {
-            out.push(effects::delete(db, key, v));
-            out.push(op(pb::op::Effect::Hash(pb::HashFields { fields: fields.iter().map(|(f, value)| field(f, value.clone())).collect() })));
+            out.push(Effect::delete(db, key, v));
+            out.push(op(EffectKind::Hash(fields.iter().map(|(f, value)| FieldState { name: bytes(f), value: Some(bytes(value)), version }).collect())));
         }
         RdbValue::Set(members) => {
-            out.push(effects::delete(db, key, v));
-            out.push(op(pb::op::Effect::Set(pb::SetMembers { members: members.iter().map(|m| field(m, Vec::new())).collect() })));
+            out.push(Effect::delete(db, key, v));
+            out.push(op(EffectKind::Set(members.iter().map(|m| MemberState { name: bytes(m), present: true, version }).collect())));
         }
         RdbValue::ZSet(members) => {
-            out.push(effects::delete(db, key, v));
-            let members = members.iter().map(|(name, score)| pb::ZSetMember { name: name.clone(), score: Some(*score), version }).collect();
-            out.push(op(pb::op::Effect::Zset(pb::ZSetMembers { members })));
+            out.push(Effect::delete(db, key, v));
+            let members = members.iter().map(|(name, score)| ZSetMemberState { name: bytes(name), score: Some(*score), version }).collect();
+            out.push(op(EffectKind::ZSet(members)));
         }
     }
     if let Some(at) = record.expire_ms {
-        out.push(effects::expire(db, key, at, v));
+        out.push(Effect::expire(db, key, at, v));
     }
     out
 }

@@ -11,13 +11,12 @@ use bytes::Bytes;
 use keymesh_proto as pb;
 use proptest::prelude::*;
 
-use super::{apply_all, effect, observe, v};
+use super::{apply_all, effect, effects, observe, v};
 use crate::db::ctx::Ctx;
 use crate::db::entry::{Collection, Field};
 use crate::db::zset::SortedSet;
 use crate::db::{Store, Value};
 use crate::hlc::{Hlc, Version, WallClock};
-use crate::repl::effects;
 
 /// A wall clock the test sets: local stamps interleave with the remote versions.
 struct Manual(AtomicU64);
@@ -145,7 +144,7 @@ fn run(store: &Store, op: &Local) -> Vec<pb::Op> {
         }
         Local::FlushDb => ctx.flush_db(0),
     }
-    std::mem::take(&mut ctx.effects)
+    super::wire(std::mem::take(&mut ctx.effects))
 }
 
 /// An effect from another origin: `effect`'s kind, key, origin, a, b, and an HLC seed.

@@ -7,11 +7,12 @@
 
 use keymesh_proto as pb;
 
+use super::{apply_op, effects};
 use super::{observe, store, v};
 use crate::db::{Store, SHARDS_PER_DB};
 use crate::hlc::Version;
-use crate::repl::effects::{self, version};
-use crate::repl::merge::{apply_op, ApplyOutcome};
+use crate::repl::merge::ApplyOutcome;
+use crate::repl::wire::version;
 
 /// Pending expiry registers (for keys not created yet) held, in all databases.
 fn orphan_expiries(store: &Store) -> usize {

@@ -12,7 +12,7 @@
 use keymesh_proto as pb;
 use proptest::prelude::*;
 
-use super::{apply_all, bump, observe, ops_strategy, store};
+use super::{apply_all, bump, observe, ops_strategy, store, wire};
 use crate::db::Store;
 use crate::persist::format::{FrameReader, FrameWriter};
 use crate::persist::rdb;
@@ -35,7 +35,7 @@ fn as_values(store: &Store) -> std::collections::BTreeMap<(usize, Vec<u8>), Stri
 /// The full sync a peer would send: every key's state, tombstones and all.
 fn full_sync(store: &Store) -> Vec<pb::Op> {
     let mut ops = Vec::new();
-    snapshot(store, &mut |batch| ops.extend(batch));
+    snapshot(store, &mut |batch| ops.extend(wire(batch)));
     ops
 }
 
@@ -46,7 +46,7 @@ fn save(store: &Store) -> Vec<u8> {
     let header = pb::SnapshotHeader { format_version: crate::persist::format::FORMAT_VERSION, hlc: store.hlc.now(), databases: 2, ..Default::default() };
     out.write(&frame(pb::snapshot_frame::Body::Header(header))).unwrap();
     let mut batches = Vec::new();
-    let (keys, ops) = snapshot(store, &mut |ops| batches.push(pb::Batch { first_seq: 0, ops, hlc: store.hlc.now() }));
+    let (keys, ops) = snapshot(store, &mut |ops| batches.push(pb::Batch { first_seq: 0, ops: wire(ops), hlc: store.hlc.now() }));
     let count = batches.len() as u64;
     for batch in batches {
         out.write(&frame(pb::snapshot_frame::Body::Batch(batch))).unwrap();

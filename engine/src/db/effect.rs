@@ -1,0 +1,173 @@
+//! `Effect`: the replicated form of a write, in the keyspace's own types. A local write
+//! records the effect of what it did (the resulting state of what it touched, with versions;
+//! never the command), `repl::merge::apply_op` merges one into a keyspace, and the mesh and
+//! the snapshot file carry it as protobuf (`repl::wire`, the only place that converts), so
+//! that nothing between the keyspace and the wire sees protobuf types.
+//!
+//! Effects carry resulting state and versions, so a peer merges them in any order, with
+//! duplicates (`repl::merge`). The variants mirror the protobuf `Op` one to one, so every
+//! effect has exactly one wire form and the format stays what it was.
+
+use bytes::Bytes;
+
+use super::counter::CounterDelta;
+use super::entry::{Collection, Field};
+use super::zset::SortedSet;
+use super::{Kind, Value};
+use crate::hlc::Version;
+
+/// One replicated write to one key (or, for `FlushDb` and `Publish`, to a database or to
+/// every node's subscribers).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Effect {
+    pub db: usize,
+    /// Empty for `FlushDb` and `Publish`.
+    pub key: Bytes,
+    pub kind: EffectKind,
+}
+
+/// What an effect writes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EffectKind {
+    /// A string's whole value (LWW register on the key).
+    StringSet { value: Bytes, version: Version },
+    /// One origin's PN-counter contribution, or the base register alone (`counter::BASE_ONLY`).
+    Counter(CounterDelta),
+    /// A key tombstone: everything older than `version` is dead.
+    Delete { version: Version },
+    /// The expiry register: an absolute deadline in Unix ms (0: no TTL) and its version.
+    Expire { deadline_ms: u64, version: Version },
+    /// Hash fields' states (a value, or a tombstone).
+    Hash(Vec<FieldState>),
+    /// Set members' states (present, or a tombstone).
+    Set(Vec<MemberState>),
+    /// Sorted-set members' states (a score, or a tombstone).
+    ZSet(Vec<ZSetMemberState>),
+    /// A list's whole value (LWW on the key); an empty list is a delete.
+    List { items: Vec<Bytes>, version: Version },
+    /// `FLUSHDB`/`FLUSHALL`: a database-wide tombstone.
+    FlushDb { version: Version },
+    /// A published message, delivered to every node's subscribers.
+    Publish { channel: Bytes, message: Bytes },
+    /// HyperLogLog registers raised (`index << 8 | value`) in the HLL of incarnation
+    /// `version` (`db::hll`).
+    Hll { version: Version, registers: Vec<u32> },
+}
+
+/// A hash field's state: `value` is `None` for a removed field (a tombstone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldState {
+    pub name: Bytes,
+    pub value: Option<Bytes>,
+    pub version: Version,
+}
+
+/// A set member's state: added (`present`) or removed (a tombstone).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberState {
+    pub name: Bytes,
+    pub present: bool,
+    pub version: Version,
+}
+
+/// A sorted-set member's state: `score` is `None` for a removed member (a tombstone).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ZSetMemberState {
+    pub name: Bytes,
+    pub score: Option<f64>,
+    pub version: Version,
+}
+
+impl Effect {
+    pub fn new(db: usize, key: &[u8], kind: EffectKind) -> Effect {
+        Effect { db, key: Bytes::copy_from_slice(key), kind }
+    }
+
+    pub fn delete(db: usize, key: &[u8], version: Version) -> Effect {
+        Effect::new(db, key, EffectKind::Delete { version })
+    }
+
+    pub fn expire(db: usize, key: &[u8], deadline_ms: u64, version: Version) -> Effect {
+        Effect::new(db, key, EffectKind::Expire { deadline_ms, version })
+    }
+
+    pub fn flush_db(db: usize, version: Version) -> Effect {
+        Effect { db, key: Bytes::new(), kind: EffectKind::FlushDb { version } }
+    }
+
+    pub fn counter(db: usize, key: &[u8], delta: CounterDelta) -> Effect {
+        Effect::new(db, key, EffectKind::Counter(delta))
+    }
+
+    pub fn publish(channel: &[u8], message: &[u8]) -> Effect {
+        let kind = EffectKind::Publish { channel: Bytes::copy_from_slice(channel), message: Bytes::copy_from_slice(message) };
+        Effect { db: 0, key: Bytes::new(), kind }
+    }
+
+    /// HyperLogLog registers raised (`index << 8 | value`) in the HLL of incarnation `v`.
+    pub fn hll_registers(db: usize, key: &[u8], version: Version, raised: &[u32]) -> Effect {
+        Effect::new(db, key, EffectKind::Hll { version, registers: raised.to_vec() })
+    }
+
+    /// Tombstones at `v` for named elements of a `kind` collection (a removal of elements this
+    /// node may not hold: see `db::edit`).
+    pub fn tombstones(db: usize, key: &[u8], kind: Kind, names: &[Bytes], version: Version) -> Effect {
+        // Private copies: the names may be slices of a connection's read buffer, which the
+        // backlog must not keep alive.
+        let names: Vec<Bytes> = names.iter().map(|n| Bytes::copy_from_slice(n)).collect();
+        let kind = match kind {
+            Kind::Hash => EffectKind::Hash(names.iter().map(|n| FieldState { name: n.clone(), value: None, version }).collect()),
+            Kind::Set => EffectKind::Set(names.iter().map(|n| MemberState { name: n.clone(), present: false, version }).collect()),
+            Kind::ZSet => EffectKind::ZSet(names.iter().map(|n| ZSetMemberState { name: n.clone(), score: None, version }).collect()),
+            // Strings and lists have no elements: removing "elements" of them is a delete.
+            Kind::String | Kind::List => EffectKind::Delete { version },
+        };
+        Effect::new(db, key, kind)
+    }
+
+    /// The effect of a whole-value write or an in-place edit that touched `names` (all names
+    /// for a whole write; lists and strings always replicate whole).
+    pub fn of_value(db: usize, key: &[u8], value: &Value, v: Version, names: &[Bytes]) -> Effect {
+        let kind = match value {
+            Value::Str(s) => EffectKind::StringSet { value: Bytes::copy_from_slice(s), version: v },
+            Value::Int(n) => EffectKind::StringSet { value: Bytes::from(n.to_string()), version: v },
+            Value::Counter(c) => EffectKind::Counter(c.delta_of(c.origin_of_last_change(), v)),
+            Value::Hash(h) => EffectKind::Hash(hash_fields(h, names)),
+            Value::Set(s) => EffectKind::Set(set_members(s, names)),
+            Value::ZSet(z) => EffectKind::ZSet(zset_members(z, names)),
+            Value::List(l) => EffectKind::List { items: l.iter().cloned().collect(), version: v },
+        };
+        Effect::new(db, key, kind)
+    }
+}
+
+/// The state of the named hash fields (a tombstone for each removed one).
+pub fn hash_fields(h: &Collection<Field>, names: &[Bytes]) -> Vec<FieldState> {
+    names
+        .iter()
+        .map(|n| match (h.get(n), h.removed.get(n)) {
+            (Some(f), _) => FieldState { name: n.clone(), value: Some(f.value.clone()), version: f.version },
+            (None, v) => FieldState { name: n.clone(), value: None, version: v.copied().unwrap_or(h.cleared) },
+        })
+        .collect()
+}
+
+pub fn set_members(s: &Collection<Version>, names: &[Bytes]) -> Vec<MemberState> {
+    names
+        .iter()
+        .map(|n| match (s.get(n), s.removed.get(n)) {
+            (Some(v), _) => MemberState { name: n.clone(), present: true, version: *v },
+            (None, v) => MemberState { name: n.clone(), present: false, version: v.copied().unwrap_or(s.cleared) },
+        })
+        .collect()
+}
+
+pub fn zset_members(z: &SortedSet, names: &[Bytes]) -> Vec<ZSetMemberState> {
+    names
+        .iter()
+        .map(|n| match (z.member(n), z.removed.get(n)) {
+            (Some(m), _) => ZSetMemberState { name: n.clone(), score: Some(m.score), version: m.version },
+            (None, v) => ZSetMemberState { name: n.clone(), score: None, version: v.copied().unwrap_or(z.cleared) },
+        })
+        .collect()
+}

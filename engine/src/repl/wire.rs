@@ -1,0 +1,298 @@
+//! The protobuf form of effects (`keymesh_proto::Op`): the one place that converts between
+//! `db::effect::Effect` and the wire. The mesh stream (`mesh::origin` encodes, `mesh::link`
+//! decodes) and the snapshot file (`persist`) call it at their edges; the keyspace, the merge
+//! and the backlog see only `Effect`.
+//!
+//! The mapping is one to one for every effect a node makes, so the bytes on the wire and in
+//! snapshot files are what they were before `Effect` existed, and peers of either version
+//! interoperate. Decoding keeps what the merge always did with a peer's message: a missing
+//! version reads as `Version::ZERO`, a set member's `value` counts by presence, a database
+//! number is checked against the keyspace by `apply_op`, register entries no HLL holds are
+//! skipped by the merge. What cannot be merged at all is a `WireError`: an op without an effect
+//! (or one of a kind this node does not know), and a full-sync `KeyState` (no version sends it:
+//! full syncs are ordinary effects); a receiver counts such an op as superseded, as before.
+
+use bytes::Bytes;
+use keymesh_proto as pb;
+use pb::op::Effect as PbEffect;
+use prost::encoding::{encoded_len_varint, key_len};
+
+use crate::db::counter::CounterDelta;
+use crate::db::effect::{Effect, EffectKind, FieldState, MemberState, ZSetMemberState};
+use crate::hlc::Version;
+
+/// Why an op from a peer or a file is not an effect this node merges.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("failed to decode op: it carries no effect (none, or one this node does not know)")]
+    NoEffect,
+    #[error("failed to decode op: a full-sync KeyState is not a mergeable effect")]
+    KeyState,
+}
+
+pub fn version(v: Version) -> Option<pb::Version> {
+    Some(pb::Version { hlc: v.hlc, node: v.node })
+}
+
+pub fn from_pb(v: Option<&pb::Version>) -> Version {
+    v.map_or(Version::ZERO, |v| Version { hlc: v.hlc, node: v.node })
+}
+
+fn bytes(b: Bytes) -> Vec<u8> {
+    Vec::from(b)
+}
+
+impl From<CounterDelta> for pb::CounterDelta {
+    fn from(d: CounterDelta) -> pb::CounterDelta {
+        pb::CounterDelta {
+            origin: d.origin,
+            incr_total: d.incr_total,
+            decr_total: d.decr_total,
+            base: version(d.base),
+            version: version(d.version),
+            base_value: d.base_value,
+        }
+    }
+}
+
+impl From<&pb::CounterDelta> for CounterDelta {
+    fn from(d: &pb::CounterDelta) -> CounterDelta {
+        CounterDelta {
+            origin: d.origin,
+            incr_total: d.incr_total,
+            decr_total: d.decr_total,
+            base: from_pb(d.base.as_ref()),
+            version: from_pb(d.version.as_ref()),
+            base_value: d.base_value,
+        }
+    }
+}
+
+impl From<Effect> for pb::Op {
+    fn from(e: Effect) -> pb::Op {
+        let effect = match e.kind {
+            EffectKind::StringSet { value, version: v } => PbEffect::StringSet(pb::StringSet { value: bytes(value), version: version(v) }),
+            EffectKind::Counter(d) => PbEffect::Counter(d.into()),
+            EffectKind::Delete { version: v } => PbEffect::Delete(pb::Delete { version: version(v) }),
+            EffectKind::Expire { deadline_ms, version: v } => PbEffect::Expire(pb::Expire { deadline_ms, version: version(v) }),
+            EffectKind::Hash(fields) => PbEffect::Hash(pb::HashFields {
+                fields: fields.into_iter().map(|f| pb::FieldState { name: bytes(f.name), value: f.value.map(bytes), version: version(f.version) }).collect(),
+            }),
+            EffectKind::Set(members) => PbEffect::Set(pb::SetMembers {
+                members: members
+                    .into_iter()
+                    .map(|m| pb::FieldState { name: bytes(m.name), value: m.present.then(Vec::new), version: version(m.version) })
+                    .collect(),
+            }),
+            EffectKind::ZSet(members) => PbEffect::Zset(pb::ZSetMembers {
+                members: members.into_iter().map(|m| pb::ZSetMember { name: bytes(m.name), score: m.score, version: version(m.version) }).collect(),
+            }),
+            EffectKind::List { items, version: v } => PbEffect::List(pb::ListValue { items: items.into_iter().map(bytes).collect(), version: version(v) }),
+            EffectKind::FlushDb { version: v } => PbEffect::FlushDb(pb::FlushDb { version: version(v) }),
+            EffectKind::Publish { channel, message } => PbEffect::Publish(pb::Publish { channel: bytes(channel), message: bytes(message) }),
+            EffectKind::Hll { version: v, registers } => PbEffect::Hll(pb::HllRegisters { version: version(v), registers }),
+        };
+        pb::Op { db: e.db as u32, key: bytes(e.key), effect: Some(effect) }
+    }
+}
+
+impl TryFrom<pb::Op> for Effect {
+    type Error = WireError;
+
+    fn try_from(op: pb::Op) -> Result<Effect, WireError> {
+        let kind = match op.effect.ok_or(WireError::NoEffect)? {
+            PbEffect::StringSet(s) => EffectKind::StringSet { value: Bytes::from(s.value), version: from_pb(s.version.as_ref()) },
+            PbEffect::Counter(d) => EffectKind::Counter((&d).into()),
+            PbEffect::Delete(d) => EffectKind::Delete { version: from_pb(d.version.as_ref()) },
+            PbEffect::Expire(e) => EffectKind::Expire { deadline_ms: e.deadline_ms, version: from_pb(e.version.as_ref()) },
+            PbEffect::Hash(h) => EffectKind::Hash(
+                h.fields
+                    .into_iter()
+                    .map(|f| FieldState { version: from_pb(f.version.as_ref()), name: Bytes::from(f.name), value: f.value.map(Bytes::from) })
+                    .collect(),
+            ),
+            PbEffect::Set(s) => EffectKind::Set(
+                s.members
+                    .into_iter()
+                    .map(|m| MemberState { version: from_pb(m.version.as_ref()), name: Bytes::from(m.name), present: m.value.is_some() })
+                    .collect(),
+            ),
+            PbEffect::Zset(z) => EffectKind::ZSet(
+                z.members.into_iter().map(|m| ZSetMemberState { version: from_pb(m.version.as_ref()), name: Bytes::from(m.name), score: m.score }).collect(),
+            ),
+            PbEffect::List(l) => EffectKind::List { version: from_pb(l.version.as_ref()), items: l.items.into_iter().map(Bytes::from).collect() },
+            PbEffect::FlushDb(f) => EffectKind::FlushDb { version: from_pb(f.version.as_ref()) },
+            PbEffect::Publish(p) => EffectKind::Publish { channel: Bytes::from(p.channel), message: Bytes::from(p.message) },
+            PbEffect::Hll(h) => EffectKind::Hll { version: from_pb(h.version.as_ref()), registers: h.registers },
+            PbEffect::KeyState(_) => return Err(WireError::KeyState),
+        };
+        Ok(Effect { db: op.db as usize, key: Bytes::from(op.key), kind })
+    }
+}
+
+/// The length of `e`'s protobuf encoding (`pb::Op::from(e).encoded_len()`), computed without
+/// building it: the backlog sizes its entries by it (`repl::log`), as it did when it held ops.
+pub fn encoded_len(e: &Effect) -> usize {
+    let inner = match &e.kind {
+        EffectKind::StringSet { value, version: v } => bytes_field(1, value.len()) + version_field(2, *v),
+        EffectKind::Counter(d) => counter_len(d),
+        EffectKind::Delete { version: v } | EffectKind::FlushDb { version: v } => version_field(1, *v),
+        EffectKind::Expire { deadline_ms, version: v } => varint_field(1, *deadline_ms) + version_field(2, *v),
+        EffectKind::Hash(fields) => fields
+            .iter()
+            .map(|f| message_field(1, bytes_field(1, f.name.len()) + f.value.as_ref().map_or(0, |b| present_bytes(2, b.len())) + version_field(3, f.version)))
+            .sum(),
+        EffectKind::Set(members) => members
+            .iter()
+            .map(|m| message_field(1, bytes_field(1, m.name.len()) + if m.present { present_bytes(2, 0) } else { 0 } + version_field(3, m.version)))
+            .sum(),
+        EffectKind::ZSet(members) => {
+            members.iter().map(|m| message_field(1, bytes_field(1, m.name.len()) + m.score.map_or(0, |_| key_len(2) + 8) + version_field(3, m.version))).sum()
+        }
+        EffectKind::List { items, version: v } => items.iter().map(|i| present_bytes(1, i.len())).sum::<usize>() + version_field(2, *v),
+        EffectKind::Publish { channel, message } => bytes_field(1, channel.len()) + bytes_field(2, message.len()),
+        EffectKind::Hll { version: v, registers } => {
+            let packed: usize = registers.iter().map(|&r| encoded_len_varint(u64::from(r))).sum();
+            version_field(1, *v) + if registers.is_empty() { 0 } else { message_field(2, packed) }
+        }
+    };
+    varint_field(1, e.db as u64) + bytes_field(2, e.key.len()) + message_field(oneof_tag(&e.kind), inner)
+}
+
+fn oneof_tag(kind: &EffectKind) -> u32 {
+    match kind {
+        EffectKind::StringSet { .. } => 3,
+        EffectKind::Counter(_) => 4,
+        EffectKind::Delete { .. } => 5,
+        EffectKind::Expire { .. } => 6,
+        EffectKind::Hash(_) => 7,
+        EffectKind::Set(_) => 8,
+        EffectKind::ZSet(_) => 9,
+        EffectKind::List { .. } => 10,
+        EffectKind::FlushDb { .. } => 11,
+        EffectKind::Publish { .. } => 12,
+        EffectKind::Hll { .. } => 14,
+    }
+}
+
+fn counter_len(d: &CounterDelta) -> usize {
+    varint_field(1, u64::from(d.origin))
+        + varint_field(2, d.incr_total as u64)
+        + varint_field(3, d.decr_total as u64)
+        + version_field(4, d.base)
+        + version_field(5, d.version)
+        + varint_field(6, d.base_value as u64)
+}
+
+/// A proto3 scalar: absent when zero.
+fn varint_field(tag: u32, value: u64) -> usize {
+    if value == 0 {
+        0
+    } else {
+        key_len(tag) + encoded_len_varint(value)
+    }
+}
+
+/// A proto3 `bytes`: absent when empty.
+fn bytes_field(tag: u32, len: usize) -> usize {
+    if len == 0 {
+        0
+    } else {
+        present_bytes(tag, len)
+    }
+}
+
+/// A length-delimited field that is always written (an `optional` or repeated element).
+fn present_bytes(tag: u32, len: usize) -> usize {
+    key_len(tag) + encoded_len_varint(len as u64) + len
+}
+
+/// A set message field (always written, even when empty).
+fn message_field(tag: u32, len: usize) -> usize {
+    present_bytes(tag, len)
+}
+
+/// A `Version` message field (always set by `version`).
+fn version_field(tag: u32, v: Version) -> usize {
+    message_field(tag, varint_field(1, v.hlc) + varint_field(2, u64::from(v.node)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use prost::Message;
+
+    fn ver() -> impl Strategy<Value = Version> {
+        (prop_oneof![Just(0u64), any::<u64>(), 0..300u64], prop_oneof![Just(0u32), any::<u32>()]).prop_map(|(hlc, node)| Version { hlc, node })
+    }
+
+    fn name() -> impl Strategy<Value = Bytes> {
+        prop::collection::vec(any::<u8>(), 0..200).prop_map(Bytes::from)
+    }
+
+    fn kind() -> impl Strategy<Value = EffectKind> {
+        prop_oneof![
+            (name(), ver()).prop_map(|(value, version)| EffectKind::StringSet { value, version }),
+            (any::<u32>(), any::<i64>(), any::<i64>(), ver(), ver(), any::<i64>()).prop_map(|(origin, incr_total, decr_total, base, version, base_value)| {
+                EffectKind::Counter(CounterDelta { origin, incr_total, decr_total, base, version, base_value })
+            }),
+            ver().prop_map(|version| EffectKind::Delete { version }),
+            (any::<u64>(), ver()).prop_map(|(deadline_ms, version)| EffectKind::Expire { deadline_ms, version }),
+            prop::collection::vec((name(), prop::option::of(name()), ver()), 0..5)
+                .prop_map(|f| EffectKind::Hash(f.into_iter().map(|(name, value, version)| FieldState { name, value, version }).collect())),
+            prop::collection::vec((name(), any::<bool>(), ver()), 0..5)
+                .prop_map(|m| EffectKind::Set(m.into_iter().map(|(name, present, version)| MemberState { name, present, version }).collect())),
+            prop::collection::vec((name(), prop::option::of(any::<f64>()), ver()), 0..5)
+                .prop_map(|m| EffectKind::ZSet(m.into_iter().map(|(name, score, version)| ZSetMemberState { name, score, version }).collect())),
+            (prop::collection::vec(name(), 0..5), ver()).prop_map(|(items, version)| EffectKind::List { items, version }),
+            ver().prop_map(|version| EffectKind::FlushDb { version }),
+            (name(), name()).prop_map(|(channel, message)| EffectKind::Publish { channel, message }),
+            (ver(), prop::collection::vec(any::<u32>(), 0..40)).prop_map(|(version, registers)| EffectKind::Hll { version, registers }),
+        ]
+    }
+
+    fn effect() -> impl Strategy<Value = Effect> {
+        (prop_oneof![Just(0usize), 0..16usize], name(), kind()).prop_map(|(db, key, kind)| Effect { db, key, kind })
+    }
+
+    proptest! {
+        /// An effect survives the wire unchanged (NaN scores compared by bits), and
+        /// `encoded_len` is its encoding's length.
+        #[test]
+        fn an_effect_round_trips_through_the_wire_and_its_length_is_exact(e in effect()) {
+            let op = pb::Op::from(e.clone());
+            let encoded = op.encode_to_vec();
+            prop_assert_eq!(encoded_len(&e), encoded.len());
+            let back = Effect::try_from(pb::Op::decode(encoded.as_slice()).unwrap()).unwrap();
+            prop_assert_eq!(format!("{back:?}"), format!("{e:?}"));
+        }
+    }
+
+    #[test]
+    fn an_op_without_an_effect_or_with_a_key_state_is_refused_with_a_reason() {
+        let empty = pb::Op { db: 0, key: b"k".to_vec(), effect: None };
+        assert_eq!(Effect::try_from(empty), Err(WireError::NoEffect));
+        let state = pb::Op { db: 0, key: b"k".to_vec(), effect: Some(PbEffect::KeyState(pb::KeyState::default())) };
+        assert_eq!(Effect::try_from(state), Err(WireError::KeyState));
+    }
+
+    #[test]
+    fn a_missing_version_reads_as_zero_as_the_merge_always_took_it() {
+        let op = pb::Op { db: 1, key: b"k".to_vec(), effect: Some(PbEffect::Delete(pb::Delete { version: None })) };
+        assert_eq!(Effect::try_from(op).unwrap(), Effect::delete(1, b"k", Version::ZERO));
+    }
+
+    /// Bytes as a node before `Effect` wrote them (a `SET k v` at (5, 1) in database 2): the
+    /// wire form did not change.
+    #[test]
+    fn the_wire_form_is_the_one_nodes_wrote_before() {
+        let before = pb::Op {
+            db: 2,
+            key: b"k".to_vec(),
+            effect: Some(PbEffect::StringSet(pb::StringSet { value: b"v".to_vec(), version: Some(pb::Version { hlc: 5, node: 1 }) })),
+        };
+        let e = Effect::new(2, b"k", EffectKind::StringSet { value: Bytes::from_static(b"v"), version: Version { hlc: 5, node: 1 } });
+        assert_eq!(pb::Op::from(e).encode_to_vec(), before.encode_to_vec());
+    }
+}
