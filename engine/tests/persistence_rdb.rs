@@ -299,9 +299,25 @@ fn sync_answers_what_a_replica_would_need_with_clear_errors() {
     assert!(err.contains("not supported"), "{err}");
     let err = c.cmd(&["PSYNC", "?", "-1"]).text();
     assert!(err.contains("PSYNC is not supported"), "{err}");
-    let Reply::Bulk(file) = c.cmd(&["SYNC"]) else { panic!("SYNC answers a bulk") };
+    assert_eq!(c.cmd(&["SET", "k", "v"]), Reply::Status("OK".into()));
+    // SYNC streams the file in Redis's diskless framing: `$EOF:<40-byte mark>\r\n`, the
+    // file, the mark; then the connection closes.
+    use std::io::{Read, Write};
+    let mut raw = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    raw.write_all(b"SYNC\r\n").unwrap();
+    let mut reply = Vec::new();
+    raw.read_to_end(&mut reply).unwrap();
+    assert!(reply.starts_with(b"$EOF:") && reply.len() > 5 + 40 + 2 + 40, "{:?}", String::from_utf8_lossy(&reply[..reply.len().min(80)]));
+    let (mark, rest) = reply[5..].split_at(40);
+    let file = rest.strip_prefix(b"\r\n").and_then(|f| f.strip_suffix(mark)).expect("the file ends with the mark");
     assert!(file.starts_with(b"REDIS0010"));
-    assert!(c.read().is_none(), "the connection closes after the file");
+    let mut keys = 0;
+    keymesh_engine::persist::rdb::parse(file, &mut |_| {
+        keys += 1;
+        Ok(())
+    })
+    .expect("the file between the marks is a whole RDB file");
+    assert_eq!(keys, 1);
 }
 
 #[test]

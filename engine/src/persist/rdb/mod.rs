@@ -24,10 +24,12 @@ mod export;
 mod import;
 mod read;
 mod skip;
+mod sync;
 
-pub use export::{export, Export};
+pub use export::{export, export_chunked, Export};
 pub use import::{import, import_with, RdbImport};
 pub use read::{parse, Entry, RdbValue, Record, Section, Unsupported};
+pub use sync::send as send_sync;
 
 /// What an import does with a key or section KeyMesh has no type for
 /// (`rdb-import-unsupported`).

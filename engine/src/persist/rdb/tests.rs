@@ -276,3 +276,34 @@ fn an_import_skips_expired_and_empty_keys_and_refuses_missing_databases() {
     let err = super::import(&store(), &rdb(b"\xfe\x09\x00\x01k\x01v", 10)).unwrap_err();
     assert!(matches!(err, RdbError::Database { db: 9, databases: 4 }), "{err}");
 }
+
+#[test]
+fn a_chunked_export_is_the_same_file_and_stops_when_the_reader_goes() {
+    let s = store();
+    for (i, r) in sample().iter().enumerate() {
+        for op in ops(r, Version { hlc: 1000 + i as u64, node: 7 }) {
+            apply_op(&s, &op);
+        }
+    }
+    let mut whole = Vec::new();
+    export(&s, "test", &mut whole);
+    // With a 1-byte chunk size every shard that wrote anything is handed over on its own.
+    let (mut joined, mut chunks) = (Vec::new(), 0);
+    let written = super::export_chunked(&s, "test", 1, &mut |chunk| {
+        joined.extend_from_slice(chunk);
+        chunks += 1;
+        true
+    })
+    .unwrap();
+    assert_eq!(written.bytes, whole.len() as u64);
+    assert!(chunks > sample().len() / 2, "{chunks} chunks");
+    // The clock moved between the two exports: compare past the `ctime` AUX field.
+    assert_eq!(records(&joined).unwrap(), records(&whole).unwrap());
+    let mut calls = 0;
+    assert!(super::export_chunked(&s, "test", 1, &mut |_| {
+        calls += 1;
+        false
+    })
+    .is_none());
+    assert_eq!(calls, 1, "nothing is exported after the reader went away");
+}
