@@ -3,7 +3,7 @@
 //!
 //! The decoder is our own (`read`, `compact`): the `rdb` crate (0.3) mis-decoded listpack
 //! integers of 13 and 24 bits and carried one key's expiry over to the next. It reads every
-//! encoding Redis 2.6 to 7.2 writes (RDB versions 1 to 11, and 12's header): plain strings,
+//! encoding Redis 2.6 to 7.4 writes (RDB versions 1 to 12; KeyDB 6.3 writes 9): plain strings,
 //! integer-encoded strings, LZF-compressed strings (`lzf` crate), lists, sets, sorted sets and
 //! hashes in their plain encodings and in zipmap, ziplist, intset, listpack, quicklist and
 //! quicklist 2; expiries in seconds and milliseconds; `SELECTDB`, `RESIZEDB`, `AUX`, `IDLE`,
@@ -44,7 +44,8 @@ pub enum OnUnsupported {
 
 /// The RDB version `export` writes (Redis 7.0's).
 pub const EXPORT_VERSION: u32 = 10;
-/// The newest RDB version whose header `import` accepts (Redis 7.4); its new types are refused.
+/// The newest RDB version `import` reads (Redis 7.4); its hash-field-expiry types are parsed
+/// past and refused or skipped (`OnUnsupported`).
 pub const MAX_VERSION: u32 = 12;
 
 /// Redis's CRC-64 (Jones polynomial, reflected), as `crc64.c` computes it.
