@@ -64,6 +64,8 @@ pub struct ClientState {
     pub reply_mode: ReplyMode,
     /// Set by QUIT: close after the reply.
     pub closing: bool,
+    /// Set by SYNC: stream the keyspace as an RDB file, then close (`persist::rdb::send_sync`).
+    pub send_rdb: bool,
     /// Set by a blocking handler that found nothing: the connection must wait.
     pub block: Option<BlockRequest>,
     /// Set by a blocking handler that found nothing (whether or not it then blocked).
@@ -99,6 +101,7 @@ impl ClientState {
             patterns: Default::default(),
             reply_mode: ReplyMode::On,
             closing: false,
+            send_rdb: false,
             block: None,
             would_block: false,
             serving_wakeup: false,

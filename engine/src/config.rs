@@ -82,6 +82,10 @@ const DIRECTIVES: &[Directive] = &[
     // What a snapshot that fails its checks at start does: the node starts empty and
     // full-syncs (the file is moved aside), or the server refuses to start.
     Directive { name: "snapshot-load-error", default: "start-empty", kind: Kind::Enum(&["start-empty", "refuse-start"]), live: false },
+    // What importing a Redis/KeyDB RDB file does with a key or section KeyMesh has no type for
+    // (a stream, a module value, a function library, ...): refuse the file (naming the key),
+    // or leave it out, report it in the log and import the rest (`persist::rdb`).
+    Directive { name: "rdb-import-unsupported", default: "refuse", kind: Kind::Enum(&["refuse", "skip"]), live: false },
     Directive { name: "appendonly", default: "no", kind: Kind::Fixed(&["no"]), live: true },
     Directive { name: "proto-max-bulk-len", default: "512mb", kind: Kind::Bytes, live: true },
     Directive { name: "client-query-buffer-limit", default: "1gb", kind: Kind::Bytes, live: true },
@@ -453,7 +457,7 @@ Directives (file lines `name value`, or flags `--name value`):
   active-replica, multi-master, replicaof, repl-timeout, repl-backlog-size, dir, logfile,
   loglevel, save, dbfilename, appendonly no, proto-max-bulk-len, client-query-buffer-limit,
   node-name, mesh-port, metrics-port, max-clock-skew-ms, tombstone-gc-seconds,
-  snapshot-load-error
+  snapshot-load-error, rdb-import-unsupported
 
 Ports: mesh-port defaults to port + 10000, metrics-port to port + 2742 (9121 for 6379);
 metrics-port 0 turns the HTTP endpoint off.

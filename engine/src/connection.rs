@@ -144,7 +144,9 @@ where
                 reply.encode(client.resp, &mut output);
             }
             if client.closing {
-                let _ = flush(&server, &mut writer, &mut output).await;
+                if flush(&server, &mut writer, &mut output).await.is_ok() && client.send_rdb {
+                    let _ = crate::persist::rdb::send_sync(&server, &mut writer).await;
+                }
                 break 'connection;
             }
             if output.len() >= FLUSH_THRESHOLD && flush(&server, &mut writer, &mut output).await.is_err() {

@@ -1,6 +1,6 @@
 //! Replication commands: `REPLICAOF host port` (add a mesh peer), `REPLICAOF NO ONE` (remove
 //! every peer), its old name `SLAVEOF`, and `ROLE`; `SYNC` and `REPLCONF` as far as
-//! `redis-cli --rdb` uses them: a one-off RDB file of the keyspace (`persist::rdb::export`).
+//! `redis-cli --rdb` uses them: a one-off RDB file of the keyspace, streamed (`persist::rdb::send_sync`).
 //!
 //! As in KeyDB, a node with `active-replica yes` and `multi-master yes` adds a master per
 //! `REPLICAOF` instead of replacing its one master. KeyMesh has no read-only replicas, so
@@ -58,16 +58,14 @@ fn role(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     Ok(exec.server.mesh.role())
 }
 
-/// `SYNC`: the keyspace as an RDB file (version 10, which Redis 7.0 loads) in one bulk reply,
-/// then the connection closes, as Redis closes an `rdb-only` replica's. KeyMesh has no
+/// `SYNC`: the keyspace as an RDB file (version 10, which Redis 7.0 loads), streamed in
+/// Redis's diskless `$EOF:<mark>` framing once this reply slot is reached, then the connection
+/// closes, as Redis closes an `rdb-only` replica's (`persist::rdb::send_sync`). KeyMesh has no
 /// replication stream to follow it with: nodes replicate over the mesh.
 fn sync(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
-    let started = std::time::Instant::now();
-    let mut file = Vec::new();
-    let written = crate::persist::rdb::export(&exec.server.store, &exec.server.version, &mut file);
-    tracing::info!(keys = written.keys, bytes = written.bytes, ms = started.elapsed().as_millis() as u64, "RDB file sent (SYNC)");
+    exec.client.send_rdb = true;
     exec.client.closing = true;
-    Ok(Frame::Bulk(Bytes::from(file)))
+    Ok(Frame::Sequence(Vec::new()))
 }
 
 fn psync(_exec: &mut Exec, _argv: &[Bytes]) -> Reply {

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use super::Config;
 use crate::db::evict::Policy;
+use crate::persist::rdb::OnUnsupported;
 use crate::persist::schedule::SavePoint;
 
 /// What a snapshot that fails its checks at start does (`snapshot-load-error`).
@@ -77,6 +78,8 @@ pub struct Settings {
     /// `save` points; empty: no schedule.
     pub save: Vec<SavePoint>,
     pub snapshot_load_error: SnapshotLoadError,
+    /// `rdb-import-unsupported`: what an RDB import does with a type KeyMesh has not.
+    pub rdb_import_unsupported: OnUnsupported,
     // Scripts and introspection.
     pub busy_reply_threshold_ms: u64,
     pub lua_memory_limit: usize,
@@ -132,6 +135,10 @@ impl Settings {
             snapshot_load_error: match c.get("snapshot-load-error") {
                 "refuse-start" => SnapshotLoadError::RefuseStart,
                 _ => SnapshotLoadError::StartEmpty,
+            },
+            rdb_import_unsupported: match c.get("rdb-import-unsupported") {
+                "skip" => OnUnsupported::Skip,
+                _ => OnUnsupported::Refuse,
             },
             busy_reply_threshold_ms: c.int("busy-reply-threshold") as u64,
             lua_memory_limit: c.int("lua-memory-limit") as usize,
@@ -215,13 +222,14 @@ mod tests {
         assert_eq!(s.tombstone_gc, Duration::from_secs(86_400));
         assert_eq!(s.snapshot_path(), PathBuf::from("./dump.rdb"));
         assert!(s.save.is_empty() && s.protected() && !s.mesh_mode);
+        assert_eq!(s.rdb_import_unsupported, OnUnsupported::Refuse);
     }
 
     #[test]
     fn values_are_typed_once() {
         let s = settings(
             "--maxmemory 1mb --maxmemory-policy allkeys-lfu --timeout 7 --tcp-keepalive 0 --save 900 1 --requirepass pw \
-             --active-replica yes --multi-master yes --snapshot-load-error refuse-start --dir /data",
+             --active-replica yes --multi-master yes --snapshot-load-error refuse-start --dir /data --rdb-import-unsupported skip",
         );
         assert_eq!(s.maxmemory, 1 << 20);
         assert_eq!(s.maxmemory_policy, Policy::AllKeysLfu);
@@ -231,6 +239,7 @@ mod tests {
         assert!(s.has_password() && !s.protected(), "a password turns protected mode's refusal off");
         assert!(s.mesh_mode);
         assert_eq!(s.snapshot_load_error, SnapshotLoadError::RefuseStart);
+        assert_eq!(s.rdb_import_unsupported, OnUnsupported::Skip);
         assert_eq!(s.snapshot_path(), PathBuf::from("/data/dump.rdb"));
     }
 

@@ -15,8 +15,9 @@
 //!
 //! A Redis RDB file in the snapshot's place (recognised by its `REDIS` header) is imported
 //! (`rdb`), the way Redis loads its `dump.rdb` at start: migrating from Redis is copying the
-//! file into `dir`. A file that does not decode, or holds a type KeyMesh has no value for, is
-//! refused by the same rule.
+//! file into `dir`. A file that does not decode is refused by the same rule, and so is one
+//! that holds a type KeyMesh has no value for, unless `rdb-import-unsupported skip` has such
+//! keys left out (each one logged by name, type and database, counted in `INFO persistence`).
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -142,7 +143,14 @@ fn import_rdb(server: &Server, path: &Path) -> Result<LoadOutcome, PersistError>
     let bytes = std::fs::read(path).map_err(|source| PersistError::Open { path: path.to_path_buf(), source })?;
     server.persist.load_total.store(bytes.len() as u64, Ordering::Relaxed);
     let started = std::time::Instant::now();
-    let imported = super::rdb::import(&server.store, &bytes).map_err(|source| PersistError::Rdb { path: path.to_path_buf(), source })?;
+    let on_unsupported = server.settings().rdb_import_unsupported;
+    let imported = super::rdb::import_with(&server.store, &bytes, on_unsupported).map_err(|source| PersistError::Rdb { path: path.to_path_buf(), source })?;
+    for u in &imported.skipped {
+        warn!(key = %String::from_utf8_lossy(&u.key), db = u.db, kind = %u.kind, "RDB import skipped a key KeyMesh has no type for (rdb-import-unsupported skip)");
+    }
+    for section in &imported.sections_skipped {
+        warn!(what = %section.what, hint = section.hint, "RDB import skipped a section (rdb-import-unsupported skip)");
+    }
     server.persist.load_bytes.store(bytes.len() as u64, Ordering::Relaxed);
     let mut kept = path.as_os_str().to_os_string();
     kept.push(".imported");
@@ -152,6 +160,7 @@ fn import_rdb(server: &Server, path: &Path) -> Result<LoadOutcome, PersistError>
         }
     }
     server.persist.set_loaded(imported.keys, server.store.stats.dirty.load(Ordering::Relaxed), 0);
+    server.persist.set_import_counts(imported.expired, imported.skipped.len() as u64);
     // Saved at once in KeyMesh's format: a restart must load these writes with the versions
     // they were given now, not import the RDB again with newer ones (which would override
     // writes made after this import).
@@ -163,6 +172,9 @@ fn import_rdb(server: &Server, path: &Path) -> Result<LoadOutcome, PersistError>
         keys = imported.keys,
         expired = imported.expired,
         empty = imported.empty,
+        skipped = imported.skipped.len(),
+        sections_skipped = imported.sections_skipped.len(),
+        members_expired = imported.members_expired,
         rdb_version = imported.version,
         redis_version = imported.redis_version.as_deref().unwrap_or("unknown"),
         ms = started.elapsed().as_millis() as u64,

@@ -47,6 +47,11 @@ struct SaveState {
     last_save_after_handoff: bool,
     current: Option<Instant>,
     loaded_keys: u64,
+    /// Keys an RDB import left out because their expiry had passed (Redis's
+    /// `rdb_last_load_keys_expired`) or their type is one KeyMesh has not
+    /// (`rdb-import-unsupported skip`).
+    loaded_expired: u64,
+    loaded_skipped: u64,
     /// The stable frontier of the snapshot a restart would load (the last saved or loaded).
     frontier: Option<u64>,
 }
@@ -126,6 +131,8 @@ impl Persistence {
                 last_save_after_handoff: false,
                 current: None,
                 loaded_keys: 0,
+                loaded_expired: 0,
+                loaded_skipped: 0,
                 frontier: None,
             }),
             metrics,
@@ -210,8 +217,17 @@ impl Persistence {
     pub(super) fn set_loaded(&self, keys: u64, dirty: u64, frontier: u64) {
         let mut s = self.state.lock();
         s.loaded_keys = keys;
+        s.loaded_expired = 0;
+        s.loaded_skipped = 0;
         s.dirty_at_last_save = dirty;
         s.frontier = Some(frontier);
+    }
+
+    /// Records what an RDB import left out: keys already expired, keys of types KeyMesh has not.
+    pub(super) fn set_import_counts(&self, expired: u64, skipped: u64) {
+        let mut s = self.state.lock();
+        s.loaded_expired = expired;
+        s.loaded_skipped = skipped;
     }
 
     /// How far this node may acknowledge (`Mesh::durable_frontier`): the frontier of the
@@ -274,14 +290,16 @@ impl Persistence {
         let last = s.last.clone().unwrap_or_default();
         let _ = write!(
             out,
-            "current_cow_peak:0\r\ncurrent_cow_size:0\r\ncurrent_fork_perc:0.00\r\nrdb_changes_since_last_save:{}\r\nrdb_bgsave_in_progress:{}\r\nrdb_last_save_time:{}\r\nrdb_last_bgsave_status:{}\r\nrdb_last_bgsave_time_sec:{}\r\nrdb_current_bgsave_time_sec:{current_secs}\r\nrdb_saves:{}\r\nrdb_last_cow_size:0\r\nrdb_last_load_keys_loaded:{}\r\nrdb_last_save_bytes:{}\r\nrdb_last_save_keys:{}\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\n\r\n",
+            "current_cow_peak:0\r\ncurrent_cow_size:0\r\ncurrent_fork_perc:0.00\r\nrdb_changes_since_last_save:{}\r\nrdb_bgsave_in_progress:{}\r\nrdb_last_save_time:{}\r\nrdb_last_bgsave_status:{}\r\nrdb_last_bgsave_time_sec:{}\r\nrdb_current_bgsave_time_sec:{current_secs}\r\nrdb_saves:{}\r\nrdb_last_cow_size:0\r\nrdb_last_load_keys_expired:{}\r\nrdb_last_load_keys_loaded:{}\r\nrdb_last_load_keys_skipped:{}\r\nrdb_last_save_bytes:{}\r\nrdb_last_save_keys:{}\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\n\r\n",
             dirty.saturating_sub(s.dirty_at_last_save),
             self.saving() as u8,
             s.last_save_unix_ms / 1000,
             if s.last_ok { "ok" } else { "err" },
             s.last.as_ref().map_or(-1, |r| (r.duration_ms / 1000) as i64),
             s.saves,
+            s.loaded_expired,
             s.loaded_keys,
+            s.loaded_skipped,
             last.bytes,
             last.keys,
         );

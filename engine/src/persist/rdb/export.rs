@@ -37,12 +37,34 @@ pub struct Export {
 
 /// Appends the whole keyspace to `out` as an RDB file; `engine_version` goes into an AUX field.
 pub fn export(store: &Store, engine_version: &str, out: &mut Vec<u8>) -> Export {
-    let start = out.len();
+    let written = export_chunked(store, engine_version, usize::MAX, &mut |chunk| {
+        out.extend_from_slice(chunk);
+        true
+    });
+    written.unwrap_or_default()
+}
+
+/// Writes the whole keyspace as an RDB file in chunks of about `chunk` bytes (at least one
+/// shard's keys each; the last holds the EOF opcode and the checksum), handing each to `sink`
+/// as it is filled, outside any shard lock. `sink` returns false to stop the export (the
+/// reader went away): then `None`. Memory stays at one chunk plus one shard's keys, whatever
+/// the keyspace's size.
+pub fn export_chunked(store: &Store, engine_version: &str, chunk: usize, sink: &mut dyn FnMut(&[u8]) -> bool) -> Option<Export> {
+    let mut out = Vec::with_capacity(chunk.min(1 << 20));
+    let mut digest = CRC64.digest();
+    let mut bytes = 0u64;
+    let mut hand_over = |out: &mut Vec<u8>, digest: &mut crc::Digest<'_, u64>| {
+        digest.update(out);
+        bytes += out.len() as u64;
+        let more = sink(out);
+        out.clear();
+        more
+    };
     let now_ms = store.hlc.wall_ms();
     out.extend_from_slice(format!("REDIS{EXPORT_VERSION:04}").as_bytes());
-    aux(out, b"redis-bits", b"64");
-    aux(out, b"ctime", (now_ms / 1000).to_string().as_bytes());
-    aux(out, b"keymesh-ver", engine_version.as_bytes());
+    aux(&mut out, b"redis-bits", b"64");
+    aux(&mut out, b"ctime", (now_ms / 1000).to_string().as_bytes());
+    aux(&mut out, b"keymesh-ver", engine_version.as_bytes());
     let mut keys = 0u64;
     for db in 0..store.databases() {
         let size = store.dbsize(db) as u64;
@@ -50,29 +72,36 @@ pub fn export(store: &Store, engine_version: &str, out: &mut Vec<u8>) -> Export 
             continue;
         }
         out.push(OP_SELECTDB);
-        length(out, db as u64);
+        length(&mut out, db as u64);
         out.push(OP_RESIZEDB);
-        length(out, size);
-        length(out, 0);
+        length(&mut out, size);
+        length(&mut out, 0);
         for s in 0..SHARDS_PER_DB {
-            let shard = store.lock_shard(db, s);
-            for (key, entry) in shard.iter() {
-                if entry.is_expired(now_ms) {
-                    continue;
+            {
+                let shard = store.lock_shard(db, s);
+                for (key, entry) in shard.iter() {
+                    if entry.is_expired(now_ms) {
+                        continue;
+                    }
+                    if let Some(at) = entry.deadline() {
+                        out.push(OP_EXPIRETIME_MS);
+                        out.extend_from_slice(&at.to_le_bytes());
+                    }
+                    value(&mut out, key, &entry.value);
+                    keys += 1;
                 }
-                if let Some(at) = entry.deadline() {
-                    out.push(OP_EXPIRETIME_MS);
-                    out.extend_from_slice(&at.to_le_bytes());
-                }
-                value(out, key, &entry.value);
-                keys += 1;
+            }
+            if out.len() >= chunk && !hand_over(&mut out, &mut digest) {
+                return None;
             }
         }
     }
     out.push(OP_EOF);
-    let sum = CRC64.checksum(&out[start..]);
+    digest.update(&out);
+    let sum = digest.finalize();
     out.extend_from_slice(&sum.to_le_bytes());
-    Export { keys, bytes: (out.len() - start) as u64 }
+    bytes += out.len() as u64;
+    sink(&out).then_some(Export { keys, bytes })
 }
 
 fn aux(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {

@@ -3,14 +3,18 @@
 //!
 //! The decoder is our own (`read`, `compact`): the `rdb` crate (0.3) mis-decoded listpack
 //! integers of 13 and 24 bits and carried one key's expiry over to the next. It reads every
-//! encoding Redis 2.6 to 7.2 writes (RDB versions 1 to 11, and 12's header): plain strings,
+//! encoding Redis 2.6 to 7.4 writes (RDB versions 1 to 12; KeyDB 6.3 writes 9): plain strings,
 //! integer-encoded strings, LZF-compressed strings (`lzf` crate), lists, sets, sorted sets and
 //! hashes in their plain encodings and in zipmap, ziplist, intset, listpack, quicklist and
 //! quicklist 2; expiries in seconds and milliseconds; `SELECTDB`, `RESIZEDB`, `AUX`, `IDLE`,
 //! `FREQ`. The trailing CRC-64 (Redis's Jones polynomial, `crc`'s `CRC_64_REDIS`) is checked
-//! before anything is imported, so a corrupt file is refused whole. Types KeyMesh has no
-//! value for (streams, module values, function libraries, hashes with field expiries) are
-//! refused with an error naming the type and the key.
+//! before anything is imported, so a corrupt file is refused whole. What KeyMesh has no type
+//! for (streams, module values, hashes with field expiries, KeyDB cron jobs and member
+//! expiries, function libraries, module auxiliary data) is parsed past (`skip`) and, as
+//! `rdb-import-unsupported` says, refuses the file with an error naming the key and its type
+//! (`refuse`, the default) or is left out and reported key by key (`skip`). KeyDB 6.3's
+//! additions (RDB version 9 with `mvcc-tstamp` and `keydb-subexpire-*` AUX fields, the cron
+//! type 64) are read as KeyDB's `rdb.cpp` writes them.
 //!
 //! An import is a set of writes by this node, stamped when they are merged (`import`): they
 //! replicate and merge with the mesh like any other writes.
@@ -19,14 +23,29 @@ mod compact;
 mod export;
 mod import;
 mod read;
+mod skip;
+mod sync;
 
-pub use export::{export, Export};
-pub use import::{import, RdbImport};
-pub use read::{parse, RdbValue, Record};
+pub use export::{export, export_chunked, Export};
+pub use import::{import, import_with, RdbImport};
+pub use read::{parse, Entry, RdbValue, Record, Section, Unsupported};
+pub use sync::send as send_sync;
+
+/// What an import does with a key or section KeyMesh has no type for
+/// (`rdb-import-unsupported`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum OnUnsupported {
+    /// Refuse the whole file, naming the first such key (the default: nothing is lost silently).
+    #[default]
+    Refuse,
+    /// Leave it out, report it by name, type and database, and import everything else.
+    Skip,
+}
 
 /// The RDB version `export` writes (Redis 7.0's).
 pub const EXPORT_VERSION: u32 = 10;
-/// The newest RDB version whose header `import` accepts (Redis 7.4); its new types are refused.
+/// The newest RDB version `import` reads (Redis 7.4); its hash-field-expiry types are parsed
+/// past and refused or skipped (`OnUnsupported`).
 pub const MAX_VERSION: u32 = 12;
 
 /// Redis's CRC-64 (Jones polynomial, reflected), as `crc64.c` computes it.
@@ -44,13 +63,17 @@ pub enum RdbError {
     Checksum { expected: u64, actual: u64 },
     #[error("corrupt RDB at byte {offset}: {what}")]
     Corrupt { offset: usize, what: String },
-    #[error("key {key:?} in database {db} is a {kind}, which KeyMesh has no type for; delete it (or move it elsewhere) in Redis and save again")]
-    Unsupported { kind: &'static str, db: usize, key: String },
-    #[error("the RDB holds {0}; remove it in Redis and save again")]
-    UnsupportedSection(&'static str),
+    #[error("key {key:?} in database {db} is a {kind}, which KeyMesh has no type for; delete it (or move it elsewhere) in Redis and save again, or set rdb-import-unsupported skip to import the other keys")]
+    Unsupported { kind: String, db: usize, key: String },
+    #[error("the RDB holds {what}, which an import does not load ({hint}); remove it in Redis and save again, or set rdb-import-unsupported skip to import the keys without it")]
+    UnsupportedSection { what: String, hint: &'static str },
+    #[error("key {key:?} in database {db} is a module value in Redis 4.0's pre-release format (RDB type 6), which has no framing to parse past, so it cannot be skipped either; delete it in Redis and save again")]
+    Unskippable { db: usize, key: String },
     #[error("the RDB selects database {db}, but this node has {databases} (raise 'databases')")]
     Database { db: u64, databases: usize },
 }
 
+#[cfg(test)]
+mod skip_tests;
 #[cfg(test)]
 mod tests;

@@ -1,10 +1,13 @@
 //! The RDB file's outer layer: the header, the opcodes between keys (`AUX`, `SELECTDB`,
-//! `RESIZEDB`, expiries, `IDLE`, `FREQ`, `EOF`), length and string encodings (integers, LZF),
-//! and each value type, down to the compact blobs `compact` decodes.
+//! `RESIZEDB`, expiries, `IDLE`, `FREQ`, `SLOT_INFO`, `EOF`), length and string encodings
+//! (integers, LZF), and each value type, down to the compact blobs `compact` decodes. Values
+//! and sections KeyMesh has no type for are parsed past by `skip` and handed out as such; the
+//! importer decides whether they refuse the file.
 
 use std::borrow::Cow;
 
 use super::compact;
+use super::skip;
 use super::{RdbError, CRC64, MAX_VERSION};
 
 // Value types (rdb.h).
@@ -29,10 +32,20 @@ const TYPE_LIST_QUICKLIST_2: u8 = 18;
 const TYPE_STREAM_LISTPACKS_2: u8 = 19;
 const TYPE_SET_LISTPACK: u8 = 20;
 const TYPE_STREAM_LISTPACKS_3: u8 = 21;
+const TYPE_HASH_METADATA_PRE_GA: u8 = 22;
+const TYPE_HASH_LISTPACK_EX_PRE_GA: u8 = 23;
+const TYPE_HASH_METADATA: u8 = 24;
+const TYPE_HASH_LISTPACK_EX: u8 = 25;
+/// KeyDB's `KEYDB.CRON` jobs (KeyDB 6.3 `src/rdb.h`: `RDB_TYPE_CRON 64`).
+const TYPE_KEYDB_CRON: u8 = 64;
 
 // Opcodes (rdb.h).
+/// Redis 7.4, cluster mode: a slot's key counts (a sizing hint, ignored as Redis ignores it
+/// outside cluster mode).
+const OP_SLOT_INFO: u8 = 244;
 const OP_FUNCTION2: u8 = 245;
-const OP_FUNCTION: u8 = 246;
+/// Redis 7.0 release candidates' function libraries (`RDB_OPCODE_FUNCTION_PRE_GA`).
+const OP_FUNCTION_PRE_GA: u8 = 246;
 const OP_MODULE_AUX: u8 = 247;
 const OP_IDLE: u8 = 248;
 const OP_FREQ: u8 = 249;
@@ -55,6 +68,40 @@ pub struct Record {
     /// Absolute deadline in Unix ms.
     pub expire_ms: Option<u64>,
     pub value: RdbValue,
+    /// KeyDB's member expiries (`EXPIREMEMBER`): a member or field name and its absolute
+    /// deadline in Unix ms, from the `keydb-subexpire-key`/`keydb-subexpire-when` AUX pairs
+    /// KeyDB writes after the key (KeyDB 6.3 `src/rdb.cpp`, `rdbSaveKeyValuePair`).
+    pub member_expiries: Vec<(Vec<u8>, i64)>,
+}
+
+/// What the file holds, handed out in file order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Entry {
+    Key(Record),
+    /// A key whose type KeyMesh has no value for, parsed past.
+    Unsupported(Unsupported),
+    /// Something that is not a key (a function library, a module's auxiliary data), parsed past.
+    Section(Section),
+}
+
+/// A key of a type KeyMesh has no value for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsupported {
+    pub db: usize,
+    pub key: Vec<u8>,
+    /// Absolute deadline in Unix ms.
+    pub expire_ms: Option<u64>,
+    /// What it is, for the log and the error ("stream (1200 entries, 2 consumer groups, 3 pending)").
+    pub kind: String,
+}
+
+/// A part of the file that is neither a key nor file metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Section {
+    /// What it is ("function library \"mylib\"").
+    pub what: String,
+    /// What the user can do instead, for the refusal.
+    pub hint: &'static str,
 }
 
 /// A value in Redis's terms; integers from compact encodings are in their decimal form.
@@ -70,11 +117,16 @@ pub enum RdbValue {
 impl RdbValue {
     /// An empty collection (Redis skips such keys when it loads them).
     pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The elements of a collection; 1 for a string.
+    pub fn len(&self) -> usize {
         match self {
-            RdbValue::Str(_) => false,
-            RdbValue::List(v) | RdbValue::Set(v) => v.is_empty(),
-            RdbValue::ZSet(v) => v.is_empty(),
-            RdbValue::Hash(v) => v.is_empty(),
+            RdbValue::Str(_) => 1,
+            RdbValue::List(v) | RdbValue::Set(v) => v.len(),
+            RdbValue::ZSet(v) => v.len(),
+            RdbValue::Hash(v) => v.len(),
         }
     }
 }
@@ -87,15 +139,26 @@ pub struct Summary {
     pub redis_version: Option<String>,
 }
 
-/// Checks `bytes` (a whole RDB file: header, EOF marker, checksum) and hands every key to
-/// `sink` in file order. Nothing is handed over from a file whose checksum is wrong.
-pub fn parse(bytes: &[u8], sink: &mut dyn FnMut(Record) -> Result<(), RdbError>) -> Result<Summary, RdbError> {
+/// Checks `bytes` (a whole RDB file: header, EOF marker, checksum) and hands every key,
+/// unsupported key and unsupported section to `sink` in file order. Nothing is handed over
+/// from a file whose checksum is wrong.
+pub fn parse(bytes: &[u8], sink: &mut dyn FnMut(Entry) -> Result<(), RdbError>) -> Result<Summary, RdbError> {
     let version = check(bytes)?;
     let mut r = Reader { buf: bytes, pos: 9 };
     let mut summary = Summary { version, redis_version: None };
     let (mut db, mut expire_ms) = (0usize, None);
+    // The last key, held back while KeyDB's member-expiry AUX pairs that follow it may come.
+    let mut pending: Option<Record> = None;
+    // A `keydb-subexpire-key` waiting for its `keydb-subexpire-when`.
+    let mut subkey: Option<Vec<u8>> = None;
     loop {
         let op = r.byte("an opcode")?;
+        if op != OP_AUX {
+            if let Some(record) = pending.take() {
+                sink(Entry::Key(record))?;
+            }
+            subkey = None;
+        }
         match op {
             OP_EOF => return Ok(summary),
             OP_SELECTDB => db = r.len()? as usize,
@@ -103,29 +166,57 @@ pub fn parse(bytes: &[u8], sink: &mut dyn FnMut(Record) -> Result<(), RdbError>)
                 r.len()?;
                 r.len()?;
             }
+            OP_SLOT_INFO => {
+                // Slot id, its key count and its count of keys with an expiry.
+                for _ in 0..3 {
+                    r.len()?;
+                }
+            }
             OP_AUX => {
                 let (name, value) = (r.string()?, r.string()?);
-                if &name[..] == b"redis-ver" {
-                    summary.redis_version = Some(String::from_utf8_lossy(&value).into_owned());
+                match &name[..] {
+                    b"redis-ver" => summary.redis_version = Some(String::from_utf8_lossy(&value).into_owned()),
+                    // KeyDB 6.3 (`rdbLoadRio`): the member named by the `-key` field expires
+                    // at the `-when` field's Unix ms; both follow the key they belong to.
+                    b"keydb-subexpire-key" => subkey = Some(value.into_owned()),
+                    b"keydb-subexpire-when" => {
+                        let when = std::str::from_utf8(&value).ok().and_then(|t| t.parse::<i64>().ok());
+                        let when = when.ok_or_else(|| r.corrupt(format!("keydb-subexpire-when {:?}", String::from_utf8_lossy(&value))))?;
+                        // KeyDB skips a pair with no key before it (its key had expired).
+                        if let (Some(record), Some(member)) = (pending.as_mut(), subkey.take()) {
+                            record.member_expiries.push((member, when));
+                        }
+                    }
+                    // Everything else is metadata an importer may ignore (rdb.c's AUX
+                    // contract): `ctime`, `used-mem`, `aof-base`, `repl-*`, `lua`, and
+                    // KeyDB's per-key `mvcc-tstamp` (its replication clock; an import stamps
+                    // keys with this node's clock instead, see `import`).
+                    _ => {}
                 }
             }
             OP_EXPIRETIME_MS => expire_ms = Some(u64::from_le_bytes(r.array("an expiry")?)),
             OP_EXPIRETIME => expire_ms = Some(u64::from(u32::from_le_bytes(r.array("an expiry")?)) * 1000),
             OP_IDLE => drop(r.len()?),
             OP_FREQ => drop(r.byte("an LFU frequency")?),
-            OP_MODULE_AUX => return Err(RdbError::UnsupportedSection("module auxiliary data (a Redis module's state), which KeyMesh has no module for")),
-            OP_FUNCTION | OP_FUNCTION2 => {
-                return Err(RdbError::UnsupportedSection(
-                    "a function library, which an import does not load (FUNCTION FLUSH it in Redis, FUNCTION LOAD it on each KeyMesh node)",
-                ))
-            }
+            OP_MODULE_AUX => sink(Entry::Section(skip::module_aux(&mut r)?))?,
+            OP_FUNCTION2 => sink(Entry::Section(skip::function(&mut r)?))?,
+            OP_FUNCTION_PRE_GA => sink(Entry::Section(skip::function_pre_ga(&mut r)?))?,
             kind => {
                 let key = r.string()?.into_owned();
-                let value = value(&mut r, kind, db, &key)?;
-                sink(Record { db, key, expire_ms: expire_ms.take(), value })?;
+                let expire_ms = expire_ms.take();
+                match value(&mut r, kind, db, &key)? {
+                    Parsed::Value(value) => pending = Some(Record { db, key, expire_ms, value, member_expiries: Vec::new() }),
+                    Parsed::Unsupported(kind) => sink(Entry::Unsupported(Unsupported { db, key, expire_ms, kind }))?,
+                }
             }
         }
     }
+}
+
+/// A value, or what a value KeyMesh has no type for was (it has been parsed past).
+enum Parsed {
+    Value(RdbValue),
+    Unsupported(String),
 }
 
 /// The header, version, EOF marker and checksum; returns the version.
@@ -161,8 +252,7 @@ fn check(bytes: &[u8]) -> Result<u32, RdbError> {
 }
 
 /// One value of type `kind`; `db` and `key` name it in errors.
-fn value(r: &mut Reader, kind: u8, db: usize, key: &[u8]) -> Result<RdbValue, RdbError> {
-    let unsupported = |kind| Err(RdbError::Unsupported { kind, db, key: String::from_utf8_lossy(key).into_owned() });
+fn value(r: &mut Reader, kind: u8, db: usize, key: &[u8]) -> Result<Parsed, RdbError> {
     let at = r.pos;
     let value = match kind {
         TYPE_STRING => RdbValue::Str(r.string()?.into_owned()),
@@ -205,12 +295,22 @@ fn value(r: &mut Reader, kind: u8, db: usize, key: &[u8]) -> Result<RdbValue, Rd
             }
             RdbValue::List(items)
         }
-        TYPE_STREAM_LISTPACKS | TYPE_STREAM_LISTPACKS_2 | TYPE_STREAM_LISTPACKS_3 => return unsupported("stream"),
-        TYPE_MODULE | TYPE_MODULE_2 => return unsupported("module value"),
-        22..=25 => return unsupported("hash with field expiries (Redis 7.4)"),
+        TYPE_STREAM_LISTPACKS | TYPE_STREAM_LISTPACKS_2 | TYPE_STREAM_LISTPACKS_3 => {
+            let revision = match kind {
+                TYPE_STREAM_LISTPACKS => 0,
+                TYPE_STREAM_LISTPACKS_2 => 1,
+                _ => 2,
+            };
+            return Ok(Parsed::Unsupported(skip::stream(r, revision)?));
+        }
+        TYPE_MODULE_2 => return Ok(Parsed::Unsupported(skip::module_value(r)?)),
+        TYPE_MODULE => return Err(RdbError::Unskippable { db, key: String::from_utf8_lossy(key).into_owned() }),
+        TYPE_HASH_METADATA_PRE_GA | TYPE_HASH_METADATA => return Ok(Parsed::Unsupported(skip::hash_metadata(r, kind == TYPE_HASH_METADATA)?)),
+        TYPE_HASH_LISTPACK_EX_PRE_GA | TYPE_HASH_LISTPACK_EX => return Ok(Parsed::Unsupported(skip::hash_listpack_ex(r, kind == TYPE_HASH_LISTPACK_EX)?)),
+        TYPE_KEYDB_CRON => return Ok(Parsed::Unsupported(skip::keydb_cron(r)?)),
         other => return Err(RdbError::Corrupt { offset: at - 1, what: format!("unknown value type {other} for key {:?}", String::from_utf8_lossy(key)) }),
     };
-    Ok(value)
+    Ok(Parsed::Value(value))
 }
 
 /// A flat list of alternating names and values.
@@ -251,17 +351,17 @@ enum Length {
 }
 
 /// A cursor over the file.
-struct Reader<'a> {
+pub(super) struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn corrupt(&self, what: String) -> RdbError {
+    pub(super) fn corrupt(&self, what: String) -> RdbError {
         RdbError::Corrupt { offset: self.pos, what }
     }
 
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], RdbError> {
+    pub(super) fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], RdbError> {
         let end = self
             .pos
             .checked_add(n)
@@ -272,11 +372,11 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
-    fn byte(&mut self, what: &str) -> Result<u8, RdbError> {
+    pub(super) fn byte(&mut self, what: &str) -> Result<u8, RdbError> {
         Ok(self.take(1, what)?[0])
     }
 
-    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], RdbError> {
+    pub(super) fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], RdbError> {
         let mut out = [0u8; N];
         out.copy_from_slice(self.take(N, what)?);
         Ok(out)
@@ -296,14 +396,14 @@ impl<'a> Reader<'a> {
         })
     }
 
-    fn len(&mut self) -> Result<u64, RdbError> {
+    pub(super) fn len(&mut self) -> Result<u64, RdbError> {
         match self.length()? {
             Length::Len(n) => Ok(n),
             Length::Encoded(_) => Err(self.corrupt("an encoded string where a length belongs".into())),
         }
     }
 
-    fn string(&mut self) -> Result<Cow<'a, [u8]>, RdbError> {
+    pub(super) fn string(&mut self) -> Result<Cow<'a, [u8]>, RdbError> {
         match self.length()? {
             Length::Len(n) => Ok(Cow::Borrowed(self.take(usize::try_from(n).unwrap_or(usize::MAX), "a string")?)),
             Length::Encoded(0) => Ok(Cow::Owned(decimal(i64::from(self.byte("an integer")? as i8)))),
@@ -320,6 +420,23 @@ impl<'a> Reader<'a> {
             }
             Length::Encoded(other) => Err(self.corrupt(format!("string encoding {other}"))),
         }
+    }
+
+    /// Parses past a string without decoding it (an LZF string stays compressed).
+    pub(super) fn skip_string(&mut self, what: &str) -> Result<(), RdbError> {
+        match self.length()? {
+            Length::Len(n) => drop(self.take(usize::try_from(n).unwrap_or(usize::MAX), what)?),
+            Length::Encoded(0) => drop(self.take(1, what)?),
+            Length::Encoded(1) => drop(self.take(2, what)?),
+            Length::Encoded(2) => drop(self.take(4, what)?),
+            Length::Encoded(3) => {
+                let compressed = self.len()?;
+                self.len()?;
+                self.take(usize::try_from(compressed).unwrap_or(usize::MAX), what)?;
+            }
+            Length::Encoded(other) => return Err(self.corrupt(format!("string encoding {other}"))),
+        }
+        Ok(())
     }
 
     fn strings(&mut self) -> Result<Vec<Vec<u8>>, RdbError> {
