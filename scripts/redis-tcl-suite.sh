@@ -50,13 +50,14 @@ set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 redis_src="${REDIS_SRC:-/var/cache/keymesh/redis-src}"
-default_units="unit/type/string unit/type/incr unit/expire unit/keyspace unit/type/hash unit/type/set unit/type/zset unit/type/list unit/multi unit/pubsub unit/scripting unit/functions unit/slowlog unit/hyperloglog unit/bitfield unit/geo unit/introspection-2 unit/info-command unit/tracking"
-# The last two needs: tags do not occur in the default units; they mark tests that cannot work
+default_units="unit/type/string unit/type/incr unit/expire unit/keyspace unit/type/hash unit/type/set unit/type/zset unit/type/list unit/multi unit/pubsub unit/scripting unit/functions unit/slowlog unit/hyperloglog unit/bitfield unit/geo unit/introspection-2 unit/info-command unit/tracking unit/latency-monitor"
+# needs:local-process does not occur in the default units; it marks tests that cannot work
 # against a server that is not a local redis-server process (used by other units). needs:pfdebug
-# is not excluded: the engine has PFDEBUG and PFSELFTEST, as redis-server does.
+# and needs:latency (unit/latency-monitor, the only unit with it) are not excluded: the engine
+# has PFDEBUG and PFSELFTEST, and the latency monitor, as redis-server does.
 tag_args=(--tags -needs:debug --tags -needs:repl --tags -needs:save --tags -needs:config-maxmemory
           --tags -slow --ignore-encoding
-          --tags -needs:latency --tags -needs:local-process)
+          --tags -needs:local-process)
 
 server=""
 units="$default_units"

@@ -170,3 +170,64 @@ fn latency_monitor_and_histograms() {
     let Reply::Array(cdf) = &set[3] else { panic!("{set:?}") };
     assert_eq!(cdf.last(), Some(&Reply::Int(2)), "the cumulative count reaches the calls: {cdf:?}");
 }
+
+/// The names of a `LATENCY HISTOGRAM` reply (a map read as name, histogram, name, ...).
+fn histogram_names(reply: Reply) -> Vec<String> {
+    let Reply::Array(items) = reply else { panic!("{reply:?}") };
+    items.iter().step_by(2).map(Reply::text).collect()
+}
+
+#[test]
+fn subcommands_are_counted_under_their_full_names() {
+    // As Redis 7: `CLIENT ID` counts as `client|id` in LATENCY HISTOGRAM and INFO
+    // commandstats; a container's name gives its subcommands, `parent|sub` just that one.
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    c.cmd(&["CONFIG", "RESETSTAT"]);
+    assert_eq!(histogram_names(c.cmd(&["LATENCY", "HISTOGRAM"])), ["config|resetstat"], "RESETSTAT counts itself after resetting");
+    c.cmd(&["CLIENT", "ID"]);
+    c.cmd(&["client", "LIST"]);
+    c.cmd(&["CLIENT", "ID"]);
+    let mut names = histogram_names(c.cmd(&["LATENCY", "HISTOGRAM", "client"]));
+    names.sort();
+    assert_eq!(names, ["client|id", "client|list"]);
+    let Reply::Array(one) = c.cmd(&["LATENCY", "HISTOGRAM", "CLIENT|ID", "client|nope", "nope|id"]) else { panic!() };
+    assert_eq!(one[0], Reply::Bulk(b"client|id".to_vec()));
+    let Reply::Array(h) = &one[1] else { panic!("{one:?}") };
+    assert_eq!(h[..2], [Reply::Bulk(b"calls".to_vec()), Reply::Int(2)]);
+    assert_eq!(one.len(), 2, "unknown names are skipped: {one:?}");
+    let stats = c.cmd(&["INFO", "commandstats"]).text();
+    assert!(stats.contains("cmdstat_client|id:calls=2,"), "{stats}");
+    assert!(stats.contains("cmdstat_client|list:calls=1,"), "{stats}");
+    assert!(!stats.contains("cmdstat_client:"), "nothing ran as the bare container: {stats}");
+    // An unknown subcommand is the container's own failed call.
+    assert!(c.cmd(&["CLIENT", "NOPE"]).is_error());
+    let stats = c.cmd(&["INFO", "commandstats"]).text();
+    assert!(stats.contains("cmdstat_client:calls=1,") && stats.contains("failed_calls=1"), "{stats}");
+}
+
+#[test]
+fn an_expiry_pass_is_in_latency_latest_when_its_key_is_gone() {
+    // unit/latency-monitor's "LATENCY of expire events are correctly collected": once DBSIZE
+    // says the big key is gone, LATENCY LATEST already has the pass that deleted it (the
+    // sample is recorded before the pass releases the key's shard, and DBSIZE counts the key
+    // until it is deleted, as Redis's does).
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    c.cmd(&["CONFIG", "SET", "latency-monitor-threshold", "1"]);
+    for round in 0..3 {
+        c.cmd(&["LATENCY", "RESET"]);
+        let fill = "for i = 1, tonumber(ARGV[1]) do redis.call('sadd', KEYS[1], i) end return 1";
+        assert_eq!(c.cmd(&["EVAL", fill, "1", "big", "300000"]), Reply::Int(1));
+        assert_eq!(c.cmd(&["PEXPIRE", "big", "20"]), Reply::Int(1));
+        std::thread::sleep(Duration::from_millis(30));
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while c.cmd(&["DBSIZE"]) != Reply::Int(0) {
+            assert!(std::time::Instant::now() < deadline, "the key never expired");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let Reply::Array(latest) = c.cmd(&["LATENCY", "LATEST"]) else { panic!() };
+        let events: Vec<String> = latest.iter().map(|e| e.texts()[0].clone()).collect();
+        assert!(events.iter().any(|e| e == "expire-cycle"), "round {round}: {events:?}");
+    }
+}

@@ -114,7 +114,7 @@ fn exec_queue(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
         let started = Instant::now();
         let reply = (TABLE.specs[*index].run)(&mut inner, argv);
         let elapsed = started.elapsed();
-        record(*index, elapsed, &reply);
+        record(*index, argv, elapsed, &reply);
         log_if_slow(server, inner.client, TABLE.specs[*index], argv, elapsed);
         show_to_monitors(server, inner.client.db, Source::Client(&inner.client.handle.addr), TABLE.specs[*index], argv);
         if server.store.tracking.load(Ordering::Relaxed) {
