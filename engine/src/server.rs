@@ -72,6 +72,8 @@ pub struct Server {
     pub monitors: crate::monitor::Monitors,
     /// `LATENCY` events (`crate::latency`).
     pub latency: crate::latency::LatencyMonitor,
+    /// `CLIENT PAUSE` (`crate::pause`).
+    pub pause: crate::pause::Pause,
     pub metrics: Metrics,
     pub stats: ServerStats,
     pub run_id: String,
@@ -146,6 +148,7 @@ impl Server {
             slowlog: crate::slowlog::SlowLog::default(),
             monitors: crate::monitor::Monitors::default(),
             latency: crate::latency::LatencyMonitor::default(),
+            pause: crate::pause::Pause::default(),
             metrics,
             stats: ServerStats::default(),
             run_id,

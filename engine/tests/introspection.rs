@@ -231,3 +231,183 @@ fn an_expiry_pass_is_in_latency_latest_when_its_key_is_gone() {
         assert!(events.iter().any(|e| e == "expire-cycle"), "round {round}: {events:?}");
     }
 }
+
+/// A `CLIENT INFO` field.
+fn client_field(c: &mut support::Conn, field: &str) -> String {
+    let info = c.cmd(&["CLIENT", "INFO"]).text();
+    let prefix = format!("{field}=");
+    info.split_whitespace().find_map(|f| f.strip_prefix(prefix.as_str())).map(str::to_string).unwrap_or_else(|| panic!("no {field} in {info}"))
+}
+
+#[test]
+fn client_no_touch_leaves_access_times_alone_but_touch_uses_them() {
+    // CLIENT NO-TOUCH as Redis 7.2: the client's reads (plain, in a transaction, in a script)
+    // do not update a key's access time; TOUCH still does; OFF restores it. The flags show
+    // `T` and `e` (NO-EVICT).
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    c.cmd(&["SET", "k", "v"]);
+    c.cmd(&["SET", "t", "v"]);
+    assert_eq!(client_field(&mut c, "flags"), "N");
+    assert_eq!(c.cmd(&["CLIENT", "NO-TOUCH", "on"]), Reply::Status("OK".into()));
+    assert_eq!(c.cmd(&["CLIENT", "NO-EVICT", "ON"]), Reply::Status("OK".into()));
+    assert_eq!(client_field(&mut c, "flags"), "eT");
+    assert_eq!(c.cmd(&["CLIENT", "NO-TOUCH", "maybe"]), Reply::Error("ERR syntax error".into()));
+    std::thread::sleep(Duration::from_millis(2100));
+    c.cmd(&["GET", "k"]);
+    c.cmd(&["MULTI"]);
+    c.cmd(&["GET", "k"]);
+    c.cmd(&["EXEC"]);
+    c.cmd(&["EVAL", "return redis.call('get', KEYS[1])", "1", "k"]);
+    assert_eq!(c.cmd(&["TOUCH", "t"]), Reply::Int(1));
+    let Reply::Int(idle) = c.cmd(&["OBJECT", "IDLETIME", "k"]) else { panic!() };
+    assert!(idle >= 2, "a NO-TOUCH client's reads leave the access time alone: idle {idle}");
+    assert_eq!(c.cmd(&["OBJECT", "IDLETIME", "t"]), Reply::Int(0), "TOUCH still touches");
+    c.cmd(&["CLIENT", "NO-TOUCH", "OFF"]);
+    c.cmd(&["CLIENT", "NO-EVICT", "off"]);
+    assert_eq!(client_field(&mut c, "flags"), "N");
+    c.cmd(&["GET", "k"]);
+    assert_eq!(c.cmd(&["OBJECT", "IDLETIME", "k"]), Reply::Int(0));
+}
+
+#[test]
+fn client_list_shows_tracking_flags_and_redirect() {
+    // `t` tracking, `B` BCAST, `R` a redirect target that went away; redir= its id.
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    assert_eq!(client_field(&mut c, "redir"), "-1");
+    c.cmd(&["CLIENT", "TRACKING", "ON", "BCAST"]);
+    assert_eq!(client_field(&mut c, "flags"), "tB");
+    assert_eq!(client_field(&mut c, "redir"), "0");
+    let mut target = server.connect();
+    let Reply::Int(target_id) = target.cmd(&["CLIENT", "ID"]) else { panic!() };
+    let mut redirected = server.connect();
+    redirected.cmd(&["CLIENT", "TRACKING", "ON", "REDIRECT", &target_id.to_string()]);
+    redirected.cmd(&["GET", "k"]);
+    assert_eq!(client_field(&mut redirected, "flags"), "t");
+    assert_eq!(client_field(&mut redirected, "redir"), target_id.to_string());
+    target.cmd(&["QUIT"]);
+    c.cmd(&["SET", "k", "v"]);
+    assert_eq!(client_field(&mut redirected, "flags"), "tR", "the invalidation found its target gone");
+    let list = c.cmd(&["CLIENT", "LIST"]).text();
+    assert!(list.lines().any(|l| l.contains(" flags=tR ")), "{list}");
+}
+
+#[test]
+fn shutdown_checks_its_arguments_as_redis() {
+    // Redis 7.0's checks: an unknown argument, SAVE with NOSAVE, ABORT with anything else are
+    // syntax errors; ABORT alone has no shutdown to abort; while a script is busy only
+    // SHUTDOWN NOSAVE stops the node.
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    let syntax = Reply::Error("ERR syntax error".into());
+    for args in [
+        &["SHUTDOWN", "NOPE"][..],
+        &["SHUTDOWN", "SAVE", "NOSAVE"],
+        &["SHUTDOWN", "ABORT", "NOW"],
+        &["SHUTDOWN", "NOSAVE", "ABORT"],
+        &["SHUTDOWN", "FORCE", "ABORT"],
+    ] {
+        assert_eq!(c.cmd(args), syntax, "{args:?}");
+    }
+    assert_eq!(c.cmd(&["SHUTDOWN", "ABORT"]), Reply::Error("ERR No shutdown in progress.".into()));
+    c.cmd(&["MULTI"]);
+    assert_eq!(c.cmd(&["SHUTDOWN"]), Reply::Error("ERR Command not allowed inside a transaction".into()));
+    c.cmd(&["DISCARD"]);
+    assert!(c.cmd(&["EVAL", "return redis.call('shutdown')", "0"]).is_error(), "not from a script");
+    c.cmd(&["CONFIG", "SET", "busy-reply-threshold", "50"]);
+    let mut busy = server.connect();
+    busy.send(&["EVAL", "local t = redis.call('time'); local start = t[1]; repeat t = redis.call('time') until t[1] - start > 3; return 1", "0"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(matches!(c.cmd(&["SHUTDOWN"]), Reply::Error(e) if e.starts_with("BUSY")), "a busy script keeps the node up without NOSAVE");
+    assert!(matches!(c.cmd(&["SHUTDOWN", "SAVE"]), Reply::Error(e) if e.starts_with("BUSY")));
+    assert_eq!(c.cmd(&["SHUTDOWN", "NOSAVE"]), Reply::Status("OK".into()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", server.port)).is_ok() {
+        assert!(std::time::Instant::now() < deadline, "the node did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `blocked_clients` of INFO clients.
+fn blocked_clients(c: &mut support::Conn) -> i64 {
+    let info = c.cmd(&["INFO", "clients"]).text();
+    info.lines().find_map(|l| l.strip_prefix("blocked_clients:")).and_then(|v| v.trim().parse().ok()).unwrap_or_else(|| panic!("{info}"))
+}
+
+fn wait_blocked(c: &mut support::Conn, n: i64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while blocked_clients(c) != n {
+        assert!(std::time::Instant::now() < deadline, "never {n} blocked clients");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn client_pause_write_holds_writes_and_lets_reads_through() {
+    // As Redis 7.0's unit/pause: WRITE holds writes, PUBLISH, PFCOUNT, scripts that may write
+    // and an EXEC of a write (replies come once the pause ends, nothing is refused); reads,
+    // read-only scripts and errors are answered at once; UNPAUSE or the timeout ends it.
+    let server = Server::start(&[]);
+    let mut admin = server.connect();
+    let mut reader = server.connect();
+    admin.cmd(&["PFADD", "hll", "a"]);
+    assert_eq!(admin.cmd(&["CLIENT", "PAUSE", "100000", "WRITE"]), Reply::Status("OK".into()));
+    assert_eq!(reader.cmd(&["GET", "k"]), Reply::Nil);
+    assert_eq!(reader.cmd(&["EVAL", "#!lua flags=no-writes\nreturn redis.call('get', 'hll') and 1 or 0", "0"]), Reply::Int(1));
+    assert_eq!(reader.cmd(&["EVAL_RO", "return 2", "0"]), Reply::Int(2));
+    assert_eq!(reader.cmd(&["SET", "k"]), Reply::Error("ERR wrong number of arguments for 'set' command".into()));
+    reader.cmd(&["MULTI"]);
+    reader.cmd(&["GET", "k"]);
+    assert_eq!(reader.cmd(&["EXEC"]), Reply::Array(vec![Reply::Nil]), "a read-only transaction runs");
+    let mut held: Vec<(support::Conn, &[&str], Reply)> = Vec::new();
+    let writes: [(&[&str], Reply); 5] = [
+        (&["SET", "k", "v"], Reply::Status("OK".into())),
+        (&["PUBLISH", "ch", "m"], Reply::Int(0)),
+        (&["PFCOUNT", "hll"], Reply::Int(1)),
+        (&["EVAL", "return 3", "0"], Reply::Int(3)),
+        (&["INCR", "n"], Reply::Int(1)),
+    ];
+    for (i, (command, reply)) in writes.into_iter().enumerate() {
+        let mut c = server.connect();
+        c.send(command);
+        wait_blocked(&mut admin, i as i64 + 1);
+        held.push((c, command, reply));
+    }
+    let mut tx = server.connect();
+    tx.cmd(&["MULTI"]);
+    assert_eq!(tx.cmd(&["GET", "k"]), Reply::Status("QUEUED".into()));
+    tx.send(&["SET", "k2", "v2"]);
+    wait_blocked(&mut admin, 6);
+    assert_eq!(reader.cmd(&["GET", "k"]), Reply::Nil, "held writes have not run");
+    let list = admin.cmd(&["CLIENT", "LIST"]).text();
+    let blocked = list.lines().filter(|l| l.split_whitespace().any(|f| f.starts_with("flags=") && f.contains('b'))).count();
+    assert_eq!(blocked, 6, "held clients show flag b: {list}");
+    assert_eq!(admin.cmd(&["CLIENT", "UNPAUSE"]), Reply::Status("OK".into()));
+    for (mut c, command, reply) in held {
+        assert_eq!(c.read(), Some(reply), "{command:?}");
+    }
+    assert_eq!(tx.read(), Some(Reply::Status("QUEUED".into())));
+    assert_eq!(tx.cmd(&["EXEC"]), Reply::Array(vec![Reply::Bulk(b"v".to_vec()), Reply::Status("OK".into())]));
+    assert_eq!(blocked_clients(&mut admin), 0);
+
+    // ALL holds reads too, until the timeout.
+    assert_eq!(admin.cmd(&["CLIENT", "PAUSE", "300"]), Reply::Status("OK".into()));
+    let started = std::time::Instant::now();
+    assert_eq!(reader.cmd(&["GET", "k"]), Reply::Bulk(b"v".to_vec()));
+    assert!(started.elapsed() >= Duration::from_millis(250), "the read waited for the pause: {:?}", started.elapsed());
+    // A shorter pause does not shorten a longer one.
+    let started = std::time::Instant::now();
+    admin.cmd(&["CLIENT", "PAUSE", "400", "WRITE"]);
+    admin.cmd(&["CLIENT", "PAUSE", "10", "WRITE"]);
+    assert_eq!(reader.cmd(&["SET", "k", "w"]), Reply::Status("OK".into()));
+    assert!(started.elapsed() >= Duration::from_millis(350), "the longer pause held it: {:?}", started.elapsed());
+    for (args, error) in [
+        (&["CLIENT", "PAUSE", "10", "NOPE"][..], "ERR CLIENT PAUSE mode must be WRITE or ALL"),
+        (&["CLIENT", "PAUSE", "-1"], "ERR timeout is negative"),
+        (&["CLIENT", "PAUSE", "soon"], "ERR timeout is not an integer or out of range"),
+    ] {
+        assert_eq!(admin.cmd(args), Reply::Error(error.into()), "{args:?}");
+    }
+    assert!(reader.cmd(&["EVAL_RO", "return redis.call('publish', 'ch', 'm')", "0"]).is_error(), "PUBLISH counts as a write in a read-only script");
+}

@@ -300,7 +300,8 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
     let spec = TABLE.specs[index];
     let started = Instant::now();
     let locks = lock_for(server, spec, argv, client.db);
-    let ctx = Ctx::new(&server.store, client.db, server.store.hlc.wall_ms(), locks);
+    let mut ctx = Ctx::new(&server.store, client.db, server.store.hlc.wall_ms(), locks);
+    ctx.no_touch = no_touch(client, spec);
     let mut exec = Exec { ctx, server, client };
     let reply = (spec.run)(&mut exec, argv);
     let ready = std::mem::take(&mut exec.ctx.ready_keys);
@@ -328,6 +329,12 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
         server.blocking.wake(server, ready);
     }
     tracking::with_pushes(Vec::new(), reply.unwrap_or_else(Frame::from), own_invalidations)
+}
+
+/// Whether `spec` leaves keys' access times alone for this client (`CLIENT NO-TOUCH`, all
+/// but `TOUCH`, as Redis 7.2).
+pub fn no_touch(client: &ClientState, spec: &CommandSpec) -> bool {
+    client.handle.no_touch.load(Ordering::Relaxed) && spec.name != "touch"
 }
 
 /// Shows a command that ran to MONITOR clients: the one place for which commands are shown.

@@ -112,6 +112,7 @@ fn exec_queue(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     let mut replies = Vec::with_capacity(multi.queue.len());
     for (index, argv) in &multi.queue {
         let started = Instant::now();
+        inner.ctx.no_touch = super::no_touch(inner.client, TABLE.specs[*index]);
         let reply = (TABLE.specs[*index].run)(&mut inner, argv);
         let elapsed = started.elapsed();
         record(*index, argv, elapsed, &reply);

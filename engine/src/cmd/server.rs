@@ -204,19 +204,37 @@ fn lastsave(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
 }
 
 /// `SHUTDOWN [NOSAVE | SAVE] [NOW] [FORCE] [ABORT]`: a node with a save schedule saves as it
-/// stops (`server::run`), unless `NOSAVE`; `SAVE` saves even without a schedule.
+/// stops (`server::run`), unless `NOSAVE`; `SAVE` saves even without a schedule. The arguments
+/// are checked as Redis 7.0 checks them: `ABORT` alone, never `SAVE` with `NOSAVE`, and while a
+/// script is busy only `NOSAVE` stops the node. `NOW` and `FORCE` change nothing: KeyMesh waits
+/// for no replica before it stops (peers catch up from their own backlogs), and a failed save
+/// already stops the shutdown. `ABORT` has nothing to abort for the same reason: a shutdown
+/// that began is not waiting for anything.
 fn shutdown(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let (mut nosave, mut save) = (false, false);
+    let (mut nosave, mut save, mut flagged, mut abort) = (false, false, false, false);
     for a in &argv[1..] {
         match a.to_ascii_lowercase().as_slice() {
             b"nosave" => nosave = true,
             b"save" => save = true,
-            b"now" | b"force" => {}
+            b"now" | b"force" => flagged = true,
+            b"abort" => abort = true,
             _ => return Err(CmdError::Syntax),
         }
     }
-    if nosave && save {
+    if (abort && (nosave || save || flagged)) || (nosave && save) {
         return Err(CmdError::Syntax);
+    }
+    if abort {
+        return Err(CmdError::err(if exec.server.is_shutting_down() {
+            "The shutdown has begun and cannot be aborted (KeyMesh waits for no replica)."
+        } else {
+            "No shutdown in progress."
+        }));
+    }
+    if !nosave {
+        if let Some(busy) = exec.server.scripts.busy_error() {
+            return Err(busy);
+        }
     }
     if save {
         crate::persist::save(exec.server).map_err(|e| CmdError::err(format!("Errors trying to SHUTDOWN. Check logs. ({e})")))?;
@@ -534,7 +552,7 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\ntracking_clients:{}\r\npubsub_clients:{}\r\n\r\n",
             server.clients.count(),
             server.settings().maxclients,
-            server.blocking.blocked_clients(),
+            server.blocking.blocked_clients() + server.pause.held(),
             tracking.clients,
             server.clients.all().iter().filter(|c| c.subscriptions.load(Ordering::Relaxed) > 0).count(),
         );

@@ -42,11 +42,25 @@ pub struct Ctx<'a> {
     emptied_at: Option<usize>,
     /// Keys this command's writes modified (only while a client tracks keys).
     pub modified: Modified,
+    /// The client is `CLIENT NO-TOUCH` and the command is not `TOUCH`: lookups leave the
+    /// access time alone.
+    pub no_touch: bool,
 }
 
 impl<'a> Ctx<'a> {
     pub fn new(store: &'a Store, db: usize, now_ms: u64, locks: Locks<'a>) -> Ctx<'a> {
-        Ctx { store, db, now_ms, locks, ready_keys: Vec::new(), effects: Vec::new(), events: Vec::new(), emptied_at: None, modified: Modified::default() }
+        Ctx {
+            store,
+            db,
+            now_ms,
+            locks,
+            ready_keys: Vec::new(),
+            effects: Vec::new(),
+            events: Vec::new(),
+            emptied_at: None,
+            modified: Modified::default(),
+            no_touch: false,
+        }
     }
 
     /// Records the keyspace event `name` of `class` for `key` in the current database.
@@ -133,6 +147,7 @@ impl<'a> Ctx<'a> {
             return None;
         }
         // The key is live: this second lookup hits the cache lines the first one loaded.
+        let touch = touch && !self.no_touch;
         let entry = self.parts(db, key).1.raw_mut(key)?;
         if touch {
             super::evict::on_access(entry, now, store.lfu_access.load(Ordering::Relaxed));

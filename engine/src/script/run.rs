@@ -292,7 +292,9 @@ fn call(st: &mut CallState, argv: MultiValue) -> Frame {
     }
     let writes = spec.flags & cmd_flags::WRITE != 0;
     let wrote = st.running.wrote.load(Ordering::Acquire);
-    if writes && st.read_only {
+    // Commands that may replicate count as writes for a read-only script, as in Redis (so a
+    // read-only script may run during CLIENT PAUSE WRITE).
+    if (writes || matches!(spec.name, "publish" | "spublish" | "pfcount")) && st.read_only {
         TABLE.stats_for(index, &argv).rejected.fetch_add(1, Ordering::Relaxed);
         return Frame::error("ERR Write commands are not allowed from read-only scripts.");
     }
