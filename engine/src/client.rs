@@ -82,6 +82,9 @@ pub struct ClientState {
     pub tracking_reads: Vec<Bytes>,
     /// `CLIENT TRACKING ON` is in effect (the full state is in `crate::tracking`).
     pub tracking: bool,
+    /// The backlog sequence of this client's last write (`WAIT` counts the peers that merged
+    /// it); 0 before its first.
+    pub woff: u64,
     pub handle: Arc<ClientHandle>,
 }
 
@@ -107,6 +110,7 @@ impl ClientState {
             script_read: false,
             tracking_reads: Vec::new(),
             tracking: false,
+            woff: 0,
             handle,
         }
     }
