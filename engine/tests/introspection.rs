@@ -411,3 +411,47 @@ fn client_pause_write_holds_writes_and_lets_reads_through() {
     }
     assert!(reader.cmd(&["EVAL_RO", "return redis.call('publish', 'ch', 'm')", "0"]).is_error(), "PUBLISH counts as a write in a read-only script");
 }
+
+/// A RESP2 map reply as (name, reply) pairs.
+fn pairs(reply: Reply) -> Vec<(String, Reply)> {
+    let Reply::Array(items) = reply else { panic!("{reply:?}") };
+    items.chunks(2).map(|p| (p[0].text(), p[1].clone())).collect()
+}
+
+#[test]
+fn memory_stats_doctor_purge_and_help() {
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    let fill = "for i = 1, 20000 do redis.call('set', 'key:' .. i, string.rep('x', 100)) end return 1";
+    assert_eq!(c.cmd(&["EVAL", fill, "0"]), Reply::Int(1));
+    let stats = pairs(c.cmd(&["MEMORY", "STATS"]));
+    let int = |name: &str| match stats.iter().find(|(n, _)| n == name) {
+        Some((_, Reply::Int(v))) => *v,
+        other => panic!("{name}: {other:?} in {stats:?}"),
+    };
+    let double = |name: &str| match stats.iter().find(|(n, _)| n == name) {
+        Some((_, Reply::Bulk(v))) => String::from_utf8_lossy(v).parse::<f64>().unwrap(),
+        other => panic!("{name}: {other:?}"),
+    };
+    assert_eq!(int("keys.count"), 20000);
+    let (total, startup, peak) = (int("total.allocated"), int("startup.allocated"), int("peak.allocated"));
+    assert!(startup > 0 && total > startup && peak >= total, "{stats:?}");
+    assert!(int("dataset.bytes") > 20000 * 100, "the values alone are 2 MB: {stats:?}");
+    assert_eq!(int("overhead.total") + int("dataset.bytes"), total);
+    assert!(int("keys.bytes-per-key") >= 100);
+    assert!((0.0..=100.0).contains(&double("dataset.percentage")));
+    assert!(double("allocator-fragmentation.ratio") >= 1.0);
+    assert_eq!(int("allocator.allocated"), total);
+    assert!(double("fragmentation") > 0.0);
+    let doctor = c.cmd(&["MEMORY", "DOCTOR"]).text();
+    assert!(!doctor.is_empty(), "{doctor}");
+    let malloc = c.cmd(&["MEMORY", "MALLOC-STATS"]).text();
+    assert!(malloc.contains("jemalloc"), "{malloc}");
+    assert_eq!(c.cmd(&["MEMORY", "PURGE"]), Reply::Status("OK".into()));
+    assert!(c.cmd(&["MEMORY", "HELP"]).texts().iter().any(|l| l == "PURGE"));
+    assert_eq!(c.cmd(&["MEMORY", "STATS", "x"]), Reply::Error("ERR wrong number of arguments for 'memory|stats' command".into()));
+    assert!(matches!(c.cmd(&["MEMORY", "USAGE", "key:1", "SAMPLES", "5"]), Reply::Int(n) if n > 100));
+    assert_eq!(c.cmd(&["MEMORY", "USAGE", "key:1", "SAMPLES", "-1"]), Reply::Error("ERR syntax error".into()));
+    assert_eq!(c.cmd(&["MEMORY", "USAGE", "key:1", "NOPE"]), Reply::Error("ERR syntax error".into()));
+    assert!(matches!(c.cmd(&["MEMORY", "NOPE"]), Reply::Error(e) if e.contains("unknown subcommand")));
+}

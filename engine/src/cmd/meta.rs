@@ -51,7 +51,7 @@ pub const SUBCOMMANDS: &[(&str, &[&str])] = &[
     ("config", &["get", "help", "resetstat", "set"]),
     ("function", &["delete", "dump", "flush", "help", "kill", "list", "load", "restore", "stats"]),
     ("latency", &["doctor", "graph", "help", "histogram", "history", "latest", "reset"]),
-    ("memory", &["usage"]),
+    ("memory", &["doctor", "help", "malloc-stats", "purge", "stats", "usage"]),
     ("object", &["encoding", "freq", "help", "idletime", "refcount"]),
     ("pubsub", &["channels", "numpat", "numsub", "shardchannels", "shardnumsub"]),
     ("script", &["exists", "flush", "help", "kill", "load"]),

@@ -155,14 +155,183 @@ fn object(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn memory(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    if !eq_ignore_case(&argv[1], "usage") {
-        return Err(unknown_subcommand(&argv[1], "memory"));
+    let sub = argv[1].to_ascii_lowercase();
+    match (sub.as_slice(), argv.len()) {
+        (b"usage", n) if n >= 3 => {
+            // `SAMPLES n` is accepted as Redis accepts it; the size is computed, not sampled.
+            let mut options = argv[3..].chunks(2);
+            if options.any(|o| o.len() != 2 || !eq_ignore_case(&o[0], "samples") || !int(&o[1]).is_ok_and(|n| n >= 0)) {
+                return Err(CmdError::Syntax);
+            }
+            let key_len = argv[2].len();
+            // Like Redis's, it looks at the key without using it (no access-time update).
+            Ok(exec.ctx.peek(&argv[2]).map_or(Frame::Null, |e| Frame::Integer((key_len + e.value.approx_size() + 64) as i64)))
+        }
+        (b"stats", 2) => Ok(Frame::Map(memory_stats(exec.server).into_iter().map(|(k, v)| (Frame::bulk(k), v)).collect())),
+        (b"doctor", 2) => Ok(Frame::Verbatim(Bytes::from(memory_doctor(exec.server)))),
+        (b"malloc-stats", 2) => Ok(Frame::Verbatim(Bytes::from(crate::memory::malloc_stats()))),
+        (b"purge", 2) => match crate::memory::purge() {
+            Ok(()) => Ok(OK),
+            Err(e) => Err(CmdError::err(format!("Error purging dirty pages: {e}"))),
+        },
+        (b"help", 2) => Ok(Frame::array_of_bulks([
+            "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "DOCTOR",
+            "    Return memory problems reports.",
+            "MALLOC-STATS",
+            "    Return internal statistics report from the memory allocator.",
+            "PURGE",
+            "    Attempt to purge dirty pages for reclamation by the allocator.",
+            "STATS",
+            "    Return information about the memory usage of the server.",
+            "USAGE <key> [SAMPLES <count>]",
+            "    Return memory in bytes used by <key> and its value. Nested values are",
+            "    sampled up to <count> times (default: 5, 0 means sample all).",
+            "HELP",
+            "    Print this help.",
+        ])),
+        (b"usage" | b"stats" | b"doctor" | b"malloc-stats" | b"purge" | b"help", _) => Err(wrong_arity(&format!("memory|{}", String::from_utf8_lossy(&sub)))),
+        _ => Err(unknown_subcommand(&argv[1], "memory")),
     }
-    if argv.len() != 3 && argv.len() != 5 {
-        return Err(CmdError::Syntax);
+}
+
+/// The numbers behind `MEMORY STATS` and `MEMORY DOCTOR`.
+struct MemoryNumbers {
+    alloc: crate::memory::AllocatorStats,
+    rss: u64,
+    backlog: u64,
+    lua: u64,
+    keys: u64,
+}
+
+impl MemoryNumbers {
+    fn read(server: &crate::server::Server) -> MemoryNumbers {
+        let store = &server.store;
+        MemoryNumbers {
+            alloc: crate::memory::allocator_stats(),
+            rss: crate::memory::rss_bytes(),
+            backlog: server.repl_log.held_bytes() as u64,
+            lua: server.scripts.cache_bytes() as u64,
+            keys: (0..store.databases()).map(|db| store.dbsize(db) as u64).sum(),
+        }
     }
-    let key_len = argv[2].len();
-    Ok(exec.ctx.get(&argv[2]).map_or(Frame::Null, |e| Frame::Integer((key_len + e.value.approx_size() + 64) as i64)))
+
+    /// Memory that is not the dataset: what the node held at start, the replication backlog,
+    /// the script cache.
+    fn overhead(&self) -> u64 {
+        self.alloc.startup + self.backlog + self.lua
+    }
+
+    fn dataset(&self) -> u64 {
+        self.alloc.allocated.saturating_sub(self.overhead())
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// `MEMORY STATS`: Redis 7.0's fields where KeyMesh has the number (not the per-client
+/// buffers, AOF, cluster links or per-database hash-table overheads, which it does not keep).
+fn memory_stats(server: &crate::server::Server) -> Vec<(&'static str, Frame)> {
+    let m = MemoryNumbers::read(server);
+    let a = m.alloc;
+    let int = |v: u64| Frame::Integer(v as i64);
+    let net = a.allocated.saturating_sub(a.startup);
+    vec![
+        ("peak.allocated", int(a.peak)),
+        ("total.allocated", int(a.allocated)),
+        ("startup.allocated", int(a.startup)),
+        ("replication.backlog", int(m.backlog)),
+        ("lua.caches", int(m.lua)),
+        ("overhead.total", int(m.overhead())),
+        ("keys.count", int(m.keys)),
+        ("keys.bytes-per-key", int(if m.keys == 0 { 0 } else { net / m.keys })),
+        ("dataset.bytes", int(m.dataset())),
+        ("dataset.percentage", Frame::Double(ratio(m.dataset() * 100, net))),
+        ("peak.percentage", Frame::Double(ratio(a.allocated * 100, a.peak))),
+        ("allocator.allocated", int(a.allocated)),
+        ("allocator.active", int(a.active)),
+        ("allocator.resident", int(a.resident)),
+        ("allocator-fragmentation.ratio", Frame::Double(ratio(a.active, a.allocated))),
+        ("allocator-fragmentation.bytes", Frame::Integer(a.active as i64 - a.allocated as i64)),
+        ("allocator-rss.ratio", Frame::Double(ratio(a.resident, a.active))),
+        ("allocator-rss.bytes", Frame::Integer(a.resident as i64 - a.active as i64)),
+        ("rss-overhead.ratio", Frame::Double(ratio(m.rss, a.resident))),
+        ("rss-overhead.bytes", Frame::Integer(m.rss as i64 - a.resident as i64)),
+        ("fragmentation", Frame::Double(ratio(m.rss, a.allocated))),
+        ("fragmentation.bytes", Frame::Integer(m.rss as i64 - a.allocated as i64)),
+    ]
+}
+
+/// `MEMORY DOCTOR`: the `MEMORY STATS` numbers read as Redis's doctor reads them (its
+/// thresholds), in KeyMesh's words.
+fn memory_doctor(server: &crate::server::Server) -> String {
+    const MB: u64 = 1024 * 1024;
+    let m = MemoryNumbers::read(server);
+    let a = m.alloc;
+    if a.allocated < 5 * MB {
+        return format!(
+            "This node uses very little memory ({:.1} MB allocated): there is nothing to diagnose yet. Ask again once it holds data.\n",
+            a.allocated as f64 / MB as f64
+        );
+    }
+    let mut issues = Vec::new();
+    if a.peak > a.allocated && ratio(a.peak, a.allocated) > 1.5 {
+        issues.push(format!(
+            "Peak memory: the node once allocated {:.1} MB, {:.0}% more than the {:.1} MB it holds now. The allocator keeps some of that for reuse, so RSS and fragmentation read high; MEMORY PURGE gives free pages back now.",
+            a.peak as f64 / MB as f64,
+            (ratio(a.peak, a.allocated) - 1.0) * 100.0,
+            a.allocated as f64 / MB as f64
+        ));
+    }
+    let frag = ratio(a.active, a.allocated);
+    if frag > 1.1 && a.active - a.allocated > 10 * MB {
+        issues.push(format!(
+            "Allocator fragmentation: {:.2} ({:.1} MB in pages that are partly free). Deleting many small keys leaves pages half used; the allocator reuses them as new data arrives.",
+            frag,
+            (a.active - a.allocated) as f64 / MB as f64
+        ));
+    }
+    let rss_extra = ratio(m.rss, a.resident);
+    if rss_extra > 1.1 && m.rss > a.resident + 10 * MB {
+        issues.push(format!(
+            "RSS overhead: the process's RSS is {:.2} times what the allocator holds ({:.1} MB more): memory outside the keyspace's allocator (thread stacks, the Lua VMs, TLS buffers) or not yet returned to the system.",
+            rss_extra,
+            (m.rss - a.resident) as f64 / MB as f64
+        ));
+    }
+    if m.backlog > 32 * MB && m.backlog > a.allocated / 4 {
+        issues.push(format!(
+            "Replication backlog: {:.1} MB ({:.0}% of allocated memory) of writes kept for peers that reconnect. repl-backlog-size caps it; smaller means more full syncs after a peer's outage.",
+            m.backlog as f64 / MB as f64,
+            ratio(m.backlog * 100, a.allocated)
+        ));
+    }
+    if m.lua > 10 * MB {
+        issues.push(format!(
+            "Script cache: {:.1} MB of EVAL scripts. Scripts built with their arguments inlined fill the cache; pass them as KEYS/ARGV and use EVALSHA, or SCRIPT FLUSH.",
+            m.lua as f64 / MB as f64
+        ));
+    }
+    if issues.is_empty() {
+        return format!(
+            "No memory problem found: {:.1} MB allocated for {} keys, allocator fragmentation {:.2}, RSS {:.1} MB.\n",
+            a.allocated as f64 / MB as f64,
+            m.keys,
+            frag,
+            m.rss as f64 / MB as f64
+        );
+    }
+    let mut out = String::from("Memory issues found on this node:\n\n");
+    for (i, issue) in issues.iter().enumerate() {
+        let _ = writeln!(out, "{}. {issue}", i + 1);
+    }
+    out
 }
 
 /// Writes a snapshot (`crate::persist`) on this connection's thread. Unlike Redis's `SAVE` it
