@@ -183,7 +183,7 @@ impl ClientHandle {
         };
         let subs = self.subscriptions.load(Ordering::Relaxed);
         // Redis's letters, in its order (networking.c, catClientInfoString; `T` from 7.2).
-        let tracked = |flag: &str| tracking.flags.iter().any(|f| *f == flag);
+        let tracked = |flag: &'static str| tracking.flags.contains(&flag);
         let flags: String = [
             (subs > 0, 'P'),
             (self.in_multi.load(Ordering::Relaxed), 'x'),

@@ -250,7 +250,7 @@ fn memory_stats(server: &crate::server::Server) -> Vec<(&'static str, Frame)> {
         ("lua.caches", int(m.lua)),
         ("overhead.total", int(m.overhead())),
         ("keys.count", int(m.keys)),
-        ("keys.bytes-per-key", int(if m.keys == 0 { 0 } else { net / m.keys })),
+        ("keys.bytes-per-key", int(net.checked_div(m.keys).unwrap_or(0))),
         ("dataset.bytes", int(m.dataset())),
         ("dataset.percentage", Frame::Double(ratio(m.dataset() * 100, net))),
         ("peak.percentage", Frame::Double(ratio(a.allocated * 100, a.peak))),
