@@ -45,18 +45,21 @@
 # flags (1396 without the skip file; 1362 passed + 34 skipped with it, 2026-12-01). The default-unit run takes
 # 33-42 s against redis-server on this 2-core machine without the units added for issue 14:
 # unit/hyperloglog adds ~44 s (its multi-key PFCOUNT tests run 10,000 rounds), unit/geo ~13 s,
-# unit/bitfield ~1 s, unit/introspection-2 ~7 s (two 3 s idle-time tests), unit/tracking ~2 s.
+# unit/bitfield ~1 s, unit/introspection-2 ~7 s (two 3 s idle-time tests), unit/tracking ~2 s,
+# unit/latency-monitor ~3 s, unit/other ~1 s, unit/pause ~1 s (1435 tests without the skip file,
+# 1399 passed + 36 skipped with it).
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 redis_src="${REDIS_SRC:-/var/cache/keymesh/redis-src}"
-default_units="unit/type/string unit/type/incr unit/expire unit/keyspace unit/type/hash unit/type/set unit/type/zset unit/type/list unit/multi unit/pubsub unit/scripting unit/functions unit/slowlog unit/hyperloglog unit/bitfield unit/geo unit/introspection-2 unit/info-command unit/tracking"
-# The last two needs: tags do not occur in the default units; they mark tests that cannot work
+default_units="unit/type/string unit/type/incr unit/expire unit/keyspace unit/type/hash unit/type/set unit/type/zset unit/type/list unit/multi unit/pubsub unit/scripting unit/functions unit/slowlog unit/hyperloglog unit/bitfield unit/geo unit/introspection-2 unit/info-command unit/tracking unit/latency-monitor unit/other unit/pause"
+# needs:local-process does not occur in the default units; it marks tests that cannot work
 # against a server that is not a local redis-server process (used by other units). needs:pfdebug
-# is not excluded: the engine has PFDEBUG and PFSELFTEST, as redis-server does.
+# and needs:latency (unit/latency-monitor, the only unit with it) are not excluded: the engine
+# has PFDEBUG and PFSELFTEST, and the latency monitor, as redis-server does.
 tag_args=(--tags -needs:debug --tags -needs:repl --tags -needs:save --tags -needs:config-maxmemory
           --tags -slow --ignore-encoding
-          --tags -needs:latency --tags -needs:local-process)
+          --tags -needs:local-process)
 
 server=""
 units="$default_units"

@@ -89,6 +89,15 @@ impl Waiter {
         }
     }
 
+    /// Answers the blocked client with `frame` (a `WAIT`'s count) unless it already gave up
+    /// or was answered; whether it was.
+    pub fn answer(&self, frame: Frame) -> bool {
+        if self.cancelled.load(Ordering::Acquire) {
+            return false;
+        }
+        self.claim().is_some_and(|tx| tx.send(frame).is_ok())
+    }
+
     /// Called by the blocked connection when it stops waiting. Returns the reply to send
     /// now, or `None` if a waker is serving it right now (its reply will arrive).
     pub fn cancel(&self) -> Option<Frame> {

@@ -84,6 +84,9 @@ pub struct ClientState {
     pub tracking_reads: Vec<Bytes>,
     /// `CLIENT TRACKING ON` is in effect (the full state is in `crate::tracking`).
     pub tracking: bool,
+    /// The backlog sequence of this client's last write (`WAIT` counts the peers that merged
+    /// it); 0 before its first.
+    pub woff: u64,
     pub handle: Arc<ClientHandle>,
 }
 
@@ -110,6 +113,7 @@ impl ClientState {
             script_read: false,
             tracking_reads: Vec::new(),
             tracking: false,
+            woff: 0,
             handle,
         }
     }
@@ -149,6 +153,12 @@ pub struct ClientHandle {
     pub push: mpsc::UnboundedSender<Frame>,
     /// Bytes queued in `push` and not yet written, to bound slow subscribers.
     pub pending_push: AtomicU64,
+    /// `CLIENT NO-TOUCH ON`: this client's commands (but `TOUCH`) leave keys' access times
+    /// alone (Redis 7.2).
+    pub no_touch: AtomicBool,
+    /// `CLIENT NO-EVICT ON`: shown as flag `e`; KeyMesh evicts no clients for memory
+    /// (Redis's `maxmemory-clients`), so there is nothing more to exempt it from.
+    pub no_evict: AtomicBool,
 }
 
 impl ClientHandle {
@@ -162,8 +172,9 @@ impl ClientHandle {
         self.kill_signal.notify_one();
     }
 
-    /// One `CLIENT LIST` line (the fields Redis 7.0 prints that clients and tools parse).
-    pub fn info_line(&self) -> String {
+    /// One `CLIENT LIST` line (the fields Redis 7.0 prints that clients and tools parse), with
+    /// the client's `CLIENT TRACKING` state (flags `t`, `R`, `B` and `redir`).
+    pub fn info_line(&self, tracking: &crate::tracking::TrackingInfo) -> String {
         let name = self.name.lock().as_ref().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
         let lib_name = self.lib_name.lock().as_ref().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
         let lib_ver = self.lib_ver.lock().as_ref().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
@@ -174,21 +185,24 @@ impl ClientHandle {
             n => crate::cmd::TABLE.specs[n - 1].name,
         };
         let subs = self.subscriptions.load(Ordering::Relaxed);
-        let mut flags = String::new();
-        if self.in_multi.load(Ordering::Relaxed) {
-            flags.push('x');
-        }
-        if self.blocked.load(Ordering::Relaxed) {
-            flags.push('b');
-        }
-        if subs > 0 {
-            flags.push('P');
-        }
-        if flags.is_empty() {
-            flags.push('N');
-        }
+        // Redis's letters, in its order (networking.c, catClientInfoString; `T` from 7.2).
+        let tracked = |flag: &'static str| tracking.flags.contains(&flag);
+        let flags: String = [
+            (subs > 0, 'P'),
+            (self.in_multi.load(Ordering::Relaxed), 'x'),
+            (self.blocked.load(Ordering::Relaxed), 'b'),
+            (tracked("on"), 't'),
+            (tracked("broken_redirect"), 'R'),
+            (tracked("bcast"), 'B'),
+            (self.no_evict.load(Ordering::Relaxed), 'e'),
+            (self.no_touch.load(Ordering::Relaxed), 'T'),
+        ]
+        .into_iter()
+        .filter_map(|(on, c)| on.then_some(c))
+        .collect();
+        let flags = if flags.is_empty() { "N".to_string() } else { flags };
         format!(
-            "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={} db={} sub={} psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={} lib-name={} lib-ver={}",
+            "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={} db={} sub={} psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir={} resp={} lib-name={} lib-ver={}",
             self.id,
             self.addr,
             self.laddr,
@@ -199,6 +213,7 @@ impl ClientHandle {
             self.db.load(Ordering::Relaxed),
             subs,
             cmd,
+            tracking.redirect,
             self.resp.load(Ordering::Relaxed),
             lib_name,
             lib_ver,
@@ -236,6 +251,8 @@ impl ClientRegistry {
             kill_signal: Notify::new(),
             push: tx,
             pending_push: AtomicU64::new(0),
+            no_touch: AtomicBool::new(false),
+            no_evict: AtomicBool::new(false),
         });
         self.clients.lock().insert(id, handle.clone());
         (handle, rx)

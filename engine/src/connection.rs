@@ -117,6 +117,13 @@ where
                 continue;
             }
             handle.touch();
+            // CLIENT PAUSE: a command the pause covers waits here, after the replies before it.
+            if server.pause.current().is_some()
+                && crate::pause::holds(&server, &client, &argv)
+                && (flush(&server, &mut writer, &mut output).await.is_err() || !server.pause.wait(&server, &client, &argv).await)
+            {
+                break 'connection;
+            }
             let mode_before = client.reply_mode;
             let reply = crate::cmd::dispatch(&server, &mut client, argv);
             let suppress = match (mode_before, client.reply_mode) {

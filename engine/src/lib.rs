@@ -30,6 +30,7 @@ pub mod metrics;
 pub mod monitor;
 pub mod notify;
 pub mod parse;
+pub mod pause;
 pub mod persist;
 pub mod pubsub;
 pub mod repl;

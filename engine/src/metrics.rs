@@ -104,9 +104,10 @@ impl Metrics {
         self.clients.set(server.clients.count() as i64);
         self.blocked_clients.set(server.blocking.blocked_clients() as i64);
         self.keys.set((0..store.databases()).map(|db| store.dbsize(db)).sum::<usize>() as i64);
-        for (i, stats) in TABLE.stats.iter().enumerate() {
-            sync_counter(&self.commands[i], stats.calls.load(Ordering::Relaxed));
-            sync_counter(&self.failed[i], stats.failed.load(Ordering::Relaxed));
+        for i in 0..TABLE.stats.len() {
+            let (calls, failed) = TABLE.total_calls(i);
+            sync_counter(&self.commands[i], calls);
+            sync_counter(&self.failed[i], failed);
         }
         self.tombstones.set(store.tombstones_held() as i64);
         sync_counter(&self.expired, store.stats.expired_keys.load(Ordering::Relaxed));

@@ -72,6 +72,8 @@ pub struct Server {
     pub monitors: crate::monitor::Monitors,
     /// `LATENCY` events (`crate::latency`).
     pub latency: crate::latency::LatencyMonitor,
+    /// `CLIENT PAUSE` (`crate::pause`).
+    pub pause: crate::pause::Pause,
     pub metrics: Metrics,
     pub stats: ServerStats,
     pub run_id: String,
@@ -146,6 +148,7 @@ impl Server {
             slowlog: crate::slowlog::SlowLog::default(),
             monitors: crate::monitor::Monitors::default(),
             latency: crate::latency::LatencyMonitor::default(),
+            pause: crate::pause::Pause::default(),
             metrics,
             stats: ServerStats::default(),
             run_id,
@@ -410,10 +413,14 @@ fn bind_reuse(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
 /// Runs until SIGTERM/SIGINT (or `SHUTDOWN`). Fails only when the snapshot is refused and
 /// `snapshot-load-error` is `refuse-start`.
 pub async fn run(server: Arc<Server>, listeners: Listeners) -> Result<(), ServerError> {
-    let monitored = Arc::downgrade(&server);
-    tokio::spawn(crate::db::expire::run_active_expiry(server.store.clone(), move |took| {
+    let (monitored, tracked) = (Arc::downgrade(&server), Arc::downgrade(&server));
+    let took = move |took: std::time::Duration| {
         if let Some(server) = monitored.upgrade() {
             server.latency.add_if_needed("expire-cycle", took.as_millis() as u64);
+        }
+    };
+    tokio::spawn(crate::db::expire::run_active_expiry(server.store.clone(), took, move || {
+        if let Some(server) = tracked.upgrade() {
             // Expired keys invalidate client-side caches (no command carries them).
             server.tracking.merged(&server.clients, &server.store, crate::db::Modified::default());
         }

@@ -154,3 +154,71 @@ fn a_write_made_on_one_node_fires_its_event_on_a_peer() {
     let expected: Vec<(String, String)> = expected.iter().map(|(k, e)| (format!("__keyspace@0__:{k}"), e.to_string())).collect();
     assert_eq!(heard, expected);
 }
+
+#[test]
+fn reads_that_miss_fire_keymiss_and_writes_do_not() {
+    // Class `m`, as Redis 7.0's `lookupKeyRead`: a read of a missing key fires `keymiss`
+    // (EXISTS, TYPE, TTL and TOUCH included, and the keys a write command only reads, such as
+    // SUNIONSTORE's sources or SET ... GET's old value); a write's own lookup, a hit and
+    // OBJECT fire nothing.
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    assert_eq!(c.cmd(&["CONFIG", "SET", "notify-keyspace-events", "Em"]).text(), "OK");
+    assert_eq!(c.cmd(&["CONFIG", "GET", "notify-keyspace-events"]).texts(), ["notify-keyspace-events", "Em"]);
+    c.cmd(&["SET", "here", "1"]);
+    let mut sub = subscriber(&server);
+    let reads: &[&[&str]] = &[
+        &["GET", "r1"],
+        &["MGET", "here", "r2"],
+        &["EXISTS", "r3"],
+        &["TYPE", "r4"],
+        &["TTL", "r5"],
+        &["STRLEN", "r6"],
+        &["HGET", "r7", "f"],
+        &["LRANGE", "r8", "0", "-1"],
+        &["SMEMBERS", "r9"],
+        &["ZSCORE", "r10", "m"],
+        &["SUNIONSTORE", "w1", "r11"],
+        &["TOUCH", "r12"],
+        &["SET", "w2", "v", "GET"],
+        &["PFCOUNT", "r13"],
+        &["BITCOUNT", "r14"],
+        &["GETRANGE", "r15", "0", "1"],
+    ];
+    let writes: &[&[&str]] = &[
+        &["GET", "here"],
+        &["SET", "w3", "v"],
+        &["INCR", "w4"],
+        &["APPEND", "w5", "x"],
+        &["SETBIT", "w6", "1", "1"],
+        &["SETRANGE", "w7", "1", "x"],
+        &["HSET", "w8", "f", "v"],
+        &["LPUSH", "w9", "a"],
+        &["LPOP", "w10"],
+        &["SADD", "w11", "a"],
+        &["ZADD", "w12", "1", "a"],
+        &["DEL", "w13"],
+        &["EXPIRE", "w14", "10"],
+        &["PFADD", "w15", "a"],
+        &["BITFIELD", "w16", "SET", "u8", "0", "1"],
+        &["OBJECT", "IDLETIME", "w17"],
+    ];
+    for command in reads.iter().chain(writes) {
+        assert!(!c.cmd(command).is_error(), "{command:?}");
+    }
+    c.cmd(&["GET", "the-end"]);
+    let mut missed = Vec::new();
+    loop {
+        let (channel, key) = next(&mut sub);
+        assert_eq!(channel, "__keyevent@0__:keymiss");
+        if key == "the-end" {
+            break;
+        }
+        missed.push(key);
+    }
+    let mut expected: Vec<String> = (1..=12).map(|i| format!("r{i}")).collect();
+    expected.push("w2".into());
+    expected.extend((13..=15).map(|i| format!("r{i}")));
+    assert_eq!(missed, expected);
+    assert!(c.cmd(&["INFO", "stats"]).text().contains("keyspace_misses:17"), "every miss counted once");
+}

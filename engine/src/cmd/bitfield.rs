@@ -147,7 +147,9 @@ fn run(exec: &mut Exec, argv: &[Bytes], read_only: bool) -> Reply {
         return Err(CmdError::err("BITFIELD_RO only supports the GET subcommand"));
     }
     let key = &argv[1];
-    let existing = exec.ctx.string(key)?;
+    // Redis looks the key up for writing (no keyspace hit, miss or `keymiss`) when a write
+    // op is there.
+    let existing = if highest_write.is_some() { exec.ctx.string_for_write(key)? } else { exec.ctx.string(key)? };
     let mut buf = existing.as_deref().map(<[u8]>::to_vec).unwrap_or_default();
     // A write pads the string with zero bytes up to the last bit it touches (creating it).
     let mut grown = false;

@@ -45,7 +45,7 @@ fn setbit(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         b"0" => false,
         _ => return Err(CmdError::err("bit is not an integer or out of range")),
     };
-    let mut value = bytes_of(exec, &argv[1])?.map(|b| b.to_vec()).unwrap_or_default();
+    let mut value = exec.ctx.string_for_write(&argv[1])?.map(|b| b.to_vec()).unwrap_or_default();
     let byte = offset / 8;
     if value.len() <= byte {
         value.resize(byte + 1, 0);

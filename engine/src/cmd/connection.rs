@@ -157,6 +157,8 @@ fn reset(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     client.handle.resp.store(2, Ordering::Relaxed);
     *client.handle.name.lock() = None;
     client.authenticated = !server.settings().has_password();
+    client.handle.no_touch.store(false, Ordering::Relaxed);
+    client.handle.no_evict.store(false, Ordering::Relaxed);
     Ok(Frame::Simple("RESET"))
 }
 
@@ -206,7 +208,7 @@ fn client(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             }
             Ok(OK)
         }
-        (b"info", 2) => Ok(Frame::Verbatim(Bytes::from(format!("{}\n", handle.info_line())))),
+        (b"info", 2) => Ok(Frame::Verbatim(Bytes::from(format!("{}\n", handle.info_line(&exec.server.tracking.info(handle.id)))))),
         (b"list", _) => client_list(exec.server, &argv[2..]),
         (b"kill", n) if n >= 3 => client_kill(exec, &argv[2..]),
         (b"unblock", 3 | 4) => {
@@ -234,22 +236,47 @@ fn client(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             Ok(OK)
         }
         (b"no-evict" | b"no-touch", 3) => {
-            if eq_ignore_case(&argv[2], "on") || eq_ignore_case(&argv[2], "off") {
-                Ok(OK)
-            } else {
-                Err(CmdError::Syntax)
+            let on = match argv[2].to_ascii_lowercase().as_slice() {
+                b"on" => true,
+                b"off" => false,
+                _ => return Err(CmdError::Syntax),
+            };
+            let flag = if sub == b"no-touch" { &handle.no_touch } else { &handle.no_evict };
+            flag.store(on, Ordering::Relaxed);
+            Ok(OK)
+        }
+        (b"pause", 3 | 4) => {
+            let mode = match argv.get(3).map(|m| m.to_ascii_lowercase()) {
+                None => crate::pause::Mode::All,
+                Some(m) if m == b"write" => crate::pause::Mode::Write,
+                Some(m) if m == b"all" => crate::pause::Mode::All,
+                Some(_) => return Err(CmdError::err("CLIENT PAUSE mode must be WRITE or ALL")),
+            };
+            let ms = int(&argv[2]).map_err(|_| CmdError::err("timeout is not an integer or out of range"))?;
+            if ms < 0 {
+                return Err(CmdError::err("timeout is negative"));
             }
+            let now = tokio::time::Instant::now();
+            // Capped at 30 years (tokio's own "far future"): as good as forever.
+            let until = now + std::time::Duration::from_millis(ms as u64).min(std::time::Duration::from_secs(30 * 365 * 86_400));
+            exec.server.pause.pause(mode, until);
+            Ok(OK)
+        }
+        (b"unpause", 2) => {
+            exec.server.pause.unpause();
+            Ok(OK)
         }
         (b"help", 2) => Ok(Frame::array_of_bulks([
             "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
             "ID, SETNAME <name>, GETNAME, SETINFO <LIB-NAME|LIB-VER> <value>, INFO,",
             "LIST [TYPE <type>] [ID <id> ...], KILL <option> <value> ..., UNBLOCK <id> [TIMEOUT|ERROR],",
             "TRACKING <ON|OFF> [REDIRECT <id>] [BCAST] [PREFIX <prefix> ...] [OPTIN] [OPTOUT] [NOLOOP],",
-            "CACHING <YES|NO>, GETREDIR, TRACKINGINFO, NO-EVICT <ON|OFF>, NO-TOUCH <ON|OFF>, HELP",
+            "CACHING <YES|NO>, GETREDIR, TRACKINGINFO, NO-EVICT <ON|OFF>, NO-TOUCH <ON|OFF>,",
+            "PAUSE <timeout> [WRITE|ALL], UNPAUSE, HELP",
         ])),
         (
             b"id" | b"setname" | b"getname" | b"setinfo" | b"info" | b"kill" | b"unblock" | b"tracking" | b"caching" | b"getredir" | b"trackinginfo" | b"reply"
-            | b"no-evict" | b"no-touch" | b"help",
+            | b"no-evict" | b"no-touch" | b"pause" | b"unpause" | b"help",
             _,
         ) => Err(arity_error()),
         _ => Err(unknown_subcommand(&argv[1], "client")),
@@ -286,7 +313,7 @@ fn client_list(server: &Server, options: &[Bytes]) -> Reply {
             Some(b"master" | b"replica" | b"slave") => continue,
             _ => {}
         }
-        text.push_str(&c.info_line());
+        text.push_str(&c.info_line(&server.tracking.info(c.id)));
         text.push('\n');
     }
     Ok(Frame::Verbatim(Bytes::from(text)))

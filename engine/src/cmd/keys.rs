@@ -65,18 +65,19 @@ fn del(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn exists(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let found = argv[1..].iter().filter(|k| exec.ctx.exists(k)).count();
+    // A read lookup that leaves the access time alone, as Redis's (a hit or miss, `keymiss`).
+    let found = argv[1..].iter().filter(|k| exec.ctx.peek_read(k).is_some()).count();
     Ok(Frame::Integer(found as i64))
 }
 
 /// Like EXISTS, but using the keys: their access time is updated (EXISTS leaves it).
 fn touch(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let found = argv[1..].iter().filter(|k| exec.ctx.get(k).is_some()).count();
+    let found = argv[1..].iter().filter(|k| exec.ctx.lookup_read(k).is_some()).count();
     Ok(Frame::Integer(found as i64))
 }
 
 fn type_of(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    Ok(Frame::Simple(exec.ctx.kind(&argv[1]).map_or("none", Kind::name)))
+    Ok(Frame::Simple(exec.ctx.peek_read(&argv[1]).map_or("none", |e| e.value.kind().name())))
 }
 
 /// Moves `src`'s value and deadline to `dst` in database `dst_db`; `keep_src` copies.

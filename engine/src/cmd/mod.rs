@@ -141,9 +141,21 @@ impl CommandStats {
 pub struct CommandTable {
     pub specs: Vec<&'static CommandSpec>,
     pub stats: Vec<CommandStats>,
+    /// A container command's subcommands (`meta::SUBCOMMANDS`), each counted on its own as
+    /// Redis 7 counts `client|id`, by the container's index. `stats` keeps what ran under the
+    /// container itself: an unknown subcommand.
+    pub subs: Vec<Vec<SubStats>>,
     /// Lower-case name → index. foldhash, not SipHash: the lookup runs for every command, and
     /// the names are ours, not an attacker's choice of keys.
     by_name: HashMap<&'static [u8], usize, foldhash::fast::FixedState>,
+}
+
+/// One subcommand's counters.
+pub struct SubStats {
+    pub name: &'static str,
+    /// `parent|sub`, Redis's name for it in `INFO commandstats` and `LATENCY HISTOGRAM`.
+    pub full: String,
+    pub stats: CommandStats,
 }
 
 pub static TABLE: LazyLock<CommandTable> = LazyLock::new(|| {
@@ -170,7 +182,14 @@ pub static TABLE: LazyLock<CommandTable> = LazyLock::new(|| {
     let specs: Vec<&'static CommandSpec> = families.iter().flat_map(|f| f.iter()).collect();
     let by_name = specs.iter().enumerate().map(|(i, s)| (s.name.as_bytes(), i)).collect();
     let stats = specs.iter().map(|_| CommandStats::default()).collect();
-    CommandTable { specs, stats, by_name }
+    let subs = specs
+        .iter()
+        .map(|spec| {
+            let names = meta::SUBCOMMANDS.iter().find(|(parent, _)| *parent == spec.name).map_or(&[][..], |(_, subs)| *subs);
+            names.iter().map(|&name| SubStats { name, full: format!("{}|{name}", spec.name), stats: CommandStats::default() }).collect()
+        })
+        .collect();
+    CommandTable { specs, stats, subs, by_name }
 });
 
 impl CommandTable {
@@ -184,6 +203,34 @@ impl CommandTable {
         lower.copy_from_slice(name);
         lower.make_ascii_lowercase();
         self.by_name.get(&*lower).copied()
+    }
+
+    /// The counters a call of command `index` with `argv` counts in: its subcommand's for a
+    /// container command with a known subcommand, else the command's.
+    pub fn stats_for(&self, index: usize, argv: &[Bytes]) -> &CommandStats {
+        let subs = &self.subs[index];
+        if !subs.is_empty() {
+            if let Some(sub) = argv.get(1).and_then(|a| subs.iter().find(|s| s.name.as_bytes().eq_ignore_ascii_case(a))) {
+                return &sub.stats;
+            }
+        }
+        &self.stats[index]
+    }
+
+    /// Every counter with Redis's name for it: each command, then its subcommands
+    /// (`config|set`).
+    pub fn named_stats(&self) -> impl Iterator<Item = (&str, &CommandStats)> {
+        self.specs
+            .iter()
+            .zip(&self.stats)
+            .zip(&self.subs)
+            .flat_map(|((spec, stats), subs)| std::iter::once((spec.name, stats)).chain(subs.iter().map(|s| (s.full.as_str(), &s.stats))))
+    }
+
+    /// Calls of command `index` and all its subcommands (`/metrics` counts per command).
+    pub fn total_calls(&self, index: usize) -> (u64, u64) {
+        let all = std::iter::once(&self.stats[index]).chain(self.subs[index].iter().map(|s| &s.stats));
+        all.fold((0, 0), |(calls, failed), s| (calls + s.calls.load(Ordering::Relaxed), failed + s.failed.load(Ordering::Relaxed)))
     }
 }
 
@@ -260,7 +307,8 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
     let spec = TABLE.specs[index];
     let started = Instant::now();
     let locks = lock_for(server, spec, argv, client.db);
-    let ctx = Ctx::new(&server.store, client.db, server.store.hlc.wall_ms(), locks);
+    let mut ctx = Ctx::new(&server.store, client.db, server.store.hlc.wall_ms(), locks);
+    ctx.no_touch = no_touch(client, spec);
     let mut exec = Exec { ctx, server, client };
     let reply = (spec.run)(&mut exec, argv);
     let ready = std::mem::take(&mut exec.ctx.ready_keys);
@@ -269,7 +317,7 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
     let modified = std::mem::take(&mut exec.ctx.modified);
     drop(exec);
     if !effects.is_empty() {
-        server.repl_log.append(effects);
+        client.woff = server.repl_log.append(effects);
     }
     if !events.is_empty() {
         server.store.notify.publish(events);
@@ -277,7 +325,7 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
     let own_invalidations =
         if server.store.tracking.load(Ordering::Relaxed) { tracking::after_command(server, client, spec, argv, modified) } else { Vec::new() };
     let elapsed = started.elapsed();
-    record(index, elapsed, &reply);
+    record(index, argv, elapsed, &reply);
     server.metrics.latency.observe(elapsed.as_secs_f64());
     log_if_slow(server, client, spec, argv, elapsed);
     // A blocked command was shown when it first ran, not again when it is served.
@@ -288,6 +336,12 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
         blocking::wake_ready(server, ready);
     }
     tracking::with_pushes(Vec::new(), reply.unwrap_or_else(Frame::from), own_invalidations)
+}
+
+/// Whether `spec` leaves keys' access times alone for this client (`CLIENT NO-TOUCH`, all
+/// but `TOUCH`, as Redis 7.2).
+pub fn no_touch(client: &ClientState, spec: &CommandSpec) -> bool {
+    client.handle.no_touch.load(Ordering::Relaxed) && spec.name != "touch"
 }
 
 /// Shows a command that ran to MONITOR clients: the one place for which commands are shown.
@@ -308,8 +362,8 @@ pub fn log_if_slow(server: &Server, client: &ClientState, spec: &CommandSpec, ar
     }
 }
 
-pub fn record(index: usize, elapsed: std::time::Duration, reply: &Reply) {
-    let stats = &TABLE.stats[index];
+pub fn record(index: usize, argv: &[Bytes], elapsed: std::time::Duration, reply: &Reply) {
+    let stats = TABLE.stats_for(index, argv);
     stats.calls.fetch_add(1, Ordering::Relaxed);
     let us = elapsed.as_micros() as u64;
     stats.usec.fetch_add(us, Ordering::Relaxed);
@@ -348,7 +402,7 @@ fn checked_run(server: &Server, client: &mut ClientState, argv: Vec<Bytes>) -> F
         }
         Err((index, e)) => {
             if let Some(i) = index {
-                TABLE.stats[i].rejected.fetch_add(1, Ordering::Relaxed);
+                TABLE.stats_for(i, &argv).rejected.fetch_add(1, Ordering::Relaxed);
             }
             // A refused EXEC (a script is BUSY) ends the transaction, as Redis's rejectCommand.
             if client.multi.is_some() && index.is_some_and(|i| TABLE.specs[i].name == "exec") {

@@ -112,9 +112,10 @@ fn exec_queue(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     let mut replies = Vec::with_capacity(multi.queue.len());
     for (index, argv) in &multi.queue {
         let started = Instant::now();
+        inner.ctx.no_touch = super::no_touch(inner.client, TABLE.specs[*index]);
         let reply = (TABLE.specs[*index].run)(&mut inner, argv);
         let elapsed = started.elapsed();
-        record(*index, elapsed, &reply);
+        record(*index, argv, elapsed, &reply);
         log_if_slow(server, inner.client, TABLE.specs[*index], argv, elapsed);
         show_to_monitors(server, inner.client.db, Source::Client(&inner.client.handle.addr), TABLE.specs[*index], argv);
         if server.store.tracking.load(Ordering::Relaxed) {
@@ -130,7 +131,7 @@ fn exec_queue(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     exec.ctx.modified = std::mem::take(&mut inner.ctx.modified);
     drop(inner);
     if !effects.is_empty() {
-        server.repl_log.append(effects);
+        exec.client.woff = server.repl_log.append(effects);
     }
     if !events.is_empty() {
         server.store.notify.publish(events);

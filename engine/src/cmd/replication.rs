@@ -7,11 +7,16 @@
 //! `REPLICAOF host port` on a node without both settings is an error rather than a replica
 //! that drops its data.
 
+use std::sync::atomic::Ordering;
+
 use bytes::Bytes;
 
 use super::args::eq_ignore_case;
 use super::flags::*;
 use super::{CommandSpec, Exec, Keys};
+use crate::blocking::Waiter;
+use crate::client::BlockRequest;
+use crate::db::Kind;
 use crate::error::{CmdError, Reply};
 use crate::frame::Frame;
 use crate::mesh::PeerAddr;
@@ -29,7 +34,69 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec!("sync", 1, ADMIN | NO_MULTI, sync, "Sends the keyspace as an RDB file (redis-cli --rdb), then closes the connection."),
     spec!("psync", -3, ADMIN | NO_MULTI, psync, "An internal command used in replication."),
     spec!("replconf", -1, ADMIN | NO_MULTI, replconf, "An internal command for configuring the replication stream."),
+    spec!("wait", 3, 0, wait, "Blocks until the asynchronous replication of all preceding write commands sent by the connection is completed."),
 ];
+
+/// How often a blocked `WAIT` looks at its peers' Acks (a peer acks a merged batch within
+/// `mesh::link`'s 50 ms ack interval).
+const WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Peers (distinct nodes, their snapshot sent) that acknowledged this node's backlog through
+/// `seq`: Redis's `replicationCountAcksByOffset`.
+fn acked_through(server: &crate::server::Server, seq: u64) -> i64 {
+    let subscribers = server.mesh.subscribers.lock();
+    let mut nodes: Vec<&str> = subscribers
+        .iter()
+        .filter(|s| !s.syncing.load(Ordering::Relaxed) && s.applied_seq.load(Ordering::Relaxed) >= seq)
+        .map(|s| s.node_name.as_str())
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    nodes.len() as i64
+}
+
+/// `WAIT numreplicas timeout`: how many peers merged this client's last write (all connected
+/// peers before its first), waiting up to `timeout` ms (0: no limit) for `numreplicas` of them.
+/// A peer counts once its Ack covers the write's backlog sequence: it has merged it (not
+/// necessarily saved it). Inside `MULTI` it answers at once, as Redis.
+fn wait(exec: &mut Exec, argv: &[Bytes]) -> Reply {
+    let wanted = super::args::int(&argv[1])?;
+    let ms = super::args::int(&argv[2]).map_err(|_| CmdError::err("timeout is not an integer or out of range"))?;
+    if ms < 0 {
+        return Err(CmdError::err("timeout is negative"));
+    }
+    let server = exec.server;
+    let seq = exec.client.woff;
+    let acked = acked_through(server, seq);
+    if acked >= wanted || exec.client.in_exec || exec.client.serving_wakeup {
+        return Ok(Frame::Integer(acked));
+    }
+    let Some(server) = server.handle() else {
+        return Ok(Frame::Integer(acked));
+    };
+    let command = super::TABLE.find(&argv[0]).ok_or_else(|| CmdError::err("WAIT missing from the table"))?;
+    // No keys: only this command's own task answers it (or CLIENT UNBLOCK, with the count
+    // it had when it blocked).
+    let (waiter, reply) = Waiter::new(exec.client, command, argv.to_vec(), Vec::new(), Kind::List, Frame::Integer(acked));
+    exec.server.blocking.register(waiter.clone());
+    exec.client.block = Some(BlockRequest { waiter: waiter.clone(), reply, timeout: None });
+    exec.client.would_block = true;
+    let deadline = (ms > 0).then(|| tokio::time::Instant::now() + std::time::Duration::from_millis(ms as u64));
+    tokio::spawn(async move {
+        loop {
+            let acked = acked_through(&server, seq);
+            if acked >= wanted || deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                waiter.answer(Frame::Integer(acked));
+                return;
+            }
+            if waiter.cancelled.load(Ordering::Acquire) {
+                return;
+            }
+            tokio::time::sleep(WAIT_POLL).await;
+        }
+    });
+    Ok(Frame::Integer(acked))
+}
 
 fn replicaof(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let server = exec.server;

@@ -46,13 +46,11 @@ pub const COMMANDS: &[CommandSpec] = &[
     ),
 ];
 
+/// The keys the database holds, as Redis's `DBSIZE`: a key whose time is up counts until
+/// expiry deletes it (lazily, or within 100 ms by active expiry). Constant time per shard.
 fn dbsize(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     let db = exec.ctx.db;
-    let now = exec.ctx.now_ms;
-    let mut total = 0;
-    for shard in 0..SHARDS_PER_DB {
-        total += exec.ctx.with_shard(db, shard, |_, s| s.iter().filter(|(_, e)| !e.is_expired(now)).count());
-    }
+    let total: usize = (0..SHARDS_PER_DB).map(|shard| exec.ctx.with_shard(db, shard, |_, s| s.len())).sum();
     Ok(Frame::Integer(total as i64))
 }
 
@@ -157,14 +155,183 @@ fn object(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn memory(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    if !eq_ignore_case(&argv[1], "usage") {
-        return Err(unknown_subcommand(&argv[1], "memory"));
+    let sub = argv[1].to_ascii_lowercase();
+    match (sub.as_slice(), argv.len()) {
+        (b"usage", n) if n >= 3 => {
+            // `SAMPLES n` is accepted as Redis accepts it; the size is computed, not sampled.
+            let mut options = argv[3..].chunks(2);
+            if options.any(|o| o.len() != 2 || !eq_ignore_case(&o[0], "samples") || !int(&o[1]).is_ok_and(|n| n >= 0)) {
+                return Err(CmdError::Syntax);
+            }
+            let key_len = argv[2].len();
+            // Like Redis's, it looks at the key without using it (no access-time update).
+            Ok(exec.ctx.peek(&argv[2]).map_or(Frame::Null, |e| Frame::Integer((key_len + e.value.approx_size() + 64) as i64)))
+        }
+        (b"stats", 2) => Ok(Frame::Map(memory_stats(exec.server).into_iter().map(|(k, v)| (Frame::bulk(k), v)).collect())),
+        (b"doctor", 2) => Ok(Frame::Verbatim(Bytes::from(memory_doctor(exec.server)))),
+        (b"malloc-stats", 2) => Ok(Frame::Verbatim(Bytes::from(crate::memory::malloc_stats()))),
+        (b"purge", 2) => match crate::memory::purge() {
+            Ok(()) => Ok(OK),
+            Err(e) => Err(CmdError::err(format!("Error purging dirty pages: {e}"))),
+        },
+        (b"help", 2) => Ok(Frame::array_of_bulks([
+            "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+            "DOCTOR",
+            "    Return memory problems reports.",
+            "MALLOC-STATS",
+            "    Return internal statistics report from the memory allocator.",
+            "PURGE",
+            "    Attempt to purge dirty pages for reclamation by the allocator.",
+            "STATS",
+            "    Return information about the memory usage of the server.",
+            "USAGE <key> [SAMPLES <count>]",
+            "    Return memory in bytes used by <key> and its value. Nested values are",
+            "    sampled up to <count> times (default: 5, 0 means sample all).",
+            "HELP",
+            "    Print this help.",
+        ])),
+        (b"usage" | b"stats" | b"doctor" | b"malloc-stats" | b"purge" | b"help", _) => Err(wrong_arity(&format!("memory|{}", String::from_utf8_lossy(&sub)))),
+        _ => Err(unknown_subcommand(&argv[1], "memory")),
     }
-    if argv.len() != 3 && argv.len() != 5 {
-        return Err(CmdError::Syntax);
+}
+
+/// The numbers behind `MEMORY STATS` and `MEMORY DOCTOR`.
+struct MemoryNumbers {
+    alloc: crate::memory::AllocatorStats,
+    rss: u64,
+    backlog: u64,
+    lua: u64,
+    keys: u64,
+}
+
+impl MemoryNumbers {
+    fn read(server: &crate::server::Server) -> MemoryNumbers {
+        let store = &server.store;
+        MemoryNumbers {
+            alloc: crate::memory::allocator_stats(),
+            rss: crate::memory::rss_bytes(),
+            backlog: server.repl_log.held_bytes() as u64,
+            lua: server.scripts.cache_bytes() as u64,
+            keys: (0..store.databases()).map(|db| store.dbsize(db) as u64).sum(),
+        }
     }
-    let key_len = argv[2].len();
-    Ok(exec.ctx.get(&argv[2]).map_or(Frame::Null, |e| Frame::Integer((key_len + e.value.approx_size() + 64) as i64)))
+
+    /// Memory that is not the dataset: what the node held at start, the replication backlog,
+    /// the script cache.
+    fn overhead(&self) -> u64 {
+        self.alloc.startup + self.backlog + self.lua
+    }
+
+    fn dataset(&self) -> u64 {
+        self.alloc.allocated.saturating_sub(self.overhead())
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// `MEMORY STATS`: Redis 7.0's fields where KeyMesh has the number (not the per-client
+/// buffers, AOF, cluster links or per-database hash-table overheads, which it does not keep).
+fn memory_stats(server: &crate::server::Server) -> Vec<(&'static str, Frame)> {
+    let m = MemoryNumbers::read(server);
+    let a = m.alloc;
+    let int = |v: u64| Frame::Integer(v as i64);
+    let net = a.allocated.saturating_sub(a.startup);
+    vec![
+        ("peak.allocated", int(a.peak)),
+        ("total.allocated", int(a.allocated)),
+        ("startup.allocated", int(a.startup)),
+        ("replication.backlog", int(m.backlog)),
+        ("lua.caches", int(m.lua)),
+        ("overhead.total", int(m.overhead())),
+        ("keys.count", int(m.keys)),
+        ("keys.bytes-per-key", int(net.checked_div(m.keys).unwrap_or(0))),
+        ("dataset.bytes", int(m.dataset())),
+        ("dataset.percentage", Frame::Double(ratio(m.dataset() * 100, net))),
+        ("peak.percentage", Frame::Double(ratio(a.allocated * 100, a.peak))),
+        ("allocator.allocated", int(a.allocated)),
+        ("allocator.active", int(a.active)),
+        ("allocator.resident", int(a.resident)),
+        ("allocator-fragmentation.ratio", Frame::Double(ratio(a.active, a.allocated))),
+        ("allocator-fragmentation.bytes", Frame::Integer(a.active as i64 - a.allocated as i64)),
+        ("allocator-rss.ratio", Frame::Double(ratio(a.resident, a.active))),
+        ("allocator-rss.bytes", Frame::Integer(a.resident as i64 - a.active as i64)),
+        ("rss-overhead.ratio", Frame::Double(ratio(m.rss, a.resident))),
+        ("rss-overhead.bytes", Frame::Integer(m.rss as i64 - a.resident as i64)),
+        ("fragmentation", Frame::Double(ratio(m.rss, a.allocated))),
+        ("fragmentation.bytes", Frame::Integer(m.rss as i64 - a.allocated as i64)),
+    ]
+}
+
+/// `MEMORY DOCTOR`: the `MEMORY STATS` numbers read as Redis's doctor reads them (its
+/// thresholds), in KeyMesh's words.
+fn memory_doctor(server: &crate::server::Server) -> String {
+    const MB: u64 = 1024 * 1024;
+    let m = MemoryNumbers::read(server);
+    let a = m.alloc;
+    if a.allocated < 5 * MB {
+        return format!(
+            "This node uses very little memory ({:.1} MB allocated): there is nothing to diagnose yet. Ask again once it holds data.\n",
+            a.allocated as f64 / MB as f64
+        );
+    }
+    let mut issues = Vec::new();
+    if a.peak > a.allocated && ratio(a.peak, a.allocated) > 1.5 {
+        issues.push(format!(
+            "Peak memory: the node once allocated {:.1} MB, {:.0}% more than the {:.1} MB it holds now. The allocator keeps some of that for reuse, so RSS and fragmentation read high; MEMORY PURGE gives free pages back now.",
+            a.peak as f64 / MB as f64,
+            (ratio(a.peak, a.allocated) - 1.0) * 100.0,
+            a.allocated as f64 / MB as f64
+        ));
+    }
+    let frag = ratio(a.active, a.allocated);
+    if frag > 1.1 && a.active - a.allocated > 10 * MB {
+        issues.push(format!(
+            "Allocator fragmentation: {:.2} ({:.1} MB in pages that are partly free). Deleting many small keys leaves pages half used; the allocator reuses them as new data arrives.",
+            frag,
+            (a.active - a.allocated) as f64 / MB as f64
+        ));
+    }
+    let rss_extra = ratio(m.rss, a.resident);
+    if rss_extra > 1.1 && m.rss > a.resident + 10 * MB {
+        issues.push(format!(
+            "RSS overhead: the process's RSS is {:.2} times what the allocator holds ({:.1} MB more): memory outside the keyspace's allocator (thread stacks, the Lua VMs, TLS buffers) or not yet returned to the system.",
+            rss_extra,
+            (m.rss - a.resident) as f64 / MB as f64
+        ));
+    }
+    if m.backlog > 32 * MB && m.backlog > a.allocated / 4 {
+        issues.push(format!(
+            "Replication backlog: {:.1} MB ({:.0}% of allocated memory) of writes kept for peers that reconnect. repl-backlog-size caps it; smaller means more full syncs after a peer's outage.",
+            m.backlog as f64 / MB as f64,
+            ratio(m.backlog * 100, a.allocated)
+        ));
+    }
+    if m.lua > 10 * MB {
+        issues.push(format!(
+            "Script cache: {:.1} MB of EVAL scripts. Scripts built with their arguments inlined fill the cache; pass them as KEYS/ARGV and use EVALSHA, or SCRIPT FLUSH.",
+            m.lua as f64 / MB as f64
+        ));
+    }
+    if issues.is_empty() {
+        return format!(
+            "No memory problem found: {:.1} MB allocated for {} keys, allocator fragmentation {:.2}, RSS {:.1} MB.\n",
+            a.allocated as f64 / MB as f64,
+            m.keys,
+            frag,
+            m.rss as f64 / MB as f64
+        );
+    }
+    let mut out = String::from("Memory issues found on this node:\n\n");
+    for (i, issue) in issues.iter().enumerate() {
+        let _ = writeln!(out, "{}. {issue}", i + 1);
+    }
+    out
 }
 
 /// Writes a snapshot (`crate::persist`) on this connection's thread. Unlike Redis's `SAVE` it
@@ -206,19 +373,37 @@ fn lastsave(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
 }
 
 /// `SHUTDOWN [NOSAVE | SAVE] [NOW] [FORCE] [ABORT]`: a node with a save schedule saves as it
-/// stops (`server::run`), unless `NOSAVE`; `SAVE` saves even without a schedule.
+/// stops (`server::run`), unless `NOSAVE`; `SAVE` saves even without a schedule. The arguments
+/// are checked as Redis 7.0 checks them: `ABORT` alone, never `SAVE` with `NOSAVE`, and while a
+/// script is busy only `NOSAVE` stops the node. `NOW` and `FORCE` change nothing: KeyMesh waits
+/// for no replica before it stops (peers catch up from their own backlogs), and a failed save
+/// already stops the shutdown. `ABORT` has nothing to abort for the same reason: a shutdown
+/// that began is not waiting for anything.
 fn shutdown(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let (mut nosave, mut save) = (false, false);
+    let (mut nosave, mut save, mut flagged, mut abort) = (false, false, false, false);
     for a in &argv[1..] {
         match a.to_ascii_lowercase().as_slice() {
             b"nosave" => nosave = true,
             b"save" => save = true,
-            b"now" | b"force" => {}
+            b"now" | b"force" => flagged = true,
+            b"abort" => abort = true,
             _ => return Err(CmdError::Syntax),
         }
     }
-    if nosave && save {
+    if (abort && (nosave || save || flagged)) || (nosave && save) {
         return Err(CmdError::Syntax);
+    }
+    if abort {
+        return Err(CmdError::err(if exec.server.is_shutting_down() {
+            "The shutdown has begun and cannot be aborted (KeyMesh waits for no replica)."
+        } else {
+            "No shutdown in progress."
+        }));
+    }
+    if !nosave {
+        if let Some(busy) = exec.server.scripts.busy_error() {
+            return Err(busy);
+        }
     }
     if save {
         crate::persist::save(exec.server).map_err(|e| CmdError::err(format!("Errors trying to SHUTDOWN. Check logs. ({e})")))?;
@@ -248,21 +433,7 @@ fn latency(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             None => Err(CmdError::err(format!("No samples available for event '{}'", String::from_utf8_lossy(&argv[2])))),
         },
         (b"doctor", 2) => Ok(Frame::Verbatim(Bytes::from(monitor.doctor()))),
-        (b"histogram", _) => {
-            let table = &*TABLE;
-            // Every command that ran, or the named ones (unknown names are skipped), in order.
-            let indexes: Vec<usize> =
-                if argv.len() == 2 { (0..table.specs.len()).collect() } else { argv[2..].iter().filter_map(|name| table.find(name)).collect() };
-            let mut seen = std::collections::BTreeSet::new();
-            let pairs = indexes
-                .into_iter()
-                .filter(|&i| seen.insert(i) && table.stats[i].calls.load(Ordering::Relaxed) > 0)
-                .map(|i| {
-                    (Frame::bulk(table.specs[i].name), crate::latency::histogram_reply(table.stats[i].calls.load(Ordering::Relaxed), &table.stats[i].histogram))
-                })
-                .collect();
-            Ok(Frame::Map(pairs))
-        }
+        (b"histogram", _) => Ok(latency_histogram(&argv[2..])),
         (b"help", 2) => Ok(Frame::array_of_bulks([
             "LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
             "DOCTOR",
@@ -285,6 +456,38 @@ fn latency(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         (b"latest" | b"history" | b"graph" | b"doctor" | b"help", _) => Err(wrong_arity(&format!("latency|{}", String::from_utf8_lossy(&sub)))),
         _ => Err(unknown_subcommand(&argv[1], "latency")),
     }
+}
+
+/// `LATENCY HISTOGRAM [command ...]`: every command and subcommand that ran, or the named
+/// ones, as Redis 7: a container (`client`) gives its subcommands, `client|id` just that one;
+/// unknown names are skipped.
+fn latency_histogram(names: &[Bytes]) -> Frame {
+    let table = &*TABLE;
+    let mut wanted: Vec<(&str, &super::CommandStats)> = Vec::new();
+    if names.is_empty() {
+        wanted.extend(table.named_stats());
+    }
+    for name in names {
+        let (parent, sub) = match name.iter().position(|&c| c == b'|') {
+            Some(bar) => (&name[..bar], Some(&name[bar + 1..])),
+            None => (&name[..], None),
+        };
+        let Some(i) = table.find(parent) else { continue };
+        match sub {
+            Some(sub) => wanted.extend(table.subs[i].iter().filter(|s| s.name.as_bytes().eq_ignore_ascii_case(sub)).map(|s| (s.full.as_str(), &s.stats))),
+            None => {
+                wanted.push((table.specs[i].name, &table.stats[i]));
+                wanted.extend(table.subs[i].iter().map(|s| (s.full.as_str(), &s.stats)));
+            }
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    let pairs = wanted
+        .into_iter()
+        .filter(|(name, stats)| stats.calls.load(Ordering::Relaxed) > 0 && seen.insert(*name))
+        .map(|(name, stats)| (Frame::bulk(name), crate::latency::histogram_reply(stats.calls.load(Ordering::Relaxed), &stats.histogram)))
+        .collect();
+    Frame::Map(pairs)
 }
 
 fn slowlog(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -356,7 +559,7 @@ fn config(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             if argv.len() != 2 {
                 return Err(wrong_arity("config|resetstat"));
             }
-            for stats in &TABLE.stats {
+            for (_, stats) in TABLE.named_stats() {
                 stats.reset();
             }
             let s = &exec.server.store.stats;
@@ -518,7 +721,7 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\ntracking_clients:{}\r\npubsub_clients:{}\r\n\r\n",
             server.clients.count(),
             server.settings().maxclients,
-            server.blocking.blocked_clients(),
+            server.blocking.blocked_clients() + server.pause.held(),
             tracking.clients,
             server.clients.all().iter().filter(|c| c.subscriptions.load(Ordering::Relaxed) > 0).count(),
         );
@@ -585,7 +788,7 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     }
     if want("commandstats") {
         out.push_str("# Commandstats\r\n");
-        for (spec, stats) in TABLE.specs.iter().zip(&TABLE.stats) {
+        for (name, stats) in TABLE.named_stats() {
             let calls = stats.calls.load(Ordering::Relaxed);
             let rejected = stats.rejected.load(Ordering::Relaxed);
             if calls == 0 && rejected == 0 {
@@ -594,8 +797,7 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             let usec = stats.usec.load(Ordering::Relaxed);
             let _ = write!(
                 out,
-                "cmdstat_{}:calls={calls},usec={usec},usec_per_call={:.2},rejected_calls={rejected},failed_calls={}\r\n",
-                spec.name,
+                "cmdstat_{name}:calls={calls},usec={usec},usec_per_call={:.2},rejected_calls={rejected},failed_calls={}\r\n",
                 if calls > 0 { usec as f64 / calls as f64 } else { 0.0 },
                 stats.failed.load(Ordering::Relaxed)
             );

@@ -294,7 +294,7 @@ fn incrbyfloat(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 
 /// The raw bytes of a string key, for in-place edits.
 fn current_bytes(exec: &mut Exec, key: &[u8]) -> Result<Option<Vec<u8>>, CmdError> {
-    Ok(exec.ctx.string(key)?.map(|b| b.to_vec()))
+    Ok(exec.ctx.string_for_write(key)?.map(|b| b.to_vec()))
 }
 
 fn append(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -310,7 +310,7 @@ fn append(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn strlen(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    match exec.ctx.get(&argv[1]).map(|e| &e.value) {
+    match exec.ctx.lookup_read(&argv[1]).map(|e| &e.value) {
         None => Ok(Frame::Integer(0)),
         Some(Value::Str(s)) => Ok(Frame::Integer(s.len() as i64)),
         Some(Value::Int(n)) => Ok(Frame::Integer(itoa::Buffer::new().format(*n).len() as i64)),

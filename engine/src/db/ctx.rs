@@ -40,11 +40,25 @@ pub struct Ctx<'a> {
     emptied_at: Option<usize>,
     /// Keys this command's writes modified (only while a client tracks keys).
     pub modified: Modified,
+    /// The client is `CLIENT NO-TOUCH` and the command is not `TOUCH`: lookups leave the
+    /// access time alone.
+    pub no_touch: bool,
 }
 
 impl<'a> Ctx<'a> {
     pub fn new(store: &'a Store, db: usize, now_ms: u64, locks: Locks<'a>) -> Ctx<'a> {
-        Ctx { store, db, now_ms, locks, ready_keys: Vec::new(), effects: Vec::new(), events: Vec::new(), emptied_at: None, modified: Modified::default() }
+        Ctx {
+            store,
+            db,
+            now_ms,
+            locks,
+            ready_keys: Vec::new(),
+            effects: Vec::new(),
+            events: Vec::new(),
+            emptied_at: None,
+            modified: Modified::default(),
+            no_touch: false,
+        }
     }
 
     /// Records the keyspace event `name` of `class` for `key` in the current database.
@@ -131,6 +145,7 @@ impl<'a> Ctx<'a> {
             return None;
         }
         // The key is live: this second lookup hits the cache lines the first one loaded.
+        let touch = touch && !self.no_touch;
         let entry = self.parts(db, key).1.raw_mut(key)?;
         if touch {
             super::evict::on_access(entry, now, store.lfu_access.load(Ordering::Relaxed));
@@ -144,8 +159,12 @@ impl<'a> Ctx<'a> {
         self.live_entry_in(self.db, key, false).map(|e| &*e)
     }
 
-    /// `peek`, counting a keyspace hit or miss.
+    /// `peek`, counting a keyspace hit or miss (and firing `keymiss`, see `lookup_read`).
     pub fn peek_read(&mut self, key: &[u8]) -> Option<&Entry> {
+        if self.store.notify.wants(class::KEY_MISS) && self.peek(key).is_none() {
+            self.read_missed(key);
+            return None;
+        }
         let stats = &self.store.stats;
         let found = self.peek(key);
         let counter = if found.is_some() { &stats.keyspace_hits } else { &stats.keyspace_misses };
@@ -161,13 +180,26 @@ impl<'a> Ctx<'a> {
         self.get_in(self.db, key)
     }
 
-    /// Like `get`, counting a keyspace hit or miss (read commands).
+    /// Like `get`, counting a keyspace hit or miss: Redis's `lookupKeyRead`, which read
+    /// commands use, and write commands for the keys they only read (`SUNIONSTORE`'s
+    /// sources, `SET ... GET`'s old value). A miss fires the `keymiss` event (class `m`),
+    /// as Redis 7.0's; with that class off, the check is one relaxed load.
     pub fn lookup_read(&mut self, key: &[u8]) -> Option<&Entry> {
+        if self.store.notify.wants(class::KEY_MISS) && self.peek(key).is_none() {
+            self.read_missed(key);
+            return None;
+        }
         let stats = &self.store.stats;
         let found = self.get(key);
         let counter = if found.is_some() { &stats.keyspace_hits } else { &stats.keyspace_misses };
         counter.fetch_add(1, Ordering::Relaxed);
         found
+    }
+
+    /// A read lookup found nothing: a keyspace miss and the `keymiss` event.
+    fn read_missed(&mut self, key: &[u8]) {
+        self.store.stats.keyspace_misses.fetch_add(1, Ordering::Relaxed);
+        self.notify(class::KEY_MISS, "keymiss", key);
     }
 
     /// Whether `key` is live, without touching it.
@@ -441,7 +473,19 @@ impl<'a> Ctx<'a> {
 
     /// Reads a string value (`None` if missing; WRONGTYPE for other types).
     pub fn string(&mut self, key: &[u8]) -> Result<Option<Bytes>, CmdError> {
-        match self.lookup_read(key).map(|e| &e.value) {
+        let found = self.lookup_read(key);
+        Self::string_of(found)
+    }
+
+    /// `string` for a write command about to change the key (`APPEND`, `SETBIT`): Redis's
+    /// `lookupKeyWrite`, which counts no hit or miss and fires no `keymiss`.
+    pub fn string_for_write(&mut self, key: &[u8]) -> Result<Option<Bytes>, CmdError> {
+        let found = self.get(key);
+        Self::string_of(found)
+    }
+
+    fn string_of(found: Option<&Entry>) -> Result<Option<Bytes>, CmdError> {
+        match found.map(|e| &e.value) {
             None => Ok(None),
             Some(Value::Str(s)) => Ok(Some(Bytes::copy_from_slice(s))),
             Some(Value::Int(n)) => Ok(Some(Bytes::copy_from_slice(itoa::Buffer::new().format(*n).as_bytes()))),

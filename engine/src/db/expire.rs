@@ -15,7 +15,13 @@ const CYCLE: Duration = Duration::from_millis(100);
 const PER_SHARD_LIMIT: usize = 200;
 
 /// Runs one expiry cycle over every database that has volatile keys. Returns keys deleted.
-pub fn expire_cycle(store: &Store, now_ms: u64) -> usize {
+///
+/// `took` hears how long the pass has run so far after each shard it deleted keys from,
+/// while that shard is still locked (the latency monitor's `expire-cycle` event): a client
+/// that sees a key gone (`DBSIZE`) also sees the pass's sample, as in Redis, whose pass runs
+/// before any command can look.
+pub fn expire_cycle(store: &Store, now_ms: u64, took: &dyn Fn(Duration)) -> usize {
+    let started = std::time::Instant::now();
     let mut deleted = 0;
     for db in 0..store.databases() {
         if store.volatile_keys(db) == 0 {
@@ -25,6 +31,7 @@ pub fn expire_cycle(store: &Store, now_ms: u64) -> usize {
         let notify = store.notify.wants(crate::notify::class::EXPIRED);
         for s in 0..SHARDS_PER_DB {
             let mut expired = Vec::new();
+            let before = deleted;
             let mut shard = store.lock_shard(db, s);
             for key in shard.due_keys(now_ms, PER_SHARD_LIMIT) {
                 if shard.raw(&key).is_some_and(|e| e.is_expired(now_ms)) {
@@ -36,6 +43,9 @@ pub fn expire_cycle(store: &Store, now_ms: u64) -> usize {
                         expired.push(key);
                     }
                 }
+            }
+            if deleted > before {
+                took(started.elapsed());
             }
             drop(shard);
             for key in expired {
@@ -77,18 +87,20 @@ pub fn collect_tombstones(store: &Store, now_ms: u64, horizon: crate::hlc::Times
     dropped
 }
 
-/// Runs `expire_cycle` every `CYCLE`; `took` hears how long each pass took (the latency
-/// monitor's `expire-cycle` event).
-pub async fn run_active_expiry(store: Arc<Store>, took: impl Fn(std::time::Duration) + Send + 'static) {
+/// Runs `expire_cycle` every `CYCLE`; `took` hears how long each pass has run, as the pass
+/// goes (see `expire_cycle`) and when it ends; `after` runs after each pass.
+pub async fn run_active_expiry(store: Arc<Store>, took: impl Fn(Duration) + Send + Sync + 'static, after: impl Fn() + Send + 'static) {
+    let took = Arc::new(took);
     let mut tick = tokio::time::interval(CYCLE);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         let now = store.hlc.wall_ms();
-        let s = store.clone();
+        let (s, during) = (store.clone(), took.clone());
         // The cycle takes locks and does O(due keys) work: keep it off the I/O workers.
         let started = std::time::Instant::now();
-        let _ = tokio::task::spawn_blocking(move || expire_cycle(&s, now)).await;
+        let _ = tokio::task::spawn_blocking(move || expire_cycle(&s, now, &*during)).await;
         took(started.elapsed());
+        after();
     }
 }

@@ -292,16 +292,18 @@ fn call(st: &mut CallState, argv: MultiValue) -> Frame {
     }
     let writes = spec.flags & cmd_flags::WRITE != 0;
     let wrote = st.running.wrote.load(Ordering::Acquire);
-    if writes && st.read_only {
-        TABLE.stats[index].rejected.fetch_add(1, Ordering::Relaxed);
+    // Commands that may replicate count as writes for a read-only script, as in Redis (so a
+    // read-only script may run during CLIENT PAUSE WRITE).
+    if (writes || matches!(spec.name, "publish" | "spublish" | "pfcount")) && st.read_only {
+        TABLE.stats_for(index, &argv).rejected.fetch_add(1, Ordering::Relaxed);
         return Frame::error("ERR Write commands are not allowed from read-only scripts.");
     }
     if writes && st.exec.server.mesh.draining() {
-        TABLE.stats[index].rejected.fetch_add(1, Ordering::Relaxed);
+        TABLE.stats_for(index, &argv).rejected.fetch_add(1, Ordering::Relaxed);
         return Frame::error("READONLY You can't write against a node that is leaving the mesh");
     }
     if st.deny_oom && spec.flags & cmd_flags::DENYOOM != 0 && !wrote {
-        TABLE.stats[index].rejected.fetch_add(1, Ordering::Relaxed);
+        TABLE.stats_for(index, &argv).rejected.fetch_add(1, Ordering::Relaxed);
         return Frame::from(CmdError::Oom);
     }
     if let Err(frame) = lock_keys(st, spec, &argv, wrote) {
@@ -310,7 +312,7 @@ fn call(st: &mut CallState, argv: MultiValue) -> Frame {
     let started = Instant::now();
     let reply = (spec.run)(st.exec, &argv);
     let elapsed = started.elapsed();
-    cmd::record(index, elapsed, &reply);
+    cmd::record(index, &argv, elapsed, &reply);
     cmd::log_if_slow(st.exec.server, st.exec.client, spec, &argv, elapsed);
     cmd::show_to_monitors(st.exec.server, st.exec.ctx.db, cmd::Source::Script, spec, &argv);
     let reply = reply.unwrap_or_else(Frame::from);
