@@ -431,6 +431,11 @@ pub async fn run(server: Arc<Server>, listeners: Listeners) -> Result<(), Server
     server.kernel.update(crate::kernel::inspect(&files, backlog, thp_off));
     tokio::spawn(check_kernel(server.clone(), thp_off));
     tokio::spawn(crate::memory::run_refresher());
+    // Clients connect while the snapshot loads (they get LOADING, INFO says loading:1, /readyz
+    // is 503); the mesh starts once it is loaded, so peers merge with the whole snapshot. Set
+    // before any listener starts: /readyz served a moment earlier answered 200 (no peers, not
+    // loading yet), and a probe or test that saw it sent commands into the load.
+    server.persist.begin_loading();
     if let Some(listener) = listeners.metrics {
         let app = crate::http::router(server.clone());
         tokio::spawn(async move {
@@ -439,9 +444,6 @@ pub async fn run(server: Arc<Server>, listeners: Listeners) -> Result<(), Server
             }
         });
     }
-    // Clients connect while the snapshot loads (they get LOADING, INFO says loading:1); the
-    // mesh starts once it is loaded, so peers merge with the whole snapshot.
-    server.persist.begin_loading();
     for listener in listeners.plain {
         tokio::spawn(accept_loop(server.clone(), listener, "plain", crate::connection::serve));
     }

@@ -152,8 +152,9 @@ impl Persistence {
         self.loading.load(Ordering::Relaxed)
     }
 
-    /// Set before the client listeners start, so that no command runs on a half-loaded
-    /// keyspace; `persist::load` ends it.
+    /// Set before the client listeners and `/readyz` start, so that no command runs on a
+    /// half-loaded keyspace and no probe sees the node ready before it loaded; `persist::load`
+    /// ends it.
     pub fn begin_loading(&self) {
         self.loading.store(true, Ordering::Relaxed);
         self.metrics.loading.set(1);
