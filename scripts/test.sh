@@ -105,7 +105,7 @@ if ((run_cargo)); then
     exit 1
   fi
   if cargo nextest --version >/dev/null 2>&1; then
-    stage cargo "cargo nextest run --release" cargo nextest run --workspace --release "${locked[@]}" || true
+    stage cargo "cargo nextest run --release" cargo nextest run --workspace --release --no-fail-fast "${locked[@]}" || true
   else
     echo "test.sh: cargo-nextest is not installed; running cargo test instead" >&2
     stage cargo "cargo test --release" cargo test --workspace --release "${locked[@]}" || true

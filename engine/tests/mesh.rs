@@ -23,7 +23,8 @@ impl Node {
         Node { port: free_mesh_port(), metrics_port: free_port() }
     }
 
-    /// Starts this node as an active replica of `peers`, with extra flags.
+    /// Starts this node as an active replica of `peers`, with extra flags, and waits until it
+    /// has loaded.
     fn start(&self, name: &str, peers: &[Node], extra: &[&str]) -> Server {
         let mut args: Vec<String> = ["--node-name", name, "--active-replica", "yes", "--multi-master", "yes"].iter().map(|s| s.to_string()).collect();
         for p in peers {
@@ -31,7 +32,10 @@ impl Node {
         }
         args.extend(extra.iter().map(|s| s.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Server::start_on(self.port, self.metrics_port, &args)
+        // Loaded before the test writes (a write during the load is answered LOADING).
+        let server = Server::start_on(self.port, self.metrics_port, &args);
+        server.wait_loaded();
+        server
     }
 }
 

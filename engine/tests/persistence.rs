@@ -233,7 +233,7 @@ fn a_node_loading_its_snapshot_answers_loading_and_is_not_ready() {
     let status = Command::new("mkfifo").arg(node.snapshot()).status().unwrap();
     assert!(status.success());
 
-    let server = node.start("loading", &[], &[]);
+    let server = node.start_loading("loading", &[], &[]);
     let mut c = server.connect();
     assert_eq!(info_field(&mut c, "persistence", "loading"), "1");
     let reply = c.cmd(&["GET", "k"]);

@@ -56,7 +56,17 @@ impl DataNode {
         std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
     }
 
+    /// Starts the node and waits until it has loaded its snapshot: it accepts connections while
+    /// it loads and answers LOADING, so a test that wrote at once could lose its first writes
+    /// (seen: a `SET` answered LOADING, then a `SAVE` of a snapshot without the key).
     pub fn start(&self, name: &str, peers: &[&DataNode], extra: &[&str]) -> Server {
+        let server = self.start_loading(name, peers, extra);
+        server.wait_loaded();
+        server
+    }
+
+    /// Starts the node and returns as soon as it accepts connections, possibly still loading.
+    pub fn start_loading(&self, name: &str, peers: &[&DataNode], extra: &[&str]) -> Server {
         let log = self.dir.join("server.log");
         let mut args: Vec<String> = ["--node-name", name, "--dir", self.dir(), "--logfile", log.to_str().unwrap()].iter().map(|s| s.to_string()).collect();
         if !peers.is_empty() {
