@@ -161,15 +161,7 @@ impl<'a> Ctx<'a> {
 
     /// `peek`, counting a keyspace hit or miss (and firing `keymiss`, see `lookup_read`).
     pub fn peek_read(&mut self, key: &[u8]) -> Option<&Entry> {
-        if self.store.notify.wants(class::KEY_MISS) && self.peek(key).is_none() {
-            self.read_missed(key);
-            return None;
-        }
-        let stats = &self.store.stats;
-        let found = self.peek(key);
-        let counter = if found.is_some() { &stats.keyspace_hits } else { &stats.keyspace_misses };
-        counter.fetch_add(1, Ordering::Relaxed);
-        found
+        self.counted_lookup(key, false)
     }
 
     pub fn get_in(&mut self, db: usize, key: &[u8]) -> Option<&Entry> {
@@ -185,21 +177,24 @@ impl<'a> Ctx<'a> {
     /// sources, `SET ... GET`'s old value). A miss fires the `keymiss` event (class `m`),
     /// as Redis 7.0's; with that class off, the check is one relaxed load.
     pub fn lookup_read(&mut self, key: &[u8]) -> Option<&Entry> {
+        self.counted_lookup(key, true)
+    }
+
+    /// A read lookup that counts a keyspace hit or miss and fires `keymiss` on a miss,
+    /// touching the key's access time only if `touch`. With `keymiss` wanted, a miss is found
+    /// first by a lookup that leaves the access time alone (the event needs `self`, which the
+    /// found entry would still borrow); otherwise one lookup.
+    fn counted_lookup(&mut self, key: &[u8], touch: bool) -> Option<&Entry> {
         if self.store.notify.wants(class::KEY_MISS) && self.peek(key).is_none() {
-            self.read_missed(key);
+            self.store.stats.keyspace_misses.fetch_add(1, Ordering::Relaxed);
+            self.notify(class::KEY_MISS, "keymiss", key);
             return None;
         }
         let stats = &self.store.stats;
-        let found = self.get(key);
+        let found = self.live_entry_in(self.db, key, touch).map(|e| &*e);
         let counter = if found.is_some() { &stats.keyspace_hits } else { &stats.keyspace_misses };
         counter.fetch_add(1, Ordering::Relaxed);
         found
-    }
-
-    /// A read lookup found nothing: a keyspace miss and the `keymiss` event.
-    fn read_missed(&mut self, key: &[u8]) {
-        self.store.stats.keyspace_misses.fetch_add(1, Ordering::Relaxed);
-        self.notify(class::KEY_MISS, "keymiss", key);
     }
 
     /// Whether `key` is live, without touching it.
