@@ -32,10 +32,7 @@ impl Node {
         }
         args.extend(extra.iter().map(|s| s.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        // Loaded before the test writes (a write during the load is answered LOADING).
-        let server = Server::start_on(self.port, self.metrics_port, &args);
-        server.wait_loaded();
-        server
+        Server::start_on(self.port, self.metrics_port, &args)
     }
 }
 

@@ -367,7 +367,9 @@ fn a_mesh_with_tls_replication_converges_and_refuses_a_node_from_another_ca_visi
     }
     for conn in conns.iter_mut() {
         wait_for("every write on every node", Duration::from_secs(15), || (0..3).all(|i| conn.cmd(&["GET", &format!("k{i}")]).text() == format!("v{i}")));
-        assert_eq!(info_field(conn, "replication", "master_global_link_status"), "up");
+        // A full sync applies its keys before its SyncDone marks the link connected: the data
+        // can be here a moment before the link says "up".
+        wait_for("every link up", Duration::from_secs(15), || info_field(conn, "replication", "master_global_link_status") == "up");
         assert_eq!(info_field(conn, "tls", "tls_replication"), "yes");
         wait_for("both peers streaming over TLS", Duration::from_secs(15), || info_field(conn, "tls", "tls_mesh_subscribers") == "2");
     }

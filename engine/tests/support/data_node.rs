@@ -67,6 +67,12 @@ impl DataNode {
 
     /// Starts the node and returns as soon as it accepts connections, possibly still loading.
     pub fn start_loading(&self, name: &str, peers: &[&DataNode], extra: &[&str]) -> Server {
+        let args = self.args(name, peers, extra);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Server::spawn_on(self.port, self.metrics_port, &args)
+    }
+
+    fn args(&self, name: &str, peers: &[&DataNode], extra: &[&str]) -> Vec<String> {
         let log = self.dir.join("server.log");
         let mut args: Vec<String> = ["--node-name", name, "--dir", self.dir(), "--logfile", log.to_str().unwrap()].iter().map(|s| s.to_string()).collect();
         if !peers.is_empty() {
@@ -76,8 +82,7 @@ impl DataNode {
             args.extend(["--replicaof".to_string(), "127.0.0.1".to_string(), p.port.to_string()]);
         }
         args.extend(extra.iter().map(|s| s.to_string()));
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        Server::start_on(self.port, self.metrics_port, &args)
+        args
     }
 
     pub fn snapshot(&self) -> PathBuf {

@@ -73,26 +73,34 @@ impl Server {
         let mesh_port = free_port().to_string();
         let mut args = vec!["--mesh-port", mesh_port.as_str()];
         args.extend_from_slice(extra);
-        let server = Server::start_on(free_port(), free_port(), &args);
-        server.wait_loaded();
-        server
+        Server::start_on(free_port(), free_port(), &args)
     }
 
     /// Waits until the server has loaded its snapshot. It accepts connections while it loads
     /// (commands then get LOADING), so a test that sends a command the moment the port is open
-    /// can see LOADING on a busy machine (a BLPOP that never blocks). A server that wants AUTH
-    /// first is taken as loaded: INFO cannot tell.
+    /// can see LOADING on a busy machine (a BLPOP that never blocks, a SET refused). Asked over
+    /// `/readyz`, which says why it is not ready: that works with AUTH, TLS-only ports and nodes
+    /// whose mesh never syncs. (The metrics port is bound before the client port accepts, and
+    /// served only after loading began.)
     pub fn wait_loaded(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
-        while self.connect().cmd(&["INFO", "persistence"]).text().contains("loading:1") {
+        while self.http_get("/readyz").1.contains("loading the snapshot") {
             assert!(Instant::now() < deadline, "keymesh-server on {} did not finish loading", self.port);
             std::thread::sleep(Duration::from_millis(10));
         }
     }
 
     /// Starts the server on the given client and metrics ports (a restart on the same
-    /// address) and waits until it accepts.
+    /// address) and waits until it has loaded: a test's first command is never answered LOADING.
     pub fn start_on(port: u16, metrics_port: u16, extra: &[&str]) -> Server {
+        let server = Server::spawn_on(port, metrics_port, extra);
+        server.wait_loaded();
+        server
+    }
+
+    /// Starts the server and waits only until its client port accepts: for tests that watch
+    /// the load itself.
+    pub fn spawn_on(port: u16, metrics_port: u16, extra: &[&str]) -> Server {
         let child = Command::new(env!("CARGO_BIN_EXE_keymesh-server"))
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--metrics-port", &metrics_port.to_string(), "--loglevel", "warning"])
             .args(extra)
