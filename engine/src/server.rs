@@ -430,7 +430,8 @@ pub async fn run(server: Arc<Server>, listeners: Listeners) -> Result<(), Server
     let thp_off = crate::kernel::disable_thp_if_always(&files);
     server.kernel.update(crate::kernel::inspect(&files, backlog, thp_off));
     tokio::spawn(check_kernel(server.clone(), thp_off));
-    tokio::spawn(crate::memory::run_refresher());
+    let settings_of = server.clone();
+    tokio::spawn(crate::memory::run_refresher(move || settings_of.settings().maxmemory));
     // Clients connect while the snapshot loads (they get LOADING, INFO says loading:1, /readyz
     // is 503); the mesh starts once it is loaded, so peers merge with the whole snapshot. Set
     // before any listener starts: /readyz served a moment earlier answered 200 (no peers, not

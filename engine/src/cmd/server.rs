@@ -727,7 +727,7 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         );
     }
     if want("memory") {
-        let used = crate::memory::used_memory();
+        let used = crate::memory::refresh();
         let rss = crate::memory::rss_bytes();
         let maxmemory = server.settings().maxmemory;
         // Eviction weighs all of used_memory (nothing is left out, as Redis leaves out its

@@ -426,11 +426,13 @@ impl Mesh {
     async fn run_tombstone_gc(self: Arc<Self>) {
         let mut tick = tokio::time::interval(TOMBSTONE_GC_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut field_pass = 0;
         loop {
             tick.tick().await;
             if !self.store.replicating() {
                 continue;
             }
+            field_pass += 1;
             let stale = self.stale();
             if stale && !self.was_stale.swap(true, Ordering::Relaxed) {
                 self.close_streams();
@@ -438,7 +440,7 @@ impl Mesh {
                 self.was_stale.store(false, Ordering::Relaxed);
             }
             let (store, horizon, now) = (self.store.clone(), self.gc_horizon(), self.store.hlc.wall_ms());
-            let dropped = tokio::task::spawn_blocking(move || crate::db::expire::collect_tombstones(&store, now, horizon)).await.unwrap_or(0);
+            let dropped = tokio::task::spawn_blocking(move || crate::db::expire::collect_tombstones(&store, now, horizon, field_pass)).await.unwrap_or(0);
             self.metrics.tombstones_collected.inc_by(dropped as u64);
         }
     }
