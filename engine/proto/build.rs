@@ -4,6 +4,8 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto/keymesh.proto");
     let descriptors = protox::compile(["keymesh.proto"], ["proto"])?;
-    tonic_prost_build::configure().build_server(true).build_client(true).compile_fds(descriptors)?;
+    // `bytes` fields as `bytes::Bytes`: an effect's key and value go into every subscriber's
+    // message without a copy, and decoding takes them out of the received frame.
+    tonic_prost_build::configure().build_server(true).build_client(true).bytes(".").compile_fds(descriptors)?;
     Ok(())
 }

@@ -168,7 +168,7 @@ mod tests {
         let mut w = FrameWriter::new(Vec::new()).unwrap();
         w.write(&pb::SnapshotFrame { body: Some(pb::snapshot_frame::Body::Header(pb::SnapshotHeader { format_version: 1, ..Default::default() })) }).unwrap();
         for i in 0..batches {
-            let op = pb::Op { db: 0, key: format!("k{i}").into_bytes(), effect: None };
+            let op = pb::Op { db: 0, key: format!("k{i}").into_bytes().into(), effect: None };
             w.write(&pb::SnapshotFrame { body: Some(pb::snapshot_frame::Body::Batch(pb::Batch { first_seq: 0, ops: vec![op], hlc: 1 })) }).unwrap();
         }
         let end = pb::SnapshotEnd { keys: batches as u64, ops: batches as u64, batches: batches as u64, finished_unix_ms: 0 };

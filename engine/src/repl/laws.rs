@@ -55,7 +55,7 @@ mod effects {
     }
 
     pub fn counter(db: usize, key: &[u8], delta: pb::CounterDelta) -> pb::Op {
-        pb::Op { db: db as u32, key: key.to_vec(), effect: Some(pb::op::Effect::Counter(delta)) }
+        pb::Op { db: db as u32, key: key.to_vec().into(), effect: Some(pb::op::Effect::Counter(delta)) }
     }
 }
 
@@ -116,28 +116,28 @@ fn v(hlc: u64, node: u32) -> Version {
 fn effect(kind: u8, key: u8, hlc: u64, node: u32, a: u8, b: u8) -> Vec<pb::Op> {
     let key = [b'k', b'0' + key % 3];
     let ver = v(hlc, node);
-    let name = |x: u8| vec![b'f', b'0' + x % 4];
+    let name = |x: u8| bytes::Bytes::from(vec![b'f', b'0' + x % 4]);
     match kind % 12 {
         0 => vec![effects::value_effect(0, &key, &Value::string(&[b'v', a]), ver, &[])],
         1 => vec![effects::delete(0, &key, ver)],
         2 => vec![effects::expire(0, &key, if a.is_multiple_of(2) { 0 } else { 4_000_000_000_000 + a as u64 }, ver)],
         3 => vec![pb::Op {
             db: 0,
-            key: key.to_vec(),
+            key: key.to_vec().into(),
             effect: Some(pb::op::Effect::Hash(pb::HashFields {
-                fields: vec![pb::FieldState { name: name(a), value: (!b.is_multiple_of(3)).then(|| vec![b]), version: version(ver) }],
+                fields: vec![pb::FieldState { name: name(a), value: (!b.is_multiple_of(3)).then(|| vec![b].into()), version: version(ver) }],
             })),
         }],
         4 => vec![pb::Op {
             db: 0,
-            key: key.to_vec(),
+            key: key.to_vec().into(),
             effect: Some(pb::op::Effect::Set(pb::SetMembers {
-                members: vec![pb::FieldState { name: name(a), value: (!b.is_multiple_of(3)).then(Vec::new), version: version(ver) }],
+                members: vec![pb::FieldState { name: name(a), value: (!b.is_multiple_of(3)).then(bytes::Bytes::new), version: version(ver) }],
             })),
         }],
         5 => vec![pb::Op {
             db: 0,
-            key: key.to_vec(),
+            key: key.to_vec().into(),
             effect: Some(pb::op::Effect::Zset(pb::ZSetMembers {
                 members: vec![pb::ZSetMember { name: name(a), score: (!b.is_multiple_of(3)).then_some(b as f64), version: version(ver) }],
             })),
@@ -157,8 +157,8 @@ fn effect(kind: u8, key: u8, hlc: u64, node: u32, a: u8, b: u8) -> Vec<pb::Op> {
         )],
         7 => vec![pb::Op {
             db: 0,
-            key: key.to_vec(),
-            effect: Some(pb::op::Effect::List(pb::ListValue { items: vec![vec![a], vec![b]], version: version(ver) })),
+            key: key.to_vec().into(),
+            effect: Some(pb::op::Effect::List(pb::ListValue { items: vec![vec![a].into(), vec![b].into()], version: version(ver) })),
         }],
         // FLUSHDB: a database-wide tombstone.
         8 => vec![effects::flush_db(0, ver)],
@@ -175,9 +175,9 @@ fn effect(kind: u8, key: u8, hlc: u64, node: u32, a: u8, b: u8) -> Vec<pb::Op> {
             effects::delete(0, &key, ver),
             pb::Op {
                 db: 0,
-                key: key.to_vec(),
+                key: key.to_vec().into(),
                 effect: Some(pb::op::Effect::Set(pb::SetMembers {
-                    members: vec![pb::FieldState { name: name(a), value: Some(Vec::new()), version: version(ver) }],
+                    members: vec![pb::FieldState { name: name(a), value: Some(Default::default()), version: version(ver) }],
                 })),
             },
         ],
@@ -376,9 +376,9 @@ fn deletes_do_not_resurrect_and_later_writes_survive() {
     let s = store();
     let field = |hlc| pb::Op {
         db: 0,
-        key: b"h".to_vec(),
+        key: b"h".to_vec().into(),
         effect: Some(pb::op::Effect::Hash(pb::HashFields {
-            fields: vec![pb::FieldState { name: b"f".to_vec(), value: Some(b"x".to_vec()), version: version(v(hlc, 1)) }],
+            fields: vec![pb::FieldState { name: b"f".to_vec().into(), value: Some(b"x".to_vec().into()), version: version(v(hlc, 1)) }],
         })),
     };
     apply_all(&s, &[effects::delete(0, b"h", v(20, 2)), field(10)]);

@@ -38,8 +38,12 @@ pub fn from_pb(v: Option<&pb::Version>) -> Version {
     v.map_or(Version::ZERO, |v| Version { hlc: v.hlc, node: v.node })
 }
 
-fn bytes(b: Bytes) -> Vec<u8> {
-    Vec::from(b)
+/// A received byte field, copied out of the frame it arrived in. The generated types hold
+/// `Bytes` (so sending shares an effect's key and value with every subscriber's message, no
+/// copy); decoding slices the receive buffer, and a value kept in the keyspace (a list item, a
+/// hash field) must not pin that whole buffer for as long as it lives.
+fn owned(b: Bytes) -> Bytes {
+    Bytes::copy_from_slice(&b)
 }
 
 impl From<CounterDelta> for pb::CounterDelta {
@@ -71,28 +75,25 @@ impl From<&pb::CounterDelta> for CounterDelta {
 impl From<Effect> for pb::Op {
     fn from(e: Effect) -> pb::Op {
         let effect = match e.kind {
-            EffectKind::StringSet { value, version: v } => PbEffect::StringSet(pb::StringSet { value: bytes(value), version: version(v) }),
+            EffectKind::StringSet { value, version: v } => PbEffect::StringSet(pb::StringSet { value, version: version(v) }),
             EffectKind::Counter(d) => PbEffect::Counter(d.into()),
             EffectKind::Delete { version: v } => PbEffect::Delete(pb::Delete { version: version(v) }),
             EffectKind::Expire { deadline_ms, version: v } => PbEffect::Expire(pb::Expire { deadline_ms, version: version(v) }),
             EffectKind::Hash(fields) => PbEffect::Hash(pb::HashFields {
-                fields: fields.into_iter().map(|f| pb::FieldState { name: bytes(f.name), value: f.value.map(bytes), version: version(f.version) }).collect(),
+                fields: fields.into_iter().map(|f| pb::FieldState { name: f.name, value: f.value, version: version(f.version) }).collect(),
             }),
             EffectKind::Set(members) => PbEffect::Set(pb::SetMembers {
-                members: members
-                    .into_iter()
-                    .map(|m| pb::FieldState { name: bytes(m.name), value: m.present.then(Vec::new), version: version(m.version) })
-                    .collect(),
+                members: members.into_iter().map(|m| pb::FieldState { name: m.name, value: m.present.then(Bytes::new), version: version(m.version) }).collect(),
             }),
             EffectKind::ZSet(members) => PbEffect::Zset(pb::ZSetMembers {
-                members: members.into_iter().map(|m| pb::ZSetMember { name: bytes(m.name), score: m.score, version: version(m.version) }).collect(),
+                members: members.into_iter().map(|m| pb::ZSetMember { name: m.name, score: m.score, version: version(m.version) }).collect(),
             }),
-            EffectKind::List { items, version: v } => PbEffect::List(pb::ListValue { items: items.into_iter().map(bytes).collect(), version: version(v) }),
+            EffectKind::List { items, version: v } => PbEffect::List(pb::ListValue { items, version: version(v) }),
             EffectKind::FlushDb { version: v } => PbEffect::FlushDb(pb::FlushDb { version: version(v) }),
-            EffectKind::Publish { channel, message } => PbEffect::Publish(pb::Publish { channel: bytes(channel), message: bytes(message) }),
+            EffectKind::Publish { channel, message } => PbEffect::Publish(pb::Publish { channel, message }),
             EffectKind::Hll { version: v, registers } => PbEffect::Hll(pb::HllRegisters { version: version(v), registers }),
         };
-        pb::Op { db: e.db as u32, key: bytes(e.key), effect: Some(effect) }
+        pb::Op { db: e.db as u32, key: e.key, effect: Some(effect) }
     }
 }
 
@@ -101,32 +102,26 @@ impl TryFrom<pb::Op> for Effect {
 
     fn try_from(op: pb::Op) -> Result<Effect, WireError> {
         let kind = match op.effect.ok_or(WireError::NoEffect)? {
-            PbEffect::StringSet(s) => EffectKind::StringSet { value: Bytes::from(s.value), version: from_pb(s.version.as_ref()) },
+            PbEffect::StringSet(s) => EffectKind::StringSet { value: owned(s.value), version: from_pb(s.version.as_ref()) },
             PbEffect::Counter(d) => EffectKind::Counter((&d).into()),
             PbEffect::Delete(d) => EffectKind::Delete { version: from_pb(d.version.as_ref()) },
             PbEffect::Expire(e) => EffectKind::Expire { deadline_ms: e.deadline_ms, version: from_pb(e.version.as_ref()) },
             PbEffect::Hash(h) => EffectKind::Hash(
-                h.fields
-                    .into_iter()
-                    .map(|f| FieldState { version: from_pb(f.version.as_ref()), name: Bytes::from(f.name), value: f.value.map(Bytes::from) })
-                    .collect(),
+                h.fields.into_iter().map(|f| FieldState { version: from_pb(f.version.as_ref()), name: owned(f.name), value: f.value.map(owned) }).collect(),
             ),
             PbEffect::Set(s) => EffectKind::Set(
-                s.members
-                    .into_iter()
-                    .map(|m| MemberState { version: from_pb(m.version.as_ref()), name: Bytes::from(m.name), present: m.value.is_some() })
-                    .collect(),
+                s.members.into_iter().map(|m| MemberState { version: from_pb(m.version.as_ref()), name: owned(m.name), present: m.value.is_some() }).collect(),
             ),
             PbEffect::Zset(z) => EffectKind::ZSet(
-                z.members.into_iter().map(|m| ZSetMemberState { version: from_pb(m.version.as_ref()), name: Bytes::from(m.name), score: m.score }).collect(),
+                z.members.into_iter().map(|m| ZSetMemberState { version: from_pb(m.version.as_ref()), name: owned(m.name), score: m.score }).collect(),
             ),
-            PbEffect::List(l) => EffectKind::List { version: from_pb(l.version.as_ref()), items: l.items.into_iter().map(Bytes::from).collect() },
+            PbEffect::List(l) => EffectKind::List { version: from_pb(l.version.as_ref()), items: l.items.into_iter().map(owned).collect() },
             PbEffect::FlushDb(f) => EffectKind::FlushDb { version: from_pb(f.version.as_ref()) },
-            PbEffect::Publish(p) => EffectKind::Publish { channel: Bytes::from(p.channel), message: Bytes::from(p.message) },
+            PbEffect::Publish(p) => EffectKind::Publish { channel: owned(p.channel), message: owned(p.message) },
             PbEffect::Hll(h) => EffectKind::Hll { version: from_pb(h.version.as_ref()), registers: h.registers },
             PbEffect::KeyState(_) => return Err(WireError::KeyState),
         };
-        Ok(Effect { db: op.db as usize, key: Bytes::from(op.key), kind })
+        Ok(Effect { db: op.db as usize, key: owned(op.key), kind })
     }
 }
 
@@ -271,15 +266,15 @@ mod tests {
 
     #[test]
     fn an_op_without_an_effect_or_with_a_key_state_is_refused_with_a_reason() {
-        let empty = pb::Op { db: 0, key: b"k".to_vec(), effect: None };
+        let empty = pb::Op { db: 0, key: b"k".to_vec().into(), effect: None };
         assert_eq!(Effect::try_from(empty), Err(WireError::NoEffect));
-        let state = pb::Op { db: 0, key: b"k".to_vec(), effect: Some(PbEffect::KeyState(pb::KeyState::default())) };
+        let state = pb::Op { db: 0, key: b"k".to_vec().into(), effect: Some(PbEffect::KeyState(pb::KeyState::default())) };
         assert_eq!(Effect::try_from(state), Err(WireError::KeyState));
     }
 
     #[test]
     fn a_missing_version_reads_as_zero_as_the_merge_always_took_it() {
-        let op = pb::Op { db: 1, key: b"k".to_vec(), effect: Some(PbEffect::Delete(pb::Delete { version: None })) };
+        let op = pb::Op { db: 1, key: b"k".to_vec().into(), effect: Some(PbEffect::Delete(pb::Delete { version: None })) };
         assert_eq!(Effect::try_from(op).unwrap(), Effect::delete(1, b"k", Version::ZERO));
     }
 
@@ -289,8 +284,8 @@ mod tests {
     fn the_wire_form_is_the_one_nodes_wrote_before() {
         let before = pb::Op {
             db: 2,
-            key: b"k".to_vec(),
-            effect: Some(PbEffect::StringSet(pb::StringSet { value: b"v".to_vec(), version: Some(pb::Version { hlc: 5, node: 1 }) })),
+            key: b"k".to_vec().into(),
+            effect: Some(PbEffect::StringSet(pb::StringSet { value: b"v".to_vec().into(), version: Some(pb::Version { hlc: 5, node: 1 }) })),
         };
         let e = Effect::new(2, b"k", EffectKind::StringSet { value: Bytes::from_static(b"v"), version: Version { hlc: 5, node: 1 } });
         assert_eq!(pb::Op::from(e).encode_to_vec(), before.encode_to_vec());

@@ -21,16 +21,16 @@ fn orphan_expiries(store: &Store) -> usize {
 
 /// A list written whole at `at`.
 fn list(key: &[u8], at: Version) -> pb::Op {
-    pb::Op { db: 0, key: key.to_vec(), effect: Some(pb::op::Effect::List(pb::ListValue { items: vec![b"a".to_vec()], version: version(at) })) }
+    pb::Op { db: 0, key: key.to_vec().into(), effect: Some(pb::op::Effect::List(pb::ListValue { items: vec![b"a".to_vec().into()], version: version(at) })) }
 }
 
 /// Field `f` of hash `key` set at `at`.
 fn field(key: &[u8], at: Version) -> pb::Op {
     pb::Op {
         db: 0,
-        key: key.to_vec(),
+        key: key.to_vec().into(),
         effect: Some(pb::op::Effect::Hash(pb::HashFields {
-            fields: vec![pb::FieldState { name: b"f".to_vec(), value: Some(b"x".to_vec()), version: version(at) }],
+            fields: vec![pb::FieldState { name: b"f".to_vec().into(), value: Some(b"x".to_vec().into()), version: version(at) }],
         })),
     }
 }
@@ -139,12 +139,12 @@ fn an_expiry_at_the_flush_is_dead_before_and_after_its_key_appears() {
     // key, so replaying the batch changed the keyspace again.
     let expire = pb::Op {
         db: 0,
-        key: b"k".to_vec(),
+        key: b"k".to_vec().into(),
         effect: Some(pb::op::Effect::Expire(pb::Expire { deadline_ms: 4_000_000_000_000, version: version(Version::ZERO) })),
     };
     let counter = pb::Op {
         db: 0,
-        key: b"k".to_vec(),
+        key: b"k".to_vec().into(),
         effect: Some(pb::op::Effect::Counter(pb::CounterDelta {
             origin: 5,
             incr_total: 10,
@@ -173,7 +173,7 @@ fn an_hll_register_raised_to_zero_changes_nothing() {
     let s = store();
     let hll = |registers: Vec<u32>| pb::Op {
         db: 0,
-        key: b"l".to_vec(),
+        key: b"l".to_vec().into(),
         effect: Some(pb::op::Effect::Hll(pb::HllRegisters { version: version(v(3, 1)), registers })),
     };
     assert_eq!(apply_op(&s, &hll(vec![5 << 8 | 2])), ApplyOutcome::Applied);
