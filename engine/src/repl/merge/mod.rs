@@ -23,7 +23,7 @@
 //! register or per-field/per-member registers of its type, each ordered by `Version`. Merging
 //! an effect takes the newer of each register, so `apply_op` is commutative, associative and
 //! idempotent: peers that receive the same effects in any order, with duplicates, converge
-//! (property-tested in `tests`). The rules, from DESIGN.md's merge table:
+//! (property-tested in `repl::laws`). The rules, from DESIGN.md's merge table:
 //! - a whole-key write (string, list, whole collection, delete, flush) at version v kills every
 //!   older field, member, counter contribution and value of any type;
 //! - when two types meet, the newer key write wins whole; at one version, the type that
@@ -49,9 +49,10 @@
 //! peer sends two typed effects of different types for one key at one version. The merge
 //! still defines the outcome, so that it is a lattice on every input, a faulty or hostile
 //! peer's included (the `mesh_message` fuzz target checks every batch): key writes compare
-//! by `(version, type rank)` (`Register::beats`), a total order, in every place two types meet — a live
-//! key, a buried key (ghost) and an incoming write alike — and the loser still kills what is
-//! older than it, as any losing write does. Counters are strings: they lose every tie to
+//! by `(version, type rank)` (`Register::beats`), a total order, in every place two types
+//! meet — a live key, a buried key (`Ghost::beats`) and an incoming write alike — and the
+//! loser still kills what is older than it (`Register::kills_below`), as any losing write
+//! does. Counters are strings: they lose every tie to
 //! another type. Two writes of the same type at one version keep the rules above (fields
 //! merge; an HLL's registers merge; otherwise the one held stays).
 
