@@ -2,7 +2,7 @@
 //! counter); this file owns what the key decides first — a counter is a string, so it meets
 //! other values, ghosts and integer strings as a string write does (the register's rule).
 
-use super::{bury, clear_older, held, tombstone};
+use super::{bury, clear_older, held, tombstone, write};
 use crate::db::counter::{Counter, CounterDelta, BASE_ONLY};
 use crate::db::{Entry, Kind, Shard, Store, Value};
 use crate::hlc::Version;
@@ -56,9 +56,11 @@ pub(super) fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[
                     }
                     changed
                 }
-                // An integer string: the counter continues from it (it is the base register);
-                // any other older value is replaced by a counter that starts after it.
-                _ if entry_newest < v => {
+                // The counter's write beats what the key holds (a counter is a string, so the
+                // register's rule lets it win only when newer): an integer string is continued
+                // (it is the base register); any other value is replaced by a counter that
+                // starts after it.
+                _ if write(Kind::String, v).beats(&held_register) => {
                     let counter = match &entry.value {
                         Value::Int(n) => fresh(*n, entry_version),
                         Value::Str(s) => fresh(crate::parse::parse_i64(s).unwrap_or(0), entry_version),
