@@ -7,16 +7,19 @@
 //! loads with identical data; corrupt, truncated and stream-holding files are refused, and
 //! with `rdb-import-unsupported skip` the streams and function libraries of a Redis file are
 //! left out by name while every other key imports. No KeyDB binary is available here: files
-//! laid out as KeyDB 6.3's `src/rdb.cpp` writes them are built byte by byte (`KeyDbFile`).
+//! laid out as KeyDB 6.3's `src/rdb.cpp` writes them are built byte by byte (`RdbBytes::keydb_6_3`).
 
 #![allow(clippy::unwrap_used)]
 
+#[path = "../src/persist/rdb/builder.rs"]
+mod rdb_builder;
 mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+use rdb_builder::RdbBytes;
 use support::data_node::{info_field, wait_for, wait_ready, DataNode};
 use support::{free_port, Conn, Reply, Server};
 
@@ -484,13 +487,11 @@ fn skip_mode_leaves_streams_and_function_libraries_out_by_name_and_imports_the_r
 /// expiry, an `mvcc-tstamp` AUX field on an active replica, the type, key and value in Redis
 /// 6.2's encodings (`rdbSaveObjectType`, lines 676-716: ziplists, intsets, quicklists of
 /// ziplists), then one `keydb-subexpire-key`/`-when` AUX pair per member expiry; after the
-/// databases the script cache as `lua` AUX fields (lines 1380-1390); `EOF`; the CRC-64.
-#[derive(Default)]
-struct KeyDbFile(Vec<u8>);
-
-impl KeyDbFile {
-    fn new() -> KeyDbFile {
-        let mut f = KeyDbFile(b"REDIS0009".to_vec());
+/// databases the script cache as `lua` AUX fields (lines 1380-1390); `EOF`; the CRC-64
+/// (`RdbBytes::finish`, the builder the engine's RDB unit tests use too).
+impl RdbBytes {
+    fn keydb_6_3() -> RdbBytes {
+        let mut f = RdbBytes::header(9);
         for (name, value) in [("redis-ver", "6.3.4"), ("redis-bits", "64"), ("ctime", "1764547200"), ("used-mem", "2245584")] {
             f.aux(name, value);
         }
@@ -501,38 +502,10 @@ impl KeyDbFile {
         f
     }
 
-    fn op(&mut self, b: u8) -> &mut Self {
-        self.0.push(b);
-        self
-    }
-
-    fn len(&mut self, n: u64) -> &mut Self {
-        if n < 1 << 6 {
-            self.0.push(n as u8);
-        } else if n < 1 << 14 {
-            self.0.extend_from_slice(&[0x40 | (n >> 8) as u8, n as u8]);
-        } else {
-            self.0.push(0x80);
-            self.0.extend_from_slice(&(n as u32).to_be_bytes());
-        }
-        self
-    }
-
-    fn s(&mut self, s: &[u8]) -> &mut Self {
-        self.len(s.len() as u64);
-        self.0.extend_from_slice(s);
-        self
-    }
-
-    fn aux(&mut self, name: &str, value: &str) -> &mut Self {
-        self.op(250).s(name.as_bytes()).s(value.as_bytes())
-    }
-
     /// A key's prologue: its expiry (ms, little-endian) and its MVCC timestamp.
     fn key(&mut self, kind: u8, name: &str, expire_ms: Option<u64>) -> &mut Self {
         if let Some(at) = expire_ms {
-            self.op(252);
-            self.0.extend_from_slice(&at.to_le_bytes());
+            self.op(252).ms(at);
         }
         self.aux("mvcc-tstamp", "1871279587429515264");
         self.op(kind).s(name.as_bytes())
@@ -540,13 +513,6 @@ impl KeyDbFile {
 
     fn subexpire(&mut self, member: &str, when_ms: u64) -> &mut Self {
         self.aux("keydb-subexpire-key", member).aux("keydb-subexpire-when", &when_ms.to_string())
-    }
-
-    fn finish(mut self) -> Vec<u8> {
-        self.0.push(255);
-        let sum = keymesh_engine::persist::rdb::CRC64.checksum(&self.0);
-        self.0.extend_from_slice(&sum.to_le_bytes());
-        self.0
     }
 }
 
@@ -580,7 +546,7 @@ fn ziplist(items: &[&str]) -> Vec<u8> {
 }
 
 /// The keys every KeyDB file below holds, and what KeyMesh must show for them.
-fn keydb_keys(f: &mut KeyDbFile, far: u64) -> BTreeMap<(usize, String), String> {
+fn keydb_keys(f: &mut RdbBytes, far: u64) -> BTreeMap<(usize, String), String> {
     f.op(254).len(0).op(251).len(9).len(2);
     f.key(0, "greeting", None).s(b"hello");
     f.key(0, "counter", None).op(0xc1).0.extend_from_slice(&1000i16.to_le_bytes());
@@ -618,7 +584,7 @@ fn a_keydb_6_3_rdb_imports_with_its_mvcc_timestamps_and_expired_members() {
     // a member expiry that has passed, the script cache) imports with every key, value and
     // expiry time, the expired member left out as KeyDB would have expired it.
     let far = 4_000_000_000_000;
-    let mut f = KeyDbFile::new();
+    let mut f = RdbBytes::keydb_6_3();
     let expected = keydb_keys(&mut f, far);
     f.aux("lua", "return redis.call('GET', KEYS[1])");
     let node = DataNode::new("rdb-keydb");
@@ -640,7 +606,7 @@ fn keydb_cron_jobs_and_pending_member_expiries_are_refused_or_skipped_by_name() 
     // left out by name while the other keys import.
     let far = 4_000_000_000_000;
     let build = || {
-        let mut f = KeyDbFile::new();
+        let mut f = RdbBytes::keydb_6_3();
         let expected = keydb_keys(&mut f, far);
         f.key(64, "nightly", None).s(b"redis.call('INCR', KEYS[1])");
         f.0.extend_from_slice(&1_764_547_200_000u64.to_le_bytes());

@@ -51,22 +51,77 @@ impl Merge for Expiry {
 }
 
 /// The LWW register of a whole value — a string's bytes, a list's items — and the version
-/// that wrote it.
+/// that wrote it. The key layer (`repl::merge`) views what a key holds, and a write that meets
+/// it, as registers of their types (`Register<Kind>`, borrowed from the entry and the effect),
+/// so "which whole value wins" is defined once, here (`beats`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Register<T> {
     pub value: T,
     pub version: Version,
 }
 
-/// The newer version's value wins; at one version the held value stays (a version names one
-/// write). The key layer (`repl::merge`) orders whole-key writes of different types at one
-/// version by type as well (docs/merge.md); within one type this is the rule.
+/// What orders two whole values written at one version: their type (docs/merge.md, "two
+/// types at one version"). A correct mesh never writes two values at one version; a faulty
+/// peer can, and the order keeps the merge a lattice on that input too.
+pub trait TieRank {
+    fn tie_rank(&self) -> u8;
+}
+
+/// string (counters and HLLs are strings) < list < hash < set < sorted set: arbitrary but
+/// fixed, so every replica keeps the same one.
+impl TieRank for Kind {
+    fn tie_rank(&self) -> u8 {
+        match self {
+            Kind::String => 1,
+            Kind::List => 2,
+            Kind::Hash => 3,
+            Kind::Set => 4,
+            Kind::ZSet => 5,
+        }
+    }
+}
+
+/// A write of no type (a delete, a key tombstone): below every type at one version.
+impl TieRank for Option<Kind> {
+    fn tie_rank(&self) -> u8 {
+        self.as_ref().map_or(0, Kind::tie_rank)
+    }
+}
+
+impl<T: TieRank> Register<T> {
+    /// The register's rule, the one definition of which whole value wins: the newer version;
+    /// at one version the higher `tie_rank`; of the same rank (the same type) the held value
+    /// stays (`false`: a version names one write).
+    pub fn beats<U: TieRank>(&self, held: &Register<U>) -> bool {
+        (self.version, self.value.tie_rank()) > (held.version, held.value.tie_rank())
+    }
+
+    /// What this write kills of a value of `other`'s type, whether it wins or loses (pass it
+    /// to a `clear_older` or a collection's `cleared`): everything older than its version, and
+    /// what is at its version too when it beats `other` there (the tie rule), recorded as the
+    /// version just after it.
+    pub fn kills_below(&self, other: &impl TieRank) -> Version {
+        let v = self.version;
+        if self.value.tie_rank() > other.tie_rank() {
+            match v.node.checked_add(1) {
+                Some(node) => Version { hlc: v.hlc, node },
+                None => Version { hlc: v.hlc.saturating_add(1), node: 0 },
+            }
+        } else {
+            v
+        }
+    }
+}
+
+/// The newer version's value wins; at one version the higher-ranked type (`beats`), and of
+/// one type the held value stays (a version names one write).
 ///
-/// Laws: the maximum by version, so commutative, associative and idempotent where a version
-/// names one value (`tests::the_register_is_a_lattice`).
-impl<T: Clone> Merge for Register<T> {
+/// Laws: the maximum by `(version, tie_rank)`, a total preorder, so commutative, associative
+/// and idempotent where a version and type name one value
+/// (`tests::the_register_is_a_lattice`, two types at one version included).
+impl<T: Clone + TieRank> Merge for Register<T> {
     fn merge(&mut self, other: &Register<T>) -> bool {
-        let changed = other.version > self.version;
+        let changed = other.beats(self);
         if changed {
             *self = other.clone();
         }
@@ -470,6 +525,23 @@ mod tests {
         })
     }
 
+    /// A whole value of a type, for the register's test.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    struct Written {
+        kind: Kind,
+        content: u64,
+    }
+
+    impl TieRank for Written {
+        fn tie_rank(&self) -> u8 {
+            self.kind.tie_rank()
+        }
+    }
+
+    fn kind() -> impl Strategy<Value = Kind> {
+        prop::sample::select(vec![Kind::String, Kind::List, Kind::Hash, Kind::Set, Kind::ZSet])
+    }
+
     fn same<M: ElementMap>(a: &M, b: &M) -> bool
     where
         M::Content: std::fmt::Debug,
@@ -508,8 +580,9 @@ mod tests {
         }
 
         #[test]
-        fn the_register_is_a_lattice(a in version(), b in version(), c in version()) {
-            let register = |v: Version| Register { value: written(b"value", v), version: v };
+        fn the_register_is_a_lattice(a in (version(), kind()), b in (version(), kind()), c in (version(), kind())) {
+            // The value a write of `kind` at `v` wrote; two types at one version do meet.
+            let register = |(v, kind): (Version, Kind)| Register { value: Written { kind, content: written(kind.name().as_bytes(), v) }, version: v };
             check_laws(&register(a), &register(b), &register(c), |x, y| x == y);
         }
     }

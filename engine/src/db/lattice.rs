@@ -2,8 +2,9 @@
 //! register of a string or list (`entry::Register`), the field map of a hash or set
 //! (`entry::Collection`), the sorted set's members (`zset::SortedSet`), the PN-counter
 //! (`counter::Counter`), the expiry register (`entry::Expiry`), the key tombstone (a
-//! `Version`, as `Ghost::cleared` and a database's flush point hold it) and the HyperLogLog
-//! registers (`hll::Hll`). `repl::merge` is the key-level layer above them: it finds the
+//! `Version`, as `Ghost::cleared` and a database's flush point hold it), a deleted key's
+//! ghost (`ghost::Ghost`: its key tombstone, type and element tombstones) and the
+//! HyperLogLog registers (`hll::Hll`). `repl::merge` is the key-level layer above them: it finds the
 //! entry, settles which type and incarnation a key holds, and delegates to these.
 //!
 //! Every impl states its laws in its doc comment and checks them in its own property test

@@ -13,8 +13,10 @@ pub mod effect;
 pub mod entry;
 pub mod evict;
 pub mod expire;
+pub mod ghost;
 pub mod hll;
 pub mod lattice;
+pub mod pending;
 pub mod table;
 pub mod zset;
 
@@ -27,6 +29,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use crate::hlc::{Hlc, Version};
 pub use entry::{Entry, Expiry, Key, Kind, Value};
+pub use ghost::{Ghost, Tombstoned};
 
 /// Shards per database. A power of two well above any thread count, and small enough per
 /// shard that a `SCAN` step can return whole shards (see `cmd::keys::scan`).
@@ -46,119 +49,6 @@ pub struct KeyspaceStats {
     pub keyspace_misses: AtomicU64,
     /// Writes since start (Redis's `rdb_changes_since_last_save` analogue).
     pub dirty: AtomicU64,
-}
-
-/// What replication keeps of a key that is gone: its key-level tombstone (`cleared`: every
-/// older write of any type is dead) and, for a collection emptied by removals, the
-/// tombstones of its fields or members (a concurrent older field on another node must still
-/// lose to them, whether it arrives before or after the collection emptied).
-///
-/// Kept small (32 bytes): most ghosts are plain deletes, and a node holds one per deleted key
-/// until every peer is past it (docs/benchmarks.md, "Tombstones").
-#[derive(Debug, Clone, Default)]
-pub struct Ghost {
-    pub cleared: Version,
-    pub kind: Option<Kind>,
-    /// The emptied collection's field or member tombstones; `None` when there are none.
-    removed: Option<Box<Map<bytes::Bytes, Version>>>,
-}
-
-// Every deleted key costs one of these while replicating: keep it from growing by accident.
-const _: () = assert!(std::mem::size_of::<Ghost>() <= 32);
-
-impl Ghost {
-    pub fn deleted(at: Version) -> Ghost {
-        Ghost { cleared: at, kind: None, removed: None }
-    }
-
-    /// The newest write the ghost remembers.
-    pub fn newest(&self) -> Version {
-        self.removed().map(|(_, v)| *v).fold(self.cleared, Version::max)
-    }
-
-    /// The field or member tombstones of the emptied collection.
-    pub fn removed(&self) -> impl Iterator<Item = (&bytes::Bytes, &Version)> {
-        self.removed.iter().flat_map(|m| m.iter())
-    }
-
-    pub fn has_removed(&self) -> bool {
-        self.removed.is_some()
-    }
-
-    pub fn into_removed(self) -> Map<bytes::Bytes, Version> {
-        self.removed.map(|m| *m).unwrap_or_default()
-    }
-
-    fn add_removed<'r>(&mut self, removed: impl Iterator<Item = (&'r bytes::Bytes, &'r Version)>) {
-        let mut removed = removed.peekable();
-        if removed.peek().is_some() {
-            self.removed.get_or_insert_with(Box::default).extend(removed.map(|(k, v)| (k.clone(), *v)));
-        }
-    }
-
-    /// Prepares a collection re-created at a ghost's key: of the same type it inherits the
-    /// ghost's tombstones; of another type it starts after everything the ghost remembers.
-    /// Returns the new incarnation's key tombstone.
-    pub fn revive(ghost: Option<&Ghost>, kind: Kind, fresh: &mut impl Tombstoned) -> Version {
-        let cleared = match ghost {
-            None => Version::ZERO,
-            Some(g) if g.kind.is_none() || g.kind == Some(kind) => {
-                fresh.set_removed(g.removed.as_deref().cloned().unwrap_or_default());
-                g.cleared
-            }
-            Some(g) => g.newest(),
-        };
-        fresh.set_cleared(cleared);
-        cleared
-    }
-
-    /// Absorbs a key-level delete at `v`.
-    pub fn clear(&mut self, v: Version) {
-        if v > self.cleared {
-            self.cleared = v;
-            if let Some(removed) = &mut self.removed {
-                removed.retain(|_, r| *r >= v);
-                if removed.is_empty() {
-                    self.removed = None;
-                }
-            }
-            if self.removed.is_none() {
-                // Only the key tombstone is left, and it dominates every type alike.
-                self.kind = None;
-            }
-        }
-    }
-}
-
-/// A value with replication tombstones (collections and lists).
-pub trait Tombstoned {
-    fn set_cleared(&mut self, cleared: Version);
-    fn set_removed(&mut self, removed: Map<bytes::Bytes, Version>);
-}
-
-impl<V> Tombstoned for entry::Collection<V> {
-    fn set_cleared(&mut self, cleared: Version) {
-        self.cleared = cleared;
-    }
-    fn set_removed(&mut self, removed: Map<bytes::Bytes, Version>) {
-        self.removed = removed;
-    }
-}
-
-impl Tombstoned for zset::SortedSet {
-    fn set_cleared(&mut self, cleared: Version) {
-        self.cleared = cleared;
-    }
-    fn set_removed(&mut self, removed: Map<bytes::Bytes, Version>) {
-        self.removed = removed;
-    }
-}
-
-impl Tombstoned for entry::ListValue {
-    fn set_cleared(&mut self, cleared: Version) {
-        self.cleared = cleared;
-    }
-    fn set_removed(&mut self, _removed: Map<bytes::Bytes, Version>) {}
 }
 
 /// One shard of one database.
@@ -570,17 +460,6 @@ impl Shard {
             ghost.add_removed(removed.iter());
         }
         self.tombstones.insert(key.into(), ghost);
-    }
-
-    /// A key re-created by a field, member or counter write takes a pending expiry register
-    /// that is not older than its key tombstone (`cleared`), as a replica merging the same
-    /// write would.
-    pub fn adopt_orphan_expiry(&mut self, db: &Db, key: &[u8], cleared: Version) {
-        if let Some(e) = self.orphan_expiry.remove(key) {
-            if e.version >= cleared {
-                self.set_expiry(db, key, Some(e));
-            }
-        }
     }
 
     pub fn watch(&mut self, key: &[u8], flag: WatchFlag) {

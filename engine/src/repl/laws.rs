@@ -219,7 +219,7 @@ fn type_of(kind: u8) -> Option<crate::db::Kind> {
 }
 
 /// A typed effect kind of another type than `previous`, chosen by `pick`: what a faulty
-/// peer could send for the same key at the same version (merge.rs, "Ties between types").
+/// peer could send for the same key at the same version (`repl::merge`, "Ties between types").
 fn tie_kind(previous: u8, pick: u8) -> Option<u8> {
     let held = type_of(previous)?;
     let others: Vec<u8> = [0, 3, 4, 5, 6, 7, 11].into_iter().filter(|&k| type_of(k) != Some(held)).collect();
@@ -337,7 +337,7 @@ fn bump(op: &mut pb::Op, by: u64) {
 
 #[test]
 fn two_types_at_one_version_end_as_the_higher_ranked_in_any_order() {
-    // No correct peer sends them, but the merge defines them (merge.rs, "Ties between
+    // No correct peer sends them, but the merge defines them (`repl::merge`, "Ties between
     // types"): for every pair of typed writes of different types at one version, both orders,
     // with the pair replayed, leave the same state, and it is the higher-ranked type's.
     use crate::db::Kind;

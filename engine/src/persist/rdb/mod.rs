@@ -74,6 +74,8 @@ pub enum RdbError {
 }
 
 #[cfg(test)]
+mod builder;
+#[cfg(test)]
 mod skip_tests;
 #[cfg(test)]
 mod tests;

@@ -7,46 +7,11 @@ use super::read::{Entry, RdbValue, Section, Unsupported};
 use super::tests::{entries, rdb, rec, records, store};
 use super::{export, import_with, OnUnsupported, RdbError};
 
-/// The bytes of an RDB body, written the way `rdb.c` writes them.
-#[derive(Default)]
-struct Body(Vec<u8>);
+// The bytes of an RDB body, written the way `rdb.c` writes them (the shared test builder).
+use super::builder::RdbBytes as Body;
 
+/// The layouts of what KeyMesh parses past.
 impl Body {
-    fn op(&mut self, b: u8) -> &mut Self {
-        self.0.push(b);
-        self
-    }
-
-    fn raw(&mut self, b: &[u8]) -> &mut Self {
-        self.0.extend_from_slice(b);
-        self
-    }
-
-    /// `rdbSaveLen`: 6 bits, 14 bits, or 0x80/0x81 and 32/64 bits big-endian.
-    fn len(&mut self, n: u64) -> &mut Self {
-        if n < 1 << 6 {
-            self.0.push(n as u8);
-        } else if n < 1 << 14 {
-            self.0.extend_from_slice(&[0x40 | (n >> 8) as u8, n as u8]);
-        } else if let Ok(n) = u32::try_from(n) {
-            self.0.push(0x80);
-            self.0.extend_from_slice(&n.to_be_bytes());
-        } else {
-            self.0.push(0x81);
-            self.0.extend_from_slice(&n.to_be_bytes());
-        }
-        self
-    }
-
-    fn s(&mut self, s: &[u8]) -> &mut Self {
-        self.len(s.len() as u64).raw(s)
-    }
-
-    /// `rdbSaveMillisecondTime`: 8 bytes, little-endian.
-    fn ms(&mut self, t: u64) -> &mut Self {
-        self.raw(&t.to_le_bytes())
-    }
-
     fn string_key(&mut self, key: &str, value: &str) -> &mut Self {
         self.op(0).s(key.as_bytes()).s(value.as_bytes())
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::compact::{intset, listpack, ziplist, zipmap};
 use super::import::ops;
 use super::read::{parse, Entry, RdbValue, Record};
-use super::{export, RdbError, CRC64};
+use super::{export, RdbError};
 use crate::db::Store;
 use crate::hlc::{Hlc, SystemClock, Version};
 use crate::repl::merge::apply_op;
@@ -139,14 +139,8 @@ fn malformed_blobs_are_errors_not_panics() {
     assert!(ziplist(&[0; 10]).is_err(), "a ziplist without its end marker");
 }
 
-pub(super) fn rdb(body: &[u8], version: u32) -> Vec<u8> {
-    let mut file = format!("REDIS{version:04}").into_bytes();
-    file.extend_from_slice(body);
-    file.push(0xff);
-    let sum = CRC64.checksum(&file);
-    file.extend_from_slice(&sum.to_le_bytes());
-    file
-}
+/// A whole RDB file around `body` (the shared test builder, `super::builder`).
+pub(super) use super::builder::file as rdb;
 
 pub(super) fn entries(file: &[u8]) -> Result<Vec<Entry>, RdbError> {
     let mut out = Vec::new();

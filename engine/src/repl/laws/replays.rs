@@ -187,7 +187,7 @@ fn two_types_at_one_version_replayed_change_nothing_and_end_alike_in_any_order()
     // Found by the mesh_message fuzz target (seed regression_two_types_at_one_version): a
     // batch with typed effects of two types for one key at one version flipped the key on
     // every replay (the newcomer replaced a buried key, a live key kept its type). The merge
-    // now orders such writes by type (merge.rs, "Ties between types"): replaying the batch
+    // now orders such writes by type (`repl::merge`, "Ties between types"): replaying the batch
     // changes nothing, and the batch reversed ends in the same state.
     use prost::Message;
     let seed = include_bytes!("../../../fuzz/corpus/mesh_message/regression_two_types_at_one_version");

@@ -1,0 +1,175 @@
+//! Merging a peer's effect (`db::effect::Effect`) into the keyspace: the key-level layer.
+//! This file owns the dispatch (`apply_op`, `merge_locked`: which part of the key an effect
+//! writes) and the few steps every part shares (the key's tombstone, burying an emptied
+//! key, killing what is older than a write); the parts are
+//! - `whole`: whole-value writes (strings, lists, HLLs) and deletes;
+//! - `fields`: hash fields, set and sorted-set members;
+//! - `counter`: PN-counter contributions;
+//! - `flush`: `FLUSHDB`/`FLUSHALL`, the database's flush point.
+//!
+//! Each replicated state's own rule lives with its type under `db::lattice::Merge`, with its
+//! laws and property test there (docs/merge.md has the table): the whole-value register
+//! (`db::entry::Register`, whose `beats` is the one definition of which whole value wins,
+//! types at one version included), the field map of hashes and sets and the sorted set's
+//! members (`ElementMap::merge_element`), the PN-counter, the expiry register and pending
+//! registers (`db::pending`), the key tombstone of a deleted key (`db::ghost::Ghost`, and
+//! how a ghost meets a write), the flush point (`Version`), the HyperLogLog registers. This
+//! layer does what only a key knows — which type and incarnation it holds, the floor a key
+//! tombstone or flush puts under every part — and delegates the rest to those rules. The
+//! value and version of a whole write live apart in the `Entry`; the layer compares them as
+//! registers (`held`) without storing one.
+//!
+//! Every key is a lattice: a key tombstone (`cleared`: everything older is dead), plus the
+//! register or per-field/per-member registers of its type, each ordered by `Version`. Merging
+//! an effect takes the newer of each register, so `apply_op` is commutative, associative and
+//! idempotent: peers that receive the same effects in any order, with duplicates, converge
+//! (property-tested in `repl::laws`). The rules, from DESIGN.md's merge table:
+//! - a whole-key write (string, list, whole collection, delete, flush) at version v kills every
+//!   older field, member, counter contribution and value of any type;
+//! - when two types meet, the newer key write wins whole; at one version, the type that
+//!   ranks higher (`TieRank`: string < list < hash < set < sorted set) wins whole (below);
+//! - fields and members merge one by one, tombstones included;
+//! - counters merge per-origin totals by maximum over the same base;
+//! - expiry is its own LWW register (deadline, version);
+//! - a HyperLogLog is a string whose version is its incarnation (`db::hll`): registers raised
+//!   in the same incarnation merge by maximum, and two string values at the same version
+//!   that are both HLLs (a snapshot of an HLL meeting its registers) merge the same way; a
+//!   string write or delete at another version competes as any string write.
+//!
+//! Every write command is a versioned write, whether or not it changed anything on the node
+//! that ran it: a `DEL` of a key it did not hold, an `HDEL`/`SREM`/`ZREM` of elements it did
+//! not hold, a `PERSIST` of a key without a TTL, a `FLUSHDB` of an empty database all reach
+//! this merge as a tombstone or register at their version, and so dominate every older write
+//! they conflict with, wherever it was made — a delete that raced an older write not yet
+//! received still wins (the cache-invalidation race). `db::edit` enforces this on the local
+//! side and applies such writes to its own keyspace through `merge_locked`, so the node that
+//! made them ends exactly where its peers do.
+//!
+//! Ties between types. A version names one write, and a write has one type, so no correct
+//! peer sends two typed effects of different types for one key at one version. The merge
+//! still defines the outcome, so that it is a lattice on every input, a faulty or hostile
+//! peer's included (the `mesh_message` fuzz target checks every batch): key writes compare
+//! by `(version, type rank)` (`Register::beats`), a total order, in every place two types
+//! meet — a live key, a buried key (`Ghost::beats`) and an incoming write alike — and the
+//! loser still kills what is older than it (`Register::kills_below`), as any losing write
+//! does. Counters are strings: they lose every tie to
+//! another type. Two writes of the same type at one version keep the rules above (fields
+//! merge; an HLL's registers merge; otherwise the one held stays).
+
+mod counter;
+mod fields;
+mod flush;
+mod whole;
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+
+pub use self::flush::flush_shard;
+use crate::db::effect::{Effect, EffectKind};
+use crate::db::entry::{Kind, ListValue, Register};
+use crate::db::lattice::ElementMap;
+use crate::db::{Entry, Expiry, Shard, Store, Value};
+use crate::hlc::Version;
+
+/// What merging one effect did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApplyOutcome {
+    /// It changed the keyspace.
+    Applied,
+    /// Everything in it was older than what the node holds.
+    Superseded,
+    /// A published message: the caller delivers it to this node's subscribers.
+    Publish { channel: Bytes, message: Bytes },
+}
+
+/// Merges one effect from a peer.
+pub fn apply_op(store: &Store, op: &Effect) -> ApplyOutcome {
+    let db = op.db;
+    if db >= store.databases() {
+        return ApplyOutcome::Superseded;
+    }
+    match &op.kind {
+        EffectKind::Publish { channel, message } => return ApplyOutcome::Publish { channel: channel.clone(), message: message.clone() },
+        EffectKind::FlushDb { version } => return flush::flush_db(store, db, *version),
+        _ => {}
+    }
+    let flushed = *store.db(db).flushed.lock();
+    let mut shard = store.lock_shard(db, store.shard_of(&op.key));
+    if merge_locked(store, db, &mut shard, op, flushed) {
+        ApplyOutcome::Applied
+    } else {
+        ApplyOutcome::Superseded
+    }
+}
+
+/// Merges one key's effect into its shard, which the caller holds locked; `flushed` is the
+/// database's flush version. Returns whether the keyspace changed (watchers are touched).
+/// Also how a node applies its own write that has no local state to edit (`db::edit`).
+pub fn merge_locked(store: &Store, db: usize, shard: &mut Shard, op: &Effect, flushed: Version) -> bool {
+    let key = &op.key[..];
+    let changed = match &op.kind {
+        EffectKind::StringSet { value, version } => whole::whole_write(store, db, shard, key, Value::string(value), *version, flushed),
+        // Popping a list's last item deletes the key, as in Redis: an empty list at `v` is a
+        // delete at `v` (both dominate everything older), never an empty key.
+        EffectKind::List { items, version } if items.is_empty() => whole::delete(store, db, shard, key, *version, flushed),
+        EffectKind::List { items, version } => {
+            let list = ListValue::new(items.iter().cloned().collect());
+            whole::whole_write(store, db, shard, key, Value::List(Box::new(list)), *version, flushed)
+        }
+        EffectKind::Delete { version } => whole::delete(store, db, shard, key, *version, flushed),
+        EffectKind::Expire { deadline_ms, version } => shard.merge_expiry(store.db(db), key, Expiry { deadline_ms: *deadline_ms, version: *version }, flushed),
+        EffectKind::Hash(fields) => fields::merge_fields(store, db, shard, key, flushed, fields::FieldsOp::Hash(fields)),
+        EffectKind::Set(members) => fields::merge_fields(store, db, shard, key, flushed, fields::FieldsOp::Set(members)),
+        EffectKind::ZSet(members) => fields::merge_fields(store, db, shard, key, flushed, fields::FieldsOp::ZSet(members)),
+        EffectKind::Counter(c) => counter::merge_counter(store, db, shard, key, c, flushed),
+        EffectKind::Hll { version, registers } => whole::merge_hll(store, db, shard, key, *version, registers, flushed),
+        EffectKind::Publish { .. } | EffectKind::FlushDb { .. } => false,
+    };
+    if changed {
+        shard.touch(key);
+        store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+    }
+    changed
+}
+
+/// The key tombstone of the key's ghost (`Version::ZERO` without one).
+fn tombstone(shard: &Shard, key: &[u8]) -> Version {
+    shard.tombstones.get(key).map_or(Version::ZERO, |g| g.cleared)
+}
+
+/// Removes an emptied key, leaving its ghost (`Shard::bury`).
+fn bury(store: &Store, db: usize, shard: &mut Shard, key: &[u8]) {
+    shard.bury(store.db(db), key);
+}
+
+/// Kills everything in `entry` older than `v`. Returns true if nothing remains.
+fn clear_older(entry: &mut Entry, v: Version) -> bool {
+    match &mut entry.value {
+        Value::Hash(h) => {
+            h.clear_older(v);
+            h.is_empty()
+        }
+        Value::Set(s) => {
+            s.clear_older(v);
+            s.is_empty()
+        }
+        Value::ZSet(z) => {
+            ElementMap::clear_older(&mut **z, v);
+            z.is_empty()
+        }
+        Value::Counter(c) => c.clear_older(v),
+        _ => entry.version() < v,
+    }
+}
+
+/// What the key holds, as a register of its type at its newest write (`Entry::newest`): what
+/// a key write of another type, or a whole write, competes with (`Register::beats`).
+fn held(entry: &Entry) -> Register<Kind> {
+    Register { value: entry.value.kind(), version: entry.newest() }
+}
+
+/// A key write of `kind` at `v`, as the register it competes as.
+fn write(kind: Kind, v: Version) -> Register<Kind> {
+    Register { value: kind, version: v }
+}
