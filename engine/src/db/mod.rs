@@ -15,6 +15,7 @@ pub mod evict;
 pub mod expire;
 pub mod hll;
 pub mod lattice;
+pub mod strbuf;
 pub mod table;
 pub mod zset;
 
