@@ -72,7 +72,7 @@ impl StrBuf {
         let (ptr, len) = (self.ptr, self.len);
         if len == LONG {
             // SAFETY: as in `long`, and `&mut self` makes this the only access.
-            return unsafe { &mut **ptr.cast::<Box<[u8]>>().as_ptr() };
+            return unsafe { &mut *ptr.cast::<Box<[u8]>>().as_ptr() };
         }
         // SAFETY: as in `as_slice`; `&mut self` gives exclusive access to the bytes.
         unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), len as usize) }
