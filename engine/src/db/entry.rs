@@ -13,8 +13,8 @@ use crate::hlc::Version;
 pub type Key = Box<[u8]>;
 pub type FieldMap<V> = std::collections::HashMap<Bytes, V, foldhash::fast::RandomState>;
 
-/// One key's state. The version is stored as its two halves around the access clock so the
-/// entry packs into 48 bytes (it sits inline in the shard's hash table).
+/// One key's state. The version is stored as its two halves beside the access clock so the
+/// entry packs into 40 bytes (with the key, a 64-byte node of the shard's table: `db::table`).
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub value: Value,
@@ -131,7 +131,8 @@ impl<T: Clone + TieRank> Merge for Register<T> {
 
 #[derive(Debug, Clone)]
 pub enum Value {
-    Str(Box<[u8]>),
+    /// A string's bytes (12 bytes: `Value` stays 16).
+    Str(super::strbuf::StrBuf),
     /// Integer fast path for strings that are canonical decimal integers.
     Int(i64),
     Hash(Box<Collection<Field>>),

@@ -121,7 +121,7 @@ impl Ctx<'_> {
             Some(Value::Str(stored)) => {
                 let mut bytes = std::mem::take(stored).into_vec();
                 let result = hll::to_dense(&mut bytes);
-                *stored = bytes.into_boxed_slice();
+                *stored = bytes.into();
                 Ok(result?)
             }
             Some(_) => Err(HllError::NotHll.into()),
@@ -154,7 +154,7 @@ impl Ctx<'_> {
                 let ghost = shard.tombstones.remove(key).map_or(Version::ZERO, |g| g.newest());
                 let orphan = shard.orphan_expiry.remove(key).map_or(Version::ZERO, |e| e.version);
                 let floor = ghost.max(orphan).max(flushed).max(expired.unwrap_or(Version::ZERO));
-                let value = Value::Str(hll::new_empty().into_boxed_slice());
+                let value = Value::Str(hll::new_empty().into());
                 shard.insert(dbref, key, Entry::new(value, incarnation_after(floor)));
                 true
             }
@@ -173,7 +173,7 @@ impl Ctx<'_> {
         let mut bytes = std::mem::take(stored).into_vec();
         let mut raised = Vec::new();
         let result = edit(&mut bytes, &mut raised);
-        *stored = bytes.into_boxed_slice();
+        *stored = bytes.into();
         if created || !raised.is_empty() {
             shard.touch(key);
             self.modified.note(store, key);

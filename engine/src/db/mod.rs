@@ -17,6 +17,7 @@ pub mod ghost;
 pub mod hll;
 pub mod lattice;
 pub mod pending;
+pub mod strbuf;
 pub mod table;
 pub mod zset;
 

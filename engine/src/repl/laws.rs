@@ -200,7 +200,7 @@ fn hll_value(key: &[u8], ver: Version, a: u8, b: u8) -> pb::Op {
     for r in hll_registers(a, b) {
         let _ = crate::hll::set_register(&mut bytes, (r >> 8) as usize, (r & 0xff) as u8, crate::hll::DEFAULT_SPARSE_MAX_BYTES);
     }
-    effects::value_effect(0, key, &Value::Str(bytes.into_boxed_slice()), ver, &[])
+    effects::value_effect(0, key, &Value::Str(bytes.into()), ver, &[])
 }
 
 /// The type a generated typed write has (`effect`'s kinds), for ties: `None` for effects

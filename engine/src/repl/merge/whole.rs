@@ -74,10 +74,10 @@ fn is_hll(value: &Value) -> bool {
 }
 
 /// Runs `f` on the stored HLL bytes as an `Hll` (its registers' `Merge`).
-fn with_hll(stored: &mut Box<[u8]>, sparse_max: usize, f: impl FnOnce(&mut Hll) -> bool) -> bool {
+fn with_hll(stored: &mut crate::db::strbuf::StrBuf, sparse_max: usize, f: impl FnOnce(&mut Hll) -> bool) -> bool {
     let mut h = Hll { bytes: std::mem::take(stored).into_vec(), sparse_max };
     let grew = f(&mut h);
-    *stored = h.bytes.into_boxed_slice();
+    *stored = h.bytes.into();
     grew
 }
 
@@ -94,7 +94,7 @@ pub(super) fn merge_hll(store: &Store, db: usize, shard: &mut Shard, key: &[u8],
     }
     let mut fresh = Hll { bytes: hll::new_empty(), sparse_max };
     fresh.raise(registers);
-    whole_write(store, db, shard, key, Value::Str(fresh.bytes.into_boxed_slice()), v, flushed)
+    whole_write(store, db, shard, key, Value::Str(fresh.bytes.into()), v, flushed)
 }
 
 pub(super) fn delete(store: &Store, db: usize, shard: &mut Shard, key: &[u8], v: Version, flushed: Version) -> bool {
