@@ -13,6 +13,7 @@ pub mod effect;
 pub mod entry;
 pub mod evict;
 pub mod expire;
+pub mod functions;
 pub mod hll;
 pub mod lattice;
 pub mod table;
@@ -213,6 +214,10 @@ pub struct Store {
     removed: Mutex<Vec<Key>>,
     /// Whether `removed` holds keys (so a command need not lock it to find out).
     removed_pending: AtomicBool,
+    /// The `FUNCTION` libraries' replicated registers (`functions`).
+    functions: Mutex<functions::Registers>,
+    /// Moves whenever `functions` changes (`Scripts::sync_functions` compiles what changed).
+    functions_generation: AtomicU64,
 }
 
 /// The keys a command's writes modified, recorded only while `Store::tracking` is on
@@ -264,6 +269,8 @@ impl Store {
             tracking: AtomicBool::new(false),
             removed: Mutex::new(Vec::new()),
             removed_pending: AtomicBool::new(false),
+            functions: Mutex::new(functions::Registers::default()),
+            functions_generation: AtomicU64::new(0),
         }
     }
 
@@ -352,6 +359,8 @@ impl Store {
             }
             *db.flushed.lock() = Version::ZERO;
         }
+        *self.functions.lock() = functions::Registers::default();
+        self.functions_generation.fetch_add(1, Ordering::AcqRel);
         keys
     }
 

@@ -22,6 +22,8 @@
 //! - fields and members merge one by one, tombstones included;
 //! - counters merge per-origin totals by maximum over the same base;
 //! - expiry is its own LWW register (deadline, version);
+//! - a `FUNCTION` library is an LWW register per library name and `FUNCTION FLUSH` a flush
+//!   point over them (`db::functions`), beside the keyspace;
 //! - a HyperLogLog is a string whose version is its incarnation (`db::hll`): registers raised
 //!   in the same incarnation merge by maximum, and two string values at the same version
 //!   that are both HLLs (a snapshot of an HLL meeting its registers) merge the same way; a
@@ -131,6 +133,9 @@ pub enum ApplyOutcome {
     Superseded,
     /// A published message: the caller delivers it to this node's subscribers.
     Publish { channel: Bytes, message: Bytes },
+    /// It changed the function libraries (no key changed); the node compiles the winning
+    /// code on its next `FCALL` or `FUNCTION` command (`Scripts::sync_functions`).
+    Functions,
 }
 
 /// Merges one effect from a peer.
@@ -142,6 +147,10 @@ pub fn apply_op(store: &Store, op: &Effect) -> ApplyOutcome {
     match &op.kind {
         EffectKind::Publish { channel, message } => return ApplyOutcome::Publish { channel: channel.clone(), message: message.clone() },
         EffectKind::FlushDb { version } => return flush_db(store, db, *version),
+        // The function libraries' registers (`db::functions`), not the keyspace.
+        EffectKind::Library { .. } | EffectKind::FunctionFlush { .. } => {
+            return if store.merge_function_effect(op) { ApplyOutcome::Functions } else { ApplyOutcome::Superseded };
+        }
         _ => {}
     }
     let flushed = *store.db(db).flushed.lock();
@@ -174,7 +183,7 @@ pub fn merge_locked(store: &Store, db: usize, shard: &mut Shard, op: &Effect, fl
         EffectKind::ZSet(members) => merge_fields(store, db, shard, key, flushed, FieldsOp::ZSet(members)),
         EffectKind::Counter(c) => merge_counter(store, db, shard, key, c, flushed),
         EffectKind::Hll { version, registers } => merge_hll(store, db, shard, key, *version, registers, flushed),
-        EffectKind::Publish { .. } | EffectKind::FlushDb { .. } => false,
+        EffectKind::Publish { .. } | EffectKind::FlushDb { .. } | EffectKind::Library { .. } | EffectKind::FunctionFlush { .. } => false,
     };
     if changed {
         shard.touch(key);
