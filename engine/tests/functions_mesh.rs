@@ -58,9 +58,9 @@ fn partition(nodes: &[Node], conns: &mut [Conn], groups: &[&[usize]]) {
 
 /// Links every node to every other again.
 fn heal(nodes: &[Node], conns: &mut [Conn]) {
-    for i in 0..nodes.len() {
-        for j in (0..nodes.len()).filter(|&j| j != i) {
-            assert_eq!(conns[i].cmd(&["REPLICAOF", "127.0.0.1", &nodes[j].port.to_string()]).text(), "OK");
+    for (i, conn) in conns.iter_mut().enumerate() {
+        for (_, node) in nodes.iter().enumerate().filter(|(j, _)| *j != i) {
+            assert_eq!(conn.cmd(&["REPLICAOF", "127.0.0.1", &node.port.to_string()]).text(), "OK");
         }
     }
 }
