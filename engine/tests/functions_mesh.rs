@@ -216,3 +216,44 @@ fn libraries_survive_a_restart_in_the_snapshot() {
     assert_eq!(version_of(&mut c, "kept"), "ERR Function not found");
     assert_eq!(c.cmd(&["FUNCTION", "LIST"]), Reply::Array(vec![]));
 }
+
+#[test]
+fn a_write_pause_holds_function_load_delete_and_flush_as_redis_does() {
+    // Proves FUNCTION LOAD, DELETE and FLUSH, which Redis flags `write` and which replicate,
+    // wait out CLIENT PAUSE WRITE (answered once it ends), while FUNCTION LIST and a
+    // no-writes function are answered at once.
+    let node = Node::new("fn-pause");
+    let server = node.start("pause", &[], &[]);
+    let mut admin = server.connect();
+    let ro = "#!lua name=ro\nredis.register_function{function_name='ro_v', callback=function() return 'ro' end, flags={'no-writes'}}";
+    assert_eq!(admin.cmd(&["FUNCTION", "LOAD", ro]).text(), "ro");
+    assert_eq!(admin.cmd(&["FUNCTION", "LOAD", &library("gone", "1")]).text(), "gone");
+    assert_eq!(admin.cmd(&["CLIENT", "PAUSE", "100000", "WRITE"]).text(), "OK");
+    // LOAD and DELETE together (they do not conflict), FLUSH in a second pause.
+    let late = library("late", "1");
+    let held: [(&[&str], &str); 2] = [(&["FUNCTION", "LOAD", &late], "late"), (&["FUNCTION", "DELETE", "gone"], "OK")];
+    let mut waiting = Vec::new();
+    for (i, (command, reply)) in held.iter().enumerate() {
+        let mut c = server.connect();
+        c.send(command);
+        wait_for("the command held", || info_field(&mut admin, "clients", "blocked_clients") == (i + 1).to_string());
+        waiting.push((c, *reply));
+    }
+    assert_eq!(admin.cmd(&["FCALL_RO", "ro_v", "0"]).text(), "ro", "a no-writes function runs");
+    let Reply::Array(list) = admin.cmd(&["FUNCTION", "LIST"]) else { panic!("FUNCTION LIST is an array") };
+    assert_eq!(list.len(), 2, "nothing held has run: {list:?}");
+    assert_eq!(admin.cmd(&["CLIENT", "UNPAUSE"]).text(), "OK");
+    for (mut c, reply) in waiting {
+        assert_eq!(c.read().map(|r| r.text()).as_deref(), Some(reply));
+    }
+    assert_eq!(version_of(&mut admin, "late"), "1");
+    assert_eq!(admin.cmd(&["CLIENT", "PAUSE", "100000", "WRITE"]).text(), "OK");
+    let mut flush = server.connect();
+    flush.send(&["FUNCTION", "FLUSH"]);
+    wait_for("FLUSH held", || info_field(&mut admin, "clients", "blocked_clients") == "1");
+    let Reply::Array(list) = admin.cmd(&["FUNCTION", "LIST"]) else { panic!("FUNCTION LIST is an array") };
+    assert_eq!(list.len(), 2, "the held FLUSH has not run: {list:?}");
+    assert_eq!(admin.cmd(&["CLIENT", "UNPAUSE"]).text(), "OK");
+    assert_eq!(flush.read().map(|r| r.text()).as_deref(), Some("OK"));
+    assert_eq!(admin.cmd(&["FUNCTION", "LIST"]), Reply::Array(vec![]));
+}
