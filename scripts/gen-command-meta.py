@@ -10,8 +10,13 @@ range and the `movablekeys` flag (populateCommandLegacyRangeSpec), the reply ord
 (addReplyFlagsForCommand) and categories (acl.c's ACLCommandCategories). The engine only
 renders what it finds here, for the commands it implements (engine/src/cmd/meta.rs).
 
+Commands a later Redis added that KeyMesh runs, and that clients send to any Redis (CLIENT
+SETINFO, Redis 7.2: redis-py, go-redis and Lettuce send it on connect), are described in
+LATER_COMMANDS below, copied from that Redis's src/commands/*.json.
+
   scripts/gen-command-meta.py            # rewrite the file
   scripts/gen-command-meta.py --check    # exit 1 if the file differs from what it would write
+  scripts/gen-command-meta.py --help     # print this help
 
 Environment: REDIS_SRC (default /var/cache/keymesh/redis-src).
 """
@@ -36,6 +41,29 @@ ACL_ORDER = ["KEYSPACE", "READ", "WRITE", "SET", "SORTEDSET", "LIST", "HASH", "S
              "DANGEROUS", "CONNECTION", "TRANSACTION", "SCRIPTING"]
 KEY_FLAG_ORDER = ["RO", "RW", "OW", "RM", "ACCESS", "UPDATE", "INSERT", "DELETE", "NOT_KEY",
                   "INCOMPLETE", "VARIABLE_FLAGS"]
+
+
+# Commands of a later Redis that KeyMesh runs, as that Redis's src/commands/*.json defines them
+# (Redis 7.2.0's client-setinfo.json; the flag SENTINEL is one Redis hides from COMMAND).
+LATER_COMMANDS = {
+    "SETINFO": {
+        "summary": "Sets information specific to the client or connection.",
+        "complexity": "O(1)",
+        "group": "connection",
+        "since": "7.2.0",
+        "arity": 4,
+        "container": "CLIENT",
+        "function": "clientSetinfoCommand",
+        "command_flags": ["NOSCRIPT", "LOADING", "STALE", "SENTINEL"],
+        "acl_categories": ["CONNECTION"],
+        "arguments": [
+            {"name": "attr", "type": "oneof", "arguments": [
+                {"token": "lib-name", "name": "libname", "type": "string"},
+                {"token": "lib-ver", "name": "libver", "type": "string"},
+            ]},
+        ],
+    },
+}
 
 
 def key_spec(spec):
@@ -173,15 +201,27 @@ def generate():
         with open(path) as f:
             for name, desc in json.load(f).items():
                 commands.append(command(name, desc))
+    names = {c["name"] for c in commands}
+    for name, desc in LATER_COMMANDS.items():
+        later = command(name, desc)
+        if later["name"] not in names:
+            commands.append(later)
     commands.sort(key=lambda c: c["name"])
-    doc = {"generated": "by scripts/gen-command-meta.py from Redis 7.0.15's src/commands/*.json; do not edit",
+    doc = {"generated": "by scripts/gen-command-meta.py from Redis 7.0.15's src/commands/*.json (and CLIENT SETINFO from Redis 7.2.0's); do not edit",
            "commands": commands}
     return json.dumps(doc, indent=None, separators=(",", ":"), sort_keys=False) + "\n"
 
 
 def main():
+    args = sys.argv[1:]
+    if args in (["--help"], ["-h"]):
+        print(__doc__.strip())
+        return 0
+    if args not in ([], ["--check"]):
+        print(f"gen-command-meta: unknown arguments {' '.join(args)}\n\n{__doc__.strip()}", file=sys.stderr)
+        return 2
     text = generate()
-    if sys.argv[1:] == ["--check"]:
+    if args == ["--check"]:
         with open(OUT) as f:
             if f.read() != text:
                 print(f"gen-command-meta: {OUT} is out of date: run scripts/gen-command-meta.py", file=sys.stderr)

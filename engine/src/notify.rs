@@ -201,7 +201,8 @@ pub fn merged_events(op: &Effect) -> Vec<Event> {
         EffectKind::Set(s) => added_removed(&mut events, s.iter().map(|m| m.present), || event(class::SET, "sadd"), || event(class::SET, "srem")),
         EffectKind::ZSet(z) => added_removed(&mut events, z.iter().map(|m| m.score.is_some()), || event(class::ZSET, "zadd"), || event(class::ZSET, "zrem")),
         EffectKind::List { items, .. } => events.push(if items.is_empty() { event(class::GENERIC, "del") } else { event(class::LIST, "lset") }),
-        EffectKind::FlushDb { .. } | EffectKind::Publish { .. } => {}
+        // Libraries are no keys: Redis fires no keyspace event for FUNCTION commands.
+        EffectKind::FlushDb { .. } | EffectKind::Publish { .. } | EffectKind::Library { .. } | EffectKind::FunctionFlush { .. } => {}
     }
     events
 }

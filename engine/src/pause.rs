@@ -152,7 +152,14 @@ fn one_may_replicate(server: &Server, index: usize, argv: &[Bytes]) -> bool {
         // A script that cannot be parsed or found fails at once; one that may write waits.
         "eval" => argv.get(1).is_some_and(|body| crate::script::eval_flags(body).is_ok_and(|f| !no_writes(f))),
         "evalsha" => argv.get(1).and_then(|sha| server.scripts.get(sha)).is_some_and(|s| !no_writes(s.flags)),
-        "fcall" => argv.get(1).and_then(|name| server.scripts.functions.read().find(&String::from_utf8_lossy(name))).is_some_and(|(_, f)| !no_writes(f.flags)),
+        "fcall" => argv.get(1).is_some_and(|name| {
+            // A library a peer replicated is compiled first (`Scripts::sync_functions`): its
+            // flags decide. A client's command, never a script's: compiling here is allowed.
+            server.scripts.sync_functions(&server.store);
+            server.scripts.functions.read().find(&String::from_utf8_lossy(name)).is_some_and(|(_, f)| !no_writes(f.flags))
+        }),
+        // Redis flags FUNCTION LOAD, DELETE and FLUSH `write`; they replicate (db::functions).
+        "function" => argv.get(1).is_some_and(|sub| [&b"load"[..], b"delete", b"flush"].iter().any(|s| sub.eq_ignore_ascii_case(s))),
         _ => false,
     }
 }

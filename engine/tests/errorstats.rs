@@ -43,3 +43,22 @@ fn error_replies_count_by_code_in_info() {
     assert_eq!(info(&mut c, "errorstats"), "# Errorstats\r\n\r\n");
     assert!(info(&mut c, "stats").contains("total_error_replies:0\r\n"));
 }
+
+#[test]
+fn a_subcommand_arity_error_is_a_rejected_call_as_in_redis() {
+    // Proves a subcommand's wrong number of arguments counts as Redis 7.0 counts it: Redis
+    // checks a subcommand's arity before calling it, so INFO commandstats shows a rejected
+    // call (and no call, no failed call), while a subcommand that runs and fails is a failed
+    // call.
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    let reply = c.cmd(&["CLIENT", "SETNAME"]);
+    assert_eq!(reply.text(), "ERR wrong number of arguments for 'client|setname' command");
+    assert!(c.cmd(&["OBJECT", "ENCODING"]).is_error());
+    assert!(c.cmd(&["CLIENT", "SETNAME", "bad name"]).is_error());
+    let commands = info(&mut c, "commandstats");
+    assert!(commands.contains("cmdstat_object|encoding:calls=0,usec=0,usec_per_call=0.00,rejected_calls=1,failed_calls=0\r\n"), "{commands}");
+    let setname = commands.lines().find(|l| l.starts_with("cmdstat_client|setname:")).unwrap_or_else(|| panic!("{commands}"));
+    assert!(setname.starts_with("cmdstat_client|setname:calls=1,") && setname.ends_with(",rejected_calls=1,failed_calls=1"), "{setname}");
+    assert!(info(&mut c, "errorstats").contains("errorstat_ERR:count=3\r\n"), "every error reply still counts");
+}

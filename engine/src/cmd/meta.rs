@@ -40,6 +40,7 @@ pub const SUBCOMMANDS: &[(&str, &[&str])] = &[
             "no-touch",
             "pause",
             "reply",
+            "setinfo",
             "setname",
             "tracking",
             "trackinginfo",

@@ -364,6 +364,12 @@ pub fn log_if_slow(server: &Server, client: &ClientState, spec: &CommandSpec, ar
 
 pub fn record(index: usize, argv: &[Bytes], elapsed: std::time::Duration, reply: &Reply) {
     let stats = TABLE.stats_for(index, argv);
+    // A subcommand's arity error (`client|setname`): Redis checks a subcommand's arity before
+    // calling it (processCommand), so it is a rejected call, not a failed one.
+    if matches!(reply, Err(CmdError::WrongArity(name)) if name.contains('|')) {
+        stats.rejected.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
     stats.calls.fetch_add(1, Ordering::Relaxed);
     let us = elapsed.as_micros() as u64;
     stats.usec.fetch_add(us, Ordering::Relaxed);

@@ -730,15 +730,23 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         let used = crate::memory::refresh();
         let rss = crate::memory::rss_bytes();
         let maxmemory = server.settings().maxmemory;
+        // What this node compiled so far (INFO may run inside a script, which cannot compile).
+        let (functions, libraries) = {
+            let l = server.scripts.functions.read();
+            (l.functions.len(), l.libraries.len())
+        };
         // Eviction weighs all of used_memory (nothing is left out, as Redis leaves out its
         // replication buffers), and nothing is freed lazily: UNLINK frees at once.
         let _ = write!(
             out,
-            "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\nmaxmemory:{maxmemory}\r\nmaxmemory_policy:{}\r\nmem_allocator:jemalloc\r\nused_memory_scripts_eval:{}\r\nnumber_of_cached_scripts:{}\r\nmem_not_counted_for_evict:0\r\nlazyfree_pending_objects:0\r\n\r\n",
+            "# Memory\r\nused_memory:{used}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\nmaxmemory:{maxmemory}\r\nmaxmemory_policy:{}\r\nmem_allocator:jemalloc\r\nused_memory_scripts_eval:{}\r\nnumber_of_cached_scripts:{}\r\nnumber_of_functions:{}\r\nnumber_of_libraries:{}\r\nfunction_library_errors:{}\r\nmem_not_counted_for_evict:0\r\nlazyfree_pending_objects:0\r\n\r\n",
             used as f64 / 1048576.0,
             server.settings().maxmemory_policy.name(),
             server.scripts.cache_bytes(),
             server.scripts.cached(),
+            functions,
+            libraries,
+            server.scripts.library_errors.load(Ordering::Relaxed),
         );
     }
     if want("persistence") {

@@ -17,11 +17,12 @@ use super::{Kind, Value};
 use crate::hlc::Version;
 
 /// One replicated write to one key (or, for `FlushDb` and `Publish`, to a database or to
-/// every node's subscribers).
+/// every node's subscribers; for `Library` and `FunctionFlush`, to the node's function
+/// libraries, with the library's name as the key).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Effect {
     pub db: usize,
-    /// Empty for `FlushDb` and `Publish`.
+    /// Empty for `FlushDb`, `Publish` and `FunctionFlush`; the library's name for `Library`.
     pub key: Bytes,
     pub kind: EffectKind,
 }
@@ -52,6 +53,11 @@ pub enum EffectKind {
     /// HyperLogLog registers raised (`index << 8 | value`) in the HLL of incarnation
     /// `version` (`db::hll`).
     Hll { version: Version, registers: Vec<u32> },
+    /// A `FUNCTION` library's register (`db::functions`): the library named by the effect's
+    /// key holds `code` (its whole `FUNCTION LOAD` payload), or is deleted (`None`).
+    Library { code: Option<Bytes>, version: Version },
+    /// `FUNCTION FLUSH`: every library register older than `version` is dead.
+    FunctionFlush { version: Version },
 }
 
 /// A hash field's state: `value` is `None` for a removed field (a tombstone).
@@ -102,6 +108,16 @@ impl Effect {
     pub fn publish(channel: &[u8], message: &[u8]) -> Effect {
         let kind = EffectKind::Publish { channel: Bytes::copy_from_slice(channel), message: Bytes::copy_from_slice(message) };
         Effect { db: 0, key: Bytes::new(), kind }
+    }
+
+    /// A library's register (`FUNCTION LOAD`: `Some(code)`, `FUNCTION DELETE`: `None`).
+    pub fn library(name: &str, code: Option<Bytes>, version: Version) -> Effect {
+        Effect { db: 0, key: Bytes::copy_from_slice(name.as_bytes()), kind: EffectKind::Library { code, version } }
+    }
+
+    /// `FUNCTION FLUSH` at `version`.
+    pub fn function_flush(version: Version) -> Effect {
+        Effect { db: 0, key: Bytes::new(), kind: EffectKind::FunctionFlush { version } }
     }
 
     /// HyperLogLog registers raised (`index << 8 | value`) in the HLL of incarnation `v`.

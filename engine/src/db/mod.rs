@@ -13,6 +13,7 @@ pub mod effect;
 pub mod entry;
 pub mod evict;
 pub mod expire;
+pub mod functions;
 pub mod ghost;
 pub mod hll;
 pub mod lattice;
@@ -104,6 +105,10 @@ pub struct Store {
     removed: Mutex<Vec<Key>>,
     /// Whether `removed` holds keys (so a command need not lock it to find out).
     removed_pending: AtomicBool,
+    /// The `FUNCTION` libraries' replicated registers (`functions`).
+    functions: Mutex<functions::Registers>,
+    /// Moves whenever `functions` changes (`Scripts::sync_functions` compiles what changed).
+    functions_generation: AtomicU64,
 }
 
 /// The keys a command's writes modified, recorded only while `Store::tracking` is on
@@ -155,6 +160,8 @@ impl Store {
             tracking: AtomicBool::new(false),
             removed: Mutex::new(Vec::new()),
             removed_pending: AtomicBool::new(false),
+            functions: Mutex::new(functions::Registers::default()),
+            functions_generation: AtomicU64::new(0),
         }
     }
 
@@ -243,6 +250,8 @@ impl Store {
             }
             *db.flushed.lock() = Version::ZERO;
         }
+        *self.functions.lock() = functions::Registers::default();
+        self.functions_generation.fetch_add(1, Ordering::AcqRel);
         keys
     }
 

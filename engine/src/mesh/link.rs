@@ -535,6 +535,8 @@ fn apply_all(store: &Store, delivery: &dyn Delivery, ops: Vec<pb::Op>) -> (u64, 
                 }
             }
             ApplyOutcome::Superseded => superseded += 1,
+            // A function library changed: no key did.
+            ApplyOutcome::Functions => applied += 1,
             ApplyOutcome::Publish { channel, message } => {
                 delivery.publish(&channel, &message);
                 applied += 1;

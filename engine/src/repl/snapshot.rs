@@ -1,5 +1,6 @@
 //! A full sync: every key's whole state — values, field and member versions, tombstones,
-//! expiry registers, database flushes — as ordinary effects. The scan takes one shard lock at
+//! expiry registers, database flushes — and the function libraries' registers, as ordinary
+//! effects. The scan takes one shard lock at
 //! a time (no fork, no global pause), so it is fuzzy; since applying effects is a merge,
 //! a fuzzy snapshot followed by the live stream from the sequence noted before the scan
 //! still converges.
@@ -13,6 +14,13 @@ use crate::hlc::Version;
 /// Streams the snapshot to `sink`, one batch per non-empty shard. Returns (keys, ops).
 pub fn snapshot(store: &Store, sink: &mut dyn FnMut(Vec<Effect>)) -> (u64, u64) {
     let (mut keys, mut ops) = (0u64, 0u64);
+    // The function libraries first (`db::functions`): a node that loads or syncs this has
+    // them before any key.
+    let libraries = store.function_registers().effects();
+    if !libraries.is_empty() {
+        ops += libraries.len() as u64;
+        sink(libraries);
+    }
     for db in 0..store.databases() {
         let flushed = *store.db(db).flushed.lock();
         if flushed > Version::ZERO {

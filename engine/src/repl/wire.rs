@@ -92,6 +92,8 @@ impl From<Effect> for pb::Op {
             EffectKind::FlushDb { version: v } => PbEffect::FlushDb(pb::FlushDb { version: version(v) }),
             EffectKind::Publish { channel, message } => PbEffect::Publish(pb::Publish { channel, message }),
             EffectKind::Hll { version: v, registers } => PbEffect::Hll(pb::HllRegisters { version: version(v), registers }),
+            EffectKind::Library { code, version: v } => PbEffect::FunctionLibrary(pb::FunctionLibrary { code, version: version(v) }),
+            EffectKind::FunctionFlush { version: v } => PbEffect::FunctionFlush(pb::FunctionFlush { version: version(v) }),
         };
         pb::Op { db: e.db as u32, key: e.key, effect: Some(effect) }
     }
@@ -119,6 +121,8 @@ impl TryFrom<pb::Op> for Effect {
             PbEffect::FlushDb(f) => EffectKind::FlushDb { version: from_pb(f.version.as_ref()) },
             PbEffect::Publish(p) => EffectKind::Publish { channel: owned(p.channel), message: owned(p.message) },
             PbEffect::Hll(h) => EffectKind::Hll { version: from_pb(h.version.as_ref()), registers: h.registers },
+            PbEffect::FunctionLibrary(l) => EffectKind::Library { code: l.code.map(owned), version: from_pb(l.version.as_ref()) },
+            PbEffect::FunctionFlush(f) => EffectKind::FunctionFlush { version: from_pb(f.version.as_ref()) },
             PbEffect::KeyState(_) => return Err(WireError::KeyState),
         };
         Ok(Effect { db: op.db as usize, key: owned(op.key), kind })
@@ -131,7 +135,7 @@ pub fn encoded_len(e: &Effect) -> usize {
     let inner = match &e.kind {
         EffectKind::StringSet { value, version: v } => bytes_field(1, value.len()) + version_field(2, *v),
         EffectKind::Counter(d) => counter_len(d),
-        EffectKind::Delete { version: v } | EffectKind::FlushDb { version: v } => version_field(1, *v),
+        EffectKind::Delete { version: v } | EffectKind::FlushDb { version: v } | EffectKind::FunctionFlush { version: v } => version_field(1, *v),
         EffectKind::Expire { deadline_ms, version: v } => varint_field(1, *deadline_ms) + version_field(2, *v),
         EffectKind::Hash(fields) => fields
             .iter()
@@ -150,6 +154,7 @@ pub fn encoded_len(e: &Effect) -> usize {
             let packed: usize = registers.iter().map(|&r| encoded_len_varint(u64::from(r))).sum();
             version_field(1, *v) + if registers.is_empty() { 0 } else { message_field(2, packed) }
         }
+        EffectKind::Library { code, version: v } => code.as_ref().map_or(0, |c| present_bytes(1, c.len())) + version_field(2, *v),
     };
     varint_field(1, e.db as u64) + bytes_field(2, e.key.len()) + message_field(oneof_tag(&e.kind), inner)
 }
@@ -167,6 +172,8 @@ fn oneof_tag(kind: &EffectKind) -> u32 {
         EffectKind::FlushDb { .. } => 11,
         EffectKind::Publish { .. } => 12,
         EffectKind::Hll { .. } => 14,
+        EffectKind::Library { .. } => 15,
+        EffectKind::FunctionFlush { .. } => 16,
     }
 }
 
@@ -244,6 +251,8 @@ mod tests {
             ver().prop_map(|version| EffectKind::FlushDb { version }),
             (name(), name()).prop_map(|(channel, message)| EffectKind::Publish { channel, message }),
             (ver(), prop::collection::vec(any::<u32>(), 0..40)).prop_map(|(version, registers)| EffectKind::Hll { version, registers }),
+            (prop::option::of(name()), ver()).prop_map(|(code, version)| EffectKind::Library { code, version }),
+            ver().prop_map(|version| EffectKind::FunctionFlush { version }),
         ]
     }
 

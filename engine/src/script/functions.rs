@@ -1,8 +1,12 @@
 //! Redis 7 functions: libraries loaded with `FUNCTION LOAD "#!lua name=lib ..."`, whose code
 //! registers named functions with `redis.register_function`, called with `FCALL`.
 //!
-//! The server keeps each library's code and what it registered (`Libraries`); each thread's
-//! VM runs a library's code again the first time one of its functions is called there. While
+//! The libraries are replicated: each library name is an LWW register in the `Store`
+//! (`db::functions`), which the mesh, the full sync and the snapshot file carry. The server
+//! keeps what it compiled from them, each library's code and what it registered
+//! (`Libraries`, rebuilt by `Scripts::sync_functions` when the registers changed); each
+//! thread's VM runs a library's code again the first time one of its functions is called
+//! there. While
 //! a library loads, its code sees only the loading API (`redis.register_function`,
 //! `redis.log`, the constants), as in Redis; once loaded, its functions see every global.
 
@@ -16,6 +20,7 @@ use mlua::{Function, Lua, MultiValue, Table, Value};
 
 use super::vm::{Vm, FUNCTION_CHUNK};
 use crate::error::CmdError;
+use crate::hlc::Version;
 
 /// A registered function's description.
 #[derive(Debug, Clone)]
@@ -34,6 +39,9 @@ pub struct Library {
     pub functions: BTreeMap<String, FunctionInfo>,
     /// Changes whenever a library of this name is (re)loaded.
     pub stamp: u64,
+    /// The version of the replicated register this library was compiled from
+    /// (`db::functions`).
+    pub version: Version,
 }
 
 #[derive(Debug, Default)]
@@ -42,19 +50,35 @@ pub struct Libraries {
     /// Lowercase function name → library name.
     pub functions: HashMap<String, String>,
     next_stamp: u64,
+    /// The store's `functions_generation` this view was compiled from (`Scripts::sync_functions`).
+    pub synced: Option<u64>,
+    /// Registers that could not be loaded here (their code failed to compile, or a newer
+    /// library registers one of their function names): library name → the register's
+    /// version, so each is logged and counted once.
+    pub failed: HashMap<String, Version>,
 }
 
 impl Libraries {
-    /// Adds a library whose functions were checked by `load` (`FUNCTION LOAD`).
-    pub fn add(&mut self, name: String, code: Bytes, functions: Vec<FunctionInfo>, replace: bool) -> Result<Arc<Library>, CmdError> {
-        if self.libraries.contains_key(&name) && !replace {
+    /// Whether `FUNCTION LOAD` may add library `name` with `functions`, with Redis's errors.
+    pub fn check_add(&self, name: &str, functions: &[FunctionInfo], replace: bool) -> Result<(), CmdError> {
+        if self.libraries.contains_key(name) && !replace {
             return Err(CmdError::err(format!("Library '{name}' already exists")));
         }
-        for f in &functions {
-            if self.functions.get(&f.name.to_ascii_lowercase()).is_some_and(|lib| *lib != name) {
-                return Err(CmdError::err(format!("Function {} already exists", f.name)));
-            }
+        match self.clash(name, functions) {
+            Some(f) => Err(CmdError::err(format!("Function {f} already exists"))),
+            None => Ok(()),
         }
+    }
+
+    /// A function of `functions` that another library than `name` registers already.
+    fn clash<'a>(&self, name: &str, functions: &'a [FunctionInfo]) -> Option<&'a str> {
+        functions.iter().find(|f| self.functions.get(&f.name.to_ascii_lowercase()).is_some_and(|lib| lib != name)).map(|f| f.name.as_str())
+    }
+
+    /// Adds a library whose functions were checked by `load` (`FUNCTION LOAD`), compiled
+    /// from the register at `version`.
+    pub fn add(&mut self, name: String, code: Bytes, functions: Vec<FunctionInfo>, replace: bool, version: Version) -> Result<Arc<Library>, CmdError> {
+        self.check_add(&name, &functions, replace)?;
         self.remove(&name);
         self.next_stamp += 1;
         for f in &functions {
@@ -66,6 +90,7 @@ impl Libraries {
             code,
             functions: functions.into_iter().map(|f| (f.name.clone(), f)).collect(),
             stamp: self.next_stamp,
+            version,
         });
         self.libraries.insert(name, library.clone());
         Ok(library)
@@ -82,6 +107,66 @@ impl Libraries {
     pub fn clear(&mut self) {
         self.libraries.clear();
         self.functions.clear();
+    }
+
+    /// Rebuilds the callable libraries from the replicated registers' live libraries (name,
+    /// code, version): a library compiled from the same version is kept as it is; any other
+    /// is compiled by `compile`. Newest first, so when two libraries loaded concurrently on
+    /// different nodes register one function name, the newer library loads and the older
+    /// does not (its register stays: deleting the newer one brings it back). Every node
+    /// holds the same registers once the mesh converged, so every node ends with the same
+    /// libraries. Returns the libraries that could not be loaded this time, with why, once
+    /// per register version, and whether the callable set changed.
+    pub fn rebuild(
+        &mut self,
+        live: Vec<(String, Bytes, Version)>,
+        mut compile: impl FnMut(&[u8]) -> Result<Vec<FunctionInfo>, CmdError>,
+    ) -> (Vec<(String, Version, String)>, bool) {
+        let mut live = live;
+        live.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+        let old = std::mem::take(&mut self.libraries);
+        self.functions.clear();
+        let mut errors = Vec::new();
+        for (name, code, version) in live {
+            let (functions, kept) = match old.get(&name).filter(|l| l.version == version) {
+                Some(l) => (l.functions.values().cloned().collect::<Vec<_>>(), Some(l.clone())),
+                None => match compile(&code) {
+                    Ok(functions) => (functions, None),
+                    Err(e) => {
+                        if self.failed.insert(name.clone(), version) != Some(version) {
+                            errors.push((name, version, e.to_string()));
+                        }
+                        continue;
+                    }
+                },
+            };
+            if let Some(f) = self.clash(&name, &functions) {
+                let why = format!("function {f} is registered by the newer library {}", self.functions[&f.to_ascii_lowercase()]);
+                if self.failed.insert(name.clone(), version) != Some(version) {
+                    errors.push((name, version, why));
+                }
+                continue;
+            }
+            self.failed.remove(&name);
+            for f in &functions {
+                self.functions.insert(f.name.to_ascii_lowercase(), name.clone());
+            }
+            let library = kept.unwrap_or_else(|| {
+                self.next_stamp += 1;
+                Arc::new(Library {
+                    name: name.clone(),
+                    engine: "LUA".into(),
+                    code,
+                    functions: functions.into_iter().map(|f| (f.name.clone(), f)).collect(),
+                    stamp: self.next_stamp,
+                    version,
+                })
+            });
+            self.libraries.insert(name, library);
+        }
+        let stamps = |m: &BTreeMap<String, Arc<Library>>| m.values().map(|l| l.stamp).collect::<Vec<_>>();
+        let changed = stamps(&old) != stamps(&self.libraries);
+        (errors, changed)
     }
 
     /// The library that holds function `name`, and the function's flags.
@@ -304,5 +389,55 @@ impl Vm {
             self.libraries.insert(library.name.clone(), (library.stamp, functions));
         }
         self.libraries.get(&library.name).and_then(|(_, fs)| fs.get(name)).cloned().ok_or_else(|| CmdError::err("Function not found"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(hlc: u64) -> Version {
+        Version { hlc, node: 1 }
+    }
+
+    /// A fake compiler: the code is the list of function names, one per line after the
+    /// shebang; `bad` fails to compile.
+    fn compile(code: &[u8]) -> Result<Vec<FunctionInfo>, CmdError> {
+        let text = String::from_utf8_lossy(code);
+        if text.contains("bad") {
+            return Err(CmdError::err("Error compiling function: bad"));
+        }
+        Ok(text.lines().skip(1).map(|n| FunctionInfo { name: n.to_string(), description: None, flags: 0 }).collect())
+    }
+
+    fn lib(name: &str, functions: &str, hlc: u64) -> (String, Bytes, Version) {
+        (name.to_string(), Bytes::from(format!("#!lua name={name}\n{functions}")), v(hlc))
+    }
+
+    #[test]
+    fn a_rebuild_loads_newest_first_keeps_what_did_not_change_and_reports_each_failure_once() {
+        let mut l = Libraries::default();
+        let (errors, changed) = l.rebuild(vec![lib("old", "f\ng", 1), lib("new", "F", 2), lib("broken", "bad", 3)], compile);
+        assert!(changed);
+        assert_eq!(l.libraries.keys().collect::<Vec<_>>(), ["new"], "the older library clashes on f (names are case-insensitive)");
+        assert_eq!(l.find("f").map(|(lib, _)| lib.name.clone()), Some("new".into()));
+        assert_eq!(errors.iter().map(|(n, _, _)| n.as_str()).collect::<Vec<_>>(), ["broken", "old"]);
+        let stamp = l.libraries["new"].stamp;
+
+        let mut compiled = Vec::new();
+        let (errors, changed) = l.rebuild(vec![lib("old", "f\ng", 1), lib("new", "F", 2), lib("broken", "bad", 3)], |code| {
+            compiled.push(String::from_utf8_lossy(code).lines().next().unwrap_or_default().to_string());
+            compile(code)
+        });
+        assert_eq!(compiled, ["#!lua name=broken", "#!lua name=old"], "only what did not load is tried again");
+        assert!(errors.is_empty(), "each failure is reported once per version");
+        assert!(!changed);
+        assert_eq!(l.libraries["new"].stamp, stamp, "an unchanged library keeps its compiled form");
+
+        // The newer library is deleted: the older one loads.
+        let (errors, changed) = l.rebuild(vec![lib("old", "f\ng", 1), lib("broken", "bad", 3)], compile);
+        assert!(changed && errors.is_empty());
+        assert_eq!(l.find("g").map(|(lib, _)| lib.name.clone()), Some("old".into()));
+        assert_eq!(l.libraries.keys().collect::<Vec<_>>(), ["old"]);
     }
 }

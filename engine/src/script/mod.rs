@@ -105,6 +105,9 @@ pub struct Scripts {
     pub busy_threshold_ms: AtomicU64,
     /// `lua-memory-limit`: the most one thread's Lua VM may allocate.
     pub memory_limit: AtomicUsize,
+    /// Replicated libraries this node could not load (their code failed to compile here, or
+    /// a newer library registers one of their function names), one per register version.
+    pub library_errors: AtomicU64,
 }
 
 impl Default for Scripts {
@@ -117,6 +120,7 @@ impl Default for Scripts {
             busy_count: BusyCounter::default(),
             busy_threshold_ms: AtomicU64::new(5000),
             memory_limit: AtomicUsize::new(256 << 20),
+            library_errors: AtomicU64::new(0),
         }
     }
 }
@@ -141,6 +145,33 @@ impl Scripts {
         let script = Arc::new(Script { sha: sha.clone(), body: Bytes::copy_from_slice(body), flags });
         self.cache.write().insert(sha, script.clone());
         Ok(script)
+    }
+
+    /// Brings the libraries this node can call up to date with the replicated registers
+    /// (`db::functions`), compiling what changed in this thread's VM; a library that does not
+    /// load is logged and counted (`library_errors`), never fatal. Cheap when nothing changed
+    /// (one atomic load and a read lock): `FCALL` and `FUNCTION` call it first.
+    pub fn sync_functions(&self, store: &crate::db::Store) {
+        if self.functions.read().synced == Some(store.functions_generation()) {
+            return;
+        }
+        let mut libraries = self.functions.write();
+        // The generation first: a change made after it is seen by the next call.
+        let generation = store.functions_generation();
+        if libraries.synced == Some(generation) {
+            return;
+        }
+        let live = store.function_registers().live().map(|(name, code, version)| (name.clone(), code.clone(), version)).collect();
+        let (errors, changed) = libraries.rebuild(live, |code| run::check_library(self, code));
+        libraries.synced = Some(generation);
+        drop(libraries);
+        for (name, version, why) in errors {
+            tracing::warn!(library = %name, hlc = version.hlc, node = version.node, error = %why, "a replicated function library could not be loaded on this node");
+            self.library_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        if changed {
+            self.bump_generation();
+        }
     }
 
     pub fn get(&self, sha: &[u8]) -> Option<Arc<Script>> {

@@ -7,6 +7,10 @@
 //! - `counter`: PN-counter contributions;
 //! - `flush`: `FLUSHDB`/`FLUSHALL`, the database's flush point.
 //!
+//! `FUNCTION` libraries are no keys: `apply_op` hands their effects to the registers beside
+//! the keyspace (`db::functions`: an LWW register per library name, `FUNCTION FLUSH` a flush
+//! point over them).
+//!
 //! Each replicated state's own rule lives with its type under `db::lattice::Merge`, with its
 //! laws and property test there (docs/merge.md has the table): the whole-value register
 //! (`db::entry::Register`, whose `beats` is the one definition of which whole value wins,
@@ -81,6 +85,9 @@ pub enum ApplyOutcome {
     Superseded,
     /// A published message: the caller delivers it to this node's subscribers.
     Publish { channel: Bytes, message: Bytes },
+    /// It changed the function libraries (no key changed); the node compiles the winning
+    /// code on its next `FCALL` or `FUNCTION` command (`Scripts::sync_functions`).
+    Functions,
 }
 
 /// Merges one effect from a peer.
@@ -91,6 +98,10 @@ pub fn apply_op(store: &Store, op: &Effect) -> ApplyOutcome {
     }
     match &op.kind {
         EffectKind::Publish { channel, message } => return ApplyOutcome::Publish { channel: channel.clone(), message: message.clone() },
+        // The function libraries' registers (`db::functions`), not the keyspace.
+        EffectKind::Library { .. } | EffectKind::FunctionFlush { .. } => {
+            return if store.merge_function_effect(op) { ApplyOutcome::Functions } else { ApplyOutcome::Superseded };
+        }
         EffectKind::FlushDb { version } => return flush::flush_db(store, db, *version),
         _ => {}
     }
@@ -124,7 +135,7 @@ pub fn merge_locked(store: &Store, db: usize, shard: &mut Shard, op: &Effect, fl
         EffectKind::ZSet(members) => fields::merge_fields(store, db, shard, key, flushed, fields::FieldsOp::ZSet(members)),
         EffectKind::Counter(c) => counter::merge_counter(store, db, shard, key, c, flushed),
         EffectKind::Hll { version, registers } => whole::merge_hll(store, db, shard, key, *version, registers, flushed),
-        EffectKind::Publish { .. } | EffectKind::FlushDb { .. } => false,
+        EffectKind::Publish { .. } | EffectKind::FlushDb { .. } | EffectKind::Library { .. } | EffectKind::FunctionFlush { .. } => false,
     };
     if changed {
         shard.touch(key);
