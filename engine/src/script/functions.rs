@@ -44,6 +44,13 @@ pub struct Library {
     pub version: Version,
 }
 
+impl Library {
+    fn new(name: String, code: Bytes, functions: Vec<FunctionInfo>, stamp: u64, version: Version) -> Library {
+        let functions = functions.into_iter().map(|f| (f.name.clone(), f)).collect();
+        Library { name, engine: "LUA".into(), code, functions, stamp, version }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Libraries {
     pub libraries: BTreeMap<String, Arc<Library>>,
@@ -84,14 +91,7 @@ impl Libraries {
         for f in &functions {
             self.functions.insert(f.name.to_ascii_lowercase(), name.clone());
         }
-        let library = Arc::new(Library {
-            name: name.clone(),
-            engine: "LUA".into(),
-            code,
-            functions: functions.into_iter().map(|f| (f.name.clone(), f)).collect(),
-            stamp: self.next_stamp,
-            version,
-        });
+        let library = Arc::new(Library::new(name.clone(), code, functions, self.next_stamp, version));
         self.libraries.insert(name, library.clone());
         Ok(library)
     }
@@ -153,14 +153,7 @@ impl Libraries {
             }
             let library = kept.unwrap_or_else(|| {
                 self.next_stamp += 1;
-                Arc::new(Library {
-                    name: name.clone(),
-                    engine: "LUA".into(),
-                    code,
-                    functions: functions.into_iter().map(|f| (f.name.clone(), f)).collect(),
-                    stamp: self.next_stamp,
-                    version,
-                })
+                Arc::new(Library::new(name.clone(), code, functions, self.next_stamp, version))
             });
             self.libraries.insert(name, library);
         }
