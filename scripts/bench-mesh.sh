@@ -24,7 +24,7 @@ keys="${BENCH_KEYS:-1000000}"
 work="$(mktemp -d /tmp/keymesh-bench-mesh.XXXXXX)"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
+trap 'cleanup; rm -rf "$work"' EXIT
 
 # start NAME PORT METRICS [flags...]: starts a node; waits for PING.
 start() {
