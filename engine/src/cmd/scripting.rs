@@ -164,12 +164,11 @@ fn script(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 fn function(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let server = exec.server;
     let scripts = &server.scripts;
-    let store = &server.store;
     let sub = argv[1].to_ascii_lowercase();
     // What peers replicated since the last command compiles first (`Scripts::sync_functions`);
     // not for KILL, which must answer while a script runs.
     if sub != b"kill" {
-        scripts.sync_functions(store);
+        scripts.sync_functions(&server.store);
     }
     match (sub.as_slice(), argv.len()) {
         (b"load", n) if n >= 3 => {
@@ -195,38 +194,34 @@ fn function(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             libraries.check_add(&name, &functions, replace)?;
             // A versioned write of the library's register (`db::functions`), then its compiled
             // form here; peers compile the code they merge.
-            let effect = store.write_library(&name, Some(code.clone()));
-            let version = library_version(&effect);
+            let version = exec.ctx.write_library(&name, Some(code.clone()));
             libraries.add(name.clone(), code, functions, replace, version)?;
             drop(libraries);
             scripts.bump_generation();
-            emit(exec, effect);
             Ok(Frame::bulk(name))
         }
         (b"delete", 3) => {
             let name = String::from_utf8_lossy(&argv[2]).into_owned();
             let mut libraries = scripts.functions.write();
             // A library this node holds but could not load (`Libraries::failed`) is deleted too.
-            let held = store.function_registers().live().any(|(n, _, _)| *n == name);
+            let held = server.store.function_registers().live().any(|(n, _, _)| *n == name);
             if !held && !libraries.libraries.contains_key(&name) {
                 return Err(CmdError::err("Library not found"));
             }
-            let effect = store.write_library(&name, None);
+            exec.ctx.write_library(&name, None);
             libraries.remove(&name);
             drop(libraries);
             scripts.bump_generation();
-            emit(exec, effect);
             Ok(OK)
         }
         (b"flush", 2 | 3) => {
             flush_option(argv, "function")?;
             let mut libraries = scripts.functions.write();
             // A flush point even when no library is held: it dominates older loads on their way.
-            let effect = store.flush_libraries();
+            exec.ctx.flush_libraries();
             libraries.clear();
             drop(libraries);
             scripts.bump_generation();
-            emit(exec, effect);
             Ok(OK)
         }
         (b"list", _) => function_list(exec, &argv[2..]),
@@ -251,21 +246,6 @@ fn function(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         (b"flush", _) => Err(CmdError::err("unknown subcommand or wrong number of arguments for 'flush'. Try FUNCTION HELP.")),
         (b"load" | b"delete" | b"stats" | b"kill" | b"dump" | b"help", _) => Err(wrong_arity(&format!("function|{}", String::from_utf8_lossy(&sub)))),
         _ => Err(unknown_subcommand(&argv[1], "function")),
-    }
-}
-
-/// The version a library effect carries.
-fn library_version(effect: &crate::db::effect::Effect) -> crate::hlc::Version {
-    match effect.kind {
-        crate::db::effect::EffectKind::Library { version, .. } | crate::db::effect::EffectKind::FunctionFlush { version } => version,
-        _ => crate::hlc::Version::ZERO,
-    }
-}
-
-/// Records a library effect for the peers (while replicating, as every write).
-fn emit(exec: &mut Exec, effect: crate::db::effect::Effect) {
-    if exec.server.store.replicating() {
-        exec.ctx.effects.push(effect);
     }
 }
 

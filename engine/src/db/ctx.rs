@@ -97,6 +97,22 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// A local `FUNCTION LOAD` (`code`) or `FUNCTION DELETE` (`None`) of library `name`: the
+    /// library's register is stamped, written and emitted in one step (`db::functions`), like
+    /// every other write. Returns the version it was written at.
+    pub fn write_library(&mut self, name: &str, code: Option<Bytes>) -> Version {
+        let (version, effect) = self.store.write_library(name, code);
+        self.emit(|| effect);
+        version
+    }
+
+    /// A local `FUNCTION FLUSH`: a flush point over the libraries, stamped and emitted even when
+    /// the node holds none (it still dominates older loads on their way).
+    pub fn flush_libraries(&mut self) {
+        let effect = self.store.flush_libraries();
+        self.emit(|| effect);
+    }
+
     /// Emits a published message for every node's subscribers.
     pub fn emit_publish(&mut self, channel: &[u8], message: &[u8]) {
         self.emit(|| Effect::publish(channel, message));

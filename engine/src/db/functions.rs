@@ -161,19 +161,19 @@ impl Store {
 
     /// A local `FUNCTION LOAD` (`code`) or `FUNCTION DELETE` (`None`) of `name`: stamps a
     /// version newer than anything this node holds for it, writes the register, and returns
-    /// the effect for the peers.
-    pub fn write_library(&self, name: &str, code: Option<Bytes>) -> Effect {
-        let effect = {
-            let registers = self.functions.lock();
-            Effect::library(name, code, self.stamp(Some(registers.floor(name))))
-        };
+    /// the version and the effect for the peers. Commands go through `Ctx::write_library`,
+    /// which emits the effect.
+    pub(super) fn write_library(&self, name: &str, code: Option<Bytes>) -> (Version, Effect) {
+        let version = self.stamp(Some(self.functions.lock().floor(name)));
+        let effect = Effect::library(name, code, version);
         self.merge_function_effect(&effect);
-        effect
+        (version, effect)
     }
 
     /// A local `FUNCTION FLUSH`: a flush point newer than every library this node holds
     /// (stamped even when it holds none, so it still dominates older loads on their way).
-    pub fn flush_libraries(&self) -> Effect {
+    /// Commands go through `Ctx::flush_libraries`, which emits the effect.
+    pub(super) fn flush_libraries(&self) -> Effect {
         let effect = {
             let registers = self.functions.lock();
             Effect::function_flush(self.stamp(Some(registers.newest())))
@@ -257,12 +257,12 @@ mod tests {
         use crate::repl::merge::{apply_op, ApplyOutcome};
         let (a, b) = (store(1), store(2));
         let mut effects = vec![
-            a.write_library("lib", Some(Bytes::from_static(b"#!lua name=lib\n-- 1"))),
-            a.write_library("gone", Some(Bytes::from_static(b"#!lua name=gone\n-- 1"))),
+            a.write_library("lib", Some(Bytes::from_static(b"#!lua name=lib\n-- 1"))).1,
+            a.write_library("gone", Some(Bytes::from_static(b"#!lua name=gone\n-- 1"))).1,
         ];
         effects.push(a.flush_libraries());
-        effects.push(a.write_library("lib", Some(Bytes::from_static(b"#!lua name=lib\n-- 2"))));
-        effects.push(a.write_library("deleted", None));
+        effects.push(a.write_library("lib", Some(Bytes::from_static(b"#!lua name=lib\n-- 2"))).1);
+        effects.push(a.write_library("deleted", None).1);
         for order in [effects.clone(), effects.iter().rev().cloned().collect::<Vec<_>>()] {
             let c = store(3);
             for e in order.iter().chain(&order) {
