@@ -18,8 +18,9 @@ pub const REFRESH_NEAR_LIMIT: Duration = Duration::from_millis(10);
 /// node's SET -P 16 rate with 100-byte values), 100 ms grows memory by ~10 MB, far less than
 /// half of any limit that the fast interval does not already cover.
 pub const REFRESH_FAR_FROM_LIMIT: Duration = Duration::from_millis(100);
-/// Without `maxmemory`: only `MEMORY STATS`' peak and the start-up value use the background
-/// reading; everything that shows used memory refreshes it itself.
+/// Without `maxmemory`: `INFO memory`, `MEMORY STATS` and `/metrics` refresh the reading
+/// themselves; the admin API's node status and `MEMORY STATS`' peak use a reading up to this
+/// old, and a `CONFIG SET maxmemory` is enforced from the next refresh, within this long.
 pub const REFRESH_NO_LIMIT: Duration = Duration::from_secs(1);
 
 /// How long until the next background refresh, given `maxmemory` (0 = none) and the last
