@@ -6,12 +6,13 @@
 #      pinned to CPU 0 (keymesh-server with one worker thread, redis-server with its default
 #      single thread), redis-benchmark with one thread pinned to CPU 1:
 #      -t set,get,incr,lpush,hset,zadd -n N -r 1000000 -d 100 -c 50 -q --csv at -P 1 and -P 16,
-#      BENCH_RUNS runs (default 3) against a fresh server of each kind; per command the run with
-#      the median ops/s is reported with its p50 and p99 latency. Each run also adds random
-#      elements to one HyperLogLog (`PFADD bench:hll element:__rand_int__`, same -n, -r, -c and
-#      -P: the unique-visitors pattern, every client on one key), reported as PFADD, and runs a
-#      small Lua script by its SHA1 (`EVALSHA <sha> 1 bench:counter:__rand_int__`, the script
-#      `return redis.call('INCR', KEYS[1])`, loaded with SCRIPT LOAD first), reported as EVALSHA.
+#      BENCH_RUNS runs (default 3) against a fresh server of each kind, alternating between the
+#      two servers; per command the run with the median ops/s is reported with its p50 and p99
+#      latency. Each run also adds random elements to one HyperLogLog (`PFADD bench:hll
+#      element:__rand_int__`, same -n, -r, -c and -P: the unique-visitors pattern, every client
+#      on one key), reported as PFADD, and runs a small Lua script by its SHA1 (`EVALSHA <sha> 1
+#      bench:counter:__rand_int__`, the script `return redis.call('INCR', KEYS[1])`, loaded with
+#      SCRIPT LOAD first), reported as EVALSHA.
 #   2. Second reference, two threads each, unpinned: keymesh-server --server-threads 2 against
 #      redis-server --io-threads 2, redis-benchmark --threads 2, one run (on two cores the
 #      client competes with both servers' threads, and Redis's I/O thread spins: flattering to
@@ -51,7 +52,7 @@ while (($#)); do
   case "$1" in
     --self-test) self_test=1; shift ;;
     --out) out="${2:?--out needs a directory}"; shift 2 ;;
-    -h|--help) sed -n '2,33p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,36p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -194,8 +195,10 @@ memory() {
 }
 
 started=$SECONDS
-for kind in keymesh-1core redis-1core; do
-  for run in $(seq "$bench_runs"); do
+# The two servers' runs alternate (keymesh, redis, keymesh, ...), so a change in the host's speed
+# during the benchmark (a shared VM's neighbours) falls on both sides rather than on one.
+for run in $(seq "$bench_runs"); do
+  for kind in keymesh-1core redis-1core; do
     start_server "$kind"
     throughput "$kind" 1 "$run"
     throughput "$kind" 16 "$run"
