@@ -8,6 +8,12 @@
 
 use std::ops::Range;
 
+use smallvec::SmallVec;
+
+/// Where a request's arguments lie in the buffer: inline up to four, the common commands'
+/// count (`GET k`, `SET k v`, `HSET k f v`), so parsing them allocates nothing.
+pub type ArgRanges = SmallVec<[Range<usize>; 4]>;
+
 /// Longest inline request or length line Redis accepts (`PROTO_INLINE_MAX_SIZE`).
 pub const MAX_INLINE_LEN: usize = 64 * 1024;
 
@@ -50,7 +56,7 @@ pub enum ProtocolError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     /// Arguments are ranges into the buffer (zero copy).
-    Multibulk { args: Vec<Range<usize>>, len: usize },
+    Multibulk { args: ArgRanges, len: usize },
     /// Inline arguments may contain escapes, so they are owned.
     Inline { args: Vec<Vec<u8>>, len: usize },
 }
@@ -83,10 +89,10 @@ fn parse_multibulk(buf: &[u8], limits: &Limits) -> Result<Option<Request>, Proto
     }
     if count <= 0 {
         // `*0` and `*-1` are empty requests; Redis skips them.
-        return Ok(Some(Request::Multibulk { args: Vec::new(), len: pos }));
+        return Ok(Some(Request::Multibulk { args: ArgRanges::new(), len: pos }));
     }
     let count = count as usize;
-    let mut args = Vec::with_capacity(count.min(1024));
+    let mut args = ArgRanges::with_capacity(count.min(1024));
     for _ in 0..count {
         let Some(&tag) = buf.get(pos) else {
             return Ok(None);
@@ -292,7 +298,7 @@ mod tests {
     #[test]
     fn rejects_bad_lengths_and_nesting() {
         let l = Limits::default();
-        assert_eq!(parse_request(b"*-10\r\n", &l), Ok(Some(Request::Multibulk { args: vec![], len: 6 })));
+        assert_eq!(parse_request(b"*-10\r\n", &l), Ok(Some(Request::Multibulk { args: ArgRanges::new(), len: 6 })));
         assert_eq!(parse_request(b"*abc\r\n", &l), Err(ProtocolError::InvalidMultibulkLength));
         assert_eq!(parse_request(b"*3000000000\r\n", &l), Err(ProtocolError::InvalidMultibulkLength));
         assert_eq!(parse_request(b"*1\r\n$-1\r\n", &l), Err(ProtocolError::InvalidBulkLength));

@@ -28,6 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, MutexGuard};
+use smallvec::SmallVec;
 
 use crate::hlc::{Hlc, Version};
 pub use entry::{Entry, Expiry, Key, Kind, Value};
@@ -220,7 +221,7 @@ impl Store {
 
     /// Locks one shard: `lock_many` of one, without its sorting.
     pub fn lock_one(&self, db: usize, shard: usize) -> Locks<'_> {
-        Locks { guards: vec![((db, shard), self.lock_shard(db, shard))] }
+        Locks { guards: smallvec::smallvec![((db, shard), self.lock_shard(db, shard))] }
     }
 
     /// Locks every shard of every database (for `EXEC` blocks that contain whole-keyspace
@@ -272,12 +273,16 @@ impl Store {
 
 /// The shard locks a command holds while it runs.
 pub struct Locks<'a> {
-    guards: Vec<((usize, usize), MutexGuard<'a, Shard>)>,
+    /// Sorted by `(db, shard)`. Inline for one shard, so the common one-key command locks
+    /// without allocating.
+    guards: SmallVec<[LockedShard<'a>; 1]>,
 }
+
+type LockedShard<'a> = ((usize, usize), MutexGuard<'a, Shard>);
 
 impl<'a> Locks<'a> {
     pub fn none() -> Locks<'a> {
-        Locks { guards: Vec::new() }
+        Locks { guards: SmallVec::new() }
     }
 
     /// Adds the lock of `(db, shard)` out of order (a script touching a key it did not
@@ -304,9 +309,8 @@ impl<'a> Locks<'a> {
 
     /// Two different locked shards at once (`SWAPDB`).
     pub fn pair(&mut self, a: (usize, usize), b: (usize, usize)) -> (&mut Shard, &mut Shard) {
-        let find = |guards: &Vec<((usize, usize), MutexGuard<'a, Shard>)>, k| {
-            guards.binary_search_by(|(g, _)| g.cmp(&k)).unwrap_or_else(|_| panic!("shard {k:?} used without being locked"))
-        };
+        let find =
+            |guards: &[LockedShard<'a>], k| guards.binary_search_by(|(g, _)| g.cmp(&k)).unwrap_or_else(|_| panic!("shard {k:?} used without being locked"));
         let (i, j) = (find(&self.guards, a), find(&self.guards, b));
         assert_ne!(i, j, "pair needs two different shards");
         if i < j {
