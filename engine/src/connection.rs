@@ -71,7 +71,12 @@ where
         tokio::select! {
             read = reader.read_buf(&mut input) => match read {
                 Ok(0) | Err(_) => break,
-                Ok(n) => { server.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed); }
+                Ok(n) => {
+                    server.stats.net_input_bytes.fetch_add(n as u64, Ordering::Relaxed);
+                    // Activity is noted per read, as Redis's `lastinteraction`, not per
+                    // pipelined command (a clock read each).
+                    handle.touch();
+                }
             },
             Some(frame) = pushes.recv() => {
                 encode_push(&client, &frame, &mut output);
@@ -116,7 +121,6 @@ where
             if argv.is_empty() {
                 continue;
             }
-            handle.touch();
             // CLIENT PAUSE: a command the pause covers waits here, after the replies before it.
             if server.pause.current().is_some()
                 && crate::pause::holds(&server, &client, &argv)
