@@ -2,12 +2,15 @@
 //!
 //! Commands are counted once, in the command table's own atomics (which `INFO commandstats`
 //! also reads); those and the values the keyspace tracks (keys, expired, evicted, memory,
-//! clients) are copied into the Prometheus counters when `/metrics` is scraped. Only the
-//! latency histogram is observed on the hot path.
+//! clients) are copied into the Prometheus counters when `/metrics` is scraped. The command
+//! duration histogram is read, when scraped, from the same table's per-command duration
+//! histograms (`LATENCY HISTOGRAM`, `INFO latencystats`): nothing is observed on the hot path.
 
 use std::sync::atomic::Ordering;
 
-use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::{Bucket, Histogram, Metric, MetricFamily, MetricType};
+use prometheus::{Encoder, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
 
 use crate::cmd::TABLE;
 use crate::server::Server;
@@ -16,7 +19,6 @@ pub struct Metrics {
     registry: Registry,
     commands: Vec<IntCounter>,
     failed: Vec<IntCounter>,
-    pub latency: Histogram,
     clients: IntGauge,
     blocked_clients: IntGauge,
     keys: IntGauge,
@@ -53,12 +55,7 @@ impl Metrics {
         };
         let commands = by_command("keymesh_commands_total", "Commands processed, by command.");
         let failed = by_command("keymesh_command_errors_total", "Commands that replied with an error, by command.");
-        let latency = Histogram::with_opts(
-            HistogramOpts::new("keymesh_command_duration_seconds", "Command execution time.")
-                .buckets(vec![0.000_005, 0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.005, 0.025, 0.1, 1.0]),
-        )
-        .expect("static metric");
-        registry.register(Box::new(latency.clone())).expect("unique metric");
+        registry.register(Box::new(CommandDurations::new())).expect("unique metric");
         let kernel_warnings = prometheus::IntGaugeVec::new(
             Opts::new("keymesh_kernel_warning", "1 while a kernel setting hurts the engine (see INFO kernel), by setting."),
             &["setting"],
@@ -69,7 +66,6 @@ impl Metrics {
             kernel_warnings,
             commands,
             failed,
-            latency,
             clients: gauge(&registry, "keymesh_connected_clients", "Connected clients."),
             blocked_clients: gauge(&registry, "keymesh_blocked_clients", "Clients blocked in BLPOP-style commands."),
             keys: gauge(&registry, "keymesh_keys", "Live keys in all databases."),
@@ -136,5 +132,64 @@ fn sync_counter(counter: &IntCounter, total: u64) {
     let current = counter.get();
     if total > current {
         counter.inc_by(total - current);
+    }
+}
+
+/// `keymesh_command_duration_seconds`: how long commands ran, all commands together, from the
+/// command table's power-of-two µs histograms (`crate::latency::bucket_of`) when scraped. The
+/// bounds are 1 µs, 2 µs, 4 µs, ... about 1 s (2^20 µs); `CONFIG RESETSTAT` zeroes it as it
+/// zeroes `INFO commandstats` (Prometheus reads the drop as a counter reset).
+struct CommandDurations {
+    desc: Desc,
+}
+
+/// The last bucket exported with its own bound (2^20 µs); longer durations count in `+Inf`.
+const LAST_DURATION_BUCKET: usize = 20;
+
+impl CommandDurations {
+    fn new() -> CommandDurations {
+        let desc =
+            Desc::new("keymesh_command_duration_seconds".into(), "Command execution time.".into(), Vec::new(), Default::default()).expect("static metric");
+        CommandDurations { desc }
+    }
+}
+
+impl Collector for CommandDurations {
+    fn desc(&self) -> Vec<&Desc> {
+        vec![&self.desc]
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let mut counts = [0u64; crate::latency::BUCKETS];
+        let mut sum_us = 0u64;
+        for (_, stats) in TABLE.named_stats() {
+            sum_us += stats.usec.load(Ordering::Relaxed);
+            for (count, bucket) in counts.iter_mut().zip(&stats.histogram) {
+                *count += bucket.load(Ordering::Relaxed);
+            }
+        }
+        let mut cumulative = 0;
+        let mut buckets = Vec::with_capacity(LAST_DURATION_BUCKET + 1);
+        for (i, count) in counts.iter().enumerate().take(LAST_DURATION_BUCKET + 1) {
+            cumulative += count;
+            let mut bucket = Bucket::default();
+            bucket.set_cumulative_count(cumulative);
+            bucket.set_upper_bound((1u64 << i) as f64 / 1e6);
+            buckets.push(bucket);
+        }
+        let mut histogram = Histogram::default();
+        // The count is the buckets' sum (not `calls`, which another thread may have counted
+        // a moment earlier), so `+Inf` and `_count` agree.
+        histogram.set_sample_count(counts.iter().sum());
+        histogram.set_sample_sum(sum_us as f64 / 1e6);
+        histogram.set_bucket(buckets);
+        let mut metric = Metric::default();
+        metric.set_histogram(histogram);
+        let mut family = MetricFamily::default();
+        family.set_name(self.desc.fq_name.clone());
+        family.set_help(self.desc.help.clone());
+        family.set_field_type(MetricType::HISTOGRAM);
+        family.set_metric(vec![metric]);
+        vec![family]
     }
 }

@@ -315,7 +315,18 @@ fn http_endpoints_serve_metrics_health_and_readiness() {
     let (status, body) = server.http_get("/metrics");
     assert_eq!(status, 200);
     assert!(body.contains("keymesh_commands_total{command=\"set\"} 1"), "{body}");
-    assert!(body.contains("keymesh_command_duration_seconds_bucket"), "{body}");
+    // The duration histogram is read from the command table's (`LATENCY HISTOGRAM`): every
+    // command that ran is in it, in power-of-two µs buckets, and `+Inf` agrees with `_count`.
+    let sample = |name: &str| -> f64 {
+        let line = body.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name} in {body}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let count = sample("keymesh_command_duration_seconds_count ");
+    assert!(count >= 2.0, "SET and GET at least (and the start-up probe's PING): {body}");
+    assert_eq!(sample("keymesh_command_duration_seconds_bucket{le=\"+Inf\"} "), count, "{body}");
+    assert!(sample("keymesh_command_duration_seconds_bucket{le=\"1.048576\"} ") <= count, "{body}");
+    assert!(body.contains("keymesh_command_duration_seconds_bucket{le=\"0.000001\"} "), "{body}");
+    assert!(sample("keymesh_command_duration_seconds_sum ") >= 0.0, "{body}");
     assert!(body.contains("keymesh_keys 1"), "{body}");
     // The start-up probe's connection may still be closing; ours is there either way.
     assert!(body.lines().any(|l| l.starts_with("keymesh_connected_clients ") && !l.ends_with(" 0")), "{body}");

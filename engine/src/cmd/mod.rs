@@ -326,7 +326,6 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
         if server.store.tracking.load(Ordering::Relaxed) { tracking::after_command(server, client, spec, argv, modified) } else { Vec::new() };
     let elapsed = started.elapsed();
     record(index, argv, elapsed, &reply);
-    server.metrics.latency.observe(elapsed.as_secs_f64());
     log_if_slow(server, client, spec, argv, elapsed);
     // A blocked command was shown when it first ran, not again when it is served.
     if !client.serving_wakeup {
