@@ -145,9 +145,29 @@ pub struct CommandTable {
     /// Redis 7 counts `client|id`, by the container's index. `stats` keeps what ran under the
     /// container itself: an unknown subcommand.
     pub subs: Vec<Vec<SubStats>>,
-    /// Lower-case name → index. foldhash, not SipHash: the lookup runs for every command, and
-    /// the names are ours, not an attacker's choice of keys.
-    by_name: HashMap<&'static [u8], usize, foldhash::fast::FixedState>,
+    /// Lower-case name, zero-padded to a fixed width (`NameKey`) → index. foldhash, not
+    /// SipHash: the lookup runs for every command, and the names are ours, not an attacker's
+    /// choice of keys.
+    by_name: HashMap<NameKey, usize, foldhash::fast::FixedState>,
+}
+
+/// The longest command name (`client|...` subcommands are not looked up here).
+const MAX_NAME: usize = 32;
+
+/// A command name lowered into a fixed-width key: hashing and comparing 32 bytes is a few word
+/// operations, cheaper per command than a byte-slice key (a copy, a length and a `memcmp`).
+/// Zero padding alone would let `GET\0` find `get`, so `find` also checks the length.
+type NameKey = [u8; MAX_NAME];
+
+fn name_key(name: &[u8]) -> Option<NameKey> {
+    if name.len() > MAX_NAME {
+        return None;
+    }
+    let mut key = [0u8; MAX_NAME];
+    for (k, &b) in key.iter_mut().zip(name) {
+        *k = b.to_ascii_lowercase();
+    }
+    Some(key)
 }
 
 /// One subcommand's counters.
@@ -180,7 +200,7 @@ pub static TABLE: LazyLock<CommandTable> = LazyLock::new(|| {
         scripting::COMMANDS,
     ];
     let specs: Vec<&'static CommandSpec> = families.iter().flat_map(|f| f.iter()).collect();
-    let by_name = specs.iter().enumerate().map(|(i, s)| (s.name.as_bytes(), i)).collect();
+    let by_name = specs.iter().enumerate().map(|(i, s)| (name_key(s.name.as_bytes()).expect("command names fit MAX_NAME"), i)).collect();
     let stats = specs.iter().map(|_| CommandStats::default()).collect();
     let subs = specs
         .iter()
@@ -195,14 +215,8 @@ pub static TABLE: LazyLock<CommandTable> = LazyLock::new(|| {
 impl CommandTable {
     /// Looks a command up by name, case-insensitively, without allocating for short names.
     pub fn find(&self, name: &[u8]) -> Option<usize> {
-        let mut buf = [0u8; 32];
-        if name.len() > buf.len() {
-            return None;
-        }
-        let lower = &mut buf[..name.len()];
-        lower.copy_from_slice(name);
-        lower.make_ascii_lowercase();
-        self.by_name.get(&*lower).copied()
+        let index = *self.by_name.get(&name_key(name)?)?;
+        (self.specs[index].name.len() == name.len()).then_some(index)
     }
 
     /// The counters a call of command `index` with `argv` counts in: its subcommand's for a
@@ -479,4 +493,24 @@ fn unknown_command(argv: &[Bytes]) -> CmdError {
     }
     let name: String = String::from_utf8_lossy(&argv[0]).chars().take(128).collect();
     CmdError::err(format!("unknown command '{name}', with args beginning with: {args}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TABLE;
+
+    #[test]
+    fn commands_are_found_by_name_in_any_case_and_only_by_their_whole_name() {
+        let get = TABLE.find(b"get").expect("GET is a command");
+        assert_eq!(TABLE.specs[get].name, "get");
+        assert_eq!(TABLE.find(b"GeT"), Some(get));
+        // The key is zero-padded: a name with a NUL after it, or a prefix, is another name.
+        assert_eq!(TABLE.find(b"get\0"), None);
+        assert_eq!(TABLE.find(b"ge"), None);
+        assert_eq!(TABLE.find(b""), None);
+        assert_eq!(TABLE.find(&[b'a'; 40]), None);
+        for spec in &TABLE.specs {
+            assert_eq!(TABLE.find(spec.name.to_ascii_uppercase().as_bytes()).map(|i| TABLE.specs[i].name), Some(spec.name));
+        }
+    }
 }
