@@ -9,9 +9,11 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use bytes::Bytes;
+use futures::task::AtomicWaker;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, Notify};
 
@@ -148,7 +150,13 @@ pub struct ClientHandle {
     pub resp: AtomicUsize,
     /// Set by `CLIENT KILL`; the connection closes at its next wake-up.
     pub killed: AtomicBool,
+    /// Wakes a client blocked in a command or held by `CLIENT PAUSE` when it is killed.
     pub kill_signal: Notify,
+    /// Wakes the connection between requests to look at its kill flag and the server's
+    /// shutdown and handoff signals (`wake_control`). An atomic waker: a connection waits on
+    /// it before every request, and waiting on `Notify`-based futures costs a lock each.
+    control: AtomicWaker,
+    control_pending: AtomicBool,
     /// Pub/sub messages for this client.
     pub push: mpsc::UnboundedSender<Frame>,
     /// Bytes queued in `push` and not yet written, to bound slow subscribers.
@@ -170,6 +178,25 @@ impl ClientHandle {
     pub fn kill(&self) {
         self.killed.store(true, Ordering::Release);
         self.kill_signal.notify_one();
+        self.wake_control();
+    }
+
+    /// Asks the connection to look at its kill flag and the server's shutdown and handoff
+    /// signals now (`connection::control_changed`).
+    pub fn wake_control(&self) {
+        self.control_pending.store(true, Ordering::Release);
+        self.control.wake();
+    }
+
+    /// Ready once after each `wake_control` (however many came since the last time).
+    pub fn poll_control(&self, cx: &mut Context<'_>) -> Poll<()> {
+        // Register first, then look: a wake between the two is not lost.
+        self.control.register(cx.waker());
+        if self.control_pending.swap(false, Ordering::AcqRel) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
     }
 
     /// One `CLIENT LIST` line (the fields Redis 7.0 prints that clients and tools parse), with
@@ -249,6 +276,8 @@ impl ClientRegistry {
             resp: AtomicUsize::new(2),
             killed: AtomicBool::new(false),
             kill_signal: Notify::new(),
+            control: AtomicWaker::new(),
+            control_pending: AtomicBool::new(false),
             push: tx,
             pending_push: AtomicU64::new(0),
             no_touch: AtomicBool::new(false),
@@ -274,5 +303,12 @@ impl ClientRegistry {
 
     pub fn count(&self) -> usize {
         self.clients.lock().len()
+    }
+
+    /// Wakes every connection to look at the server's shutdown and handoff signals.
+    pub fn wake_all(&self) {
+        for handle in self.clients.lock().values() {
+            handle.wake_control();
+        }
     }
 }

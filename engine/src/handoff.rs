@@ -79,7 +79,7 @@ impl Handoff {
             return;
         }
         info!(clients = server.clients.count(), grace_ms = grace.as_millis() as u64, "handoff: closing idle client connections");
-        self.phase.send_replace(Phase::Closing);
+        self.set_phase(server, Phase::Closing);
         let server = server.clone();
         *closer = Some(tokio::spawn(async move {
             let deadline = Instant::now() + grace;
@@ -89,7 +89,7 @@ impl Handoff {
             // Writes are refused before the busy connections go, so nothing is acknowledged
             // after `last_seq` is final.
             server.mesh.set_draining(true);
-            server.handoff.phase.send_replace(Phase::Done);
+            server.handoff.set_phase(&server, Phase::Done);
             info!(clients_left = server.clients.count(), "handoff: done; writes are refused");
         }));
     }
@@ -104,6 +104,13 @@ impl Handoff {
             info!("handoff cancelled: serving again");
         }
         server.mesh.set_draining(false);
-        self.phase.send_replace(Phase::Serving);
+        self.set_phase(server, Phase::Serving);
+    }
+
+    /// The one way the phase changes: connections wait on their own waker between requests
+    /// (`ClientHandle::wake_control`), so each is woken to look at the new phase.
+    fn set_phase(&self, server: &Server, phase: Phase) {
+        self.phase.send_replace(phase);
+        server.clients.wake_all();
     }
 }

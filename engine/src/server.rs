@@ -278,6 +278,8 @@ impl Server {
 
     pub fn begin_shutdown(&self) {
         self.shutdown.send_replace(true);
+        // Client connections wait on their own waker between requests, not on the signal.
+        self.clients.wake_all();
     }
 
     pub fn is_shutting_down(&self) -> bool {
