@@ -118,11 +118,10 @@ fn a_mesh_merges_into_its_own_store_and_delivers_to_its_host_without_a_server() 
     runtime.shutdown_timeout(Duration::from_secs(1));
 }
 
-/// A pipelined burst of writes with messages among them reaches the link in large batches (the
-/// origin coalesces what its busy connections append; the link merges a batch a chunk at a
-/// time between yields, or on a blocking thread when it is large: the second round's 2 KB
-/// values), and still in order: the messages in the order sent, each delivered after the
-/// write sent before it was merged.
+/// A pipelined burst of writes with messages among them reaches the link in batches of up to
+/// 512 ops, which it merges a chunk at a time between yields, or on a blocking thread when a
+/// batch is large (the second round's 2 KB values), and still in order: the messages in the
+/// order sent, each delivered after the write sent before it was merged.
 #[test]
 fn a_mesh_merges_a_burst_of_writes_and_messages_in_order_however_it_is_batched() {
     let port = free_mesh_port();

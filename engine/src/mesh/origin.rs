@@ -42,9 +42,6 @@ const BATCH_OPS: usize = 512;
 const SNAPSHOT_BATCH_OPS: usize = 512;
 /// Heartbeats go out this often while the subscriber is caught up.
 pub const HEARTBEAT: Duration = Duration::from_millis(200);
-/// A woken stream that finds fewer ops than this waiting yields (`coalesce`) first.
-const COALESCE_OPS: usize = BATCH_OPS / 2;
-const COALESCE_YIELDS: usize = 4;
 /// Messages buffered per subscriber before the stream waits for it.
 const CHANNEL_DEPTH: usize = 16;
 /// How long a new stream may take to send its Hello.
@@ -270,23 +267,6 @@ async fn stream_to(
             _ = &mut gone => return Ok(()),
             _ = tx.closed() => return Ok(()),
         }
-        coalesce(log, seq).await;
-    }
-}
-
-/// Lets the writers that are ready to run append more before a small batch is cut: yields to
-/// the runtime (never sleeps) up to `COALESCE_YIELDS` times while fewer than
-/// `COALESCE_OPS` ops wait. On an idle node a yield returns at once (nothing else is ready to
-/// run), so a lone write goes out microseconds later; on a busy one the connections' writes
-/// go out in fewer, larger batches (~60 ops a batch became ~400 under `redis-benchmark -P 16`,
-/// docs/benchmarks.md), and every batch costs the origin and each subscriber a send, a
-/// receive, task wake-ups and a decode, whatever its size.
-async fn coalesce(log: &crate::repl::log::ReplLog, seq: u64) {
-    for _ in 0..COALESCE_YIELDS {
-        if log.next_seq().saturating_sub(seq) >= COALESCE_OPS as u64 {
-            return;
-        }
-        tokio::task::yield_now().await;
     }
 }
 
