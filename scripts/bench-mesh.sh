@@ -12,7 +12,8 @@
 #   3. a 1M-key full sync: node A holds BENCH_KEYS keys of 100 bytes, node B starts with
 #      `replicaof A`; prints the time until B is ready with every key, and the bytes received;
 #   4. catch-up after a 30 s partition at a steady write rate (network namespaces, root only):
-#      `keymesh-mesh-bench partition` (e2e/src/bin), see its docs.
+#      `keymesh-mesh-bench partition` (e2e/src/bin), see its docs. BENCH_PARTITION=no skips it
+#      (it does not depend on the rest, and takes over a minute).
 set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
@@ -86,20 +87,25 @@ s = sorted(samples)
 print("%.2f %.2f %d" % (s[len(s) // 2], s[int(len(s) * 0.99)], len(s)) if s else "nan nan 0")
 PY
 }
-# converged: waits until every node holds the same number of keys.
+# converged: waits until every node holds the same number of keys; fails after 30 s (a mesh
+# whose links never came up must not pass for a fast one: its peers would cost nothing).
 converged() {
   for _ in $(seq 300); do
     a="$(redis-cli -p "${ports[0]}" dbsize)"; b="$(redis-cli -p "${ports[1]}" dbsize)"; c="$(redis-cli -p "${ports[2]}" dbsize)"
     [[ "$a" == "$b" && "$b" == "$c" ]] && return 0; sleep 0.1
   done
+  echo "bench-mesh: the mesh did not converge in 30 s (dbsize $a $b $c)" >&2; exit 1
 }
 idle_lag="$(lag_probe 3)"
 # Throughput and CPU on their own (the lag probe's clients would share the cores), until every
 # node holds every key; then the same load again with the lag probe running.
+node_t0=(); for p in "${pids[@]}"; do node_t0+=("$(cpu_ticks "$p")"); done
 mesh_t0="$(cpu_ticks "${pids[@]}")"
 mesh="$(set_rps "${ports[0]}")"
 converged
 mesh_cpu=$(( $(cpu_ticks "${pids[@]}") - mesh_t0 ))
+# Each node's share (node 0 takes the load, nodes 1 and 2 merge its writes).
+node_cpu=""; for i in 0 1 2; do node_cpu+="$(( $(cpu_ticks "${pids[$i]}") - node_t0[i] )) "; done
 lag_probe - >"$work/lag" &
 probe=$!
 set_rps "${ports[0]}" >/dev/null
@@ -128,15 +134,19 @@ bytes="$(metric "$mb" 'keymesh_mesh_received_bytes_total{kind="full"')"
 
 stop_all
 
-awk -v s="$solo" -v m="$mesh" -v sc="$solo_cpu" -v mc="$mesh_cpu" -v n="$n" -v hz="$(getconf CLK_TCK)" -v t0="$t0" -v t1="$t1" -v b="$bytes" -v k="$keys" -v il="$idle_lag" -v ll="$load_lag" 'BEGIN {
+awk -v s="$solo" -v m="$mesh" -v sc="$solo_cpu" -v mc="$mesh_cpu" -v n="$n" -v hz="$(getconf CLK_TCK)" -v t0="$t0" -v t1="$t1" -v b="$bytes" -v k="$keys" -v il="$idle_lag" -v ll="$load_lag" -v nc="$node_cpu" 'BEGIN {
   printf "\nSET -P 16 ops/s: standalone %.0f, 3-node mesh %.0f, ratio %.2f (target >= 0.80 where cores allow)\n", s, m, m / s
   printf "CPU per million writes: standalone %.2f s, 3-node mesh (all nodes, until converged) %.2f s, ratio %.2f (target <= 2.0)\n", sc / hz / n * 1e6, mc / hz / n * 1e6, mc / sc
+  split(nc, c, " ")
+  printf "  of which node 0 (takes the writes) %.2f s, nodes 1 and 2 (merge them) %.2f s and %.2f s\n", c[1] / hz / n * 1e6, c[2] / hz / n * 1e6, c[3] / hz / n * 1e6
   split(il, i, " "); split(ll, l, " ")
   printf "replication lag (publish on node 0 -> receive on nodes 1, 2): idle p50 %.2f ms p99 %.2f ms (%d samples); under that load p50 %.2f ms p99 %.2f ms (%d samples)\n", i[1], i[2], i[3], l[1], l[2], l[3]
   printf "full sync of %d keys x 100 B: %.2f s (target < 10 s), %.1f MiB received\n", k, t1 - t0, b / 1048576
 }'
 
-if [[ $(id -u) == 0 ]] && command -v ip >/dev/null; then
+if [[ "${BENCH_PARTITION:-yes}" == no ]]; then
+  echo "catch-up after a 30 s partition: skipped (BENCH_PARTITION=no)"
+elif [[ $(id -u) == 0 ]] && command -v ip >/dev/null; then
   echo "bench-mesh: catch-up after a 30 s partition ..." >&2
   KEYMESH_SERVER="$bin" "$(dirname "$bin")/keymesh-mesh-bench" partition
 else

@@ -16,17 +16,24 @@ use keymesh_engine::hlc::{node_id_from_name, Hlc, OffsetClock, Timestamp};
 use keymesh_engine::mesh::{Delivery, Host, Identity, LinkSettings, Mesh, PeerAddr};
 use keymesh_engine::repl::log::ReplLog;
 use parking_lot::Mutex;
-use support::{free_mesh_port, free_port, Server};
+use support::{encode, free_mesh_port, free_port, Server};
 
 /// A host that records what the mesh delivers.
 #[derive(Default)]
 struct RecordingHost {
     published: Mutex<Vec<(Bytes, Bytes)>>,
     changed: Mutex<Vec<(usize, Key)>>,
+    /// When set: for each message delivered, whether this store held the key the message
+    /// names at that moment.
+    store: std::sync::OnceLock<Arc<Store>>,
+    held_at_publish: Mutex<Vec<bool>>,
 }
 
 impl Delivery for RecordingHost {
     fn publish(&self, channel: &Bytes, message: &Bytes) {
+        if let Some(store) = self.store.get() {
+            self.held_at_publish.lock().push(holds(store, message));
+        }
         self.published.lock().push((channel.clone(), message.clone()));
     }
 
@@ -108,6 +115,53 @@ fn a_mesh_merges_into_its_own_store_and_delivers_to_its_host_without_a_server() 
     let changed = host.changed.lock().clone();
     assert!(changed.contains(&(0, Key::from(&b"before"[..]))), "changed keys: {changed:?}");
     assert!(changed.contains(&(0, Key::from(&b"after"[..]))), "changed keys: {changed:?}");
+    runtime.shutdown_timeout(Duration::from_secs(1));
+}
+
+/// A pipelined burst of writes with messages among them reaches the link in batches of up to
+/// 512 ops, which it merges a chunk at a time between yields, or on a blocking thread when a
+/// batch is large (the second round's 2 KB values), and still in order: the messages in the
+/// order sent, each delivered after the write sent before it was merged.
+#[test]
+fn a_mesh_merges_a_burst_of_writes_and_messages_in_order_however_it_is_batched() {
+    let port = free_mesh_port();
+    let origin = Server::start_on(port, free_port(), &["--node-name", "origin", "--active-replica", "yes", "--multi-master", "yes", "--requirepass", "secret"]);
+    let mut client = origin.connect();
+    assert_eq!(client.cmd(&["AUTH", "secret"]).text(), "OK");
+    let (runtime, host, store, _mesh) = double_subscribed_to(port);
+    assert!(host.store.set(store.clone()).is_ok());
+    assert_eq!(client.cmd(&["SET", "ready", "1"]).text(), "OK");
+    wait_for("the link", || holds(&store, b"ready"));
+
+    let (writes, every) = (3000, 25);
+    let mut expected = Vec::new();
+    for (round, value_len) in [(0, 10), (1, 2000)] {
+        let value = "x".repeat(value_len);
+        let mut burst = Vec::new();
+        for i in 0..writes {
+            let key = format!("r{round}:{i}");
+            burst.extend(encode(&["SET", &key, &value]));
+            if i % every == every - 1 {
+                burst.extend(encode(&["PUBLISH", "order", &key]));
+                expected.push(Bytes::from(key));
+            }
+        }
+        client.send_raw(&burst).unwrap();
+        for _ in 0..writes + writes / every {
+            assert!(!client.read().unwrap().is_error());
+        }
+    }
+
+    wait_for("every message", || host.published.lock().len() == expected.len());
+    let messages: Vec<Bytes> = host.published.lock().iter().map(|(_, m)| m.clone()).collect();
+    assert_eq!(messages, expected);
+    let held = host.held_at_publish.lock().clone();
+    assert!(
+        held.iter().all(|&h| h),
+        "messages delivered before the write sent before them: {:?}",
+        held.iter().enumerate().filter(|(_, &h)| !h).map(|(i, _)| i).collect::<Vec<_>>()
+    );
+    assert!(holds(&store, format!("r1:{}", writes - 1).as_bytes()));
     runtime.shutdown_timeout(Duration::from_secs(1));
 }
 
