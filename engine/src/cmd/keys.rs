@@ -83,7 +83,7 @@ fn type_of(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 /// Moves `src`'s value and deadline to `dst` in database `dst_db`; `keep_src` copies.
 fn transfer(exec: &mut Exec, src: &[u8], dst_db: usize, dst: &[u8], keep_src: bool) -> bool {
     let db = exec.ctx.db;
-    let Some(entry) = exec.ctx.get(src) else {
+    let Some(entry) = exec.ctx.get_ref_in(db, src) else {
         return false;
     };
     let (value, deadline) = (entry.value.clone(), entry.deadline());

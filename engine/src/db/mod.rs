@@ -17,6 +17,7 @@ pub mod functions;
 pub mod ghost;
 pub mod hll;
 pub mod lattice;
+pub mod node;
 pub mod pending;
 pub mod strbuf;
 pub mod table;
@@ -32,6 +33,7 @@ use parking_lot::{Mutex, MutexGuard};
 use crate::hlc::{Hlc, Version};
 pub use entry::{Entry, Expiry, Key, Kind, Value};
 pub use ghost::{Ghost, Tombstoned};
+pub use table::{EntryMut, EntryRef, Removed};
 
 /// Shards per database. A power of two well above any thread count, and small enough per
 /// shard that a `SCAN` step can return whole shards (see `cmd::keys::scan`).
@@ -338,41 +340,39 @@ impl Shard {
     }
 
     /// The entry, whether or not it has expired.
-    pub fn raw(&self, key: &[u8]) -> Option<&Entry> {
+    pub fn raw(&self, key: &[u8]) -> Option<EntryRef<'_>> {
         self.map.get(key)
     }
 
-    pub fn raw_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
+    pub fn raw_mut(&mut self, key: &[u8]) -> Option<EntryMut<'_>> {
         self.map.get_mut(key)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], EntryRef<'_>)> {
         self.map.iter()
     }
 
-    /// Inserts or replaces a key's entry, keeping the expiry index in step.
-    pub fn insert(&mut self, db: &Db, key: &[u8], entry: Entry) -> Option<Entry> {
-        let new_deadline = entry.deadline();
+    /// Inserts or replaces a key's entry (without an expiry register: the replaced entry's
+    /// goes with it), keeping the expiry index in step.
+    pub fn insert(&mut self, db: &Db, key: &[u8], entry: Entry) -> Option<Removed> {
         let old = self.map.insert(key, entry);
-        let old_deadline = old.as_ref().and_then(Entry::deadline);
-        self.reindex(db, key, old_deadline, new_deadline);
+        let old_deadline = old.as_ref().and_then(Removed::deadline);
+        self.reindex(db, key, old_deadline, None);
         old
     }
 
-    pub fn remove(&mut self, db: &Db, key: &[u8]) -> Option<Entry> {
+    pub fn remove(&mut self, db: &Db, key: &[u8]) -> Option<Removed> {
         let old = self.map.remove(key)?;
         self.reindex(db, key, old.deadline(), None);
         Some(old)
     }
 
-    /// Sets a key's expiry register. The key must exist.
+    /// Sets a key's expiry register, keeping the expiry index in step: the one way to change
+    /// a stored register. Nothing happens if the key is missing.
     pub fn set_expiry(&mut self, db: &Db, key: &[u8], expiry: Option<Expiry>) {
-        let Some(entry) = self.map.get_mut(key) else {
-            return;
-        };
-        let old_deadline = entry.deadline();
-        entry.expiry = expiry.map(Box::new);
-        let new_deadline = entry.deadline();
+        let new_deadline = expiry.map(|e| e.deadline_ms).filter(|&d| d != 0);
+        let Some(old) = self.map.set_expiry(key, expiry) else { return };
+        let old_deadline = old.map(|e| e.deadline_ms).filter(|&d| d != 0);
         self.reindex(db, key, old_deadline, new_deadline);
     }
 
@@ -450,10 +450,10 @@ impl Shard {
     /// collection emptied by a local removal writes a "no TTL" register (see `Ctx::finish`) —
     /// never by the order in which a replica happened to see the writes.
     pub fn bury(&mut self, db: &Db, key: &[u8]) {
-        let Some(entry) = self.remove(db, key) else { return };
-        if let Some(e) = entry.expiry.as_deref() {
+        let Some(Removed { entry, expiry }) = self.remove(db, key) else { return };
+        if let Some(e) = expiry {
             if self.orphan_expiry.get(key).is_none_or(|o| o.version < e.version) {
-                self.orphan_expiry.insert(key.into(), *e);
+                self.orphan_expiry.insert(key.into(), e);
             }
         }
         let mut ghost = self.tombstones.remove(key).unwrap_or_default();

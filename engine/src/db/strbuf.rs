@@ -185,7 +185,7 @@ mod tests {
     fn value_is_16_bytes() {
         assert_eq!(std::mem::size_of::<StrBuf>(), 12);
         assert_eq!(std::mem::size_of::<crate::db::Value>(), 16);
-        assert_eq!(std::mem::size_of::<crate::db::Entry>(), 40);
+        assert_eq!(std::mem::size_of::<crate::db::Entry>(), 32, "the expiry register lives at the node's tail (`db::node`)");
     }
 
     #[test]
