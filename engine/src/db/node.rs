@@ -9,9 +9,9 @@
 //! then        the `Expiry` register (24 bytes) at the next 8-byte boundary, if bit 7
 //! ```
 //!
-//! A 14-byte key without a TTL takes 32 + 1 + 14 = 47 bytes (the 48-byte class, against a
-//! 64-byte node plus nothing before); with a TTL 48 + 24 = 72 (80-byte class, against 64 +
-//! a 32-byte `Box<Expiry>` before). The register is reallocated onto or off the tail when
+//! A 14-byte key without a TTL takes 32 + 1 + 14 = 47 bytes, the 48-byte class (it was a
+//! 64-byte node: the key inline in 24 bytes and a 40-byte `Entry` with a `Box<Expiry>`
+//! pointer); with a TTL 48 + 24 = 72 bytes, the 80-byte class (it was 64 + a 32-byte box). The register is reallocated onto or off the tail when
 //! a key first gets one or loses it (`set_expiry`); the key and entry stay where they are
 //! in the allocation, so `realloc` moves them as bytes.
 //!

@@ -1,12 +1,19 @@
-//! `KeyTable`: a shard's key → entry map, stored as a hash table of pointers to boxed
-//! `(key, entry)` nodes.
+//! `KeyTable`: a shard's key → entry map, stored as a hash table of thin pointers to nodes
+//! that each hold one key, its entry and, only if the key has one, its expiry register.
 //!
 //! Why not `HashMap<Key, Entry>`: a hash table keeps its slots inline and grows by doubling,
 //! so at a typical 45–85% load each key pays for ~2 slots. With 64-byte slots that was 136
 //! bytes per key at 1M keys (measured: 1.54x Redis's RSS); with 8-byte pointer slots it is 17.
-//! Keys up to `INLINE_KEY` bytes live inside the node, so a lookup follows one pointer, not
-//! two (the second cache miss was the top of a SET profile): one 64-byte node (24 bytes of key,
-//! a 40-byte `Entry` whose `Value` is 16 bytes, `db::strbuf`). See docs/benchmarks.md.
+//! The key lives inside the node, so a lookup follows one pointer, not two (the second cache
+//! miss was the top of a SET profile). A node (`db::node`) is the 32-byte `Entry` (its `Value`
+//! is 16 bytes, `db::strbuf`), a length byte and the key at its exact length: 47 bytes for a
+//! 14-byte key, jemalloc's 48-byte class; a key with a TTL carries its 24-byte register at the
+//! tail (the node is reallocated when the key gains or loses one). See docs/benchmarks.md.
+//!
+//! Since the register is not in the `Entry`, the table hands out views that carry both
+//! (`EntryRef`, `EntryMut`, and `Removed` for what it gives back): whoever needs a key's
+//! deadline or its newest write (`last_write`) must hold one, and only `set_expiry` changes
+//! a register (through `Shard::set_expiry`, which keeps the expiry index in step).
 
 use std::hash::BuildHasher;
 
