@@ -217,6 +217,9 @@ fn shard_keys(exec: &mut Exec, shard: usize, pattern: Option<&[u8]>, kind: Optio
     let now = exec.ctx.now_ms;
     let db = exec.ctx.db;
     let kind = kind.map(Kind::from_name);
+    if !exec.server.store.in_use(db) {
+        return Vec::new();
+    }
     exec.ctx.with_shard(db, shard, |_, s| {
         s.iter()
             .filter(|(k, e)| !e.is_expired(now) && pattern.is_none_or(|p| glob_match(p, k, false)) && kind.is_none_or(|t| Some(e.value.kind()) == t))
@@ -250,6 +253,9 @@ fn scan(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 fn randomkey(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     let now = exec.ctx.now_ms;
     let db = exec.ctx.db;
+    if !exec.server.store.in_use(db) {
+        return Ok(Frame::Null);
+    }
     let first = rand::rng().random_range(0..SHARDS_PER_DB);
     for step in 0..SHARDS_PER_DB {
         let shard = (first + step) % SHARDS_PER_DB;

@@ -217,8 +217,10 @@ impl<'a> Ctx<'a> {
     /// a concurrent command survives on every node alike.
     pub fn flush_db(&mut self, db: usize) {
         let store = self.store;
+        // A database never used holds nothing to clear (`Store::in_use`).
+        let shards = if store.in_use(db) { SHARDS_PER_DB } else { 0 };
         if !store.replicating() {
-            for shard in 0..SHARDS_PER_DB {
+            for shard in 0..shards {
                 self.with_shard(db, shard, |dbref, s| {
                     s.touch_existing();
                     s.clear(dbref);
@@ -231,7 +233,7 @@ impl<'a> Ctx<'a> {
                 *flushed = version;
                 version
             };
-            for shard in 0..SHARDS_PER_DB {
+            for shard in 0..shards {
                 self.with_shard(db, shard, |_, s| merge::flush_shard(store, db, s, version));
             }
             self.effects.push(Effect::flush_db(db, version));

@@ -124,7 +124,7 @@ pub fn make_room(store: &Store, policy: Policy, maxmemory: u64, samples: usize) 
 fn evict_one(store: &Store, policy: Policy, samples: usize) -> bool {
     let mut rng = rand::rng();
     let now = store.hlc.wall_ms();
-    let candidates: Vec<usize> = (0..store.databases()).filter(|&db| if policy.volatile_only() { store.volatile_keys(db) > 0 } else { true }).collect();
+    let candidates: Vec<usize> = store.dbs_in_use().filter(|&db| !policy.volatile_only() || store.volatile_keys(db) > 0).collect();
     if candidates.is_empty() {
         return false;
     }

@@ -26,7 +26,7 @@ pub mod zset;
 use std::collections::{BTreeSet, HashMap};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, MutexGuard};
 
@@ -70,7 +70,10 @@ pub struct Shard {
 }
 
 pub struct Db {
-    shards: Box<[Mutex<Shard>]>,
+    /// Allocated on first use (`Db::shards`): 1024 empty shards cost ~190 KiB, and most of a
+    /// server's 16 databases are never used. Whole-keyspace passes skip a database whose
+    /// shards do not exist (`Store::in_use`): it holds nothing.
+    shards: OnceLock<Box<[Mutex<Shard>]>>,
     /// Replication: the version of the last FLUSHDB/FLUSHALL, which dominates every older
     /// entry and write in this database.
     pub flushed: Mutex<Version>,
@@ -137,13 +140,7 @@ impl Modified {
 
 impl Store {
     pub fn new(databases: usize, hlc: Hlc, node_id: crate::hlc::NodeId) -> Store {
-        let dbs = (0..databases)
-            .map(|_| Db {
-                shards: (0..SHARDS_PER_DB).map(|_| Mutex::new(Shard::default())).collect(),
-                flushed: Mutex::new(Version::ZERO),
-                volatile_keys: AtomicUsize::new(0),
-            })
-            .collect();
+        let dbs = (0..databases).map(|_| Db { shards: OnceLock::new(), flushed: Mutex::new(Version::ZERO), volatile_keys: AtomicUsize::new(0) }).collect();
         Store {
             dbs,
             hlc,
@@ -209,7 +206,7 @@ impl Store {
 
     /// Locks one shard. Callers holding other shard locks must use `lock_many` instead.
     pub fn lock_shard(&self, db: usize, shard: usize) -> MutexGuard<'_, Shard> {
-        self.dbs[db].shards[shard].lock()
+        self.dbs[db].shards()[shard].lock()
     }
 
     /// Locks every `(db, shard)` in `wanted` in ascending order (deduplicated).
@@ -247,7 +244,7 @@ impl Store {
     pub fn wipe(&self) -> usize {
         let mut keys = 0;
         for (i, db) in self.dbs.iter().enumerate() {
-            for s in 0..SHARDS_PER_DB {
+            for s in (0..SHARDS_PER_DB).filter(|_| self.in_use(i)) {
                 keys += self.lock_shard(i, s).wipe(db);
             }
             *db.flushed.lock() = Version::ZERO;
@@ -259,7 +256,7 @@ impl Store {
 
     /// Ghosts (tombstones of deleted keys) held, in all databases.
     pub fn tombstones_held(&self) -> usize {
-        (0..self.databases()).map(|db| (0..SHARDS_PER_DB).map(|s| self.lock_shard(db, s).tombstones.len()).sum::<usize>()).sum()
+        self.dbs_in_use().map(|db| (0..SHARDS_PER_DB).map(|s| self.lock_shard(db, s).tombstones.len()).sum::<usize>()).sum()
     }
 
     pub fn volatile_keys(&self, db: usize) -> usize {
@@ -268,7 +265,22 @@ impl Store {
 
     /// Live keys in `db`, one shard at a time.
     pub fn dbsize(&self, db: usize) -> usize {
+        if !self.in_use(db) {
+            return 0;
+        }
         (0..SHARDS_PER_DB).map(|s| self.lock_shard(db, s).len()).sum()
+    }
+
+    /// Whether database `db` was ever used (its shards exist; locking one creates them). One
+    /// that was not holds nothing, no ghosts and no pending registers, so a whole-keyspace
+    /// pass that only reads or clears may skip it (and should, or it allocates them).
+    pub fn in_use(&self, db: usize) -> bool {
+        self.dbs[db].shards.get().is_some()
+    }
+
+    /// The databases in use (`in_use`), for whole-keyspace passes.
+    pub fn dbs_in_use(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.dbs.len()).filter(|&db| self.in_use(db))
     }
 }
 
@@ -289,7 +301,7 @@ impl<'a> Locks<'a> {
         let Err(at) = self.guards.binary_search_by(|(k, _)| k.cmp(&(db, shard))) else {
             return true;
         };
-        let lock = &store.dbs[db].shards[shard];
+        let lock = &store.dbs[db].shards()[shard];
         let guard = if wait.is_zero() { lock.try_lock() } else { lock.try_lock_for(wait) };
         match guard {
             Some(guard) => {
@@ -512,5 +524,49 @@ impl Shard {
 impl Store {
     pub fn db(&self, index: usize) -> &Db {
         &self.dbs[index]
+    }
+}
+
+impl Db {
+    /// The database's shards, allocated on first use.
+    fn shards(&self) -> &[Mutex<Shard>] {
+        self.shards.get_or_init(|| (0..SHARDS_PER_DB).map(|_| Mutex::new(Shard::default())).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::hlc::SystemClock;
+
+    /// Unused databases cost no memory: the whole-keyspace passes (sizes, tombstone
+    /// collection, expiry, snapshots, RDB export, wipe) leave them unallocated, and the
+    /// first write allocates only its own database.
+    #[test]
+    fn databases_are_allocated_on_first_use_only() {
+        let store = Store::new(16, Hlc::new(Arc::new(SystemClock), 500), 3);
+        let now = store.hlc.wall_ms();
+        let passes = |store: &Store| {
+            assert_eq!((0..16).map(|db| store.dbsize(db)).sum::<usize>(), store.dbsize(5));
+            assert_eq!(store.tombstones_held(), 0);
+            expire::expire_cycle(store, now, &|_| {});
+            expire::collect_tombstones(store, now, 0, 0);
+            let mut ops = 0;
+            crate::repl::snapshot::snapshot(store, &mut |batch| ops += batch.len());
+            crate::persist::rdb::export(store, "test", &mut Vec::new());
+            evict::make_room(store, evict::Policy::AllKeysRandom, 0, 5);
+        };
+        passes(&store);
+        assert_eq!(store.dbs_in_use().count(), 0, "a pass over an empty keyspace allocated a database");
+        let shard = store.shard_of(b"k");
+        store.lock_shard(5, shard).insert(store.db(5), b"k", Entry::new(Value::Int(1), Version::ZERO));
+        assert_eq!(store.dbs_in_use().collect::<Vec<_>>(), vec![5]);
+        assert_eq!(store.dbsize(5), 1);
+        store.wipe();
+        passes(&store);
+        assert_eq!(store.dbs_in_use().collect::<Vec<_>>(), vec![5]);
+        assert_eq!(store.dbsize(5), 0);
     }
 }

@@ -27,7 +27,7 @@ pub fn snapshot(store: &Store, sink: &mut dyn FnMut(Vec<Effect>)) -> (u64, u64) 
             sink(vec![Effect::flush_db(db, flushed)]);
             ops += 1;
         }
-        for s in 0..SHARDS_PER_DB {
+        for s in (0..SHARDS_PER_DB).filter(|_| store.in_use(db)) {
             let batch = {
                 let shard = store.lock_shard(db, s);
                 let mut batch = Vec::new();

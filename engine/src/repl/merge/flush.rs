@@ -16,7 +16,8 @@ pub(super) fn flush_db(store: &Store, db: usize, v: Version) -> ApplyOutcome {
             return ApplyOutcome::Superseded;
         }
     }
-    for s in 0..SHARDS_PER_DB {
+    // A database never used holds nothing older (`Store::in_use`).
+    for s in (0..SHARDS_PER_DB).filter(|_| store.in_use(db)) {
         flush_shard(store, db, &mut store.lock_shard(db, s), v);
     }
     ApplyOutcome::Applied
