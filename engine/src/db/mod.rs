@@ -529,7 +529,18 @@ impl Store {
 
 impl Db {
     /// The database's shards, allocated on first use.
+    #[inline]
     fn shards(&self) -> &[Mutex<Shard>] {
+        match self.shards.get() {
+            Some(shards) => shards,
+            None => self.allocate(),
+        }
+    }
+
+    /// The first use: off the lookup's path.
+    #[cold]
+    #[inline(never)]
+    fn allocate(&self) -> &[Mutex<Shard>] {
         self.shards.get_or_init(|| (0..SHARDS_PER_DB).map(|_| Mutex::new(Shard::default())).collect())
     }
 }

@@ -111,13 +111,12 @@ impl Node {
     }
 
     fn shape(&self) -> Shape {
-        // SAFETY: every node has its tag at `TAG` (`new`, kept by `set_expiry`), and a long
-        // key's length after it; the allocation is alive while `self` is.
-        let tag = unsafe { *self.0.as_ptr().add(TAG) };
+        let tag = self.tag();
         let expiry = tag & HAS_EXPIRY != 0;
         let len = tag & !HAS_EXPIRY;
         if len == LONG {
-            // SAFETY: as above: a long key's length was written here by `new`.
+            // SAFETY: a long key's length was written after the tag by `new`, inside the
+            // allocation, which is alive while `self` is.
             let key_len = unsafe { self.0.as_ptr().add(TAG + 1).cast::<usize>().read_unaligned() };
             Shape::new(key_len, expiry)
         } else {
@@ -143,7 +142,17 @@ impl Node {
         (self.entry(), self.expiry())
     }
 
+    fn tag(&self) -> u8 {
+        // SAFETY: every node has its tag at `TAG` (`new`, kept by `set_expiry`), inside the
+        // allocation, which is alive while `self` is.
+        unsafe { *self.0.as_ptr().add(TAG) }
+    }
+
     pub fn expiry(&self) -> Option<&Expiry> {
+        // Most keys have none: answer from the tag without working out the node's shape.
+        if self.tag() & HAS_EXPIRY == 0 {
+            return None;
+        }
         let shape = self.shape();
         // SAFETY: with the tag's bit set, an initialised, aligned `Expiry` sits at
         // `expiry_at` (`set_expiry` writes it before setting the bit) inside the allocation.
@@ -153,8 +162,12 @@ impl Node {
     /// The entry to change and the register to read. The two do not overlap (the entry ends
     /// at `TAG`, the register starts after the key), so the borrows are disjoint.
     pub fn parts_mut(&mut self) -> (&mut Entry, Option<&Expiry>) {
-        let shape = self.shape();
         let base = self.0.as_ptr();
+        if self.tag() & HAS_EXPIRY == 0 {
+            // SAFETY: as in `entry`; `&mut self` makes this the only access to the node.
+            return (unsafe { &mut *base.cast::<Entry>() }, None);
+        }
+        let shape = self.shape();
         // SAFETY: as in `entry` and `expiry`; `&mut self` makes this the only access to the
         // node, and the two references cover disjoint bytes of it (`[0, TAG)` and
         // `[expiry_at, size)`, `expiry_at > TAG`).
