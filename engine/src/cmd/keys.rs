@@ -83,7 +83,7 @@ fn type_of(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 /// Moves `src`'s value and deadline to `dst` in database `dst_db`; `keep_src` copies.
 fn transfer(exec: &mut Exec, src: &[u8], dst_db: usize, dst: &[u8], keep_src: bool) -> bool {
     let db = exec.ctx.db;
-    let Some(entry) = exec.ctx.get(src) else {
+    let Some(entry) = exec.ctx.get_ref_in(db, src) else {
         return false;
     };
     let (value, deadline) = (entry.value.clone(), entry.deadline());
@@ -217,6 +217,9 @@ fn shard_keys(exec: &mut Exec, shard: usize, pattern: Option<&[u8]>, kind: Optio
     let now = exec.ctx.now_ms;
     let db = exec.ctx.db;
     let kind = kind.map(Kind::from_name);
+    if !exec.server.store.in_use(db) {
+        return Vec::new();
+    }
     exec.ctx.with_shard(db, shard, |_, s| {
         s.iter()
             .filter(|(k, e)| !e.is_expired(now) && pattern.is_none_or(|p| glob_match(p, k, false)) && kind.is_none_or(|t| Some(e.value.kind()) == t))
@@ -250,6 +253,9 @@ fn scan(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 fn randomkey(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     let now = exec.ctx.now_ms;
     let db = exec.ctx.db;
+    if !exec.server.store.in_use(db) {
+        return Ok(Frame::Null);
+    }
     let first = rand::rng().random_range(0..SHARDS_PER_DB);
     for step in 0..SHARDS_PER_DB {
         let shard = (first + step) % SHARDS_PER_DB;

@@ -50,7 +50,8 @@ pub const COMMANDS: &[CommandSpec] = &[
 /// expiry deletes it (lazily, or within 100 ms by active expiry). Constant time per shard.
 fn dbsize(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     let db = exec.ctx.db;
-    let total: usize = (0..SHARDS_PER_DB).map(|shard| exec.ctx.with_shard(db, shard, |_, s| s.len())).sum();
+    let shards = if exec.server.store.in_use(db) { SHARDS_PER_DB } else { 0 };
+    let total: usize = (0..shards).map(|shard| exec.ctx.with_shard(db, shard, |_, s| s.len())).sum();
     Ok(Frame::Integer(total as i64))
 }
 

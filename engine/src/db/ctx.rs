@@ -19,7 +19,7 @@ use bytes::Bytes;
 use super::effect::Effect;
 use super::entry::{Collection, Field, ListValue};
 use super::zset::SortedSet;
-use super::{Db, Entry, Expiry, Key, Kind, Locks, Modified, Shard, Store, Value};
+use super::{Db, Entry, EntryMut, EntryRef, Expiry, Key, Kind, Locks, Modified, Shard, Store, Value};
 use crate::error::CmdError;
 use crate::hlc::Version;
 use crate::notify::{class, Event};
@@ -140,13 +140,13 @@ impl<'a> Ctx<'a> {
     }
 
     /// The live entry in database `db`; an expired one is deleted on the way (lazy expiry).
-    pub(super) fn entry_mut_in(&mut self, db: usize, key: &[u8]) -> Option<&mut Entry> {
+    pub(super) fn entry_mut_in(&mut self, db: usize, key: &[u8]) -> Option<EntryMut<'_>> {
         self.live_entry_in(db, key, true)
     }
 
     /// `entry_mut_in`, updating the key's access time (LRU clock or LFU counter) only if
     /// `touch`.
-    fn live_entry_in(&mut self, db: usize, key: &[u8], touch: bool) -> Option<&mut Entry> {
+    fn live_entry_in(&mut self, db: usize, key: &[u8], touch: bool) -> Option<EntryMut<'_>> {
         let now = self.now_ms;
         let store = self.store;
         // Borrows only `locks`, so a lazy expiry can note the key in `modified`.
@@ -162,9 +162,9 @@ impl<'a> Ctx<'a> {
         }
         // The key is live: this second lookup hits the cache lines the first one loaded.
         let touch = touch && !self.no_touch;
-        let entry = self.parts(db, key).1.raw_mut(key)?;
+        let mut entry = self.parts(db, key).1.raw_mut(key)?;
         if touch {
-            super::evict::on_access(entry, now, store.lfu_access.load(Ordering::Relaxed));
+            super::evict::on_access(&mut entry, now, store.lfu_access.load(Ordering::Relaxed));
         }
         Some(entry)
     }
@@ -172,16 +172,26 @@ impl<'a> Ctx<'a> {
     /// Like `get`, leaving the key's access time alone (Redis's `LOOKUP_NOTOUCH`: `TYPE`,
     /// `EXISTS`, the `TTL` family and `OBJECT` look at a key without using it).
     pub fn peek(&mut self, key: &[u8]) -> Option<&Entry> {
-        self.live_entry_in(self.db, key, false).map(|e| &*e)
+        self.peek_ref(key).map(EntryRef::entry)
+    }
+
+    /// `peek` with the key's expiry register (`deadline`, `last_write`).
+    pub fn peek_ref(&mut self, key: &[u8]) -> Option<EntryRef<'_>> {
+        self.live_entry_in(self.db, key, false).map(EntryMut::into_ref)
     }
 
     /// `peek`, counting a keyspace hit or miss (and firing `keymiss`, see `lookup_read`).
-    pub fn peek_read(&mut self, key: &[u8]) -> Option<&Entry> {
+    pub fn peek_read(&mut self, key: &[u8]) -> Option<EntryRef<'_>> {
         self.counted_lookup(key, false)
     }
 
     pub fn get_in(&mut self, db: usize, key: &[u8]) -> Option<&Entry> {
-        self.entry_mut_in(db, key).map(|e| &*e)
+        self.get_ref_in(db, key).map(EntryRef::entry)
+    }
+
+    /// `get_in` with the key's expiry register (`deadline`, `last_write`).
+    pub fn get_ref_in(&mut self, db: usize, key: &[u8]) -> Option<EntryRef<'_>> {
+        self.entry_mut_in(db, key).map(EntryMut::into_ref)
     }
 
     pub fn get(&mut self, key: &[u8]) -> Option<&Entry> {
@@ -193,21 +203,21 @@ impl<'a> Ctx<'a> {
     /// sources, `SET ... GET`'s old value). A miss fires the `keymiss` event (class `m`),
     /// as Redis 7.0's; with that class off, the check is one relaxed load.
     pub fn lookup_read(&mut self, key: &[u8]) -> Option<&Entry> {
-        self.counted_lookup(key, true)
+        self.counted_lookup(key, true).map(EntryRef::entry)
     }
 
     /// A read lookup that counts a keyspace hit or miss and fires `keymiss` on a miss,
     /// touching the key's access time only if `touch`. With `keymiss` wanted, a miss is found
     /// first by a lookup that leaves the access time alone (the event needs `self`, which the
     /// found entry would still borrow); otherwise one lookup.
-    fn counted_lookup(&mut self, key: &[u8], touch: bool) -> Option<&Entry> {
+    fn counted_lookup(&mut self, key: &[u8], touch: bool) -> Option<EntryRef<'_>> {
         if self.store.notify.wants(class::KEY_MISS) && self.peek(key).is_none() {
             self.store.stats.keyspace_misses.fetch_add(1, Ordering::Relaxed);
             self.notify(class::KEY_MISS, "keymiss", key);
             return None;
         }
         let stats = &self.store.stats;
-        let found = self.live_entry_in(self.db, key, touch).map(|e| &*e);
+        let found = self.live_entry_in(self.db, key, touch).map(EntryMut::into_ref);
         let counter = if found.is_some() { &stats.keyspace_hits } else { &stats.keyspace_misses };
         counter.fetch_add(1, Ordering::Relaxed);
         found
@@ -225,7 +235,7 @@ impl<'a> Ctx<'a> {
 
     /// A version for a write to `key` that supersedes what is stored.
     pub(super) fn next_version(&mut self, key: &[u8]) -> Version {
-        let stored = self.get(key).map(Entry::last_write);
+        let stored = self.get_ref_in(self.db, key).map(EntryRef::last_write);
         self.store.stamp(stored)
     }
 
@@ -253,13 +263,13 @@ impl<'a> Ctx<'a> {
         let (dbref, shard) = self.parts(db, key);
         // The common case, overwriting a live key, updates it in place with one lookup.
         let found = match shard.raw_mut(key) {
-            Some(entry) if !entry.is_expired(now) => {
+            Some(mut entry) if !entry.is_expired(now) => {
                 let version = store.stamp(Some(entry.last_write()));
                 entry.value = value;
                 entry.set_version(version);
-                Found::Live { version, drop_ttl: entry.expiry.is_some() && !keep_ttl }
+                Found::Live { version, drop_ttl: entry.expiry().is_some() && !keep_ttl }
             }
-            Some(entry) => {
+            Some(mut entry) => {
                 let old = entry.last_write();
                 entry.value = value;
                 Found::Expired(old)
@@ -288,7 +298,7 @@ impl<'a> Ctx<'a> {
                 // The stale entry expired before this write: count it, then start afresh.
                 store.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
                 let version = store.stamp(Some(old));
-                let value = shard.remove(dbref, key).map(|e| e.value);
+                let value = shard.remove(dbref, key).map(|e| e.entry.value);
                 if let Some(value) = value {
                     shard.insert(dbref, key, Entry::new(value, version));
                     shard.orphan_expiry.remove(key);
@@ -306,7 +316,7 @@ impl<'a> Ctx<'a> {
         let (_, shard) = self.parts(db, key);
         let dropped_ttl = matches!(found, Found::Live { drop_ttl: true, .. });
         let entry = shard.raw_mut(key);
-        if let (true, Some(entry)) = (is_collection, entry) {
+        if let (true, Some(mut entry)) = (is_collection, entry) {
             // A whole-value write: every field and member is as new as the key.
             restamp(&mut entry.value, version);
         }
@@ -348,7 +358,7 @@ impl<'a> Ctx<'a> {
     pub(super) fn finish(&mut self, db: usize, key: &[u8], version: Version, tombstones: &[Bytes]) {
         let replicating = self.store.replicating();
         let (dbref, shard) = self.parts(db, key);
-        let Some(entry) = shard.raw_mut(key) else {
+        let Some(mut entry) = shard.raw_mut(key) else {
             return;
         };
         let changed = take_changes(&mut entry.value, version);
@@ -370,7 +380,7 @@ impl<'a> Ctx<'a> {
                 // ghost), so a concurrent field added on another node survives, as per-field LWW
                 // says.
                 if replicating {
-                    let had_ttl = entry.expiry.is_some();
+                    let had_ttl = entry.expiry().is_some();
                     shard.bury(dbref, key);
                     if had_ttl {
                         // Redis drops an emptied key's TTL: say so with a newer register, so a
@@ -405,7 +415,7 @@ impl<'a> Ctx<'a> {
     /// version, locally and on peers.
     fn restamp_ttl(&mut self, db: usize, key: &[u8], version: Version) {
         let (dbref, shard) = self.parts(db, key);
-        let Some(deadline) = shard.raw(key).and_then(|e| e.expiry.as_ref()).map(|e| e.deadline_ms) else {
+        let Some(deadline) = shard.raw(key).and_then(EntryRef::expiry).map(|e| e.deadline_ms) else {
             return;
         };
         shard.set_expiry(dbref, key, Some(Expiry { deadline_ms: deadline, version }));
@@ -441,14 +451,14 @@ impl<'a> Ctx<'a> {
             // An integer string becomes the counter's base (its SET is the base version).
             Some(Some((n, v))) => {
                 let version = self.next_version(key);
-                if let Some(e) = self.entry_mut_in(db, key) {
+                if let Some(mut e) = self.entry_mut_in(db, key) {
                     e.value = Value::Counter(Box::new(super::counter::Counter::new(n, v)));
                 }
                 version
             }
             Some(None) => self.next_version(key),
         };
-        let Some(Value::Counter(c)) = self.entry_mut_in(db, key).map(|e| &mut e.value) else {
+        let Some(Value::Counter(c)) = self.entry_mut_in(db, key).map(|e| &mut e.into_entry().value) else {
             return Err(CmdError::WrongType);
         };
         let next = c.add(origin, delta, version).ok_or(CmdError::Overflow)?;
@@ -468,7 +478,7 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn set_deadline_in(&mut self, db: usize, key: &[u8], deadline_ms: u64) {
-        let stored = self.get_in(db, key).map(Entry::last_write);
+        let stored = self.get_ref_in(db, key).map(EntryRef::last_write);
         let version = self.store.stamp(stored);
         let (dbref, shard) = self.parts(db, key);
         shard.set_expiry(dbref, key, Some(Expiry { deadline_ms, version }));
@@ -479,7 +489,7 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn deadline(&mut self, key: &[u8]) -> Option<u64> {
-        self.get(key).and_then(|e| e.deadline())
+        self.get_ref_in(self.db, key).and_then(EntryRef::deadline)
     }
 
     /// Reads a string value (`None` if missing; WRONGTYPE for other types).

@@ -89,7 +89,7 @@ impl<'a> Ctx<'a> {
     /// type). `f` gets the value and the write's version; whatever it changed is recorded.
     pub fn edit<T: Editable, R>(&mut self, key: &[u8], f: impl FnOnce(&mut T, Version) -> R) -> Result<Option<R>, CmdError> {
         let (db, store) = (self.db, self.store);
-        let Some(entry) = self.entry_mut_in(db, key) else {
+        let Some(mut entry) = self.entry_mut_in(db, key) else {
             return Ok(None);
         };
         let version = store.stamp(Some(entry.last_write()));
@@ -136,7 +136,7 @@ impl<'a> Ctx<'a> {
     pub fn remove_elements<T: Elements>(&mut self, key: &[u8], names: &[Bytes]) -> Result<usize, CmdError> {
         let (db, store) = (self.db, self.store);
         let replicating = store.replicating();
-        let Some(entry) = self.entry_mut_in(db, key) else {
+        let Some(mut entry) = self.entry_mut_in(db, key) else {
             if replicating {
                 let version = self.stamp_unseen(db, key);
                 let op = Effect::tombstones(db, key, T::KIND, names, version);
@@ -168,7 +168,7 @@ impl<'a> Ctx<'a> {
 
     pub fn delete_in(&mut self, db: usize, key: &[u8]) -> bool {
         let store = self.store;
-        let Some(stored) = self.get_in(db, key).map(super::Entry::last_write) else {
+        let Some(stored) = self.get_ref_in(db, key).map(super::EntryRef::last_write) else {
             if store.replicating() {
                 let version = self.stamp_unseen(db, key);
                 self.apply_unseen(db, key, Effect::delete(db, key, version));
@@ -194,7 +194,7 @@ impl<'a> Ctx<'a> {
     /// `EXPIRE` of it made elsewhere loses.
     pub fn persist(&mut self, key: &[u8]) -> bool {
         let db = self.db;
-        let Some(entry) = self.get(key) else {
+        let Some(entry) = self.get_ref_in(db, key) else {
             if self.store.replicating() {
                 let version = self.stamp_unseen(db, key);
                 self.apply_unseen(db, key, Effect::expire(db, key, 0, version));
@@ -217,8 +217,10 @@ impl<'a> Ctx<'a> {
     /// a concurrent command survives on every node alike.
     pub fn flush_db(&mut self, db: usize) {
         let store = self.store;
+        // A database never used holds nothing to clear (`Store::in_use`).
+        let shards = if store.in_use(db) { SHARDS_PER_DB } else { 0 };
         if !store.replicating() {
-            for shard in 0..SHARDS_PER_DB {
+            for shard in 0..shards {
                 self.with_shard(db, shard, |dbref, s| {
                     s.touch_existing();
                     s.clear(dbref);
@@ -231,7 +233,7 @@ impl<'a> Ctx<'a> {
                 *flushed = version;
                 version
             };
-            for shard in 0..SHARDS_PER_DB {
+            for shard in 0..shards {
                 self.with_shard(db, shard, |_, s| merge::flush_shard(store, db, s, version));
             }
             self.effects.push(Effect::flush_db(db, version));

@@ -14,7 +14,9 @@ pub type Key = Box<[u8]>;
 pub type FieldMap<V> = std::collections::HashMap<Bytes, V, foldhash::fast::RandomState>;
 
 /// One key's state. The version is stored as its two halves beside the access clock so the
-/// entry packs into 40 bytes (with the key, a 64-byte node of the shard's table: `db::table`).
+/// entry packs into 32 bytes; the key and its expiry register sit beside it in the shard
+/// table's node (`db::node`), so the register is read through the table's views
+/// (`EntryRef`/`EntryMut`: `expiry`, `deadline`, `is_expired`, `last_write`).
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub value: Value,
@@ -23,8 +25,6 @@ pub struct Entry {
     /// For eviction: seconds of the LRU clock, or a log counter and decay time under LFU
     /// (see `db::evict`).
     pub access: u32,
-    /// `None` until the key ever had a TTL; afterwards the LWW expiry register.
-    pub expiry: Option<Box<Expiry>>,
 }
 
 /// The expiry register: an absolute deadline (0 = persistent) and the version that set it.
@@ -460,7 +460,7 @@ impl Value {
 
 impl Entry {
     pub fn new(value: Value, version: Version) -> Entry {
-        Entry { value, hlc: version.hlc, node: version.node, access: 0, expiry: None }
+        Entry { value, hlc: version.hlc, node: version.node, access: 0 }
     }
 
     /// Version of the last write to this key (whole-key LWW, and creation).
@@ -483,24 +483,9 @@ impl Entry {
         }
     }
 
-    /// The newest version anything in the entry carries, its expiry register included: a
-    /// local write stamps above it, so it supersedes everything the writer could read.
-    pub fn last_write(&self) -> Version {
-        self.expiry.as_ref().map_or(Version::ZERO, |e| e.version).max(self.newest())
-    }
-
     pub fn set_version(&mut self, version: Version) {
         self.hlc = version.hlc;
         self.node = version.node;
-    }
-
-    /// The deadline in ms, if the key is volatile.
-    pub fn deadline(&self) -> Option<u64> {
-        self.expiry.as_ref().map(|e| e.deadline_ms).filter(|&d| d != 0)
-    }
-
-    pub fn is_expired(&self, now_ms: u64) -> bool {
-        self.deadline().is_some_and(|d| d <= now_ms)
     }
 }
 

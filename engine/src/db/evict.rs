@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use rand::Rng;
 
-use super::{Entry, Key, Store, SHARDS_PER_DB};
+use super::{Entry, EntryRef, Key, Store, SHARDS_PER_DB};
 use crate::memory;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,7 +90,7 @@ pub fn on_access(entry: &mut Entry, now_ms: u64, lfu: bool) {
 }
 
 /// Lower is evicted first.
-fn score(entry: &Entry, policy: Policy, now_ms: u64) -> u64 {
+fn score(entry: EntryRef<'_>, policy: Policy, now_ms: u64) -> u64 {
     match policy {
         Policy::AllKeysLfu | Policy::VolatileLfu => {
             let minutes = ((now_ms / 60_000) & 0xffff) as u32;
@@ -124,7 +124,7 @@ pub fn make_room(store: &Store, policy: Policy, maxmemory: u64, samples: usize) 
 fn evict_one(store: &Store, policy: Policy, samples: usize) -> bool {
     let mut rng = rand::rng();
     let now = store.hlc.wall_ms();
-    let candidates: Vec<usize> = (0..store.databases()).filter(|&db| if policy.volatile_only() { store.volatile_keys(db) > 0 } else { true }).collect();
+    let candidates: Vec<usize> = store.dbs_in_use().filter(|&db| !policy.volatile_only() || store.volatile_keys(db) > 0).collect();
     if candidates.is_empty() {
         return false;
     }
@@ -137,7 +137,7 @@ fn evict_one(store: &Store, policy: Policy, samples: usize) -> bool {
             .iter()
             .filter(|(_, e)| !policy.volatile_only() || e.deadline().is_some())
             .take(samples)
-            .min_by_key(|(_, e)| score(e, policy, now))
+            .min_by_key(|(_, e)| score(*e, policy, now))
             .map(|(k, e)| (Key::from(k), k.len() + e.value.approx_size() + 64));
         if let Some((key, size)) = victim {
             shard.remove(store.db(db), &key);

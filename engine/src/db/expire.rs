@@ -77,7 +77,7 @@ pub fn collect_tombstones(store: &Store, now_ms: u64, horizon: crate::hlc::Times
     let cap = now_ms.saturating_sub(store.tombstone_gc_ms.load(Ordering::Relaxed));
     let keep = |v: &crate::hlc::Version| v.hlc > horizon && crate::hlc::physical_ms(v.hlc) >= cap;
     let mut dropped = 0;
-    for db in 0..store.databases() {
+    for db in store.dbs_in_use() {
         for s in 0..SHARDS_PER_DB {
             let mut shard = store.lock_shard(db, s);
             let before = shard.tombstones.len();

@@ -106,7 +106,7 @@ impl Ctx<'_> {
     /// Stores a `PFCOUNT` result in the HLL's header cache, as Redis does. Not a replicated
     /// write: the cache is derived from the registers (peers fill their own).
     pub fn hll_store_count(&mut self, key: &[u8], count: u64) {
-        if let Some(Value::Str(s)) = self.entry_mut_in(self.db, key).map(|e| &mut e.value) {
+        if let Some(Value::Str(s)) = self.entry_mut_in(self.db, key).map(|e| &mut e.into_entry().value) {
             if hll::check(s).is_ok() {
                 hll::store_count(s, count);
             }
@@ -117,7 +117,7 @@ impl Ctx<'_> {
     /// whether it was sparse. Not replicated: the registers do not change, and the encoding
     /// is each node's own (a peer promotes its copy when it outgrows the sparse limit).
     pub fn hll_to_dense(&mut self, key: &[u8]) -> Result<bool, CmdError> {
-        match self.entry_mut_in(self.db, key).map(|e| &mut e.value) {
+        match self.entry_mut_in(self.db, key).map(|e| &mut e.into_entry().value) {
             Some(Value::Str(stored)) => {
                 let mut bytes = std::mem::take(stored).into_vec();
                 let result = hll::to_dense(&mut bytes);
@@ -139,9 +139,9 @@ impl Ctx<'_> {
         // An expired value is part of the past a new incarnation must supersede.
         let expired = {
             let (_, shard) = self.parts(db, key);
-            shard.raw(key).filter(|e| e.is_expired(now)).map(Entry::last_write)
+            shard.raw(key).filter(|e| e.is_expired(now)).map(super::EntryRef::last_write)
         };
-        let created = match self.entry_mut_in(db, key).map(|e| &e.value) {
+        let created = match self.entry_mut_in(db, key).map(|e| &e.into_entry().value) {
             Some(Value::Str(s)) => {
                 hll::check(s)?;
                 false
@@ -163,7 +163,7 @@ impl Ctx<'_> {
             self.notify_in(db, crate::notify::class::NEW, "new", key);
         }
         let (_, shard) = self.parts(db, key);
-        let Some(entry) = shard.raw_mut(key) else {
+        let Some(mut entry) = shard.raw_mut(key) else {
             return Err(CmdError::WrongType);
         };
         let incarnation = entry.version();

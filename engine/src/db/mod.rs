@@ -17,6 +17,7 @@ pub mod functions;
 pub mod ghost;
 pub mod hll;
 pub mod lattice;
+pub mod node;
 pub mod pending;
 pub mod strbuf;
 pub mod table;
@@ -25,7 +26,7 @@ pub mod zset;
 use std::collections::{BTreeSet, HashMap};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::{Mutex, MutexGuard};
 use smallvec::SmallVec;
@@ -33,6 +34,7 @@ use smallvec::SmallVec;
 use crate::hlc::{Hlc, Version};
 pub use entry::{Entry, Expiry, Key, Kind, Value};
 pub use ghost::{Ghost, Tombstoned};
+pub use table::{EntryMut, EntryRef, Removed};
 
 /// Shards per database. A power of two well above any thread count, and small enough per
 /// shard that a `SCAN` step can return whole shards (see `cmd::keys::scan`).
@@ -69,7 +71,10 @@ pub struct Shard {
 }
 
 pub struct Db {
-    shards: Box<[Mutex<Shard>]>,
+    /// Allocated on first use (`Db::shards`): 1024 empty shards cost ~190 KiB, and most of a
+    /// server's 16 databases are never used. Whole-keyspace passes skip a database whose
+    /// shards do not exist (`Store::in_use`): it holds nothing.
+    shards: OnceLock<Box<[Mutex<Shard>]>>,
     /// Replication: the version of the last FLUSHDB/FLUSHALL, which dominates every older
     /// entry and write in this database.
     pub flushed: Mutex<Version>,
@@ -136,13 +141,7 @@ impl Modified {
 
 impl Store {
     pub fn new(databases: usize, hlc: Hlc, node_id: crate::hlc::NodeId) -> Store {
-        let dbs = (0..databases)
-            .map(|_| Db {
-                shards: (0..SHARDS_PER_DB).map(|_| Mutex::new(Shard::default())).collect(),
-                flushed: Mutex::new(Version::ZERO),
-                volatile_keys: AtomicUsize::new(0),
-            })
-            .collect();
+        let dbs = (0..databases).map(|_| Db { shards: OnceLock::new(), flushed: Mutex::new(Version::ZERO), volatile_keys: AtomicUsize::new(0) }).collect();
         Store {
             dbs,
             hlc,
@@ -208,7 +207,7 @@ impl Store {
 
     /// Locks one shard. Callers holding other shard locks must use `lock_many` instead.
     pub fn lock_shard(&self, db: usize, shard: usize) -> MutexGuard<'_, Shard> {
-        self.dbs[db].shards[shard].lock()
+        self.dbs[db].shards()[shard].lock()
     }
 
     /// Locks every `(db, shard)` in `wanted` in ascending order (deduplicated).
@@ -246,7 +245,7 @@ impl Store {
     pub fn wipe(&self) -> usize {
         let mut keys = 0;
         for (i, db) in self.dbs.iter().enumerate() {
-            for s in 0..SHARDS_PER_DB {
+            for s in (0..SHARDS_PER_DB).filter(|_| self.in_use(i)) {
                 keys += self.lock_shard(i, s).wipe(db);
             }
             *db.flushed.lock() = Version::ZERO;
@@ -258,7 +257,7 @@ impl Store {
 
     /// Ghosts (tombstones of deleted keys) held, in all databases.
     pub fn tombstones_held(&self) -> usize {
-        (0..self.databases()).map(|db| (0..SHARDS_PER_DB).map(|s| self.lock_shard(db, s).tombstones.len()).sum::<usize>()).sum()
+        self.dbs_in_use().map(|db| (0..SHARDS_PER_DB).map(|s| self.lock_shard(db, s).tombstones.len()).sum::<usize>()).sum()
     }
 
     pub fn volatile_keys(&self, db: usize) -> usize {
@@ -267,7 +266,22 @@ impl Store {
 
     /// Live keys in `db`, one shard at a time.
     pub fn dbsize(&self, db: usize) -> usize {
+        if !self.in_use(db) {
+            return 0;
+        }
         (0..SHARDS_PER_DB).map(|s| self.lock_shard(db, s).len()).sum()
+    }
+
+    /// Whether database `db` was ever used (its shards exist; locking one creates them). One
+    /// that was not holds nothing, no ghosts and no pending registers, so a whole-keyspace
+    /// pass that only reads or clears may skip it (and should, or it allocates them).
+    pub fn in_use(&self, db: usize) -> bool {
+        self.dbs[db].shards.get().is_some()
+    }
+
+    /// The databases in use (`in_use`), for whole-keyspace passes.
+    pub fn dbs_in_use(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.dbs.len()).filter(|&db| self.in_use(db))
     }
 }
 
@@ -292,7 +306,7 @@ impl<'a> Locks<'a> {
         let Err(at) = self.guards.binary_search_by(|(k, _)| k.cmp(&(db, shard))) else {
             return true;
         };
-        let lock = &store.dbs[db].shards[shard];
+        let lock = &store.dbs[db].shards()[shard];
         let guard = if wait.is_zero() { lock.try_lock() } else { lock.try_lock_for(wait) };
         match guard {
             Some(guard) => {
@@ -342,41 +356,39 @@ impl Shard {
     }
 
     /// The entry, whether or not it has expired.
-    pub fn raw(&self, key: &[u8]) -> Option<&Entry> {
+    pub fn raw(&self, key: &[u8]) -> Option<EntryRef<'_>> {
         self.map.get(key)
     }
 
-    pub fn raw_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
+    pub fn raw_mut(&mut self, key: &[u8]) -> Option<EntryMut<'_>> {
         self.map.get_mut(key)
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], EntryRef<'_>)> {
         self.map.iter()
     }
 
-    /// Inserts or replaces a key's entry, keeping the expiry index in step.
-    pub fn insert(&mut self, db: &Db, key: &[u8], entry: Entry) -> Option<Entry> {
-        let new_deadline = entry.deadline();
+    /// Inserts or replaces a key's entry (without an expiry register: the replaced entry's
+    /// goes with it), keeping the expiry index in step.
+    pub fn insert(&mut self, db: &Db, key: &[u8], entry: Entry) -> Option<Removed> {
         let old = self.map.insert(key, entry);
-        let old_deadline = old.as_ref().and_then(Entry::deadline);
-        self.reindex(db, key, old_deadline, new_deadline);
+        let old_deadline = old.as_ref().and_then(Removed::deadline);
+        self.reindex(db, key, old_deadline, None);
         old
     }
 
-    pub fn remove(&mut self, db: &Db, key: &[u8]) -> Option<Entry> {
+    pub fn remove(&mut self, db: &Db, key: &[u8]) -> Option<Removed> {
         let old = self.map.remove(key)?;
         self.reindex(db, key, old.deadline(), None);
         Some(old)
     }
 
-    /// Sets a key's expiry register. The key must exist.
+    /// Sets a key's expiry register, keeping the expiry index in step: the one way to change
+    /// a stored register. Nothing happens if the key is missing.
     pub fn set_expiry(&mut self, db: &Db, key: &[u8], expiry: Option<Expiry>) {
-        let Some(entry) = self.map.get_mut(key) else {
-            return;
-        };
-        let old_deadline = entry.deadline();
-        entry.expiry = expiry.map(Box::new);
-        let new_deadline = entry.deadline();
+        let new_deadline = expiry.map(|e| e.deadline_ms).filter(|&d| d != 0);
+        let Some(old) = self.map.set_expiry(key, expiry) else { return };
+        let old_deadline = old.map(|e| e.deadline_ms).filter(|&d| d != 0);
         self.reindex(db, key, old_deadline, new_deadline);
     }
 
@@ -454,10 +466,10 @@ impl Shard {
     /// collection emptied by a local removal writes a "no TTL" register (see `Ctx::finish`) —
     /// never by the order in which a replica happened to see the writes.
     pub fn bury(&mut self, db: &Db, key: &[u8]) {
-        let Some(entry) = self.remove(db, key) else { return };
-        if let Some(e) = entry.expiry.as_deref() {
+        let Some(Removed { entry, expiry }) = self.remove(db, key) else { return };
+        if let Some(e) = expiry {
             if self.orphan_expiry.get(key).is_none_or(|o| o.version < e.version) {
-                self.orphan_expiry.insert(key.into(), *e);
+                self.orphan_expiry.insert(key.into(), e);
             }
         }
         let mut ghost = self.tombstones.remove(key).unwrap_or_default();
@@ -516,5 +528,60 @@ impl Shard {
 impl Store {
     pub fn db(&self, index: usize) -> &Db {
         &self.dbs[index]
+    }
+}
+
+impl Db {
+    /// The database's shards, allocated on first use.
+    #[inline]
+    fn shards(&self) -> &[Mutex<Shard>] {
+        match self.shards.get() {
+            Some(shards) => shards,
+            None => self.allocate(),
+        }
+    }
+
+    /// The first use: off the lookup's path.
+    #[cold]
+    #[inline(never)]
+    fn allocate(&self) -> &[Mutex<Shard>] {
+        self.shards.get_or_init(|| (0..SHARDS_PER_DB).map(|_| Mutex::new(Shard::default())).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::hlc::SystemClock;
+
+    /// Unused databases cost no memory: the whole-keyspace passes (sizes, tombstone
+    /// collection, expiry, snapshots, RDB export, wipe) leave them unallocated, and the
+    /// first write allocates only its own database.
+    #[test]
+    fn databases_are_allocated_on_first_use_only() {
+        let store = Store::new(16, Hlc::new(Arc::new(SystemClock), 500), 3);
+        let now = store.hlc.wall_ms();
+        let passes = |store: &Store| {
+            assert_eq!((0..16).map(|db| store.dbsize(db)).sum::<usize>(), store.dbsize(5));
+            assert_eq!(store.tombstones_held(), 0);
+            expire::expire_cycle(store, now, &|_| {});
+            expire::collect_tombstones(store, now, 0, 0);
+            let mut ops = 0;
+            crate::repl::snapshot::snapshot(store, &mut |batch| ops += batch.len());
+            crate::persist::rdb::export(store, "test", &mut Vec::new());
+            evict::make_room(store, evict::Policy::AllKeysRandom, 0, 5);
+        };
+        passes(&store);
+        assert_eq!(store.dbs_in_use().count(), 0, "a pass over an empty keyspace allocated a database");
+        let shard = store.shard_of(b"k");
+        store.lock_shard(5, shard).insert(store.db(5), b"k", Entry::new(Value::Int(1), Version::ZERO));
+        assert_eq!(store.dbs_in_use().collect::<Vec<_>>(), vec![5]);
+        assert_eq!(store.dbsize(5), 1);
+        store.wipe();
+        passes(&store);
+        assert_eq!(store.dbs_in_use().collect::<Vec<_>>(), vec![5]);
+        assert_eq!(store.dbsize(5), 0);
     }
 }

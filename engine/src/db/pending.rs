@@ -1,4 +1,4 @@
-//! Expiry registers as replication merges them: a key's own (`Entry::expiry`, whose rule is
+//! Expiry registers as replication merges them: a key's own (`EntryRef::expiry`, whose rule is
 //! `Merge for Expiry`) and pending ones (`Shard::orphan_expiry`: a register that arrived
 //! before the write that creates its key, or outlived the incarnation it was set on). This
 //! file owns when a register is taken, kept pending, adopted by a new incarnation, or dies
@@ -6,7 +6,7 @@
 //! call it.
 
 use super::lattice::Merge;
-use super::{Db, Entry, Expiry, Shard, Value};
+use super::{Db, Entry, EntryRef, Expiry, Shard, Value};
 use crate::hlc::Version;
 
 /// The version of the key's last whole-key write or delete: expiry registers older than it
@@ -35,11 +35,11 @@ impl Shard {
                 // Not newer than the database's flush: dead with it, as for a key not created yet
                 // (found by the mesh_message fuzz target: a counter whose base is at the flush
                 // took a register at the flush's version, which the key-less path had dropped).
-                if v <= flushed || v < whole_version(entry) {
+                if v <= flushed || v < whole_version(&entry) {
                     return false;
                 }
                 // The register's own rule (`Merge for Expiry`; a key without one holds `None`).
-                let mut held = entry.expiry.as_deref().copied();
+                let mut held = entry.expiry().copied();
                 if !held.merge(&Some(register)) {
                     return false;
                 }
@@ -62,7 +62,7 @@ impl Shard {
     /// Drops expiry registers (the key's, or a pending one) older than a whole write or
     /// delete at `v`.
     pub fn drop_expiry_older(&mut self, db: &Db, key: &[u8], v: Version) {
-        if self.raw(key).and_then(|e| e.expiry.as_ref()).is_some_and(|e| e.version < v) {
+        if self.raw(key).and_then(EntryRef::expiry).is_some_and(|e| e.version < v) {
             self.set_expiry(db, key, None);
         }
         if self.orphan_expiry.get(key).is_some_and(|e| e.version < v) {
@@ -74,7 +74,7 @@ impl Shard {
     /// (whole) write is newer and so cleared it.
     pub fn adopt_pending_expiry(&mut self, db: &Db, key: &[u8]) {
         if let Some(e) = self.orphan_expiry.remove(key) {
-            if self.raw(key).is_some_and(|entry| e.version >= whole_version(entry)) {
+            if self.raw(key).is_some_and(|entry| e.version >= whole_version(&entry)) {
                 self.set_expiry(db, key, Some(e));
             }
         }

@@ -1,6 +1,6 @@
 //! `StrBuf`: a string value's bytes in 12 bytes (a pointer and a 32-bit length), so `Value`
-//! is 16 bytes instead of 24 and a key's node fits jemalloc's 64-byte class (see
-//! `db::table` and docs/benchmarks.md, Memory).
+//! is 16 bytes instead of 24 and the `Entry` 32 (see `db::node`, `db::table` and
+//! docs/benchmarks.md, Memory).
 //!
 //! The bytes are an ordinary `Box<[u8]>` allocation (capacity == length), so converting to
 //! and from `Vec<u8>`/`Box<[u8]>` moves the allocation without copying (the HLL commands
@@ -8,9 +8,10 @@
 //! only with a raised `proto-max-bulk-len`) is kept behind one more box: the length field
 //! says `u32::MAX` and the pointer is a `Box<Box<[u8]>>`.
 //!
-//! The one module allowed `unsafe` (the workspace denies it): no safe type stores a slice's
-//! length outside its allocation in 12 bytes. Each block says why it is sound; the tests
-//! check every operation against a `Vec` model, and `db::table`'s against a `HashMap`.
+//! One of the two modules allowed `unsafe` (the workspace denies it; the other is `db::node`):
+//! no safe type stores a slice's length outside its allocation in 12 bytes. Each block says
+//! why it is sound; the tests check every operation against a `Vec` model, and `db::table`'s
+//! against a `HashMap`.
 #![allow(unsafe_code)]
 
 use std::ptr::NonNull;
@@ -185,7 +186,7 @@ mod tests {
     fn value_is_16_bytes() {
         assert_eq!(std::mem::size_of::<StrBuf>(), 12);
         assert_eq!(std::mem::size_of::<crate::db::Value>(), 16);
-        assert_eq!(std::mem::size_of::<crate::db::Entry>(), 40);
+        assert_eq!(std::mem::size_of::<crate::db::Entry>(), 32, "the expiry register lives at the node's tail (`db::node`)");
     }
 
     #[test]

@@ -1,54 +1,163 @@
-//! `KeyTable`: a shard's key → entry map, stored as a hash table of pointers to boxed
-//! `(key, entry)` nodes.
+//! `KeyTable`: a shard's key → entry map, stored as a hash table of thin pointers to nodes
+//! that each hold one key, its entry and, only if the key has one, its expiry register.
 //!
 //! Why not `HashMap<Key, Entry>`: a hash table keeps its slots inline and grows by doubling,
 //! so at a typical 45–85% load each key pays for ~2 slots. With 64-byte slots that was 136
 //! bytes per key at 1M keys (measured: 1.54x Redis's RSS); with 8-byte pointer slots it is 17.
-//! Keys up to `INLINE_KEY` bytes live inside the node, so a lookup follows one pointer, not
-//! two (the second cache miss was the top of a SET profile): one 64-byte node (24 bytes of key,
-//! a 40-byte `Entry` whose `Value` is 16 bytes, `db::strbuf`). See docs/benchmarks.md.
+//! The key lives inside the node, so a lookup follows one pointer, not two (the second cache
+//! miss was the top of a SET profile). A node (`db::node`) is the 32-byte `Entry` (its `Value`
+//! is 16 bytes, `db::strbuf`), a length byte and the key at its exact length: 47 bytes for a
+//! 14-byte key, jemalloc's 48-byte class; a key with a TTL carries its 24-byte register at the
+//! tail (the node is reallocated when the key gains or loses one). See docs/benchmarks.md.
+//!
+//! Since the register is not in the `Entry`, the table hands out views that carry both
+//! (`EntryRef`, `EntryMut`, and `Removed` for what it gives back): whoever needs a key's
+//! deadline or its newest write (`last_write`) must hold one, and only `set_expiry` changes
+//! a register (through `Shard::set_expiry`, which keeps the expiry index in step).
 
 use std::hash::BuildHasher;
 
 use hashbrown::hash_table::{Entry as Slot, HashTable};
 
-use super::entry::{Entry, Key};
+use super::entry::{Entry, Expiry};
+use super::node::Node;
+use crate::hlc::Version;
 
-/// Keys this long or shorter are stored inside the node.
-const INLINE_KEY: usize = 22;
-
-enum NodeKey {
-    Inline { len: u8, bytes: [u8; INLINE_KEY] },
-    Heap(Key),
+/// A key's entry and its expiry register, borrowed from the table. The only way to read a
+/// stored key's register: the `Entry` itself has none (it lives at the node's tail), so a
+/// caller that needs the deadline or the newest write (`last_write`) cannot forget it.
+#[derive(Clone, Copy)]
+pub struct EntryRef<'a> {
+    entry: &'a Entry,
+    expiry: Option<&'a Expiry>,
 }
 
-impl NodeKey {
-    fn new(key: &[u8]) -> NodeKey {
-        if key.len() <= INLINE_KEY {
-            let mut bytes = [0; INLINE_KEY];
-            bytes[..key.len()].copy_from_slice(key);
-            NodeKey::Inline { len: key.len() as u8, bytes }
-        } else {
-            NodeKey::Heap(key.into())
-        }
+/// A key's entry to change in place, and its register to read. The register changes only
+/// through `Shard::set_expiry` (the table's `set_expiry`), which keeps the expiry index in
+/// step and may move the node.
+pub struct EntryMut<'a> {
+    entry: &'a mut Entry,
+    expiry: Option<&'a Expiry>,
+}
+
+/// A key's entry and register taken out of the table (`remove`, `insert`'s old entry).
+#[derive(Debug)]
+pub struct Removed {
+    pub entry: Entry,
+    pub expiry: Option<Expiry>,
+}
+
+/// What every view of a key's state says about its register.
+fn deadline_of(expiry: Option<&Expiry>) -> Option<u64> {
+    expiry.map(|e| e.deadline_ms).filter(|&d| d != 0)
+}
+
+fn last_write_of(entry: &Entry, expiry: Option<&Expiry>) -> Version {
+    expiry.map_or(Version::ZERO, |e| e.version).max(entry.newest())
+}
+
+impl<'a> EntryRef<'a> {
+    /// The entry alone, for readers of the value and version.
+    pub fn entry(self) -> &'a Entry {
+        self.entry
     }
 
-    fn as_bytes(&self) -> &[u8] {
-        match self {
-            NodeKey::Inline { len, bytes } => &bytes[..*len as usize],
-            NodeKey::Heap(key) => key,
-        }
+    /// `None` until the key ever had a TTL; afterwards the LWW expiry register.
+    pub fn expiry(self) -> Option<&'a Expiry> {
+        self.expiry
+    }
+
+    /// The deadline in ms, if the key is volatile.
+    pub fn deadline(self) -> Option<u64> {
+        deadline_of(self.expiry)
+    }
+
+    pub fn is_expired(self, now_ms: u64) -> bool {
+        self.deadline().is_some_and(|d| d <= now_ms)
+    }
+
+    /// The newest version anything the key holds carries, its expiry register included: a
+    /// local write stamps above it, so it supersedes everything the writer could read.
+    pub fn last_write(self) -> Version {
+        last_write_of(self.entry, self.expiry)
     }
 }
 
-struct Node {
-    key: NodeKey,
-    entry: Entry,
+impl std::ops::Deref for EntryRef<'_> {
+    type Target = Entry;
+    fn deref(&self) -> &Entry {
+        self.entry
+    }
+}
+
+impl std::fmt::Debug for EntryRef<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EntryRef").field("entry", self.entry).field("expiry", &self.expiry).finish()
+    }
+}
+
+impl<'a> EntryMut<'a> {
+    pub fn into_entry(self) -> &'a mut Entry {
+        self.entry
+    }
+
+    pub fn into_ref(self) -> EntryRef<'a> {
+        EntryRef { entry: self.entry, expiry: self.expiry }
+    }
+
+    pub fn as_ref(&self) -> EntryRef<'_> {
+        EntryRef { entry: self.entry, expiry: self.expiry }
+    }
+
+    pub fn expiry(&self) -> Option<&Expiry> {
+        self.expiry
+    }
+
+    pub fn deadline(&self) -> Option<u64> {
+        deadline_of(self.expiry)
+    }
+
+    pub fn is_expired(&self, now_ms: u64) -> bool {
+        self.as_ref().is_expired(now_ms)
+    }
+
+    pub fn last_write(&self) -> Version {
+        last_write_of(self.entry, self.expiry)
+    }
+}
+
+impl std::ops::Deref for EntryMut<'_> {
+    type Target = Entry;
+    fn deref(&self) -> &Entry {
+        self.entry
+    }
+}
+
+impl std::ops::DerefMut for EntryMut<'_> {
+    fn deref_mut(&mut self) -> &mut Entry {
+        self.entry
+    }
+}
+
+impl Removed {
+    pub fn deadline(&self) -> Option<u64> {
+        deadline_of(self.expiry.as_ref())
+    }
+}
+
+fn view(n: &Node) -> EntryRef<'_> {
+    let (entry, expiry) = n.parts();
+    EntryRef { entry, expiry }
+}
+
+fn view_mut(n: &mut Node) -> EntryMut<'_> {
+    let (entry, expiry) = n.parts_mut();
+    EntryMut { entry, expiry }
 }
 
 #[derive(Default)]
 pub struct KeyTable {
-    table: HashTable<Box<Node>>,
+    table: HashTable<Node>,
     hasher: foldhash::fast::RandomState,
 }
 
@@ -71,46 +180,65 @@ impl KeyTable {
         self.table.is_empty()
     }
 
-    pub fn get(&self, key: &[u8]) -> Option<&Entry> {
-        self.table.find(self.hash(key), |n| n.key.as_bytes() == key).map(|n| &n.entry)
+    fn node_mut(&mut self, key: &[u8]) -> Option<&mut Node> {
+        let hash = self.hash(key);
+        self.table.find_mut(hash, |n| n.key() == key)
     }
 
-    pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
-        let hash = self.hash(key);
-        self.table.find_mut(hash, |n| n.key.as_bytes() == key).map(|n| &mut n.entry)
+    pub fn get(&self, key: &[u8]) -> Option<EntryRef<'_>> {
+        self.table.find(self.hash(key), |n| n.key() == key).map(view)
+    }
+
+    pub fn get_mut(&mut self, key: &[u8]) -> Option<EntryMut<'_>> {
+        self.node_mut(key).map(view_mut)
     }
 
     pub fn contains_key(&self, key: &[u8]) -> bool {
         self.get(key).is_some()
     }
 
-    /// Inserts or replaces; returns the previous entry.
-    pub fn insert(&mut self, key: &[u8], entry: Entry) -> Option<Entry> {
+    /// Inserts or replaces; the key's register goes with the entry it replaces (the new entry
+    /// has none). Returns the previous entry and register.
+    pub fn insert(&mut self, key: &[u8], entry: Entry) -> Option<Removed> {
         let hash = self.hash(key);
         let hasher = &self.hasher;
-        match self.table.entry(hash, |n| n.key.as_bytes() == key, |n| hasher.hash_one(n.key.as_bytes())) {
-            Slot::Occupied(mut slot) => Some(std::mem::replace(&mut slot.get_mut().entry, entry)),
+        match self.table.entry(hash, |n| n.key() == key, |n| hasher.hash_one(n.key())) {
+            Slot::Occupied(mut slot) => {
+                let node = slot.get_mut();
+                let expiry = node.set_expiry(None);
+                let entry = std::mem::replace(node.parts_mut().0, entry);
+                Some(Removed { entry, expiry })
+            }
             Slot::Vacant(slot) => {
-                slot.insert(Box::new(Node { key: NodeKey::new(key), entry }));
+                slot.insert(Node::new(key, entry));
                 None
             }
         }
     }
 
-    pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
+    /// Sets or removes a key's register (the node moves when it gains or loses one); returns
+    /// the old one, or `None` if the key is missing (then nothing changes).
+    pub fn set_expiry(&mut self, key: &[u8], expiry: Option<Expiry>) -> Option<Option<Expiry>> {
+        Some(self.node_mut(key)?.set_expiry(expiry))
+    }
+
+    pub fn remove(&mut self, key: &[u8]) -> Option<Removed> {
         let hash = self.hash(key);
-        match self.table.find_entry(hash, |n| n.key.as_bytes() == key) {
-            Ok(slot) => Some(slot.remove().0.entry),
+        match self.table.find_entry(hash, |n| n.key() == key) {
+            Ok(slot) => {
+                let (entry, expiry) = slot.remove().0.into_parts();
+                Some(Removed { entry, expiry })
+            }
             Err(_) => None,
         }
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
-        self.table.iter().map(|n| (n.key.as_bytes(), &n.entry))
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], EntryRef<'_>)> {
+        self.table.iter().map(|n| (n.key(), view(n)))
     }
 
     pub fn entries_mut(&mut self) -> impl Iterator<Item = &mut Entry> {
-        self.table.iter_mut().map(|n| &mut n.entry)
+        self.table.iter_mut().map(|n| n.parts_mut().0)
     }
 }
 
@@ -118,21 +246,46 @@ impl KeyTable {
 mod tests {
     use super::*;
     use crate::db::Value;
-    use crate::hlc::Version;
+
+    fn v(n: u64) -> Version {
+        Version { hlc: n, node: 1 }
+    }
 
     #[test]
     fn insert_replace_remove() {
         let mut t = KeyTable::default();
         assert!(t.insert(b"a", Entry::new(Value::Int(1), Version::ZERO)).is_none());
         assert!(t.insert(b"a", Entry::new(Value::Int(2), Version::ZERO)).is_some());
-        assert!(matches!(t.get(b"a").map(|e| &e.value), Some(Value::Int(2))));
+        assert!(matches!(t.get(b"a").map(|e| &e.entry().value), Some(Value::Int(2))));
         assert_eq!(t.len(), 1);
         assert!(t.remove(b"a").is_some());
         assert!(t.is_empty());
-        assert_eq!(std::mem::size_of::<Node>(), 64, "a node should fit jemalloc's 64-byte size class");
         let long = vec![b'k'; 100];
         t.insert(&long, Entry::new(Value::Int(3), Version::ZERO));
         assert!(t.get(&long).is_some() && t.get(&long[..99]).is_none());
+    }
+
+    #[test]
+    fn the_register_is_read_with_the_entry_and_goes_with_it() {
+        let mut t = KeyTable::default();
+        let ttl = Expiry { deadline_ms: 1000, version: v(5) };
+        assert_eq!(t.set_expiry(b"k", Some(ttl)), None, "a missing key takes no register");
+        t.insert(b"k", Entry::new(Value::Int(1), v(2)));
+        assert_eq!(t.set_expiry(b"k", Some(ttl)), Some(None));
+        let e = t.get(b"k").unwrap();
+        assert_eq!((e.expiry(), e.deadline(), e.last_write()), (Some(&ttl), Some(1000), v(5)));
+        assert!(e.is_expired(1000) && !e.is_expired(999));
+        // A persistent register (deadline 0) is still a register, with a version.
+        t.set_expiry(b"k", Some(Expiry { deadline_ms: 0, version: v(6) }));
+        let e = t.get_mut(b"k").unwrap();
+        assert_eq!((e.deadline(), e.last_write(), e.is_expired(u64::MAX)), (None, v(6), false));
+        // Replacing the entry drops the register, which comes back with the old entry.
+        let old = t.insert(b"k", Entry::new(Value::Int(2), v(7))).unwrap();
+        assert_eq!(old.expiry.map(|e| e.version), Some(v(6)));
+        assert_eq!(t.get(b"k").unwrap().expiry(), None);
+        t.set_expiry(b"k", Some(ttl));
+        let removed = t.remove(b"k").unwrap();
+        assert_eq!((removed.expiry, removed.deadline(), removed.entry.version()), (Some(ttl), Some(1000), v(7)));
     }
 
     #[derive(Debug, Clone)]
@@ -140,6 +293,10 @@ mod tests {
         Insert(Vec<u8>, Vec<u8>),
         Remove(Vec<u8>),
         Append(Vec<u8>, u8),
+        /// Sets (`Some`) or removes the register; a deadline of 0 is a persistent register.
+        Expire(Vec<u8>, Option<u64>),
+        /// Changes the version through `get_mut`, as a write does.
+        Stamp(Vec<u8>, u64),
     }
 
     fn value_bytes(entry: &Entry) -> Vec<u8> {
@@ -150,67 +307,103 @@ mod tests {
         }
     }
 
+    /// What the model holds per key: the value, the version and the register.
+    type Held = (Vec<u8>, Version, Option<Expiry>);
+
+    fn held(entry: &Entry, expiry: Option<Expiry>) -> Held {
+        (value_bytes(entry), entry.version(), expiry)
+    }
+
     proptest::proptest! {
-        /// The table against a `HashMap` model: inline (≤ 22 bytes) and heap keys, empty,
-        /// integer and heap string values, enough keys to resize, values edited in place.
+        /// The table against a `HashMap` model: keys of many lengths (empty, short, at the
+        /// node's one-byte length limit and past it, long), empty, integer and heap string
+        /// values, enough keys to resize, values and versions edited in place, registers set,
+        /// changed and removed (the node moves), replaced and removed with their entries.
         #[test]
         fn behaves_like_a_hash_map(ops in proptest::collection::vec(op(), 1..400)) {
             let mut t = KeyTable::default();
-            let mut model = std::collections::HashMap::<Vec<u8>, Vec<u8>>::new();
+            let mut model = std::collections::HashMap::<Vec<u8>, Held>::new();
+            let mut version = 0;
             for op in ops {
+                version += 1;
                 match op {
-                    Op::Insert(k, v) => {
-                        let old = t.insert(&k, Entry::new(Value::string(&v), Version::ZERO)).map(|e| value_bytes(&e));
-                        let expected = model.insert(k.clone(), v.clone());
+                    Op::Insert(k, val) => {
+                        let old = t.insert(&k, Entry::new(Value::string(&val), v(version))).map(|r| held(&r.entry, r.expiry));
+                        let expected = model.insert(k.clone(), (val.clone(), v(version), None));
                         // `Value::string` keeps canonical integers as `Int`, which print back the same.
                         proptest::prop_assert_eq!(old, expected);
                     }
                     Op::Remove(k) => {
-                        proptest::prop_assert_eq!(t.remove(&k).map(|e| value_bytes(&e)), model.remove(&k));
+                        proptest::prop_assert_eq!(t.remove(&k).map(|r| held(&r.entry, r.expiry)), model.remove(&k));
                     }
                     Op::Append(k, b) => {
                         // An in-place edit through `get_mut`, as APPEND does.
-                        if let Some(e) = t.get_mut(&k) {
-                            let mut bytes = value_bytes(e);
+                        if let Some(mut e) = t.get_mut(&k) {
+                            let mut bytes = value_bytes(&e);
                             bytes.push(b);
                             e.value = Value::Str(bytes.clone().into());
-                            model.insert(k, bytes);
+                            model.get_mut(&k).unwrap().0 = bytes;
                         } else {
                             proptest::prop_assert!(!model.contains_key(&k));
+                        }
+                    }
+                    Op::Expire(k, deadline) => {
+                        let register = deadline.map(|deadline_ms| Expiry { deadline_ms, version: v(version) });
+                        let old = t.set_expiry(&k, register);
+                        let expected = model.get_mut(&k).map(|h| std::mem::replace(&mut h.2, register));
+                        proptest::prop_assert_eq!(old, expected);
+                    }
+                    Op::Stamp(k, hlc) => {
+                        if let Some(mut e) = t.get_mut(&k) {
+                            e.set_version(v(hlc));
+                            model.get_mut(&k).unwrap().1 = v(hlc);
                         }
                     }
                 }
                 proptest::prop_assert_eq!(t.len(), model.len());
             }
-            for (k, v) in &model {
-                let got = t.get(k).map(value_bytes);
-                proptest::prop_assert_eq!(got.as_ref(), Some(v));
+            for (k, h) in &model {
+                let got = t.get(k).map(|e| held(e.entry(), e.expiry().copied()));
+                proptest::prop_assert_eq!(got.as_ref(), Some(h));
+                let deadline = h.2.map(|e| e.deadline_ms).filter(|&d| d != 0);
+                proptest::prop_assert_eq!(t.get(k).and_then(EntryRef::deadline), deadline);
+                proptest::prop_assert_eq!(t.get_mut(k).map(|e| e.last_write()), Some(h.1.max(h.2.map_or(Version::ZERO, |e| e.version))));
             }
-            let mut listed: Vec<(Vec<u8>, Vec<u8>)> = t.iter().map(|(k, e)| (k.to_vec(), value_bytes(e))).collect();
-            listed.sort();
-            let mut expected: Vec<(Vec<u8>, Vec<u8>)> = model.into_iter().collect();
-            expected.sort();
+            let mut listed: Vec<(Vec<u8>, Held)> = t.iter().map(|(k, e)| (k.to_vec(), held(e.entry(), e.expiry().copied()))).collect();
+            listed.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut expected: Vec<(Vec<u8>, Held)> = model.into_iter().collect();
+            expected.sort_by(|a, b| a.0.cmp(&b.0));
             proptest::prop_assert_eq!(listed, expected);
+            for e in t.entries_mut() {
+                e.access = 7;
+            }
+            proptest::prop_assert!(t.iter().all(|(_, e)| e.access == 7));
         }
     }
 
     fn key() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
         use proptest::prelude::*;
-        // Few short keys (so operations meet), some at the inline limit, some long.
+        // Few keys of each length (so operations meet): short ones, lengths around the
+        // one-byte length limit (126, 127), and long ones.
         prop_oneof![
-            (0u8..40).prop_map(|i| format!("k{i}").into_bytes()),
-            (0u8..8).prop_map(|i| vec![b'a' + i; INLINE_KEY]),
-            (0u8..8).prop_map(|i| vec![b'a' + i; INLINE_KEY + 1 + i as usize * 10]),
+            3 => (0u8..40).prop_map(|i| format!("k{i}").into_bytes()),
+            1 => Just(Vec::new()),
+            1 => (0u8..4, 0usize..24).prop_map(|(i, len)| vec![b'a' + i; len]),
+            1 => (0u8..4, 124usize..130).prop_map(|(i, len)| vec![b'a' + i; len]),
+            1 => (0u8..4, 0usize..3).prop_map(|(i, n)| vec![b'a' + i; 200 + n * 150]),
         ]
     }
 
     fn op() -> impl proptest::strategy::Strategy<Value = Op> {
         use proptest::prelude::*;
         let value = prop_oneof![Just(Vec::new()), any::<i64>().prop_map(|n| n.to_string().into_bytes()), proptest::collection::vec(any::<u8>(), 0..200),];
+        let deadline = prop_oneof![Just(None), Just(Some(0)), (1u64..1000).prop_map(Some)];
         prop_oneof![
             4 => (key(), value).prop_map(|(k, v)| Op::Insert(k, v)),
             2 => key().prop_map(Op::Remove),
             1 => (key(), any::<u8>()).prop_map(|(k, b)| Op::Append(k, b)),
+            3 => (key(), deadline).prop_map(|(k, d)| Op::Expire(k, d)),
+            1 => (key(), 0u64..1000).prop_map(|(k, n)| Op::Stamp(k, n)),
         ]
     }
 }

@@ -427,7 +427,7 @@ fn concurrent_pfadds_on_three_nodes_all_count_and_a_newer_delete_wins() {
     assert_eq!(observe(&a), observe(&b));
     let count = |s: &Store| {
         let shard = s.lock_shard(0, s.shard_of(b"h"));
-        match shard.raw(b"h").map(|e| &e.value) {
+        match shard.raw(b"h").map(|e| &e.entry().value) {
             Some(Value::Str(bytes)) => crate::hll::count(bytes).expect("valid"),
             _ => 0,
         }

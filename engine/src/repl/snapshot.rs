@@ -8,7 +8,7 @@
 use bytes::Bytes;
 
 use crate::db::effect::{Effect, EffectKind, FieldState, MemberState, ZSetMemberState};
-use crate::db::{Entry, Store, Value, SHARDS_PER_DB};
+use crate::db::{EntryRef, Store, Value, SHARDS_PER_DB};
 use crate::hlc::Version;
 
 /// Streams the snapshot to `sink`, one batch per non-empty shard. Returns (keys, ops).
@@ -27,7 +27,7 @@ pub fn snapshot(store: &Store, sink: &mut dyn FnMut(Vec<Effect>)) -> (u64, u64) 
             sink(vec![Effect::flush_db(db, flushed)]);
             ops += 1;
         }
-        for s in 0..SHARDS_PER_DB {
+        for s in (0..SHARDS_PER_DB).filter(|_| store.in_use(db)) {
             let batch = {
                 let shard = store.lock_shard(db, s);
                 let mut batch = Vec::new();
@@ -53,7 +53,7 @@ pub fn snapshot(store: &Store, sink: &mut dyn FnMut(Vec<Effect>)) -> (u64, u64) 
 }
 
 /// The effects that recreate `entry` exactly on a peer.
-pub fn key_state(db: usize, key: &[u8], entry: &Entry, out: &mut Vec<Effect>) {
+pub fn key_state(db: usize, key: &[u8], entry: EntryRef<'_>, out: &mut Vec<Effect>) {
     let v = entry.version();
     let names = |value: &Value| -> Vec<Bytes> {
         match value {
@@ -81,7 +81,7 @@ pub fn key_state(db: usize, key: &[u8], entry: &Entry, out: &mut Vec<Effect>) {
         }
         value => out.push(Effect::of_value(db, key, value, v, &names(value))),
     }
-    if let Some(e) = &entry.expiry {
+    if let Some(e) = entry.expiry() {
         out.push(Effect::expire(db, key, e.deadline_ms, e.version));
     }
 }

@@ -42,8 +42,8 @@ pub(super) fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[
             shard.adopt_pending_expiry(dbref, key);
             true
         }
-        Some(entry) => {
-            let (entry_newest, entry_version, held_register) = (entry.newest(), entry.version(), held(entry));
+        Some(mut entry) => {
+            let (entry_newest, entry_version, held_register) = (entry.newest(), entry.version(), held(&entry));
             let changed = match &mut entry.value {
                 Value::Counter(c) => {
                     let base_before = c.base_version;
@@ -79,7 +79,7 @@ pub(super) fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[
                 // Another type, newer or at one version (a counter is a string, which loses every
                 // tie to another type): the counter loses whole but still ends what is older.
                 _ => {
-                    if clear_older(entry, v) {
+                    if clear_older(&mut entry, v) {
                         bury(store, db, shard, key);
                     }
                     shard.drop_expiry_older(store.db(db), key, v);

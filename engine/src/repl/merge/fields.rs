@@ -81,13 +81,13 @@ pub(super) fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u
     }
     let created = match shard.raw_mut(key) {
         Some(entry) if op.same_kind(&entry.value) => false,
-        Some(entry) => {
+        Some(mut entry) => {
             // Another type: the newer key write wins whole (at one version, by type:
             // `Register::beats`); the older one still ends the incarnation before it (what the
             // winner held from before it dies).
             let held_kind = entry.value.kind();
-            if !write(op.kind(), op_newest).beats(&held(entry)) {
-                if clear_older(entry, write(op.kind(), op_newest).kills_below(&held_kind)) {
+            if !write(op.kind(), op_newest).beats(&held(&entry)) {
+                if clear_older(&mut entry, write(op.kind(), op_newest).kills_below(&held_kind)) {
                     bury(store, db, shard, key);
                 }
                 shard.drop_expiry_older(store.db(db), key, op_newest);
@@ -121,7 +121,7 @@ pub(super) fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u
             true
         }
     };
-    let Some(entry) = shard.raw_mut(key) else {
+    let Some(mut entry) = shard.raw_mut(key) else {
         return false;
     };
     let mut changed = false;

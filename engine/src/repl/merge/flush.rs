@@ -16,7 +16,8 @@ pub(super) fn flush_db(store: &Store, db: usize, v: Version) -> ApplyOutcome {
             return ApplyOutcome::Superseded;
         }
     }
-    for s in 0..SHARDS_PER_DB {
+    // A database never used holds nothing older (`Store::in_use`).
+    for s in (0..SHARDS_PER_DB).filter(|_| store.in_use(db)) {
         flush_shard(store, db, &mut store.lock_shard(db, s), v);
     }
     ApplyOutcome::Applied
@@ -27,18 +28,18 @@ pub(super) fn flush_db(store: &Store, db: usize, v: Version) -> ApplyOutcome {
 /// and pending expiry registers the flush dominates are dropped: `flushed` stands for them.
 pub fn flush_shard(store: &Store, db: usize, shard: &mut Shard, v: Version) {
     let dbref = store.db(db);
-    if shard.iter().all(|(_, e)| e.newest() < v && e.expiry.as_ref().is_none_or(|x| x.version < v)) {
+    if shard.iter().all(|(_, e)| e.newest() < v && e.expiry().is_none_or(|x| x.version < v)) {
         // The common case: nothing survives, so drop the whole table at once.
         shard.touch_existing();
         shard.clear(dbref);
     } else {
         let keys: Vec<Bytes> = shard.iter().map(|(k, _)| Bytes::copy_from_slice(k)).collect();
         for key in keys {
-            let emptied = shard.raw_mut(&key).is_some_and(|e| clear_older(e, v));
+            let emptied = shard.raw_mut(&key).is_some_and(|mut e| clear_older(&mut e, v));
             if emptied {
                 bury(store, db, shard, &key);
                 shard.touch(&key);
-            } else if shard.raw(&key).and_then(|e| e.expiry.as_ref()).is_some_and(|e| e.version < v) {
+            } else if shard.raw(&key).and_then(crate::db::EntryRef::expiry).is_some_and(|e| e.version < v) {
                 shard.set_expiry(dbref, &key, None);
                 shard.touch(&key);
             }

@@ -30,14 +30,14 @@ pub(super) fn whole_write(store: &Store, db: usize, shard: &mut Shard, key: &[u8
     let sparse_max = store.hll_sparse_max_bytes.load(Ordering::Relaxed);
     match shard.raw_mut(key) {
         // The same incarnation of an HLL: the registers merge.
-        Some(entry) if entry.version() == v && is_hll(&entry.value) && is_hll(&value) => {
+        Some(mut entry) if entry.version() == v && is_hll(&entry.value) && is_hll(&value) => {
             let (Value::Str(stored), Value::Str(incoming)) = (&mut entry.value, &value) else {
                 return false;
             };
             let incoming = Hll { bytes: incoming.to_vec(), sparse_max };
             with_hll(stored, sparse_max, |h| h.merge(&incoming))
         }
-        Some(entry) if !write(value.kind(), v).beats(&held(entry)) => {
+        Some(mut entry) if !write(value.kind(), v).beats(&held(&entry)) => {
             // The key holds newer data; the write still clears what is older than it (and an
             // integer SET becomes the base of a counter with newer increments).
             let int = match &value {
@@ -47,14 +47,15 @@ pub(super) fn whole_write(store: &Store, db: usize, shard: &mut Shard, key: &[u8
             if let (Value::Counter(c), Some(n)) = (&mut entry.value, int) {
                 c.rebase(n, v);
             }
-            let emptied = clear_older(entry, write(value.kind(), v).kills_below(&entry.value.kind()));
+            let below = write(value.kind(), v).kills_below(&entry.value.kind());
+            let emptied = clear_older(&mut entry, below);
             if emptied {
                 bury(store, db, shard, key);
             }
             shard.drop_expiry_older(store.db(db), key, v);
             false
         }
-        Some(entry) => {
+        Some(mut entry) => {
             entry.value = value;
             entry.set_version(v);
             shard.drop_expiry_older(store.db(db), key, v);
@@ -86,7 +87,7 @@ fn with_hll(stored: &mut crate::db::strbuf::StrBuf, sparse_max: usize, f: impl F
 /// `v` (it creates the key, or replaces an older incarnation, or loses to a newer write).
 pub(super) fn merge_hll(store: &Store, db: usize, shard: &mut Shard, key: &[u8], v: Version, registers: &[u32], flushed: Version) -> bool {
     let sparse_max = store.hll_sparse_max_bytes.load(Ordering::Relaxed);
-    if let Some(entry) = shard.raw_mut(key).filter(|e| e.version() == v) {
+    if let Some(mut entry) = shard.raw_mut(key).filter(|e| e.version() == v) {
         return match &mut entry.value {
             Value::Str(stored) if hll::check(stored).is_ok() => with_hll(stored, sparse_max, |h| h.raise(registers)),
             _ => false,
@@ -101,15 +102,15 @@ pub(super) fn delete(store: &Store, db: usize, shard: &mut Shard, key: &[u8], v:
     if v <= flushed || v <= tombstone(shard, key) {
         return false;
     }
-    if let Some(entry) = shard.raw_mut(key) {
+    if let Some(mut entry) = shard.raw_mut(key) {
         // The key's last whole write (or delete) is at least as new: it killed all this delete
         // would, so the delete changes nothing. A replayed delete meets this once the key was
         // written again after it (found by the mesh_message fuzz target: the replay recorded a
         // second tombstone for the live key and reported a change).
-        if v <= whole_version(entry) {
+        if v <= whole_version(&entry) {
             return false;
         }
-        if clear_older(entry, v) {
+        if clear_older(&mut entry, v) {
             bury(store, db, shard, key);
         }
     }

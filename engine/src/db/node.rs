@@ -1,0 +1,272 @@
+//! `Node`: one key of a shard's table (`db::table`) in one allocation behind a thin
+//! pointer, laid out so that a short key's node fits jemalloc's 48-byte size class:
+//!
+//! ```text
+//! offset 0    the `Entry` (32 bytes: value, version, access clock)
+//! offset 32   tag byte: bit 7 set = the key has an expiry register (at the tail);
+//!             bits 0-6 = the key's length, or 127 = "long": a usize length follows
+//! offset 33   the key's bytes (offset 33 + 8 for a long key), at their exact length
+//! then        the `Expiry` register (24 bytes) at the next 8-byte boundary, if bit 7
+//! ```
+//!
+//! A 14-byte key without a TTL takes 32 + 1 + 14 = 47 bytes, the 48-byte class (it was a
+//! 64-byte node: the key inline in 24 bytes and a 40-byte `Entry` with a `Box<Expiry>`
+//! pointer); with a TTL 48 + 24 = 72 bytes, the 80-byte class (it was 64 + a 32-byte box). The register is reallocated onto or off the tail when
+//! a key first gets one or loses it (`set_expiry`); the key and entry stay where they are
+//! in the allocation, so `realloc` moves them as bytes.
+//!
+//! The workspace's second `unsafe` module (beside `db::strbuf`): no safe type stores a
+//! variable-length key and an optional tail behind one 8-byte pointer. Each block says why
+//! it is sound; `db::table`'s `HashMap`-model proptest drives every operation (keys of many
+//! lengths, registers set, changed and removed, replacing, removing, iterating).
+#![allow(unsafe_code)]
+
+use std::alloc::{self, Layout};
+use std::mem::{align_of, size_of};
+use std::ptr::NonNull;
+
+use super::entry::{Entry, Expiry};
+
+/// Where the tag byte sits: right after the entry.
+const TAG: usize = size_of::<Entry>();
+/// Tag bit: the register is at the tail.
+const HAS_EXPIRY: u8 = 0x80;
+/// Tag length value meaning "the length is the `usize` after the tag".
+const LONG: u8 = 0x7f;
+/// Every node's alignment: the entry's and the register's.
+const ALIGN: usize = if align_of::<Entry>() > align_of::<Expiry>() { align_of::<Entry>() } else { align_of::<Expiry>() };
+
+/// Where a key's bytes start and how the node is laid out, from the key's length and
+/// whether the register is present (everything a node's size depends on).
+#[derive(Clone, Copy)]
+struct Shape {
+    key_at: usize,
+    key_len: usize,
+    expiry: bool,
+}
+
+impl Shape {
+    fn new(key_len: usize, expiry: bool) -> Shape {
+        let key_at = if key_len < LONG as usize { TAG + 1 } else { TAG + 1 + size_of::<usize>() };
+        Shape { key_at, key_len, expiry }
+    }
+
+    fn expiry_at(self) -> usize {
+        (self.key_at + self.key_len).next_multiple_of(align_of::<Expiry>())
+    }
+
+    fn size(self) -> usize {
+        if self.expiry {
+            self.expiry_at() + size_of::<Expiry>()
+        } else {
+            self.key_at + self.key_len
+        }
+    }
+
+    fn layout(self) -> Layout {
+        Layout::from_size_align(self.size(), ALIGN).expect("a key's node is smaller than isize::MAX")
+    }
+
+    fn tag(self) -> u8 {
+        let len = if self.key_len < LONG as usize { self.key_len as u8 } else { LONG };
+        if self.expiry {
+            len | HAS_EXPIRY
+        } else {
+            len
+        }
+    }
+}
+
+/// An owning thin pointer to a node (see the module doc).
+pub struct Node(NonNull<u8>);
+
+// SAFETY: a `Node` owns its allocation exclusively, as a `Box<(Entry, [u8], Option<Expiry>)>`
+// would (no shared or interior state), and `Entry` and `Expiry` are `Send` and `Sync`, so the
+// node can move to and be shared with other threads as that box could.
+unsafe impl Send for Node {}
+// SAFETY: as above; `&Node` gives only shared references into the allocation.
+unsafe impl Sync for Node {}
+
+impl Node {
+    /// A node for `key` holding `entry`, without an expiry register.
+    pub fn new(key: &[u8], entry: Entry) -> Node {
+        let shape = Shape::new(key.len(), false);
+        let layout = shape.layout();
+        // SAFETY: the layout's size is at least `TAG + 1`, never zero.
+        let ptr = unsafe { alloc::alloc(layout) };
+        let Some(ptr) = NonNull::new(ptr) else { alloc::handle_alloc_error(layout) };
+        // SAFETY: `ptr` is a fresh allocation of `shape.size()` bytes aligned to `ALIGN` (at
+        // least `Entry`'s alignment): the entry fits at 0, the tag at `TAG`, a long key's
+        // length (unaligned) right after it and the key's bytes at `key_at`, all inside it
+        // (`Shape::size`). The key does not overlap the fresh allocation.
+        unsafe {
+            ptr.as_ptr().cast::<Entry>().write(entry);
+            ptr.as_ptr().add(TAG).write(shape.tag());
+            if shape.key_at != TAG + 1 {
+                ptr.as_ptr().add(TAG + 1).cast::<usize>().write_unaligned(key.len());
+            }
+            std::ptr::copy_nonoverlapping(key.as_ptr(), ptr.as_ptr().add(shape.key_at), key.len());
+        }
+        Node(ptr)
+    }
+
+    fn shape(&self) -> Shape {
+        let tag = self.tag();
+        let expiry = tag & HAS_EXPIRY != 0;
+        let len = tag & !HAS_EXPIRY;
+        if len == LONG {
+            // SAFETY: a long key's length was written after the tag by `new`, inside the
+            // allocation, which is alive while `self` is.
+            let key_len = unsafe { self.0.as_ptr().add(TAG + 1).cast::<usize>().read_unaligned() };
+            Shape::new(key_len, expiry)
+        } else {
+            Shape { key_at: TAG + 1, key_len: len as usize, expiry }
+        }
+    }
+
+    pub fn key(&self) -> &[u8] {
+        let shape = self.shape();
+        // SAFETY: the key's `key_len` bytes were written at `key_at` by `new` and never
+        // change; they live as long as the node, which the slice borrows.
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr().add(shape.key_at), shape.key_len) }
+    }
+
+    pub fn entry(&self) -> &Entry {
+        // SAFETY: a valid `Entry` sits at offset 0, aligned, for the node's whole life (it is
+        // moved out only by `into_parts`, which consumes the node); the borrow is `self`'s.
+        unsafe { &*self.0.as_ptr().cast::<Entry>() }
+    }
+
+    /// The entry and the register, both borrowed from the node.
+    pub fn parts(&self) -> (&Entry, Option<&Expiry>) {
+        (self.entry(), self.expiry())
+    }
+
+    fn tag(&self) -> u8 {
+        // SAFETY: every node has its tag at `TAG` (`new`, kept by `set_expiry`), inside the
+        // allocation, which is alive while `self` is.
+        unsafe { *self.0.as_ptr().add(TAG) }
+    }
+
+    pub fn expiry(&self) -> Option<&Expiry> {
+        // Most keys have none: answer from the tag without working out the node's shape.
+        if self.tag() & HAS_EXPIRY == 0 {
+            return None;
+        }
+        let shape = self.shape();
+        // SAFETY: with the tag's bit set, an initialised, aligned `Expiry` sits at
+        // `expiry_at` (`set_expiry` writes it before setting the bit) inside the allocation.
+        shape.expiry.then(|| unsafe { &*self.0.as_ptr().add(shape.expiry_at()).cast::<Expiry>() })
+    }
+
+    /// The entry to change and the register to read. The two do not overlap (the entry ends
+    /// at `TAG`, the register starts after the key), so the borrows are disjoint.
+    pub fn parts_mut(&mut self) -> (&mut Entry, Option<&Expiry>) {
+        let base = self.0.as_ptr();
+        if self.tag() & HAS_EXPIRY == 0 {
+            // SAFETY: as in `entry`; `&mut self` makes this the only access to the node.
+            return (unsafe { &mut *base.cast::<Entry>() }, None);
+        }
+        let shape = self.shape();
+        // SAFETY: as in `entry` and `expiry`; `&mut self` makes this the only access to the
+        // node, and the two references cover disjoint bytes of it (`[0, TAG)` and
+        // `[expiry_at, size)`, `expiry_at > TAG`).
+        unsafe {
+            let expiry = shape.expiry.then(|| &*base.add(shape.expiry_at()).cast::<Expiry>());
+            (&mut *base.cast::<Entry>(), expiry)
+        }
+    }
+
+    /// Sets or removes the register, reallocating the node when it gains or loses its tail
+    /// (the pointer changes: the table that holds it passes its slot). Returns the old one.
+    pub fn set_expiry(&mut self, expiry: Option<Expiry>) -> Option<Expiry> {
+        let old_shape = self.shape();
+        let old = self.expiry().copied();
+        let new_shape = Shape { expiry: expiry.is_some(), ..old_shape };
+        if old_shape.expiry != new_shape.expiry {
+            let old_layout = old_shape.layout();
+            let new_size = new_shape.size();
+            // SAFETY: `self.0` was allocated with `old_layout` (its shape is the one its tag
+            // says); `new_size` is non-zero and, with `ALIGN`, a valid layout (`Shape::layout`).
+            // `realloc` keeps the first `min(old, new)` bytes, which hold the entry, tag and
+            // key (both shapes share them); the old pointer is not used again.
+            let ptr = unsafe { alloc::realloc(self.0.as_ptr(), old_layout, new_size) };
+            let Some(ptr) = NonNull::new(ptr) else { alloc::handle_alloc_error(new_shape.layout()) };
+            self.0 = ptr;
+            // SAFETY: the tag byte is inside the (new) allocation; it now says the new shape,
+            // which is the allocation's.
+            unsafe { ptr.as_ptr().add(TAG).write(new_shape.tag()) };
+        }
+        if let Some(e) = expiry {
+            // SAFETY: the node now has the register's room at `expiry_at`, aligned, inside the
+            // allocation; `Expiry` is `Copy`, so overwriting the old one needs no drop.
+            unsafe { self.0.as_ptr().add(new_shape.expiry_at()).cast::<Expiry>().write(e) };
+        }
+        old
+    }
+
+    /// The entry and register, freeing the node.
+    pub fn into_parts(self) -> (Entry, Option<Expiry>) {
+        let this = std::mem::ManuallyDrop::new(self);
+        let expiry = this.expiry().copied();
+        let layout = this.shape().layout();
+        // SAFETY: the entry is read out once and the allocation freed with the layout it has
+        // (`shape`); `this` is not dropped, so neither happens again.
+        unsafe {
+            let entry = this.0.as_ptr().cast::<Entry>().read();
+            alloc::dealloc(this.0.as_ptr(), layout);
+            (entry, expiry)
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let layout = self.shape().layout();
+        // SAFETY: the node owns a valid entry at 0 and its allocation of `layout`; both are
+        // dropped and freed once, here.
+        unsafe {
+            self.0.as_ptr().cast::<Entry>().drop_in_place();
+            alloc::dealloc(self.0.as_ptr(), layout);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::db::Value;
+    use crate::hlc::Version;
+
+    #[test]
+    fn a_short_keys_node_fits_48_bytes() {
+        assert_eq!(size_of::<Entry>(), 32, "the entry should stay 32 bytes");
+        assert_eq!(size_of::<Expiry>(), 24);
+        assert_eq!(Shape::new(14, false).size(), 47, "a 14-byte key's node is in the 48-byte class");
+        assert_eq!(Shape::new(14, true).size(), 72);
+        assert_eq!(Shape::new(126, false).key_at, TAG + 1);
+        assert_eq!(Shape::new(127, false).key_at, TAG + 1 + size_of::<usize>());
+    }
+
+    #[test]
+    fn the_register_comes_and_goes_with_the_tail() {
+        let v = |n| Version { hlc: n, node: 7 };
+        for len in [0, 1, 14, 15, 126, 127, 128, 300] {
+            let key: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let mut n = Node::new(&key, Entry::new(Value::string(b"some bytes"), v(1)));
+            assert_eq!((n.key(), n.expiry()), (&key[..], None));
+            assert_eq!(n.set_expiry(Some(Expiry { deadline_ms: 5, version: v(2) })), None);
+            assert_eq!(n.expiry(), Some(&Expiry { deadline_ms: 5, version: v(2) }));
+            assert_eq!(n.set_expiry(Some(Expiry { deadline_ms: 6, version: v(3) })).map(|e| e.deadline_ms), Some(5));
+            assert_eq!(n.key(), &key[..]);
+            assert_eq!(n.entry().version(), v(1));
+            n.parts_mut().0.set_version(v(4));
+            assert_eq!(n.set_expiry(None).map(|e| e.deadline_ms), Some(6));
+            assert_eq!((n.key(), n.expiry(), n.entry().version()), (&key[..], None, v(4)));
+            n.set_expiry(Some(Expiry { deadline_ms: 0, version: v(5) }));
+            let (entry, expiry) = n.into_parts();
+            assert!(matches!(entry.value, Value::Str(ref s) if &s[..] == b"some bytes"));
+            assert_eq!(expiry, Some(Expiry { deadline_ms: 0, version: v(5) }));
+        }
+    }
+}
