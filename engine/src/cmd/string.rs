@@ -119,7 +119,8 @@ fn set(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     }
     let key = &argv[1];
     let old = if get_old { exec.ctx.string(key)? } else { None };
-    let exists = exec.ctx.exists(key);
+    // Only NX and XX ask; a plain SET's write deals with an expired key itself (`put`).
+    let exists = (nx || xx) && exec.ctx.exists(key);
     if (nx && exists) || (xx && !exists) {
         return Ok(if get_old { Frame::bulk_opt(old) } else { Frame::Null });
     }

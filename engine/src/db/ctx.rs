@@ -19,7 +19,7 @@ use bytes::Bytes;
 use super::effect::Effect;
 use super::entry::{Collection, Field, ListValue};
 use super::zset::SortedSet;
-use super::{Db, Entry, EntryMut, EntryRef, Expiry, Key, Kind, Locks, Modified, Shard, Store, Value};
+use super::{Db, Entry, EntryMut, EntryRef, Expiry, Key, Kind, Locks, Lookup, Modified, Shard, Store, Value};
 use crate::error::CmdError;
 use crate::hlc::Version;
 use crate::notify::{class, Event};
@@ -76,13 +76,7 @@ impl<'a> Ctx<'a> {
     }
 
     fn record_event(&mut self, event: Event) {
-        match self.emptied_at {
-            Some(i) if i + 1 == self.events.len() && self.events[i].db == event.db && self.events[i].key == event.key => {
-                self.events.insert(i, event);
-                self.emptied_at = Some(i + 1);
-            }
-            _ => self.events.push(event),
-        }
+        record_event(&mut self.events, &mut self.emptied_at, event);
     }
 
     /// The events recorded so far, for publishing (`Notifier::publish`).
@@ -147,26 +141,28 @@ impl<'a> Ctx<'a> {
     /// `entry_mut_in`, updating the key's access time (LRU clock or LFU counter) only if
     /// `touch`.
     fn live_entry_in(&mut self, db: usize, key: &[u8], touch: bool) -> Option<EntryMut<'_>> {
-        let now = self.now_ms;
-        let store = self.store;
-        // Borrows only `locks`, so a lazy expiry can note the key in `modified`.
-        let (dbref, shard) = (store.db(db), self.locks.get(db, store.shard_of(key)));
-        let expired = shard.raw_mut(key)?.is_expired(now);
-        if expired {
-            shard.remove(dbref, key);
-            shard.touch(key);
-            self.modified.note(store, key);
-            store.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
-            self.notify_in(db, class::EXPIRED, "expired", key);
-            return None;
+        // Field by field: the entry found borrows `locks` only, so a lazy expiry can still
+        // note the key in `modified` and record its event.
+        let Ctx { store, locks, modified, events, emptied_at, now_ms, no_touch, .. } = self;
+        let (store, now) = (*store, *now_ms);
+        match locks.get(db, store.shard_of(key)).live_mut(store.db(db), key, now) {
+            Lookup::Live(mut entry) => {
+                if touch && !*no_touch {
+                    super::evict::on_access(&mut entry, now, store.lfu_access.load(Ordering::Relaxed));
+                }
+                Some(entry)
+            }
+            Lookup::Missing => None,
+            Lookup::Expired => {
+                modified.note(store, key);
+                store.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
+                if store.notify.wants(class::EXPIRED) {
+                    let event = Event { class: class::EXPIRED, name: "expired", db, key: Bytes::copy_from_slice(key) };
+                    record_event(events, emptied_at, event);
+                }
+                None
+            }
         }
-        // The key is live: this second lookup hits the cache lines the first one loaded.
-        let touch = touch && !self.no_touch;
-        let mut entry = self.parts(db, key).1.raw_mut(key)?;
-        if touch {
-            super::evict::on_access(&mut entry, now, store.lfu_access.load(Ordering::Relaxed));
-        }
-        Some(entry)
     }
 
     /// Like `get`, leaving the key's access time alone (Redis's `LOOKUP_NOTOUCH`: `TYPE`,
@@ -315,27 +311,23 @@ impl<'a> Ctx<'a> {
         }
         let (_, shard) = self.parts(db, key);
         let dropped_ttl = matches!(found, Found::Live { drop_ttl: true, .. });
-        let entry = shard.raw_mut(key);
-        if let (true, Some(mut entry)) = (is_collection, entry) {
-            // A whole-value write: every field and member is as new as the key.
-            restamp(&mut entry.value, version);
+        if is_collection {
+            if let Some(mut entry) = shard.raw_mut(key) {
+                // A whole-value write: every field and member is as new as the key.
+                restamp(&mut entry.value, version);
+            }
         }
         shard.touch(key);
         self.modified.note(store, key);
         store.stats.dirty.fetch_add(1, Ordering::Relaxed);
         if store.replicating() {
             let (_, shard) = self.parts(db, key);
-            if let Some(entry) = shard.raw(key) {
-                let names = all_names(&entry.value);
+            if let Some(op) = shard.raw(key).map(|entry| Effect::of_value(db, key, &entry.value, version, &all_names(&entry.value))) {
                 // A whole-value write replaces whatever the key held: an implicit delete.
                 if is_collection {
                     self.effects.push(Effect::delete(db, key, version));
                 }
-                let (_, shard) = self.parts(db, key);
-                if let Some(entry) = shard.raw(key) {
-                    let op = Effect::of_value(db, key, &entry.value, version, &names);
-                    self.effects.push(op);
-                }
+                self.effects.push(op);
                 if dropped_ttl {
                     self.effects.push(Effect::expire(db, key, 0, version));
                 }
@@ -608,4 +600,16 @@ fn add_tombstone(value: &mut Value, name: &Bytes, version: Version) -> bool {
     };
     removed.insert(name.clone(), version);
     true
+}
+
+/// Appends `event`, but before the `del` of a collection the command emptied (`emptied_at`):
+/// the command's own event goes first, as in Redis (`lpop` then `del`).
+fn record_event(events: &mut Vec<Event>, emptied_at: &mut Option<usize>, event: Event) {
+    match *emptied_at {
+        Some(i) if i + 1 == events.len() && events[i].db == event.db && events[i].key == event.key => {
+            events.insert(i, event);
+            *emptied_at = Some(i + 1);
+        }
+        _ => events.push(event),
+    }
 }

@@ -36,6 +36,14 @@ pub use entry::{Entry, Expiry, Key, Kind, Value};
 pub use ghost::{Ghost, Tombstoned};
 pub use table::{EntryMut, EntryRef, Removed};
 
+/// What `Shard::live_mut` found.
+pub enum Lookup<'a> {
+    Live(EntryMut<'a>),
+    /// The key had expired: it is deleted now (lazy expiry).
+    Expired,
+    Missing,
+}
+
 /// Shards per database. A power of two well above any thread count, and small enough per
 /// shard that a `SCAN` step can return whole shards (see `cmd::keys::scan`).
 pub const SHARDS_PER_DB: usize = 1024;
@@ -393,16 +401,23 @@ impl Shard {
     }
 
     fn reindex(&mut self, db: &Db, key: &[u8], old: Option<u64>, new: Option<u64>) {
-        if old == new {
-            return;
-        }
-        if let Some(d) = old {
-            self.expiry_index.remove(&(d, Key::from(key)));
-            db.volatile_keys.fetch_sub(1, Ordering::Relaxed);
-        }
-        if let Some(d) = new {
-            self.expiry_index.insert((d, key.into()));
-            db.volatile_keys.fetch_add(1, Ordering::Relaxed);
+        reindex(&mut self.expiry_index, db, key, old, new);
+    }
+
+    /// The live entry of `key` at `now_ms`, with one table probe. An expired key is deleted on
+    /// the way (its watchers touched, the expiry index kept in step) and reported as such:
+    /// the caller counts it and fires its event.
+    pub fn live_mut(&mut self, db: &Db, key: &[u8], now_ms: u64) -> Lookup<'_> {
+        // Field by field: the entry found borrows `map` only.
+        let Shard { map, expiry_index, watchers, .. } = self;
+        match map.get_live_mut(key, |entry| entry.is_expired(now_ms)) {
+            table::Live::Found(entry) => Lookup::Live(entry),
+            table::Live::Missing => Lookup::Missing,
+            table::Live::Removed(old) => {
+                reindex(expiry_index, db, key, old.deadline(), None);
+                touch_watchers(watchers, key);
+                Lookup::Expired
+            }
         }
     }
 
@@ -503,14 +518,7 @@ impl Shard {
 
     /// Marks every client watching `key` as dirty (Redis's `touchWatchedKey`).
     pub fn touch(&mut self, key: &[u8]) {
-        if self.watchers.is_empty() {
-            return;
-        }
-        if let Some(list) = self.watchers.get(key) {
-            for flag in list {
-                flag.store(true, Ordering::Release);
-            }
-        }
+        touch_watchers(&self.watchers, key);
     }
 
     /// Marks watchers of every key that exists (a flush touches only those).
@@ -583,5 +591,32 @@ mod tests {
         passes(&store);
         assert_eq!(store.dbs_in_use().collect::<Vec<_>>(), vec![5]);
         assert_eq!(store.dbsize(5), 0);
+    }
+}
+
+/// Keeps a shard's expiry index in step with a key's deadline going from `old` to `new`.
+fn reindex(index: &mut BTreeSet<(u64, Key)>, db: &Db, key: &[u8], old: Option<u64>, new: Option<u64>) {
+    if old == new {
+        return;
+    }
+    if let Some(d) = old {
+        index.remove(&(d, Key::from(key)));
+        db.volatile_keys.fetch_sub(1, Ordering::Relaxed);
+    }
+    if let Some(d) = new {
+        index.insert((d, key.into()));
+        db.volatile_keys.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Marks every client watching `key` as dirty (Redis's `touchWatchedKey`).
+fn touch_watchers(watchers: &Map<Key, Vec<WatchFlag>>, key: &[u8]) {
+    if watchers.is_empty() {
+        return;
+    }
+    if let Some(list) = watchers.get(key) {
+        for flag in list {
+            flag.store(true, Ordering::Release);
+        }
     }
 }

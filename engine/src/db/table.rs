@@ -40,6 +40,14 @@ pub struct EntryMut<'a> {
     expiry: Option<&'a Expiry>,
 }
 
+/// What `KeyTable::get_live_mut` found.
+pub enum Live<'a> {
+    Found(EntryMut<'a>),
+    /// The key was there but dead, and is removed.
+    Removed(Removed),
+    Missing,
+}
+
 /// A key's entry and register taken out of the table (`remove`, `insert`'s old entry).
 #[derive(Debug)]
 pub struct Removed {
@@ -220,6 +228,20 @@ impl KeyTable {
     /// the old one, or `None` if the key is missing (then nothing changes).
     pub fn set_expiry(&mut self, key: &[u8], expiry: Option<Expiry>) -> Option<Option<Expiry>> {
         Some(self.node_mut(key)?.set_expiry(expiry))
+    }
+
+    /// The key's entry to change, unless `dead` says it must go: then it is removed and
+    /// returned. One probe either way (a lazy expiry's check and the read that follows it).
+    pub fn get_live_mut(&mut self, key: &[u8], dead: impl FnOnce(EntryRef<'_>) -> bool) -> Live<'_> {
+        let hash = self.hash(key);
+        match self.table.find_entry(hash, |n| n.key() == key) {
+            Err(_) => Live::Missing,
+            Ok(slot) if dead(view(slot.get())) => {
+                let (entry, expiry) = slot.remove().0.into_parts();
+                Live::Removed(Removed { entry, expiry })
+            }
+            Ok(slot) => Live::Found(view_mut(slot.into_mut())),
+        }
     }
 
     pub fn remove(&mut self, key: &[u8]) -> Option<Removed> {
