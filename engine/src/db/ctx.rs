@@ -418,6 +418,17 @@ impl<'a> Ctx<'a> {
     /// string as `INCR` does. Returns the new value.
     pub fn incr(&mut self, key: &[u8], delta: i64) -> Result<i64, CmdError> {
         let db = self.db;
+        let (store, origin) = (self.store, self.store.counter_origin);
+        // The common case, a key that is a counter already: stamped and added with one lookup.
+        if let Some(mut entry) = self.entry_mut_in(db, key) {
+            let last_write = entry.last_write();
+            if let Value::Counter(c) = &mut entry.value {
+                let version = store.stamp(Some(last_write));
+                let next = c.add(origin, delta, version).ok_or(CmdError::Overflow)?;
+                self.finish(db, key, version, &[]);
+                return Ok(next);
+            }
+        }
         let existing = match self.get(key).map(|e| (&e.value, e.version())) {
             None => None,
             Some((Value::Counter(_), _)) => Some(None),
