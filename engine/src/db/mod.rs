@@ -557,6 +557,33 @@ impl Db {
     }
 }
 
+/// Keeps a shard's expiry index in step with a key's deadline going from `old` to `new`.
+fn reindex(index: &mut BTreeSet<(u64, Key)>, db: &Db, key: &[u8], old: Option<u64>, new: Option<u64>) {
+    if old == new {
+        return;
+    }
+    if let Some(d) = old {
+        index.remove(&(d, Key::from(key)));
+        db.volatile_keys.fetch_sub(1, Ordering::Relaxed);
+    }
+    if let Some(d) = new {
+        index.insert((d, key.into()));
+        db.volatile_keys.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Marks every client watching `key` as dirty (Redis's `touchWatchedKey`).
+fn touch_watchers(watchers: &Map<Key, Vec<WatchFlag>>, key: &[u8]) {
+    if watchers.is_empty() {
+        return;
+    }
+    if let Some(list) = watchers.get(key) {
+        for flag in list {
+            flag.store(true, Ordering::Release);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -591,32 +618,5 @@ mod tests {
         passes(&store);
         assert_eq!(store.dbs_in_use().collect::<Vec<_>>(), vec![5]);
         assert_eq!(store.dbsize(5), 0);
-    }
-}
-
-/// Keeps a shard's expiry index in step with a key's deadline going from `old` to `new`.
-fn reindex(index: &mut BTreeSet<(u64, Key)>, db: &Db, key: &[u8], old: Option<u64>, new: Option<u64>) {
-    if old == new {
-        return;
-    }
-    if let Some(d) = old {
-        index.remove(&(d, Key::from(key)));
-        db.volatile_keys.fetch_sub(1, Ordering::Relaxed);
-    }
-    if let Some(d) = new {
-        index.insert((d, key.into()));
-        db.volatile_keys.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// Marks every client watching `key` as dirty (Redis's `touchWatchedKey`).
-fn touch_watchers(watchers: &Map<Key, Vec<WatchFlag>>, key: &[u8]) {
-    if watchers.is_empty() {
-        return;
-    }
-    if let Some(list) = watchers.get(key) {
-        for flag in list {
-            flag.store(true, Ordering::Release);
-        }
     }
 }
