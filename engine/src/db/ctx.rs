@@ -429,18 +429,17 @@ impl<'a> Ctx<'a> {
                 return Ok(next);
             }
         }
+        // Not a counter yet: a missing key starts one, an integer string becomes one.
         let existing = match self.get(key).map(|e| (&e.value, e.version())) {
             None => None,
-            Some((Value::Counter(_), _)) => Some(None),
-            Some((Value::Int(n), v)) => Some(Some((*n, v))),
-            Some((Value::Str(s), v)) => Some(Some((crate::parse::parse_i64(s).ok_or(CmdError::NotInteger)?, v))),
+            Some((Value::Int(n), v)) => Some((*n, v)),
+            Some((Value::Str(s), v)) => Some((crate::parse::parse_i64(s).ok_or(CmdError::NotInteger)?, v)),
+            // A counter took the path above.
             Some(_) => return Err(CmdError::WrongType),
         };
-        let origin = self.store.counter_origin;
         let version = match existing {
             None => {
                 // A counter starts after everything the key's ghost remembers, as on replicas.
-                let store = self.store;
                 let flushed = *store.db(db).flushed.lock();
                 let (dbref, shard) = self.parts(db, key);
                 let cleared = shard.tombstones.remove(key).map_or(Version::ZERO, |g| g.newest()).max(flushed);
@@ -452,14 +451,13 @@ impl<'a> Ctx<'a> {
                 version
             }
             // An integer string becomes the counter's base (its SET is the base version).
-            Some(Some((n, v))) => {
+            Some((n, v)) => {
                 let version = self.next_version(key);
                 if let Some(mut e) = self.entry_mut_in(db, key) {
                     e.value = Value::Counter(Box::new(super::counter::Counter::new(n, v)));
                 }
                 version
             }
-            Some(None) => self.next_version(key),
         };
         let Some(Value::Counter(c)) = self.entry_mut_in(db, key).map(|e| &mut e.into_entry().value) else {
             return Err(CmdError::WrongType);

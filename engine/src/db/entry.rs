@@ -34,6 +34,13 @@ pub struct Expiry {
     pub version: Version,
 }
 
+impl Expiry {
+    /// The deadline, if the register holds one (0 says the key is persistent).
+    pub fn deadline(&self) -> Option<u64> {
+        Some(self.deadline_ms).filter(|&d| d != 0)
+    }
+}
+
 /// The expiry register is LWW: the newer version's deadline wins; at one version the held
 /// register stays (a version names one write, so it is the same deadline).
 ///

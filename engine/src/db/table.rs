@@ -57,7 +57,7 @@ pub struct Removed {
 
 /// What every view of a key's state says about its register.
 fn deadline_of(expiry: Option<&Expiry>) -> Option<u64> {
-    expiry.map(|e| e.deadline_ms).filter(|&d| d != 0)
+    expiry.and_then(Expiry::deadline)
 }
 
 fn last_write_of(entry: &Entry, expiry: Option<&Expiry>) -> Version {
