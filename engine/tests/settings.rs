@@ -34,12 +34,32 @@ fn start_in_process(runtime: &tokio::runtime::Runtime, name: &str, flags: &[&str
     (server, port)
 }
 
+/// Waits until the server on `port` has loaded its snapshot: `server::run` loads it after the
+/// listeners start, and a command sent before then meets LOADING. `password` answers NOAUTH
+/// (which a server sends before LOADING).
+fn await_loaded(port: u16, password: Option<&str>) {
+    let mut c = Conn::connect(port);
+    for _ in 0..1000 {
+        let reply = c.cmd(&["PING"]).text();
+        if reply == "PONG" {
+            return;
+        }
+        if let (true, Some(p)) = (reply.starts_with("NOAUTH"), password) {
+            c.cmd(&["AUTH", p]);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("the server on port {port} did not finish loading");
+}
+
 #[test]
 fn two_servers_in_one_process_keep_their_own_settings() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     // Started in this order, a process-wide policy would end as the second server's.
     let (lfu, lfu_port) = start_in_process(&runtime, "lfu", &["--maxmemory-policy", "allkeys-lfu", "--requirepass", "secret"]);
     let (plain, plain_port) = start_in_process(&runtime, "plain", &["--maxmemory-policy", "noeviction", "--maxmemory", "1gb"]);
+    await_loaded(lfu_port, Some("secret"));
+    await_loaded(plain_port, None);
     let mut a = Conn::connect(lfu_port);
     let mut b = Conn::connect(plain_port);
 
