@@ -24,6 +24,7 @@ use keymesh_proto::mesh_client::MeshClient;
 use keymesh_proto::origin_message::Body;
 use parking_lot::Mutex;
 use prost::Message;
+use smallvec::SmallVec;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
@@ -529,6 +530,9 @@ impl Session {
     }
 }
 
+/// How many ops a link decodes ahead of merging them, to prefetch their keys together.
+const MERGE_AHEAD: usize = 16;
+
 /// Merges ops into the keyspace; returns (applied, superseded). What the merges cause beyond
 /// the keyspace goes to `delivery`: published messages as they come, then the keys changed
 /// (clients blocked on them are served, as a local write would).
@@ -538,26 +542,40 @@ fn apply_all(store: &Store, delivery: &dyn Delivery, ops: impl IntoIterator<Item
     let (mut applied, mut superseded) = (0, 0);
     let collect_changed = delivery.wants_changed_keys();
     let mut changed: Vec<(usize, crate::db::Key)> = Vec::new();
-    for op in ops {
-        let Ok(op) = Effect::try_from(op) else {
-            superseded += 1;
-            continue;
-        };
-        match apply_op(store, &op) {
-            ApplyOutcome::Applied => {
-                applied += 1;
-                // Keyspace notifications for the merged write (`crate::notify`).
-                store.notify.merged_write(&op);
-                if collect_changed {
-                    changed.push((op.db, op.key[..].into()));
+    let mut ops = ops.into_iter();
+    loop {
+        // Decoded a few at a time, so that their keys' cache misses overlap
+        // (`Store::prefetch`), as a pipelined batch's do: a peer's merge is mostly lookups of
+        // cold keys.
+        let chunk: SmallVec<[Option<Effect>; MERGE_AHEAD]> = ops.by_ref().take(MERGE_AHEAD).map(|op| Effect::try_from(op).ok()).collect();
+        if chunk.is_empty() {
+            break;
+        }
+        if let Some(db) = chunk.iter().flatten().next().map(|op| op.db) {
+            let keys: SmallVec<[&[u8]; MERGE_AHEAD]> = chunk.iter().flatten().filter(|op| op.db == db).map(|op| &op.key[..]).collect();
+            store.prefetch(db, &keys);
+        }
+        for op in chunk {
+            let Some(op) = op else {
+                superseded += 1;
+                continue;
+            };
+            match apply_op(store, &op) {
+                ApplyOutcome::Applied => {
+                    applied += 1;
+                    // Keyspace notifications for the merged write (`crate::notify`).
+                    store.notify.merged_write(&op);
+                    if collect_changed {
+                        changed.push((op.db, op.key[..].into()));
+                    }
                 }
-            }
-            ApplyOutcome::Superseded => superseded += 1,
-            // A function library changed: no key did.
-            ApplyOutcome::Functions => applied += 1,
-            ApplyOutcome::Publish { channel, message } => {
-                delivery.publish(&channel, &message);
-                applied += 1;
+                ApplyOutcome::Superseded => superseded += 1,
+                // A function library changed: no key did.
+                ApplyOutcome::Functions => applied += 1,
+                ApplyOutcome::Publish { channel, message } => {
+                    delivery.publish(&channel, &message);
+                    applied += 1;
+                }
             }
         }
     }
