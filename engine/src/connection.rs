@@ -79,7 +79,14 @@ where
             debug!(client = client.id, "handoff: closing idle client");
             break;
         }
-        let idle = idle_limit(&server, &client);
+        // One settings load per read, not one per use (each is an `ArcSwap` load); a CONFIG
+        // SET applies from the next read on.
+        let (idle, query_buffer_limit, limits) = {
+            let settings = server.settings();
+            // `timeout` applies to ordinary idle clients, not to subscribers or blocked ones.
+            let idle = settings.idle_timeout.filter(|_| client.subscriptions() == 0);
+            (idle, settings.client_query_buffer_limit, Limits::of(&settings))
+        };
         tokio::select! {
             biased;
             read = reader.read_buf(&mut input) => match read {
@@ -111,14 +118,13 @@ where
         if handle.killed.load(Ordering::Acquire) {
             break;
         }
-        if input.len() > server.settings().client_query_buffer_limit {
+        if input.len() > query_buffer_limit {
             debug!(client = client.id, "closing client that exceeded client-query-buffer-limit");
             break;
         }
         // Messages queued before these requests arrived go first (an invalidation sent
         // before a client's next command must reach it before that command's reply).
         drain_pushes(&client, &mut pushes, &mut output);
-        let limits = server.parse_limits();
         loop {
             // Up to `BATCH` pipelined requests are parsed ahead and their keys prefetched
             // together (`cmd::prefetch`), then run in order. A protocol error is answered
@@ -229,11 +235,6 @@ fn control_changed(client: &ClientState, shutdown: &mut watch::Receiver<bool>, h
 /// close it now without cutting off anything the client is waiting for.
 fn is_idle(client: &ClientState, input: &BytesMut) -> bool {
     input.is_empty() && client.multi.is_none() && client.subscriptions() == 0
-}
-
-/// `timeout` applies to ordinary idle clients, not to subscribers or blocked clients.
-fn idle_limit(server: &Server, client: &ClientState) -> Option<Duration> {
-    server.settings().idle_timeout.filter(|_| client.subscriptions() == 0)
 }
 
 async fn sleep_or_forever(limit: Option<Duration>) {

@@ -26,6 +26,13 @@ pub struct Limits {
     pub max_multibulk_len: usize,
 }
 
+impl Limits {
+    /// The limits `settings` set for client requests.
+    pub fn of(settings: &crate::config::settings::Settings) -> Limits {
+        Limits { max_bulk_len: settings.proto_max_bulk_len, max_multibulk_len: 1024 * 1024 }
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Limits { max_bulk_len: 512 * 1024 * 1024, max_multibulk_len: 1024 * 1024 }

@@ -23,7 +23,6 @@ use crate::db::Store;
 use crate::hlc::{node_id_from_name, Hlc, OffsetClock, WallClock};
 use crate::mesh::{Identity, Mesh};
 use crate::metrics::Metrics;
-use crate::parse::Limits;
 use crate::pubsub::PubSub;
 
 #[derive(Debug, thiserror::Error)]
@@ -251,10 +250,6 @@ impl Server {
         let s = self.settings();
         let files = crate::kernel::KernelFiles { sys: s.kernel_sys_dir.clone(), proc_sys: s.kernel_proc_sys_dir.clone() };
         (files, s.tcp_backlog)
-    }
-
-    pub fn parse_limits(&self) -> Limits {
-        Limits { max_bulk_len: self.settings().proto_max_bulk_len, max_multibulk_len: 1024 * 1024 }
     }
 
     /// Ready to receive client traffic? A serving node is ready once the mesh says so
