@@ -16,6 +16,7 @@ use bytes::Bytes;
 use keymesh_proto as pb;
 use pb::op::Effect as PbEffect;
 use prost::encoding::{encoded_len_varint, key_len};
+use prost::Message;
 
 use crate::db::counter::CounterDelta;
 use crate::db::effect::{Effect, EffectKind, FieldState, MemberState, ZSetMemberState};
@@ -28,6 +29,47 @@ pub enum WireError {
     NoEffect,
     #[error("failed to decode op: a full-sync KeyState is not a mergeable effect")]
     KeyState,
+    /// The bytes are no `Op` at all (`decode`): a broken stream, not an op to skip.
+    #[error("failed to decode op: {0}")]
+    Malformed(prost::DecodeError),
+}
+
+/// Encoded ops are cut from per-thread chunks of this size (`encode`): no allocation per op.
+const ENCODE_CHUNK: usize = 16 << 10;
+/// An op larger than this gets an allocation of its own instead.
+const OWN_ALLOCATION: usize = ENCODE_CHUNK / 8;
+
+thread_local! {
+    /// The rest of this thread's current chunk (`encode`).
+    static CHUNK: std::cell::RefCell<bytes::BytesMut> = std::cell::RefCell::new(bytes::BytesMut::new());
+}
+
+/// `e`'s protobuf encoding (one `Op`, untagged: an element of `EncodedBatch.ops`), made once
+/// when a write appends it to the backlog and then shared by every subscriber's stream
+/// (`repl::log`). Small ops are cut from a per-thread chunk (a chunk is freed when the last op
+/// cut from it is), large ones get their own allocation.
+pub fn encode(e: Effect) -> Bytes {
+    let len = encoded_len(&e);
+    let op = pb::Op::from(e);
+    if len > OWN_ALLOCATION {
+        let mut out = Vec::with_capacity(len);
+        op.encode_raw(&mut out);
+        return out.into();
+    }
+    CHUNK.with_borrow_mut(|chunk| {
+        if chunk.capacity() - chunk.len() < len {
+            *chunk = bytes::BytesMut::with_capacity(ENCODE_CHUNK);
+        }
+        op.encode_raw(chunk);
+        chunk.split().freeze()
+    })
+}
+
+/// Decodes one op's encoding (an element of a received `EncodedBatch.ops`) into an effect.
+/// The byte fields are slices of `op`'s buffer (no copy), except those a merge keeps as
+/// `Bytes` (see `owned`).
+pub fn decode(op: Bytes) -> Result<Effect, WireError> {
+    Effect::try_from(pb::Op::decode(op).map_err(WireError::Malformed)?)
 }
 
 pub fn version(v: Version) -> Option<pb::Version> {
@@ -223,7 +265,6 @@ fn version_field(tag: u32, v: Version) -> usize {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use prost::Message;
 
     fn ver() -> impl Strategy<Value = Version> {
         (prop_oneof![Just(0u64), any::<u64>(), 0..300u64], prop_oneof![Just(0u32), any::<u32>()]).prop_map(|(hlc, node)| Version { hlc, node })
