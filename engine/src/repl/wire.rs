@@ -1,7 +1,7 @@
 //! The protobuf form of effects (`keymesh_proto::Op`): the one place that converts between
 //! `db::effect::Effect` and the wire. The mesh stream (`mesh::origin` encodes, `mesh::link`
-//! decodes) and the snapshot file (`persist`) call it at their edges; the keyspace, the merge
-//! and the backlog see only `Effect`.
+//! decodes) and the snapshot file (`persist`) call it at their edges; the keyspace and the
+//! merge see only `Effect`, the backlog only encoded ops (`encode`).
 //!
 //! The mapping is one to one for every effect a node makes, so the bytes on the wire and in
 //! snapshot files are what they were before `Effect` existed, and peers of either version
@@ -80,10 +80,17 @@ pub fn from_pb(v: Option<&pb::Version>) -> Version {
     v.map_or(Version::ZERO, |v| Version { hlc: v.hlc, node: v.node })
 }
 
-/// A received byte field, copied out of the frame it arrived in. The generated types hold
-/// `Bytes` (so sending shares an effect's key and value with every subscriber's message, no
-/// copy); decoding slices the receive buffer, and a value kept in the keyspace (a list item, a
-/// hash field) must not pin that whole buffer for as long as it lives.
+/// A received byte field that the node keeps as `Bytes` (a list item, a hash field's name or
+/// value, a set or sorted-set member, a library's code, a published message queued for slow
+/// subscribers), copied out of the frame it arrived in: decoding slices the receive buffer,
+/// and what the node keeps must not pin that whole buffer for as long as it lives.
+///
+/// The key and a string's value stay slices of the frame, without a copy: an effect lives
+/// only while it is merged, and the merge copies what it keeps of them into the keyspace's own
+/// types (the key into the table's allocation or a tombstone's, a string's value into its
+/// `StrBuf`, a keyspace event's key into the event, `notify::merged_events`). The test
+/// `a_merged_op_keeps_no_slice_of_the_frame_it_arrived_in` checks that no effect kind leaves
+/// the frame shared after its merge.
 fn owned(b: Bytes) -> Bytes {
     Bytes::copy_from_slice(&b)
 }
@@ -146,7 +153,8 @@ impl TryFrom<pb::Op> for Effect {
 
     fn try_from(op: pb::Op) -> Result<Effect, WireError> {
         let kind = match op.effect.ok_or(WireError::NoEffect)? {
-            PbEffect::StringSet(s) => EffectKind::StringSet { value: owned(s.value), version: from_pb(s.version.as_ref()) },
+            // Copied by the merge (`Value::string`): not here too.
+            PbEffect::StringSet(s) => EffectKind::StringSet { value: s.value, version: from_pb(s.version.as_ref()) },
             PbEffect::Counter(d) => EffectKind::Counter((&d).into()),
             PbEffect::Delete(d) => EffectKind::Delete { version: from_pb(d.version.as_ref()) },
             PbEffect::Expire(e) => EffectKind::Expire { deadline_ms: e.deadline_ms, version: from_pb(e.version.as_ref()) },
@@ -167,7 +175,8 @@ impl TryFrom<pb::Op> for Effect {
             PbEffect::FunctionFlush(f) => EffectKind::FunctionFlush { version: from_pb(f.version.as_ref()) },
             PbEffect::KeyState(_) => return Err(WireError::KeyState),
         };
-        Ok(Effect { db: op.db as usize, key: owned(op.key), kind })
+        // The key is copied where the keyspace keeps it (its table entry, a tombstone).
+        Ok(Effect { db: op.db as usize, key: op.key, kind })
     }
 }
 
@@ -326,6 +335,72 @@ mod tests {
     fn a_missing_version_reads_as_zero_as_the_merge_always_took_it() {
         let op = pb::Op { db: 1, key: b"k".to_vec().into(), effect: Some(PbEffect::Delete(pb::Delete { version: None })) };
         assert_eq!(Effect::try_from(op).unwrap(), Effect::delete(1, b"k", Version::ZERO));
+    }
+
+    /// What a link does with a received frame: decode each op (`decode`, its key and a string's
+    /// value are slices of the frame), merge it, fire its keyspace events. Once the effects are
+    /// gone nothing may still share the frame: not the keyspace, not the function registers,
+    /// not the events queued for subscribers. A field kept without its copy would leave the
+    /// frame shared and fail this.
+    #[test]
+    fn a_merged_op_keeps_no_slice_of_the_frame_it_arrived_in() {
+        use std::sync::{Arc, Mutex};
+
+        use crate::db::Store;
+        use crate::hlc::{Hlc, SystemClock};
+        use crate::repl::merge::{apply_op, ApplyOutcome};
+
+        let store = Store::new(2, Hlc::new(Arc::new(SystemClock), 500), 9);
+        store.enable_replication();
+        let events: Arc<Mutex<Vec<(Bytes, Bytes)>>> = Arc::default();
+        let sink = events.clone();
+        store.notify.set_sink(Box::new(move |channel, message| sink.lock().unwrap().push((channel, message))));
+        store.notify.set_classes(crate::notify::parse_classes("KEA").unwrap());
+        let v = Version { hlc: 1 << 40, node: 2 };
+        let b = |s: &str| Bytes::copy_from_slice(s.as_bytes());
+        let effects = vec![
+            Effect::new(0, b"string", EffectKind::StringSet { value: b(&"x".repeat(100)), version: v }),
+            Effect::new(0, b"int", EffectKind::StringSet { value: b("12345"), version: v }),
+            Effect::counter(0, b"counter", CounterDelta { origin: 2, incr_total: 5, decr_total: 1, base: Version::ZERO, version: v, base_value: 3 }),
+            Effect::expire(0, b"string", 4_000_000_000_000, v),
+            Effect::delete(0, b"deleted", v),
+            Effect::new(
+                0,
+                b"hash",
+                EffectKind::Hash(vec![
+                    FieldState { name: b("field"), value: Some(b("value")), version: v },
+                    FieldState { name: b("gone"), value: None, version: v },
+                ]),
+            ),
+            Effect::new(0, b"set", EffectKind::Set(vec![MemberState { name: b("member"), present: true, version: v }])),
+            Effect::new(0, b"zset", EffectKind::ZSet(vec![ZSetMemberState { name: b("member"), score: Some(1.5), version: v }])),
+            Effect::new(1, b"list", EffectKind::List { items: vec![b("a"), b("b")], version: v }),
+            Effect::hll_registers(0, b"hll", v, &[5 << 8 | 2]),
+            Effect::publish(b"channel", b"message"),
+            Effect::library("lib", Some(b("#!lua name=lib\nredis.register_function('f', function() return 1 end)")), v),
+        ];
+        let message = pb::OriginMessage {
+            body: Some(pb::origin_message::Body::Batch(pb::EncodedBatch { first_seq: 1, ops: effects.iter().cloned().map(encode).collect(), hlc: 1 })),
+        };
+        let frame = Bytes::from(message.encode_to_vec());
+        let Some(pb::origin_message::Body::Batch(batch)) = pb::OriginMessage::decode(frame.clone()).unwrap().body else { panic!("a batch") };
+        let span = frame.as_ptr() as usize..frame.as_ptr() as usize + frame.len();
+        let mut outcomes = Vec::new();
+        for (op, sent) in batch.ops.into_iter().zip(&effects) {
+            let effect = decode(op).unwrap();
+            assert_eq!(&effect, sent);
+            if !effect.key.is_empty() {
+                assert!(span.contains(&(effect.key.as_ptr() as usize)), "the key is decoded without a copy");
+            }
+            let outcome = apply_op(&store, &effect);
+            if outcome == ApplyOutcome::Applied {
+                store.notify.merged_write(&effect);
+            }
+            outcomes.push(outcome);
+        }
+        assert!(outcomes.iter().filter(|o| **o == ApplyOutcome::Applied).count() >= 9, "{outcomes:?}");
+        assert!(!events.lock().unwrap().is_empty());
+        assert!(frame.is_unique(), "something merged still shares the received frame");
     }
 
     /// Bytes as a node before `Effect` wrote them (a `SET k v` at (5, 1) in database 2): the
