@@ -50,26 +50,164 @@ thread_local! {
 /// cut from it is), large ones get their own allocation.
 pub fn encode(e: Effect) -> Bytes {
     let len = encoded_len(&e);
-    let op = pb::Op::from(e);
     if len > OWN_ALLOCATION {
         let mut out = Vec::with_capacity(len);
-        op.encode_raw(&mut out);
+        write_op(e, &mut out);
         return out.into();
     }
     CHUNK.with_borrow_mut(|chunk| {
         if chunk.capacity() - chunk.len() < len {
             *chunk = bytes::BytesMut::with_capacity(ENCODE_CHUNK);
         }
-        op.encode_raw(chunk);
+        write_op(e, chunk);
         chunk.split().freeze()
     })
+}
+
+/// Writes `e` as prost writes `pb::Op::from(e)`. A string's write (most writes) is written
+/// here field by field, a third of prost's instructions for it; every other kind through
+/// prost. `encode_writes_what_prost_writes` checks the bytes against prost's for every kind.
+fn write_op(e: Effect, out: &mut impl bytes::BufMut) {
+    use prost::encoding::{encode_key, encode_varint, WireType};
+    let Effect { db, key, kind: EffectKind::StringSet { value, version: v } } = e else {
+        pb::Op::from(e).encode_raw(out);
+        return;
+    };
+    if db != 0 {
+        encode_key(1, WireType::Varint, out);
+        encode_varint(db as u64, out);
+    }
+    if !key.is_empty() {
+        encode_key(2, WireType::LengthDelimited, out);
+        encode_varint(key.len() as u64, out);
+        out.put_slice(&key);
+    }
+    let version_len = varint_field(1, v.hlc) + varint_field(2, u64::from(v.node));
+    encode_key(3, WireType::LengthDelimited, out);
+    encode_varint((bytes_field(1, value.len()) + message_field(2, version_len)) as u64, out);
+    if !value.is_empty() {
+        encode_key(1, WireType::LengthDelimited, out);
+        encode_varint(value.len() as u64, out);
+        out.put_slice(&value);
+    }
+    encode_key(2, WireType::LengthDelimited, out);
+    encode_varint(version_len as u64, out);
+    if v.hlc != 0 {
+        encode_key(1, WireType::Varint, out);
+        encode_varint(v.hlc, out);
+    }
+    if v.node != 0 {
+        encode_key(2, WireType::Varint, out);
+        encode_varint(u64::from(v.node), out);
+    }
 }
 
 /// Decodes one op's encoding (an element of a received `EncodedBatch.ops`) into an effect.
 /// The byte fields are slices of `op`'s buffer (no copy), except those a merge keeps as
 /// `Bytes` (see `owned`).
 pub fn decode(op: Bytes) -> Result<Effect, WireError> {
+    if let Some(effect) = decode_string_set(&op) {
+        return Ok(effect);
+    }
     Effect::try_from(pb::Op::decode(op).map_err(WireError::Malformed)?)
+}
+
+/// A string's write as `write_op` (and prost) writes it, read field by field: `None` for
+/// anything else (another kind, fields out of order, repeated or unknown, a value out of
+/// range, a truncated field), which prost then decodes (or refuses). `decode_reads_what_prost_reads` checks it against prost.
+fn decode_string_set(op: &Bytes) -> Option<Effect> {
+    let mut r = Reader { buf: op, at: 0 };
+    let mut db = 0;
+    let mut key = Bytes::new();
+    let mut tag = r.tag()?;
+    if tag == 1 << 3 {
+        db = u32::try_from(r.varint()?).ok()?;
+        tag = r.tag()?;
+    }
+    if tag == 2 << 3 | 2 {
+        key = r.bytes(op)?;
+        tag = r.tag()?;
+    }
+    if tag != 3 << 3 | 2 {
+        return None;
+    }
+    let inner_end = r.len()?;
+    let mut value = Bytes::new();
+    let mut version = Version::ZERO;
+    if r.at < inner_end {
+        let mut tag = r.tag()?;
+        if tag == 1 << 3 | 2 {
+            value = r.bytes(op)?;
+            tag = if r.at < inner_end { r.tag()? } else { 0 };
+        }
+        if tag == 2 << 3 | 2 {
+            let version_end = r.len()?;
+            if r.at < version_end {
+                let mut tag = r.tag()?;
+                if tag == 1 << 3 {
+                    version.hlc = r.varint()?;
+                    tag = if r.at < version_end { r.tag()? } else { 0 };
+                }
+                if tag == 2 << 3 {
+                    version.node = u32::try_from(r.varint()?).ok()?;
+                } else if tag != 0 {
+                    return None;
+                }
+            }
+            if r.at != version_end {
+                return None;
+            }
+        } else if tag != 0 {
+            return None;
+        }
+    }
+    // Nothing after the effect: a repeated field would be merged by prost.
+    if r.at != inner_end || r.at != op.len() {
+        return None;
+    }
+    Some(Effect { db: db as usize, key, kind: EffectKind::StringSet { value, version } })
+}
+
+/// A cursor over an op's bytes for `decode_string_set`: every read is bounds-checked.
+struct Reader<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    /// A field's key (0 is none: prost refuses it, so this path leaves it to prost).
+    fn tag(&mut self) -> Option<u64> {
+        self.varint().filter(|&t| t != 0)
+    }
+
+    fn varint(&mut self) -> Option<u64> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = *self.buf.get(self.at)?;
+            self.at += 1;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                // The tenth byte may carry one bit only.
+                return (shift < 63 || byte <= 1).then_some(value);
+            }
+        }
+        None
+    }
+
+    /// A length prefix: the end of the field it announces (within the buffer).
+    fn len(&mut self) -> Option<usize> {
+        let len = usize::try_from(self.varint()?).ok()?;
+        let end = self.at.checked_add(len)?;
+        (end <= self.buf.len()).then_some(end)
+    }
+
+    /// A length-delimited field's bytes, as a slice of `whole` (no copy).
+    fn bytes(&mut self, whole: &Bytes) -> Option<Bytes> {
+        let end = self.len()?;
+        let out = whole.slice(self.at..end);
+        self.at = end;
+        Some(out)
+    }
 }
 
 pub fn version(v: Version) -> Option<pb::Version> {
@@ -320,6 +458,49 @@ mod tests {
             prop_assert_eq!(encoded_len(&e), encoded.len());
             let back = Effect::try_from(pb::Op::decode(encoded.as_slice()).unwrap()).unwrap();
             prop_assert_eq!(format!("{back:?}"), format!("{e:?}"));
+        }
+    }
+
+    proptest! {
+        /// `encode` writes the bytes prost writes for every kind (its own writer for strings).
+        #[test]
+        fn encode_writes_what_prost_writes(e in effect()) {
+            prop_assert_eq!(encode(e.clone()).to_vec(), pb::Op::from(e).encode_to_vec());
+        }
+
+        /// `decode` (its own reader for strings) reads what prost reads, from an effect's
+        /// encoding and from an encoding with a field changed, repeated or cut.
+        #[test]
+        fn decode_reads_what_prost_reads(e in effect(), cut in any::<prop::sample::Index>(), extra in prop::collection::vec(any::<u8>(), 0..12)) {
+            let encoded = pb::Op::from(e).encode_to_vec();
+            let by_prost = |b: &[u8]| format!("{:?}", pb::Op::decode(b).map_err(WireError::Malformed).and_then(Effect::try_from));
+            prop_assert_eq!(format!("{:?}", decode(Bytes::from(encoded.clone()))), by_prost(&encoded));
+            let mut changed = encoded.clone();
+            changed.extend_from_slice(&extra);
+            prop_assert_eq!(format!("{:?}", decode(Bytes::from(changed.clone()))), by_prost(&changed));
+            let twice = [encoded.clone(), encoded.clone()].concat();
+            prop_assert_eq!(format!("{:?}", decode(Bytes::from(twice.clone()))), by_prost(&twice));
+            let short = &encoded[..cut.index(encoded.len() + 1)];
+            prop_assert_eq!(format!("{:?}", decode(Bytes::copy_from_slice(short))), by_prost(short));
+        }
+
+        /// Arbitrary bytes decode as prost decodes them (or fail with it).
+        #[test]
+        fn decode_reads_arbitrary_bytes_as_prost(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+            let by_prost = format!("{:?}", pb::Op::decode(&bytes[..]).map_err(WireError::Malformed).and_then(Effect::try_from));
+            prop_assert_eq!(format!("{:?}", decode(Bytes::from(bytes))), by_prost);
+        }
+    }
+
+    /// Strings the generators rarely make: a string op with every field at its edge.
+    #[test]
+    fn a_string_op_at_its_edges_decodes_as_prost_decodes_it() {
+        for (db, key, value, hlc, node) in [(0, "", "", 0, 0), (15, "k", "", u64::MAX, u32::MAX), (1, "", "v", 1, 0), (0, "key", "value", 0, 7)] {
+            let e = Effect::new(db, key.as_bytes(), EffectKind::StringSet { value: Bytes::copy_from_slice(value.as_bytes()), version: Version { hlc, node } });
+            let encoded = encode(e.clone());
+            assert_eq!(encoded.to_vec(), pb::Op::from(e.clone()).encode_to_vec());
+            assert!(decode_string_set(&encoded).is_some(), "the fast path reads {e:?}");
+            assert_eq!(decode(encoded).unwrap(), e);
         }
     }
 
