@@ -178,6 +178,51 @@ fn pipelined_requests_split_at_every_byte_are_answered_in_order() {
 }
 
 #[test]
+fn a_long_pipeline_in_one_write_runs_in_order_across_batches_up_to_a_protocol_error() {
+    // The server parses up to 16 pipelined requests ahead to prefetch their keys: a request
+    // must still see every effect of the ones before it (a SELECT, a RENAME, a transaction),
+    // whichever batch each falls in, and a protocol error comes after the replies before it.
+    let server = Server::start(&[]);
+    let mut pipeline = Vec::new();
+    let mut expected = Vec::new();
+    let mut push = |args: &[&str], reply: Reply| {
+        pipeline.extend(support::encode(&args.iter().map(|a| a.as_bytes()).collect::<Vec<_>>()));
+        expected.push(reply);
+    };
+    let ok = || Reply::Status("OK".into());
+    let bulk = |v: &str| Reply::Bulk(v.as_bytes().to_vec());
+    for i in 0..12 {
+        push(&["SET", &format!("k{i}"), &format!("db0-{i}")], ok());
+    }
+    push(&["SELECT", "1"], ok());
+    for i in 0..12 {
+        push(&["GET", &format!("k{i}")], Reply::Nil);
+        push(&["SET", &format!("k{i}"), &format!("db1-{i}")], ok());
+    }
+    push(&["RENAME", "k0", "moved"], ok());
+    push(&["GET", "moved"], bulk("db1-0"));
+    push(&["MULTI"], ok());
+    push(&["INCR", "n"], Reply::Status("QUEUED".into()));
+    push(&["EXEC"], Reply::Array(vec![Reply::Int(1)]));
+    push(&["SELECT", "0"], ok());
+    for i in 0..12 {
+        push(&["GET", &format!("k{i}")], bulk(&format!("db0-{i}")));
+    }
+    let answered = expected.len();
+    assert!(answered % 16 != 0, "the error must fall inside a batch");
+    pipeline.extend_from_slice(b"*1\r\n$-5\r\n");
+    pipeline.extend(support::encode(&[b"GET".as_slice(), b"k1"]));
+    let mut conn = server.connect();
+    conn.send_raw(&pipeline).unwrap();
+    for (i, want) in expected.into_iter().enumerate() {
+        assert_eq!(conn.read(), Some(want), "reply {i} of {answered}");
+    }
+    assert_eq!(conn.read(), Some(Reply::Error("ERR Protocol error: invalid bulk length".into())));
+    assert_eq!(conn.read(), None, "the connection stays open after a protocol error");
+    assert_reply!(server.connect(), ["GET", "k11"], "db0-11");
+}
+
+#[test]
 fn unknown_commands_and_wrong_arity_use_redis_wording() {
     // Client libraries match these messages.
     let server = Server::start(&[]);

@@ -34,6 +34,7 @@ use std::sync::LazyLock;
 use std::time::Instant;
 
 use bytes::Bytes;
+use smallvec::SmallVec;
 
 use crate::client::ClientState;
 use crate::db::ctx::Ctx;
@@ -392,17 +393,49 @@ pub fn record(index: usize, argv: &[Bytes], elapsed: std::time::Duration, reply:
     }
 }
 
+/// Starts loading the keys a pipelined batch of requests will look up (`Store::prefetch`):
+/// the first key of each command that has keys at fixed positions (GET, SET, INCR, HSET,
+/// ...), in the client's current database. A hint: a command the batch has not run yet (a
+/// `SELECT` before it, a key it renames) only makes a prefetch useless.
+pub fn prefetch(server: &Server, client: &ClientState, batch: &[Call]) {
+    let keys: SmallVec<[&[u8]; 16]> = batch
+        .iter()
+        .filter_map(|call| match TABLE.specs[call.index?].keys {
+            Keys::Range(first, ..) => call.argv.get(first).map(|key| &key[..]),
+            _ => None,
+        })
+        .collect();
+    if keys.len() > 1 {
+        server.store.prefetch(client.db, &keys);
+    }
+}
+
+/// A request from a connection: its arguments and its command's place in `TABLE` (`None`:
+/// no such command), looked up once for both the batch's prefetch and the run.
+pub struct Call {
+    pub argv: Vec<Bytes>,
+    index: Option<usize>,
+}
+
+impl Call {
+    /// `argv` must not be empty (the connection skips empty requests).
+    pub fn new(argv: Vec<Bytes>) -> Call {
+        let index = TABLE.find(&argv[0]);
+        Call { argv, index }
+    }
+}
+
 /// The full path of one request from a connection: checks, `MULTI` queueing, `maxmemory`,
 /// then `run_command`; error replies are counted (`INFO errorstats`).
-pub fn dispatch(server: &Server, client: &mut ClientState, argv: Vec<Bytes>) -> Frame {
-    let reply = checked_run(server, client, argv);
+pub fn dispatch(server: &Server, client: &mut ClientState, call: Call) -> Frame {
+    let reply = checked_run(server, client, call);
     server.errors.count_reply(&reply);
     reply
 }
 
-fn checked_run(server: &Server, client: &mut ClientState, argv: Vec<Bytes>) -> Frame {
+fn checked_run(server: &Server, client: &mut ClientState, Call { argv, index }: Call) -> Frame {
     server.stats.commands_processed.fetch_add(1, Ordering::Relaxed);
-    match check(server, client, &argv) {
+    match check(server, client, index, &argv) {
         Ok(index) => {
             let spec = TABLE.specs[index];
             client.handle.last_command.store(index + 1, Ordering::Relaxed);
@@ -441,8 +474,8 @@ fn checked_run(server: &Server, client: &mut ClientState, argv: Vec<Bytes>) -> F
 }
 
 /// Everything that rejects a command before it runs, in Redis's order.
-fn check(server: &Server, client: &ClientState, argv: &[Bytes]) -> Result<usize, (Option<usize>, CmdError)> {
-    let Some(index) = TABLE.find(&argv[0]) else {
+fn check(server: &Server, client: &ClientState, index: Option<usize>, argv: &[Bytes]) -> Result<usize, (Option<usize>, CmdError)> {
+    let Some(index) = index else {
         return Err((None, unknown_command(argv)));
     };
     let spec = TABLE.specs[index];

@@ -420,6 +420,17 @@ impl Kind {
 }
 
 impl Value {
+    /// Starts loading the first two cache lines of a string's bytes (`Store::prefetch`).
+    pub fn prefetch(&self) {
+        if let Value::Str(s) = self {
+            let start = s.as_ptr();
+            super::node::prefetch(start);
+            if s.len() > 64 {
+                super::node::prefetch(start.wrapping_add(64));
+            }
+        }
+    }
+
     pub fn kind(&self) -> Kind {
         match self {
             Value::Str(_) | Value::Int(_) | Value::Counter(_) => Kind::String,

@@ -213,6 +213,34 @@ impl Store {
         (self.shard_hasher.hash_one(key) as usize) & (SHARDS_PER_DB - 1)
     }
 
+    /// Starts loading what the lookups of `keys` in `db` will touch, for a pipelined batch
+    /// about to run: each key's shard lock, slot and node, then its string's bytes. Run one
+    /// after another, every lookup of a large keyspace waits for its cache misses in turn;
+    /// started together, a batch's misses overlap. A hint only: nothing is read or changed
+    /// that a command could see, and a key missing or changed before its command runs costs
+    /// a wasted load.
+    pub fn prefetch(&self, db: usize, keys: &[&[u8]]) {
+        if !self.in_use(db) {
+            return;
+        }
+        let shards = self.dbs[db].shards();
+        let located: SmallVec<[(&Mutex<Shard>, &[u8]); 16]> = keys.iter().map(|&key| (&shards[self.shard_of(key)], key)).collect();
+        for (shard, _) in &located {
+            node::prefetch(std::ptr::from_ref(*shard).cast());
+        }
+        // Every lock is taken before any table is read: a locked instruction waits for the
+        // loads before it, so locking key by key would queue the keys' misses again. With
+        // `try_lock` there is no lock order to keep; a shard locked elsewhere, or twice in
+        // the batch, is skipped.
+        let held: SmallVec<[(MutexGuard<'_, Shard>, &[u8]); 16]> = located.iter().filter_map(|&(shard, key)| Some((shard.try_lock()?, key))).collect();
+        for (shard, key) in &held {
+            shard.map.prefetch(key);
+        }
+        for (shard, key) in &held {
+            shard.map.prefetch_value(key);
+        }
+    }
+
     /// Locks one shard. Callers holding other shard locks must use `lock_many` instead.
     pub fn lock_shard(&self, db: usize, shard: usize) -> MutexGuard<'_, Shard> {
         self.dbs[db].shards()[shard].lock()
@@ -608,6 +636,9 @@ mod tests {
             crate::repl::snapshot::snapshot(store, &mut |batch| ops += batch.len());
             crate::persist::rdb::export(store, "test", &mut Vec::new());
             evict::make_room(store, evict::Policy::AllKeysRandom, 0, 5);
+            // A pipelined batch's prefetch (a hint) neither allocates nor changes anything.
+            store.prefetch(5, &[b"k".as_slice(), b"missing"]);
+            store.prefetch(9, &[b"k".as_slice(), b"k"]);
         };
         passes(&store);
         assert_eq!(store.dbs_in_use().count(), 0, "a pass over an empty keyspace allocated a database");

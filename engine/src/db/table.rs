@@ -193,6 +193,22 @@ impl KeyTable {
         self.table.find_mut(hash, |n| n.key() == key)
     }
 
+    /// Starts loading the node `key` most likely has, without reading any node: the first
+    /// slot whose hash bits match is taken as the key's (`Store::prefetch`). A hint only.
+    pub fn prefetch(&self, key: &[u8]) {
+        if let Some(node) = self.table.find(self.hash(key), |_| true) {
+            node.prefetch();
+        }
+    }
+
+    /// Starts loading the bytes of `key`'s string value, once its node is in the cache
+    /// (`prefetch`, earlier). A hint only.
+    pub fn prefetch_value(&self, key: &[u8]) {
+        if let Some(found) = self.get(key) {
+            found.value.prefetch();
+        }
+    }
+
     pub fn get(&self, key: &[u8]) -> Option<EntryRef<'_>> {
         self.table.find(self.hash(key), |n| n.key() == key).map(view)
     }

@@ -25,6 +25,7 @@ use keymesh_proto::mesh_client::MeshClient;
 use keymesh_proto::origin_message::Body;
 use parking_lot::Mutex;
 use prost::Message;
+use smallvec::SmallVec;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
@@ -33,6 +34,7 @@ use tracing::{debug, info, warn};
 
 use super::frontier::OriginFrontier;
 use super::{Delivery, Host, Identity, Mesh, PeerAddr, MAX_MESSAGE_BYTES};
+use crate::db::effect::Effect;
 use crate::db::Store;
 use crate::hlc::Timestamp;
 use crate::repl::merge::{apply_op, ApplyOutcome};
@@ -532,6 +534,9 @@ impl Session {
     }
 }
 
+/// How many ops a link decodes ahead of merging them, to prefetch their keys together.
+const MERGE_AHEAD: usize = 16;
+
 /// Merges encoded ops into the keyspace; returns (applied, superseded). What the merges cause
 /// beyond the keyspace goes to `delivery`: published messages as they come, then the keys
 /// changed (clients blocked on them are served, as a local write would).
@@ -544,33 +549,50 @@ fn apply_all(store: &Store, delivery: &dyn Delivery, ops: impl IntoIterator<Item
     let collect_changed = delivery.wants_changed_keys();
     let mut changed: Vec<(usize, crate::db::Key)> = Vec::new();
     let mut malformed = None;
-    for op in ops {
-        let op = match decode(op) {
-            Ok(op) => op,
-            Err(WireError::Malformed(e)) => {
-                malformed = Some(e);
-                break;
+    let mut ops = ops.into_iter();
+    while malformed.is_none() {
+        // Decoded a few at a time, so that their keys' cache misses overlap
+        // (`Store::prefetch`), as a pipelined batch's do: a peer's merge is mostly lookups of
+        // cold keys.
+        let mut chunk: SmallVec<[Option<Effect>; MERGE_AHEAD]> = SmallVec::new();
+        for op in ops.by_ref().take(MERGE_AHEAD) {
+            match decode(op) {
+                Ok(op) => chunk.push(Some(op)),
+                Err(WireError::Malformed(e)) => {
+                    malformed = Some(e);
+                    break;
+                }
+                Err(_) => chunk.push(None),
             }
-            Err(_) => {
+        }
+        if chunk.is_empty() {
+            break;
+        }
+        if let Some(db) = chunk.iter().flatten().next().map(|op| op.db) {
+            let keys: SmallVec<[&[u8]; MERGE_AHEAD]> = chunk.iter().flatten().filter(|op| op.db == db).map(|op| &op.key[..]).collect();
+            store.prefetch(db, &keys);
+        }
+        for op in chunk {
+            let Some(op) = op else {
                 superseded += 1;
                 continue;
-            }
-        };
-        match apply_op(store, &op) {
-            ApplyOutcome::Applied => {
-                applied += 1;
-                // Keyspace notifications for the merged write (`crate::notify`).
-                store.notify.merged_write(&op);
-                if collect_changed {
-                    changed.push((op.db, op.key[..].into()));
+            };
+            match apply_op(store, &op) {
+                ApplyOutcome::Applied => {
+                    applied += 1;
+                    // Keyspace notifications for the merged write (`crate::notify`).
+                    store.notify.merged_write(&op);
+                    if collect_changed {
+                        changed.push((op.db, op.key[..].into()));
+                    }
                 }
-            }
-            ApplyOutcome::Superseded => superseded += 1,
-            // A function library changed: no key did.
-            ApplyOutcome::Functions => applied += 1,
-            ApplyOutcome::Publish { channel, message } => {
-                delivery.publish(&channel, &message);
-                applied += 1;
+                ApplyOutcome::Superseded => superseded += 1,
+                // A function library changed: no key did.
+                ApplyOutcome::Functions => applied += 1,
+                ApplyOutcome::Publish { channel, message } => {
+                    delivery.publish(&channel, &message);
+                    applied += 1;
+                }
             }
         }
     }
