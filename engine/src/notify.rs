@@ -189,7 +189,9 @@ fn channel(prefix: &str, db: usize, suffix: &[u8]) -> Bytes {
 /// `zadd`/`zrem`, a list's value `lset` (a list replicates whole). `FLUSHDB`/`FLUSHALL`
 /// fire nothing, as in Redis; published messages are delivered as messages, not events.
 pub fn merged_events(op: &Effect) -> Vec<Event> {
-    let event = |class, name| Event { class, name, db: op.db, key: op.key.clone() };
+    // A copy: a merged effect's key is a slice of the frame it arrived in (`repl::wire`), and
+    // the event may wait in a slow subscriber's queue.
+    let event = |class, name| Event { class, name, db: op.db, key: Bytes::copy_from_slice(&op.key) };
     let mut events = Vec::new();
     match &op.kind {
         EffectKind::StringSet { .. } => events.push(event(class::STRING, "set")),

@@ -15,6 +15,7 @@ use keymesh_engine::db::effect::Effect;
 use keymesh_engine::db::Store;
 use keymesh_engine::hlc::{Hlc, SystemClock};
 use keymesh_engine::repl::merge::{apply_op, ApplyOutcome};
+use keymesh_engine::repl::wire::{self, WireError};
 use keymesh_proto as pb;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
@@ -34,8 +35,16 @@ fuzz_target!(|data: &[u8]| {
     let Some(pb::origin_message::Body::Batch(batch)) = message.body else { return };
     let store = store();
     store.wipe();
-    // An op that is no effect (none, or a full-sync KeyState) is skipped, as a link skips it.
-    let effects: Vec<Effect> = batch.ops.into_iter().filter_map(|op| Effect::try_from(op).ok()).collect();
+    // An op that is no effect (none, or a full-sync KeyState) is skipped, as a link skips it;
+    // bytes that are no op end the stream (the ops before them are merged).
+    let mut effects: Vec<Effect> = Vec::new();
+    for op in batch.ops {
+        match wire::decode(op) {
+            Ok(effect) => effects.push(effect),
+            Err(WireError::Malformed(_)) => break,
+            Err(_) => {}
+        }
+    }
     for op in &effects {
         apply_op(store, op);
     }

@@ -19,6 +19,7 @@
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use keymesh_proto as pb;
 use keymesh_proto::mesh_client::MeshClient;
 use keymesh_proto::origin_message::Body;
@@ -37,6 +38,7 @@ use crate::db::effect::Effect;
 use crate::db::Store;
 use crate::hlc::Timestamp;
 use crate::repl::merge::{apply_op, ApplyOutcome};
+use crate::repl::wire::{decode, WireError};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// From connecting to the origin's `Welcome` (covers a peer whose process is stopped: the
@@ -147,6 +149,8 @@ enum LinkError {
     Timeout(Duration),
     #[error("protocol error: {0}")]
     Protocol(&'static str),
+    #[error("protocol error: {0}")]
+    Malformed(String),
     #[error("server is shutting down")]
     Stopped,
     #[error("the peer is this node itself")]
@@ -454,7 +458,7 @@ impl Session {
         Ok(())
     }
 
-    async fn batch(&mut self, batch: pb::Batch, size: u64) -> Result<(), LinkError> {
+    async fn batch(&mut self, batch: pb::EncodedBatch, size: u64) -> Result<(), LinkError> {
         let snapshot = batch.first_seq == 0;
         if snapshot && !self.syncing {
             return Err(LinkError::Protocol("snapshot batch outside a full sync"));
@@ -470,7 +474,7 @@ impl Session {
         let (applied, superseded) = if size > INLINE_APPLY_BYTES {
             let (store, host) = (self.mesh.store.clone(), self.host.clone());
             let ops = batch.ops;
-            tokio::task::spawn_blocking(move || apply_all(&store, &*host, ops)).await.map_err(|_| LinkError::Stopped)?
+            tokio::task::spawn_blocking(move || apply_all(&store, &*host, ops)).await.map_err(|_| LinkError::Stopped)??
         } else {
             // In order, a chunk at a time, yielding between chunks. A busy origin sends
             // batches of tens of ops (~60 under `redis-benchmark -P 16`), and handing each to
@@ -479,7 +483,7 @@ impl Session {
             let (mut applied, mut superseded) = (0, 0);
             let mut ops = batch.ops.into_iter();
             loop {
-                let (a, s) = apply_all(&self.mesh.store, &*self.host, ops.by_ref().take(INLINE_APPLY_OPS));
+                let (a, s) = apply_all(&self.mesh.store, &*self.host, ops.by_ref().take(INLINE_APPLY_OPS))?;
                 applied += a;
                 superseded += s;
                 if ops.len() == 0 {
@@ -533,21 +537,34 @@ impl Session {
 /// How many ops a link decodes ahead of merging them, to prefetch their keys together.
 const MERGE_AHEAD: usize = 16;
 
-/// Merges ops into the keyspace; returns (applied, superseded). What the merges cause beyond
-/// the keyspace goes to `delivery`: published messages as they come, then the keys changed
-/// (clients blocked on them are served, as a local write would).
-/// Each op is decoded into an `Effect` first (`repl::wire`); one that is not an effect this
-/// node merges (none, or a kind it does not know) counts as superseded, as it always did.
-fn apply_all(store: &Store, delivery: &dyn Delivery, ops: impl IntoIterator<Item = pb::Op>) -> (u64, u64) {
+/// Merges encoded ops into the keyspace; returns (applied, superseded). What the merges cause
+/// beyond the keyspace goes to `delivery`: published messages as they come, then the keys
+/// changed (clients blocked on them are served, as a local write would).
+/// Each op is decoded into an `Effect` first (`repl::wire::decode`); one that is not an effect
+/// this node merges (none, or a kind it does not know) counts as superseded, as it always did.
+/// Bytes that are no op at all end the stream (as a batch that failed to decode always did;
+/// the ops merged before it are merged again after the reconnect, which changes nothing).
+fn apply_all(store: &Store, delivery: &dyn Delivery, ops: impl IntoIterator<Item = Bytes>) -> Result<(u64, u64), LinkError> {
     let (mut applied, mut superseded) = (0, 0);
     let collect_changed = delivery.wants_changed_keys();
     let mut changed: Vec<(usize, crate::db::Key)> = Vec::new();
+    let mut malformed = None;
     let mut ops = ops.into_iter();
-    loop {
+    while malformed.is_none() {
         // Decoded a few at a time, so that their keys' cache misses overlap
         // (`Store::prefetch`), as a pipelined batch's do: a peer's merge is mostly lookups of
         // cold keys.
-        let chunk: SmallVec<[Option<Effect>; MERGE_AHEAD]> = ops.by_ref().take(MERGE_AHEAD).map(|op| Effect::try_from(op).ok()).collect();
+        let mut chunk: SmallVec<[Option<Effect>; MERGE_AHEAD]> = SmallVec::new();
+        for op in ops.by_ref().take(MERGE_AHEAD) {
+            match decode(op) {
+                Ok(op) => chunk.push(Some(op)),
+                Err(WireError::Malformed(e)) => {
+                    malformed = Some(e);
+                    break;
+                }
+                Err(_) => chunk.push(None),
+            }
+        }
         if chunk.is_empty() {
             break;
         }
@@ -582,7 +599,10 @@ fn apply_all(store: &Store, delivery: &dyn Delivery, ops: impl IntoIterator<Item
     if !changed.is_empty() {
         delivery.keys_changed(changed);
     }
-    (applied, superseded)
+    match malformed {
+        Some(e) => Err(LinkError::Malformed(format!("an op in a batch failed to decode: {e}"))),
+        None => Ok((applied, superseded)),
+    }
 }
 
 /// An error with its sources ("transport error: connection refused").

@@ -13,8 +13,10 @@
 //! reconnect) instead of growing memory. A subscriber that sends nothing (Acks are sent at
 //! least every second) for `repl-timeout` is dropped.
 //!
-//! The backlog and the snapshot scan hold `Effect`s; they become protobuf (`repl::wire`) here,
-//! as they go into a `Batch`.
+//! The backlog holds each write's op already encoded (`repl::log`): a live batch is the list
+//! of those shared bytes (`EncodedBatch`, the same bytes on the wire as a `Batch` of ops), so
+//! nothing is converted or encoded per subscriber. The snapshot scan yields `Effect`s, encoded
+//! here (`repl::wire::encode`) as they go into a batch.
 
 use std::net::SocketAddr;
 use std::pin::pin;
@@ -243,10 +245,10 @@ async fn stream_to(
         let Some(ops) = log.read(seq, BATCH_OPS) else {
             return Err(Status::out_of_range(format!("sequence {seq} fell out of the backlog (repl-backlog-size); reconnect for a full sync")));
         };
-        if let Some(&(last, _)) = ops.last() {
-            // The wire form of the backlog's effects (`repl::wire`): the stream's edge.
-            let batch = pb::Batch { first_seq: seq, ops: ops.into_iter().map(|(_, op)| pb::Op::from(op)).collect(), hlc: mesh.store.hlc.now() };
-            seq = last + 1;
+        if !ops.is_empty() {
+            let count = ops.len() as u64;
+            let batch = pb::EncodedBatch { first_seq: seq, ops, hlc: mesh.store.hlc.now() };
+            seq += count;
             if tx.send(Ok(message(Body::Batch(batch)))).await.is_err() {
                 return Ok(());
             }
@@ -282,8 +284,8 @@ async fn send_snapshot(mesh: &Arc<Mesh>, tx: mpsc::Sender<Result<pb::OriginMessa
             }
             let mut ops = ops.into_iter().peekable();
             while ops.peek().is_some() {
-                let chunk: Vec<pb::Op> = ops.by_ref().take(SNAPSHOT_BATCH_OPS).map(pb::Op::from).collect();
-                let batch = pb::Batch { first_seq: 0, ops: chunk, hlc: store.hlc.now() };
+                let chunk: Vec<bytes::Bytes> = ops.by_ref().take(SNAPSHOT_BATCH_OPS).map(crate::repl::wire::encode).collect();
+                let batch = pb::EncodedBatch { first_seq: 0, ops: chunk, hlc: store.hlc.now() };
                 bytes += batch.encoded_len() as u64;
                 // The subscriber went away: finish the scan cheaply without sending.
                 if tx.blocking_send(Ok(message(Body::Batch(batch)))).is_err() {

@@ -1,7 +1,7 @@
 //! The protobuf form of effects (`keymesh_proto::Op`): the one place that converts between
 //! `db::effect::Effect` and the wire. The mesh stream (`mesh::origin` encodes, `mesh::link`
-//! decodes) and the snapshot file (`persist`) call it at their edges; the keyspace, the merge
-//! and the backlog see only `Effect`.
+//! decodes) and the snapshot file (`persist`) call it at their edges; the keyspace and the
+//! merge see only `Effect`, the backlog only encoded ops (`encode`).
 //!
 //! The mapping is one to one for every effect a node makes, so the bytes on the wire and in
 //! snapshot files are what they were before `Effect` existed, and peers of either version
@@ -16,6 +16,7 @@ use bytes::Bytes;
 use keymesh_proto as pb;
 use pb::op::Effect as PbEffect;
 use prost::encoding::{encoded_len_varint, key_len};
+use prost::Message;
 
 use crate::db::counter::CounterDelta;
 use crate::db::effect::{Effect, EffectKind, FieldState, MemberState, ZSetMemberState};
@@ -28,6 +29,185 @@ pub enum WireError {
     NoEffect,
     #[error("failed to decode op: a full-sync KeyState is not a mergeable effect")]
     KeyState,
+    /// The bytes are no `Op` at all (`decode`): a broken stream, not an op to skip.
+    #[error("failed to decode op: {0}")]
+    Malformed(prost::DecodeError),
+}
+
+/// Encoded ops are cut from per-thread chunks of this size (`encode`): no allocation per op.
+const ENCODE_CHUNK: usize = 16 << 10;
+/// An op larger than this gets an allocation of its own instead.
+const OWN_ALLOCATION: usize = ENCODE_CHUNK / 8;
+
+thread_local! {
+    /// The rest of this thread's current chunk (`encode`).
+    static CHUNK: std::cell::RefCell<bytes::BytesMut> = std::cell::RefCell::new(bytes::BytesMut::new());
+}
+
+/// `e`'s protobuf encoding (one `Op`, untagged: an element of `EncodedBatch.ops`), made once
+/// when a write appends it to the backlog and then shared by every subscriber's stream
+/// (`repl::log`). Small ops are cut from a per-thread chunk (a chunk is freed when the last op
+/// cut from it is), large ones get their own allocation.
+pub fn encode(e: Effect) -> Bytes {
+    let len = encoded_len(&e);
+    if len > OWN_ALLOCATION {
+        let mut out = Vec::with_capacity(len);
+        write_op(e, &mut out);
+        return out.into();
+    }
+    CHUNK.with_borrow_mut(|chunk| {
+        if chunk.capacity() - chunk.len() < len {
+            *chunk = bytes::BytesMut::with_capacity(ENCODE_CHUNK);
+        }
+        write_op(e, chunk);
+        chunk.split().freeze()
+    })
+}
+
+/// Writes `e` as prost writes `pb::Op::from(e)`. A string's write (most writes) is written
+/// here field by field, a third of prost's instructions for it; every other kind through
+/// prost. `encode_writes_what_prost_writes` checks the bytes against prost's for every kind.
+fn write_op(e: Effect, out: &mut impl bytes::BufMut) {
+    use prost::encoding::{encode_key, encode_varint, WireType};
+    let Effect { db, key, kind: EffectKind::StringSet { value, version: v } } = e else {
+        pb::Op::from(e).encode_raw(out);
+        return;
+    };
+    if db != 0 {
+        encode_key(1, WireType::Varint, out);
+        encode_varint(db as u64, out);
+    }
+    if !key.is_empty() {
+        encode_key(2, WireType::LengthDelimited, out);
+        encode_varint(key.len() as u64, out);
+        out.put_slice(&key);
+    }
+    let version_len = varint_field(1, v.hlc) + varint_field(2, u64::from(v.node));
+    encode_key(3, WireType::LengthDelimited, out);
+    encode_varint((bytes_field(1, value.len()) + message_field(2, version_len)) as u64, out);
+    if !value.is_empty() {
+        encode_key(1, WireType::LengthDelimited, out);
+        encode_varint(value.len() as u64, out);
+        out.put_slice(&value);
+    }
+    encode_key(2, WireType::LengthDelimited, out);
+    encode_varint(version_len as u64, out);
+    if v.hlc != 0 {
+        encode_key(1, WireType::Varint, out);
+        encode_varint(v.hlc, out);
+    }
+    if v.node != 0 {
+        encode_key(2, WireType::Varint, out);
+        encode_varint(u64::from(v.node), out);
+    }
+}
+
+/// Decodes one op's encoding (an element of a received `EncodedBatch.ops`) into an effect.
+/// The byte fields are slices of `op`'s buffer (no copy), except those a merge keeps as
+/// `Bytes` (see `owned`).
+pub fn decode(op: Bytes) -> Result<Effect, WireError> {
+    if let Some(effect) = decode_string_set(&op) {
+        return Ok(effect);
+    }
+    Effect::try_from(pb::Op::decode(op).map_err(WireError::Malformed)?)
+}
+
+/// A string's write as `write_op` (and prost) writes it, read field by field: `None` for
+/// anything else (another kind, fields out of order, repeated or unknown, a value out of
+/// range, a truncated field), which prost then decodes (or refuses). `decode_reads_what_prost_reads` checks it against prost.
+fn decode_string_set(op: &Bytes) -> Option<Effect> {
+    let mut r = Reader { buf: op, at: 0 };
+    let mut db = 0;
+    let mut key = Bytes::new();
+    let mut tag = r.tag()?;
+    if tag == 1 << 3 {
+        db = u32::try_from(r.varint()?).ok()?;
+        tag = r.tag()?;
+    }
+    if tag == 2 << 3 | 2 {
+        key = r.bytes(op)?;
+        tag = r.tag()?;
+    }
+    if tag != 3 << 3 | 2 {
+        return None;
+    }
+    let inner_end = r.len()?;
+    let mut value = Bytes::new();
+    let mut version = Version::ZERO;
+    if r.at < inner_end {
+        let mut tag = r.tag()?;
+        if tag == 1 << 3 | 2 {
+            value = r.bytes(op)?;
+            tag = if r.at < inner_end { r.tag()? } else { 0 };
+        }
+        if tag == 2 << 3 | 2 {
+            let version_end = r.len()?;
+            if r.at < version_end {
+                let mut tag = r.tag()?;
+                if tag == 1 << 3 {
+                    version.hlc = r.varint()?;
+                    tag = if r.at < version_end { r.tag()? } else { 0 };
+                }
+                if tag == 2 << 3 {
+                    version.node = u32::try_from(r.varint()?).ok()?;
+                } else if tag != 0 {
+                    return None;
+                }
+            }
+            if r.at != version_end {
+                return None;
+            }
+        } else if tag != 0 {
+            return None;
+        }
+    }
+    // Nothing after the effect: a repeated field would be merged by prost.
+    if r.at != inner_end || r.at != op.len() {
+        return None;
+    }
+    Some(Effect { db: db as usize, key, kind: EffectKind::StringSet { value, version } })
+}
+
+/// A cursor over an op's bytes for `decode_string_set`: every read is bounds-checked.
+struct Reader<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    /// A field's key (0 is none: prost refuses it, so this path leaves it to prost).
+    fn tag(&mut self) -> Option<u64> {
+        self.varint().filter(|&t| t != 0)
+    }
+
+    fn varint(&mut self) -> Option<u64> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = *self.buf.get(self.at)?;
+            self.at += 1;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                // The tenth byte may carry one bit only.
+                return (shift < 63 || byte <= 1).then_some(value);
+            }
+        }
+        None
+    }
+
+    /// A length prefix: the end of the field it announces (within the buffer).
+    fn len(&mut self) -> Option<usize> {
+        let len = usize::try_from(self.varint()?).ok()?;
+        let end = self.at.checked_add(len)?;
+        (end <= self.buf.len()).then_some(end)
+    }
+
+    /// A length-delimited field's bytes, as a slice of `whole` (no copy).
+    fn bytes(&mut self, whole: &Bytes) -> Option<Bytes> {
+        let end = self.len()?;
+        let out = whole.slice(self.at..end);
+        self.at = end;
+        Some(out)
+    }
 }
 
 pub fn version(v: Version) -> Option<pb::Version> {
@@ -38,10 +218,17 @@ pub fn from_pb(v: Option<&pb::Version>) -> Version {
     v.map_or(Version::ZERO, |v| Version { hlc: v.hlc, node: v.node })
 }
 
-/// A received byte field, copied out of the frame it arrived in. The generated types hold
-/// `Bytes` (so sending shares an effect's key and value with every subscriber's message, no
-/// copy); decoding slices the receive buffer, and a value kept in the keyspace (a list item, a
-/// hash field) must not pin that whole buffer for as long as it lives.
+/// A received byte field that the node keeps as `Bytes` (a list item, a hash field's name or
+/// value, a set or sorted-set member, a library's code, a published message queued for slow
+/// subscribers), copied out of the frame it arrived in: decoding slices the receive buffer,
+/// and what the node keeps must not pin that whole buffer for as long as it lives.
+///
+/// The key and a string's value stay slices of the frame, without a copy: an effect lives
+/// only while it is merged, and the merge copies what it keeps of them into the keyspace's own
+/// types (the key into the table's allocation or a tombstone's, a string's value into its
+/// `StrBuf`, a keyspace event's key into the event, `notify::merged_events`). The test
+/// `a_merged_op_keeps_no_slice_of_the_frame_it_arrived_in` checks that no effect kind leaves
+/// the frame shared after its merge.
 fn owned(b: Bytes) -> Bytes {
     Bytes::copy_from_slice(&b)
 }
@@ -104,7 +291,8 @@ impl TryFrom<pb::Op> for Effect {
 
     fn try_from(op: pb::Op) -> Result<Effect, WireError> {
         let kind = match op.effect.ok_or(WireError::NoEffect)? {
-            PbEffect::StringSet(s) => EffectKind::StringSet { value: owned(s.value), version: from_pb(s.version.as_ref()) },
+            // Copied by the merge (`Value::string`): not here too.
+            PbEffect::StringSet(s) => EffectKind::StringSet { value: s.value, version: from_pb(s.version.as_ref()) },
             PbEffect::Counter(d) => EffectKind::Counter((&d).into()),
             PbEffect::Delete(d) => EffectKind::Delete { version: from_pb(d.version.as_ref()) },
             PbEffect::Expire(e) => EffectKind::Expire { deadline_ms: e.deadline_ms, version: from_pb(e.version.as_ref()) },
@@ -125,7 +313,8 @@ impl TryFrom<pb::Op> for Effect {
             PbEffect::FunctionFlush(f) => EffectKind::FunctionFlush { version: from_pb(f.version.as_ref()) },
             PbEffect::KeyState(_) => return Err(WireError::KeyState),
         };
-        Ok(Effect { db: op.db as usize, key: owned(op.key), kind })
+        // The key is copied where the keyspace keeps it (its table entry, a tombstone).
+        Ok(Effect { db: op.db as usize, key: op.key, kind })
     }
 }
 
@@ -223,7 +412,6 @@ fn version_field(tag: u32, v: Version) -> usize {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use prost::Message;
 
     fn ver() -> impl Strategy<Value = Version> {
         (prop_oneof![Just(0u64), any::<u64>(), 0..300u64], prop_oneof![Just(0u32), any::<u32>()]).prop_map(|(hlc, node)| Version { hlc, node })
@@ -273,6 +461,49 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// `encode` writes the bytes prost writes for every kind (its own writer for strings).
+        #[test]
+        fn encode_writes_what_prost_writes(e in effect()) {
+            prop_assert_eq!(encode(e.clone()).to_vec(), pb::Op::from(e).encode_to_vec());
+        }
+
+        /// `decode` (its own reader for strings) reads what prost reads, from an effect's
+        /// encoding and from an encoding with a field changed, repeated or cut.
+        #[test]
+        fn decode_reads_what_prost_reads(e in effect(), cut in any::<prop::sample::Index>(), extra in prop::collection::vec(any::<u8>(), 0..12)) {
+            let encoded = pb::Op::from(e).encode_to_vec();
+            let by_prost = |b: &[u8]| format!("{:?}", pb::Op::decode(b).map_err(WireError::Malformed).and_then(Effect::try_from));
+            prop_assert_eq!(format!("{:?}", decode(Bytes::from(encoded.clone()))), by_prost(&encoded));
+            let mut changed = encoded.clone();
+            changed.extend_from_slice(&extra);
+            prop_assert_eq!(format!("{:?}", decode(Bytes::from(changed.clone()))), by_prost(&changed));
+            let twice = [encoded.clone(), encoded.clone()].concat();
+            prop_assert_eq!(format!("{:?}", decode(Bytes::from(twice.clone()))), by_prost(&twice));
+            let short = &encoded[..cut.index(encoded.len() + 1)];
+            prop_assert_eq!(format!("{:?}", decode(Bytes::copy_from_slice(short))), by_prost(short));
+        }
+
+        /// Arbitrary bytes decode as prost decodes them (or fail with it).
+        #[test]
+        fn decode_reads_arbitrary_bytes_as_prost(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
+            let by_prost = format!("{:?}", pb::Op::decode(&bytes[..]).map_err(WireError::Malformed).and_then(Effect::try_from));
+            prop_assert_eq!(format!("{:?}", decode(Bytes::from(bytes))), by_prost);
+        }
+    }
+
+    /// Strings the generators rarely make: a string op with every field at its edge.
+    #[test]
+    fn a_string_op_at_its_edges_decodes_as_prost_decodes_it() {
+        for (db, key, value, hlc, node) in [(0, "", "", 0, 0), (15, "k", "", u64::MAX, u32::MAX), (1, "", "v", 1, 0), (0, "key", "value", 0, 7)] {
+            let e = Effect::new(db, key.as_bytes(), EffectKind::StringSet { value: Bytes::copy_from_slice(value.as_bytes()), version: Version { hlc, node } });
+            let encoded = encode(e.clone());
+            assert_eq!(encoded.to_vec(), pb::Op::from(e.clone()).encode_to_vec());
+            assert!(decode_string_set(&encoded).is_some(), "the fast path reads {e:?}");
+            assert_eq!(decode(encoded).unwrap(), e);
+        }
+    }
+
     #[test]
     fn an_op_without_an_effect_or_with_a_key_state_is_refused_with_a_reason() {
         let empty = pb::Op { db: 0, key: b"k".to_vec().into(), effect: None };
@@ -285,6 +516,72 @@ mod tests {
     fn a_missing_version_reads_as_zero_as_the_merge_always_took_it() {
         let op = pb::Op { db: 1, key: b"k".to_vec().into(), effect: Some(PbEffect::Delete(pb::Delete { version: None })) };
         assert_eq!(Effect::try_from(op).unwrap(), Effect::delete(1, b"k", Version::ZERO));
+    }
+
+    /// What a link does with a received frame: decode each op (`decode`, its key and a string's
+    /// value are slices of the frame), merge it, fire its keyspace events. Once the effects are
+    /// gone nothing may still share the frame: not the keyspace, not the function registers,
+    /// not the events queued for subscribers. A field kept without its copy would leave the
+    /// frame shared and fail this.
+    #[test]
+    fn a_merged_op_keeps_no_slice_of_the_frame_it_arrived_in() {
+        use std::sync::{Arc, Mutex};
+
+        use crate::db::Store;
+        use crate::hlc::{Hlc, SystemClock};
+        use crate::repl::merge::{apply_op, ApplyOutcome};
+
+        let store = Store::new(2, Hlc::new(Arc::new(SystemClock), 500), 9);
+        store.enable_replication();
+        let events: Arc<Mutex<Vec<(Bytes, Bytes)>>> = Arc::default();
+        let sink = events.clone();
+        store.notify.set_sink(Box::new(move |channel, message| sink.lock().unwrap().push((channel, message))));
+        store.notify.set_classes(crate::notify::parse_classes("KEA").unwrap());
+        let v = Version { hlc: 1 << 40, node: 2 };
+        let b = |s: &str| Bytes::copy_from_slice(s.as_bytes());
+        let effects = vec![
+            Effect::new(0, b"string", EffectKind::StringSet { value: b(&"x".repeat(100)), version: v }),
+            Effect::new(0, b"int", EffectKind::StringSet { value: b("12345"), version: v }),
+            Effect::counter(0, b"counter", CounterDelta { origin: 2, incr_total: 5, decr_total: 1, base: Version::ZERO, version: v, base_value: 3 }),
+            Effect::expire(0, b"string", 4_000_000_000_000, v),
+            Effect::delete(0, b"deleted", v),
+            Effect::new(
+                0,
+                b"hash",
+                EffectKind::Hash(vec![
+                    FieldState { name: b("field"), value: Some(b("value")), version: v },
+                    FieldState { name: b("gone"), value: None, version: v },
+                ]),
+            ),
+            Effect::new(0, b"set", EffectKind::Set(vec![MemberState { name: b("member"), present: true, version: v }])),
+            Effect::new(0, b"zset", EffectKind::ZSet(vec![ZSetMemberState { name: b("member"), score: Some(1.5), version: v }])),
+            Effect::new(1, b"list", EffectKind::List { items: vec![b("a"), b("b")], version: v }),
+            Effect::hll_registers(0, b"hll", v, &[5 << 8 | 2]),
+            Effect::publish(b"channel", b"message"),
+            Effect::library("lib", Some(b("#!lua name=lib\nredis.register_function('f', function() return 1 end)")), v),
+        ];
+        let message = pb::OriginMessage {
+            body: Some(pb::origin_message::Body::Batch(pb::EncodedBatch { first_seq: 1, ops: effects.iter().cloned().map(encode).collect(), hlc: 1 })),
+        };
+        let frame = Bytes::from(message.encode_to_vec());
+        let Some(pb::origin_message::Body::Batch(batch)) = pb::OriginMessage::decode(frame.clone()).unwrap().body else { panic!("a batch") };
+        let span = frame.as_ptr() as usize..frame.as_ptr() as usize + frame.len();
+        let mut outcomes = Vec::new();
+        for (op, sent) in batch.ops.into_iter().zip(&effects) {
+            let effect = decode(op).unwrap();
+            assert_eq!(&effect, sent);
+            if !effect.key.is_empty() {
+                assert!(span.contains(&(effect.key.as_ptr() as usize)), "the key is decoded without a copy");
+            }
+            let outcome = apply_op(&store, &effect);
+            if outcome == ApplyOutcome::Applied {
+                store.notify.merged_write(&effect);
+            }
+            outcomes.push(outcome);
+        }
+        assert!(outcomes.iter().filter(|o| **o == ApplyOutcome::Applied).count() >= 9, "{outcomes:?}");
+        assert!(!events.lock().unwrap().is_empty());
+        assert!(frame.is_unique(), "something merged still shares the received frame");
     }
 
     /// Bytes as a node before `Effect` wrote them (a `SET k v` at (5, 1) in database 2): the

@@ -194,15 +194,16 @@ fn two_types_at_one_version_replayed_change_nothing_and_end_alike_in_any_order()
     let Some(pb::origin_message::Body::Batch(batch)) = pb::OriginMessage::decode(&seed[..]).expect("the seed decodes").body else {
         panic!("the seed is a batch");
     };
+    let ops: Vec<pb::Op> = batch.ops.into_iter().map(|op| pb::Op::decode(op).expect("the seed's ops decode")).collect();
     let s = store();
-    for op in &batch.ops {
+    for op in &ops {
         apply_op(&s, op);
     }
-    for op in &batch.ops {
+    for op in &ops {
         assert_ne!(apply_op(&s, op), ApplyOutcome::Applied, "replaying {op:?} changed the keyspace");
     }
     let reversed = store();
-    for op in batch.ops.iter().rev() {
+    for op in ops.iter().rev() {
         apply_op(&reversed, op);
     }
     assert_eq!(observe(&s), observe(&reversed));
