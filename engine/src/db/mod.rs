@@ -15,6 +15,7 @@ pub mod evict;
 pub mod expire;
 pub mod functions;
 pub mod ghost;
+pub mod hashed;
 pub mod hll;
 pub mod lattice;
 pub mod node;
@@ -24,7 +25,6 @@ pub mod table;
 pub mod zset;
 
 use std::collections::{BTreeSet, HashMap};
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -34,6 +34,7 @@ use smallvec::SmallVec;
 use crate::hlc::{Hlc, Version};
 pub use entry::{Entry, Expiry, Key, Kind, Value};
 pub use ghost::{Ghost, Tombstoned};
+pub use hashed::{HashedKey, KeyLike};
 pub use table::{EntryMut, EntryRef, Removed};
 
 /// What `Shard::live_mut` found.
@@ -96,7 +97,6 @@ pub struct Store {
     pub hlc: Hlc,
     pub node_id: crate::hlc::NodeId,
     pub stats: KeyspaceStats,
-    shard_hasher: foldhash::fast::FixedState,
     /// Whether local writes record their effects (a mesh is or was configured).
     replicating: AtomicBool,
     /// `tombstone-gc-seconds` in ms: ghosts older than this are dropped.
@@ -155,9 +155,6 @@ impl Store {
             hlc,
             node_id,
             stats: KeyspaceStats::default(),
-            // A seed distinct from the shard maps' own hashers, so the keys of one shard do not
-            // all share the low bits their map indexes by.
-            shard_hasher: foldhash::fast::FixedState::with_seed(0x6b65_796d_6573_6801),
             replicating: AtomicBool::new(false),
             tombstone_gc_ms: AtomicU64::new(86_400_000),
             // Never 0: that id marks a base-only counter delta.
@@ -209,8 +206,10 @@ impl Store {
         self.dbs.len()
     }
 
+    /// The shard `key` lives in (in every database). A caller that goes on to use the key
+    /// should hash it once (`HashedKey::new`) and take the shard from that.
     pub fn shard_of(&self, key: &[u8]) -> usize {
-        (self.shard_hasher.hash_one(key) as usize) & (SHARDS_PER_DB - 1)
+        HashedKey::new(key).shard()
     }
 
     /// Locks one shard. Callers holding other shard locks must use `lock_many` instead.
@@ -365,12 +364,15 @@ impl Shard {
     }
 
     /// The entry, whether or not it has expired.
-    pub fn raw(&self, key: &[u8]) -> Option<EntryRef<'_>> {
-        self.map.get(key)
+    ///
+    /// The key arguments of `Shard`'s methods are `KeyLike`: a `HashedKey` is probed with the
+    /// hash it carries, a plain byte string is hashed on the call.
+    pub fn raw<K: KeyLike + ?Sized>(&self, key: &K) -> Option<EntryRef<'_>> {
+        self.map.get(key.hashed())
     }
 
-    pub fn raw_mut(&mut self, key: &[u8]) -> Option<EntryMut<'_>> {
-        self.map.get_mut(key)
+    pub fn raw_mut<K: KeyLike + ?Sized>(&mut self, key: &K) -> Option<EntryMut<'_>> {
+        self.map.get_mut(key.hashed())
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], EntryRef<'_>)> {
@@ -379,26 +381,29 @@ impl Shard {
 
     /// Inserts or replaces a key's entry (without an expiry register: the replaced entry's
     /// goes with it), keeping the expiry index in step.
-    pub fn insert(&mut self, db: &Db, key: &[u8], entry: Entry) -> Option<Removed> {
+    pub fn insert<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K, entry: Entry) -> Option<Removed> {
+        let key = key.hashed();
         let old = self.map.insert(key, entry);
         let old_deadline = old.as_ref().and_then(Removed::deadline);
-        self.reindex(db, key, old_deadline, None);
+        self.reindex(db, key.key(), old_deadline, None);
         old
     }
 
-    pub fn remove(&mut self, db: &Db, key: &[u8]) -> Option<Removed> {
+    pub fn remove<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K) -> Option<Removed> {
+        let key = key.hashed();
         let old = self.map.remove(key)?;
-        self.reindex(db, key, old.deadline(), None);
+        self.reindex(db, key.key(), old.deadline(), None);
         Some(old)
     }
 
     /// Sets a key's expiry register, keeping the expiry index in step: the one way to change
     /// a stored register. Nothing happens if the key is missing.
-    pub fn set_expiry(&mut self, db: &Db, key: &[u8], expiry: Option<Expiry>) {
+    pub fn set_expiry<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K, expiry: Option<Expiry>) {
+        let key = key.hashed();
         let new_deadline = expiry.as_ref().and_then(Expiry::deadline);
         let Some(old) = self.map.set_expiry(key, expiry) else { return };
         let old_deadline = old.as_ref().and_then(Expiry::deadline);
-        self.reindex(db, key, old_deadline, new_deadline);
+        self.reindex(db, key.key(), old_deadline, new_deadline);
     }
 
     fn reindex(&mut self, db: &Db, key: &[u8], old: Option<u64>, new: Option<u64>) {
@@ -408,10 +413,12 @@ impl Shard {
     /// The live entry of `key` at `now_ms`, with one table probe. An expired key is deleted on
     /// the way (its watchers touched, the expiry index kept in step) and reported as such:
     /// the caller counts it and fires its event.
-    pub fn live_mut(&mut self, db: &Db, key: &[u8], now_ms: u64) -> Lookup<'_> {
+    pub fn live_mut<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K, now_ms: u64) -> Lookup<'_> {
+        let hashed = key.hashed();
+        let key = hashed.key();
         // Field by field: the entry found borrows `map` only.
         let Shard { map, expiry_index, watchers, .. } = self;
-        match map.get_live_mut(key, |entry| entry.is_expired(now_ms)) {
+        match map.get_live_mut(hashed, |entry| entry.is_expired(now_ms)) {
             table::Live::Found(entry) => Lookup::Live(entry),
             table::Live::Missing => Lookup::Missing,
             table::Live::Removed(old) => {
@@ -481,8 +488,10 @@ impl Shard {
     /// it is decided by versions — a delete or whole write drops older registers, and a
     /// collection emptied by a local removal writes a "no TTL" register (see `Ctx::finish`) —
     /// never by the order in which a replica happened to see the writes.
-    pub fn bury(&mut self, db: &Db, key: &[u8]) {
-        let Some(Removed { entry, expiry }) = self.remove(db, key) else { return };
+    pub fn bury<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K) {
+        let key = key.hashed();
+        let Some(Removed { entry, expiry }) = self.remove(db, &key) else { return };
+        let key = key.key();
         if let Some(e) = expiry {
             if self.orphan_expiry.get(key).is_none_or(|o| o.version < e.version) {
                 self.orphan_expiry.insert(key.into(), e);
@@ -525,7 +534,7 @@ impl Shard {
     /// Marks watchers of every key that exists (a flush touches only those).
     pub fn touch_existing(&mut self) {
         for (key, list) in &self.watchers {
-            if self.map.contains_key(key) {
+            if self.map.contains_key(HashedKey::new(key)) {
                 for flag in list {
                     flag.store(true, Ordering::Release);
                 }
