@@ -234,7 +234,7 @@ impl<'a> Ctx<'a> {
     /// A version for a write to `key` that supersedes what is stored.
     pub(super) fn next_version<K: KeyLike + ?Sized>(&mut self, key: &K) -> Version {
         let stored = self.get_ref_in(self.db, key).map(EntryRef::last_write);
-        self.store.stamp(stored)
+        self.store.stamp_at(self.now_ms, stored)
     }
 
     /// Replaces the key's value. `keep_ttl` keeps its expiry (SET KEEPTTL, in-place edits);
@@ -267,7 +267,7 @@ impl<'a> Ctx<'a> {
         // The common case, overwriting a live key, updates it in place with one lookup.
         let found = match shard.raw_mut(&hashed) {
             Some(mut entry) if !entry.is_expired(now) => {
-                let version = store.stamp(Some(entry.last_write()));
+                let version = store.stamp_at(now, Some(entry.last_write()));
                 entry.value = value;
                 entry.set_version(version);
                 Found::Live { version, drop_ttl: entry.expiry().is_some() && !keep_ttl }
@@ -282,7 +282,7 @@ impl<'a> Ctx<'a> {
                 // the last flush, so the write supersedes them here as on every peer.
                 let ghost = shard.tombstones.get(key).map_or(Version::ZERO, super::Ghost::newest);
                 let orphan = shard.orphan_expiry.get(key).map_or(Version::ZERO, |e| e.version);
-                let version = store.stamp(Some(ghost.max(orphan).max(*dbref.flushed.lock())));
+                let version = store.stamp_at(now, Some(ghost.max(orphan).max(*dbref.flushed.lock())));
                 shard.insert(dbref, &hashed, Entry::new(value, version));
                 // Checked first: removing from an empty map still hashes the key.
                 if !shard.orphan_expiry.is_empty() {
@@ -305,7 +305,7 @@ impl<'a> Ctx<'a> {
             Found::Expired(old) => {
                 // The stale entry expired before this write: count it, then start afresh.
                 store.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
-                let version = store.stamp(Some(old));
+                let version = store.stamp_at(now, Some(old));
                 let value = shard.remove(dbref, &hashed).map(|e| e.entry.value);
                 if let Some(value) = value {
                     shard.insert(dbref, &hashed, Entry::new(value, version));
@@ -440,6 +440,7 @@ impl<'a> Ctx<'a> {
     }
 
     fn incr_hashed(&mut self, hashed: HashedKey<'_>, delta: i64) -> Result<i64, CmdError> {
+        let now = self.now_ms;
         let db = self.db;
         let key = hashed.key();
         let (store, origin) = (self.store, self.store.counter_origin);
@@ -450,7 +451,7 @@ impl<'a> Ctx<'a> {
                 let last_write = entry.last_write();
                 match &mut entry.value {
                     Value::Counter(c) => {
-                        let version = store.stamp(Some(last_write));
+                        let version = store.stamp_at(now, Some(last_write));
                         let next = c.add(origin, delta, version).ok_or(CmdError::Overflow)?;
                         entry.set_version(version);
                         let op = store.replicating().then(|| Effect::of_value(db, key, &entry.value, version, &[]));
@@ -465,32 +466,31 @@ impl<'a> Ctx<'a> {
             }
             None => None,
         };
-        let version = match existing {
-            None => {
-                // A missing key starts a counter after everything the key's ghost remembers,
-                // as on replicas.
-                let flushed = *store.db(db).flushed.lock();
-                let (dbref, shard) = self.parts(db, &hashed);
-                let ghost = if shard.tombstones.is_empty() { None } else { shard.tombstones.remove(key) };
-                let cleared = ghost.map_or(Version::ZERO, |g| g.newest()).max(flushed);
-                let version = store.stamp(Some(cleared));
-                let counter = Value::Counter(Box::new(super::counter::Counter::new(0, cleared)));
-                shard.insert(dbref, &hashed, Entry::new(counter, version));
-                shard.adopt_orphan_expiry(dbref, key, cleared);
-                self.notify_in(db, class::NEW, "new", key);
-                version
-            }
-            // An integer string becomes the counter's base (its SET is the base version),
-            // unless the increment overflows: then it stays as it is.
-            Some((n, v)) => {
-                n.checked_add(delta).ok_or(CmdError::Overflow)?;
-                let version = self.next_version(&hashed);
-                if let Some(mut e) = self.entry_mut_in(db, &hashed) {
-                    e.value = Value::Counter(Box::new(super::counter::Counter::new(n, v)));
-                }
-                version
-            }
+        let Some((n, v)) = existing else {
+            // A missing key starts a counter after everything the key's ghost remembers, as
+            // on replicas; it is made with its first increment, then stored (one probe).
+            let flushed = *store.db(db).flushed.lock();
+            let (dbref, shard) = self.parts(db, &hashed);
+            let ghost = if shard.tombstones.is_empty() { None } else { shard.tombstones.remove(key) };
+            let cleared = ghost.map_or(Version::ZERO, |g| g.newest()).max(flushed);
+            let version = store.stamp_at(now, Some(cleared));
+            let mut counter = Box::new(super::counter::Counter::new(0, cleared));
+            let next = counter.add(origin, delta, version).ok_or(CmdError::Overflow)?;
+            let value = Value::Counter(counter);
+            let op = store.replicating().then(|| Effect::of_value(db, key, &value, version, &[]));
+            shard.insert(dbref, &hashed, Entry::new(value, version));
+            shard.adopt_orphan_expiry(dbref, key, cleared);
+            self.notify_in(db, class::NEW, "new", key);
+            self.wrote(db, hashed, op);
+            return Ok(next);
         };
+        // An integer string becomes the counter's base (its SET is the base version), unless
+        // the increment overflows: then it stays as it is.
+        n.checked_add(delta).ok_or(CmdError::Overflow)?;
+        let version = self.next_version(&hashed);
+        if let Some(mut e) = self.entry_mut_in(db, &hashed) {
+            e.value = Value::Counter(Box::new(super::counter::Counter::new(n, v)));
+        }
         let Some(Value::Counter(c)) = self.entry_mut_in(db, &hashed).map(|e| &mut e.into_entry().value) else {
             return Err(CmdError::WrongType);
         };
@@ -528,7 +528,7 @@ impl<'a> Ctx<'a> {
         let hashed = key.hashed();
         let key = hashed.key();
         let stored = self.get_ref_in(db, &hashed).map(EntryRef::last_write);
-        let version = self.store.stamp(stored);
+        let version = self.store.stamp_at(self.now_ms, stored);
         let (dbref, shard) = self.parts(db, &hashed);
         shard.set_expiry(dbref, &hashed, Some(Expiry { deadline_ms, version }));
         shard.touch(key);

@@ -237,6 +237,13 @@ impl Store {
         self.lock_many(wanted)
     }
 
+    /// `stamp` at a wall time read already (a command's `Ctx::now_ms`): saves a clock read
+    /// per write (`Hlc::now_after_at`).
+    pub fn stamp_at(&self, wall_ms: u64, stored: Option<Version>) -> Version {
+        let hlc = self.hlc.now_after_at(wall_ms, stored.map_or(0, |v| v.hlc));
+        Version { hlc, node: self.node_id }
+    }
+
     /// A fresh version for a local write that supersedes `stored`.
     pub fn stamp(&self, stored: Option<Version>) -> Version {
         let hlc = match stored {
@@ -347,10 +354,16 @@ impl<'a> Locks<'a> {
     /// The locked shard. Locking is decided before a command runs from its key positions, so
     /// asking for an unlocked shard is a bug in the command table, not a runtime condition.
     pub fn get(&mut self, db: usize, shard: usize) -> &mut Shard {
-        match self.guards.binary_search_by(|(k, _)| k.cmp(&(db, shard))) {
-            Ok(i) => &mut self.guards[i].1,
-            Err(_) => panic!("shard ({db}, {shard}) used without being locked; fix the command's key spec"),
-        }
+        // The common one-key command holds one lock: no search.
+        let at = if self.guards.len() == 1 && self.guards[0].0 == (db, shard) {
+            0
+        } else {
+            match self.guards.binary_search_by(|(k, _)| k.cmp(&(db, shard))) {
+                Ok(i) => i,
+                Err(_) => panic!("shard ({db}, {shard}) used without being locked; fix the command's key spec"),
+            }
+        };
+        &mut self.guards[at].1
     }
 }
 
