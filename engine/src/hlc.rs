@@ -107,6 +107,15 @@ impl Hlc {
         self.advance(|last| wall.max(last + 1).max(stored + 1))
     }
 
+    /// `now_after` (or `now`, with `stored` 0) at a wall time the caller read already: a
+    /// command reads the clock once, when it starts (`Ctx::now_ms`), and stamps its writes
+    /// with it. Still above `stored` and every timestamp this clock gave out; only the
+    /// physical part may be the command's start rather than the moment of the write.
+    pub fn now_after_at(&self, wall_ms: u64, stored: Timestamp) -> Timestamp {
+        let wall = timestamp(wall_ms, 0);
+        self.advance(|last| wall.max(last + 1).max(stored + 1))
+    }
+
     /// Merges a timestamp received from a peer. Returns false if it was too far ahead of
     /// our wall clock to move our clock (the data is applied anyway).
     pub fn receive(&self, remote: Timestamp) -> bool {

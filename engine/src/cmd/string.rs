@@ -231,22 +231,10 @@ fn msetnx(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     Ok(Frame::Integer(1))
 }
 
-/// The integer a string key holds (0 if missing).
-fn current_int(exec: &mut Exec, key: &[u8]) -> Result<i64, CmdError> {
-    match exec.ctx.get(key).map(|e| &e.value) {
-        None => Ok(0),
-        Some(Value::Int(n)) => Ok(*n),
-        Some(Value::Str(s)) => crate::parse::parse_i64(s).ok_or(CmdError::NotInteger),
-        Some(Value::Counter(c)) => c.value().ok_or(CmdError::Overflow),
-        Some(_) => Err(CmdError::WrongType),
-    }
-}
-
 /// The INCR family keeps the key as a PN-counter (concurrent increments on different nodes
-/// all count; see `db::counter`).
+/// all count; see `db::counter`). `Ctx::incr` checks the type, the integer and overflow
+/// before it changes anything, with one lookup of the key.
 fn add(exec: &mut Exec, key: &[u8], delta: i64) -> Reply {
-    let current = current_int(exec, key)?;
-    current.checked_add(delta).ok_or(CmdError::Overflow)?;
     let next = exec.ctx.incr(key, delta)?;
     exec.ctx.notify(class::STRING, "incrby", key);
     Ok(Frame::Integer(next))

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use super::effect::Effect;
 use super::entry::{Collection, Field, ListValue};
 use super::zset::SortedSet;
-use super::{Db, Entry, EntryMut, EntryRef, Expiry, Key, Kind, Locks, Lookup, Modified, Shard, Store, Value};
+use super::{Db, Entry, EntryMut, EntryRef, Expiry, HashedKey, Key, KeyLike, Kind, Locks, Lookup, Modified, Shard, Store, Value};
 use crate::error::CmdError;
 use crate::hlc::Version;
 use crate::notify::{class, Event};
@@ -112,8 +112,10 @@ impl<'a> Ctx<'a> {
         self.emit(|| Effect::publish(channel, message));
     }
 
-    pub(super) fn parts(&mut self, db: usize, key: &[u8]) -> (&'a Db, &mut Shard) {
-        let shard = self.store.shard_of(key);
+    /// The database and the locked shard of `key`. Pass a `HashedKey` where the key is used
+    /// more than once: a byte string is hashed on each call.
+    pub(super) fn parts<K: KeyLike + ?Sized>(&mut self, db: usize, key: &K) -> (&'a Db, &mut Shard) {
+        let shard = key.hashed().shard();
         (self.store.db(db), self.locks.get(db, shard))
     }
 
@@ -134,18 +136,18 @@ impl<'a> Ctx<'a> {
     }
 
     /// The live entry in database `db`; an expired one is deleted on the way (lazy expiry).
-    pub(super) fn entry_mut_in(&mut self, db: usize, key: &[u8]) -> Option<EntryMut<'_>> {
-        self.live_entry_in(db, key, true)
+    pub(super) fn entry_mut_in<K: KeyLike + ?Sized>(&mut self, db: usize, key: &K) -> Option<EntryMut<'_>> {
+        self.live_entry_in(db, key.hashed(), true)
     }
 
     /// `entry_mut_in`, updating the key's access time (LRU clock or LFU counter) only if
     /// `touch`.
-    fn live_entry_in(&mut self, db: usize, key: &[u8], touch: bool) -> Option<EntryMut<'_>> {
+    fn live_entry_in(&mut self, db: usize, hashed: HashedKey<'_>, touch: bool) -> Option<EntryMut<'_>> {
         // Field by field: the entry found borrows `locks` only, so a lazy expiry can still
         // note the key in `modified` and record its event.
         let Ctx { store, locks, modified, events, emptied_at, now_ms, no_touch, .. } = self;
-        let (store, now) = (*store, *now_ms);
-        match locks.get(db, store.shard_of(key)).live_mut(store.db(db), key, now) {
+        let (store, now, key) = (*store, *now_ms, hashed.key());
+        match locks.get(db, hashed.shard()).live_mut(store.db(db), &hashed, now) {
             Lookup::Live(mut entry) => {
                 if touch && !*no_touch {
                     super::evict::on_access(&mut entry, now, store.lfu_access.load(Ordering::Relaxed));
@@ -167,30 +169,30 @@ impl<'a> Ctx<'a> {
 
     /// Like `get`, leaving the key's access time alone (Redis's `LOOKUP_NOTOUCH`: `TYPE`,
     /// `EXISTS`, the `TTL` family and `OBJECT` look at a key without using it).
-    pub fn peek(&mut self, key: &[u8]) -> Option<&Entry> {
+    pub fn peek<K: KeyLike + ?Sized>(&mut self, key: &K) -> Option<&Entry> {
         self.peek_ref(key).map(EntryRef::entry)
     }
 
     /// `peek` with the key's expiry register (`deadline`, `last_write`).
-    pub fn peek_ref(&mut self, key: &[u8]) -> Option<EntryRef<'_>> {
-        self.live_entry_in(self.db, key, false).map(EntryMut::into_ref)
+    pub fn peek_ref<K: KeyLike + ?Sized>(&mut self, key: &K) -> Option<EntryRef<'_>> {
+        self.live_entry_in(self.db, key.hashed(), false).map(EntryMut::into_ref)
     }
 
     /// `peek`, counting a keyspace hit or miss (and firing `keymiss`, see `lookup_read`).
-    pub fn peek_read(&mut self, key: &[u8]) -> Option<EntryRef<'_>> {
-        self.counted_lookup(key, false)
+    pub fn peek_read<K: KeyLike + ?Sized>(&mut self, key: &K) -> Option<EntryRef<'_>> {
+        self.counted_lookup(key.hashed(), false)
     }
 
-    pub fn get_in(&mut self, db: usize, key: &[u8]) -> Option<&Entry> {
+    pub fn get_in<K: KeyLike + ?Sized>(&mut self, db: usize, key: &K) -> Option<&Entry> {
         self.get_ref_in(db, key).map(EntryRef::entry)
     }
 
     /// `get_in` with the key's expiry register (`deadline`, `last_write`).
-    pub fn get_ref_in(&mut self, db: usize, key: &[u8]) -> Option<EntryRef<'_>> {
+    pub fn get_ref_in<K: KeyLike + ?Sized>(&mut self, db: usize, key: &K) -> Option<EntryRef<'_>> {
         self.entry_mut_in(db, key).map(EntryMut::into_ref)
     }
 
-    pub fn get(&mut self, key: &[u8]) -> Option<&Entry> {
+    pub fn get<K: KeyLike + ?Sized>(&mut self, key: &K) -> Option<&Entry> {
         self.get_in(self.db, key)
     }
 
@@ -198,18 +200,18 @@ impl<'a> Ctx<'a> {
     /// commands use, and write commands for the keys they only read (`SUNIONSTORE`'s
     /// sources, `SET ... GET`'s old value). A miss fires the `keymiss` event (class `m`),
     /// as Redis 7.0's; with that class off, the check is one relaxed load.
-    pub fn lookup_read(&mut self, key: &[u8]) -> Option<&Entry> {
-        self.counted_lookup(key, true).map(EntryRef::entry)
+    pub fn lookup_read<K: KeyLike + ?Sized>(&mut self, key: &K) -> Option<&Entry> {
+        self.counted_lookup(key.hashed(), true).map(EntryRef::entry)
     }
 
     /// A read lookup that counts a keyspace hit or miss and fires `keymiss` on a miss,
     /// touching the key's access time only if `touch`. With `keymiss` wanted, a miss is found
     /// first by a lookup that leaves the access time alone (the event needs `self`, which the
     /// found entry would still borrow); otherwise one lookup.
-    fn counted_lookup(&mut self, key: &[u8], touch: bool) -> Option<EntryRef<'_>> {
-        if self.store.notify.wants(class::KEY_MISS) && self.peek(key).is_none() {
+    fn counted_lookup(&mut self, key: HashedKey<'_>, touch: bool) -> Option<EntryRef<'_>> {
+        if self.store.notify.wants(class::KEY_MISS) && self.peek(&key).is_none() {
             self.store.stats.keyspace_misses.fetch_add(1, Ordering::Relaxed);
-            self.notify(class::KEY_MISS, "keymiss", key);
+            self.notify(class::KEY_MISS, "keymiss", key.key());
             return None;
         }
         let stats = &self.store.stats;
@@ -220,28 +222,33 @@ impl<'a> Ctx<'a> {
     }
 
     /// Whether `key` is live, without touching it.
-    pub fn exists(&mut self, key: &[u8]) -> bool {
+    pub fn exists<K: KeyLike + ?Sized>(&mut self, key: &K) -> bool {
         self.peek(key).is_some()
     }
 
     /// The type of `key`, without touching it.
-    pub fn kind(&mut self, key: &[u8]) -> Option<Kind> {
+    pub fn kind<K: KeyLike + ?Sized>(&mut self, key: &K) -> Option<Kind> {
         self.peek(key).map(|e| e.value.kind())
     }
 
     /// A version for a write to `key` that supersedes what is stored.
-    pub(super) fn next_version(&mut self, key: &[u8]) -> Version {
+    pub(super) fn next_version<K: KeyLike + ?Sized>(&mut self, key: &K) -> Version {
         let stored = self.get_ref_in(self.db, key).map(EntryRef::last_write);
-        self.store.stamp(stored)
+        self.store.stamp_at(self.now_ms, stored)
     }
 
     /// Replaces the key's value. `keep_ttl` keeps its expiry (SET KEEPTTL, in-place edits);
     /// otherwise the key becomes persistent, as a Redis `SET` does.
-    pub fn put(&mut self, key: &[u8], value: Value, keep_ttl: bool) -> Version {
+    pub fn put<K: KeyLike + ?Sized>(&mut self, key: &K, value: Value, keep_ttl: bool) -> Version {
         self.put_in(self.db, key, value, keep_ttl)
     }
 
-    pub fn put_in(&mut self, db: usize, key: &[u8], value: Value, keep_ttl: bool) -> Version {
+    pub fn put_in<K: KeyLike + ?Sized>(&mut self, db: usize, key: &K, value: Value, keep_ttl: bool) -> Version {
+        self.put_hashed(db, key.hashed(), value, keep_ttl)
+    }
+
+    fn put_hashed(&mut self, db: usize, hashed: HashedKey<'_>, value: Value, keep_ttl: bool) -> Version {
+        let key = hashed.key();
         /// What the single lookup found.
         enum Found {
             Live { version: Version, drop_ttl: bool },
@@ -256,11 +263,11 @@ impl<'a> Ctx<'a> {
         let is_collection = matches!(value, Value::Hash(_) | Value::Set(_) | Value::ZSet(_));
         self.note_ready(db, key, &value);
         let (store, now) = (self.store, self.now_ms);
-        let (dbref, shard) = self.parts(db, key);
+        let (dbref, shard) = self.parts(db, &hashed);
         // The common case, overwriting a live key, updates it in place with one lookup.
-        let found = match shard.raw_mut(key) {
+        let found = match shard.raw_mut(&hashed) {
             Some(mut entry) if !entry.is_expired(now) => {
-                let version = store.stamp(Some(entry.last_write()));
+                let version = store.stamp_at(now, Some(entry.last_write()));
                 entry.value = value;
                 entry.set_version(version);
                 Found::Live { version, drop_ttl: entry.expiry().is_some() && !keep_ttl }
@@ -275,10 +282,15 @@ impl<'a> Ctx<'a> {
                 // the last flush, so the write supersedes them here as on every peer.
                 let ghost = shard.tombstones.get(key).map_or(Version::ZERO, super::Ghost::newest);
                 let orphan = shard.orphan_expiry.get(key).map_or(Version::ZERO, |e| e.version);
-                let version = store.stamp(Some(ghost.max(orphan).max(*dbref.flushed.lock())));
-                shard.insert(dbref, key, Entry::new(value, version));
-                shard.orphan_expiry.remove(key);
-                shard.tombstones.remove(key);
+                let version = store.stamp_at(now, Some(ghost.max(orphan).max(*dbref.flushed.lock())));
+                shard.insert(dbref, &hashed, Entry::new(value, version));
+                // Checked first: removing from an empty map still hashes the key.
+                if !shard.orphan_expiry.is_empty() {
+                    shard.orphan_expiry.remove(key);
+                }
+                if !shard.tombstones.is_empty() {
+                    shard.tombstones.remove(key);
+                }
                 Found::Missing(version)
             }
         };
@@ -286,17 +298,17 @@ impl<'a> Ctx<'a> {
             Found::Live { version, drop_ttl } => {
                 if drop_ttl {
                     // Dropping a TTL is itself a write to the expiry register.
-                    shard.set_expiry(dbref, key, Some(Expiry { deadline_ms: 0, version }));
+                    shard.set_expiry(dbref, &hashed, Some(Expiry { deadline_ms: 0, version }));
                 }
                 version
             }
             Found::Expired(old) => {
                 // The stale entry expired before this write: count it, then start afresh.
                 store.stats.expired_keys.fetch_add(1, Ordering::Relaxed);
-                let version = store.stamp(Some(old));
-                let value = shard.remove(dbref, key).map(|e| e.entry.value);
+                let version = store.stamp_at(now, Some(old));
+                let value = shard.remove(dbref, &hashed).map(|e| e.entry.value);
                 if let Some(value) = value {
-                    shard.insert(dbref, key, Entry::new(value, version));
+                    shard.insert(dbref, &hashed, Entry::new(value, version));
                     shard.orphan_expiry.remove(key);
                 }
                 version
@@ -309,10 +321,10 @@ impl<'a> Ctx<'a> {
             }
             self.notify_in(db, class::NEW, "new", key);
         }
-        let (_, shard) = self.parts(db, key);
+        let (_, shard) = self.parts(db, &hashed);
         let dropped_ttl = matches!(found, Found::Live { drop_ttl: true, .. });
         if is_collection {
-            if let Some(mut entry) = shard.raw_mut(key) {
+            if let Some(mut entry) = shard.raw_mut(&hashed) {
                 // A whole-value write: every field and member is as new as the key.
                 restamp(&mut entry.value, version);
             }
@@ -321,8 +333,8 @@ impl<'a> Ctx<'a> {
         self.modified.note(store, key);
         store.stats.dirty.fetch_add(1, Ordering::Relaxed);
         if store.replicating() {
-            let (_, shard) = self.parts(db, key);
-            if let Some(op) = shard.raw(key).map(|entry| Effect::of_value(db, key, &entry.value, version, &all_names(&entry.value))) {
+            let (_, shard) = self.parts(db, &hashed);
+            if let Some(op) = shard.raw(&hashed).map(|entry| Effect::of_value(db, key, &entry.value, version, &all_names(&entry.value))) {
                 // A whole-value write replaces whatever the key held: an implicit delete.
                 if is_collection {
                     self.effects.push(Effect::delete(db, key, version));
@@ -333,7 +345,7 @@ impl<'a> Ctx<'a> {
                 }
                 // A kept TTL travels re-stamped: peers drop registers older than a whole write.
                 if keep_ttl {
-                    self.restamp_ttl(db, key, version);
+                    self.restamp_ttl(db, hashed, version);
                 }
             }
         }
@@ -347,10 +359,15 @@ impl<'a> Ctx<'a> {
     /// still dominates older adds of them made elsewhere (DESIGN.md, Merge semantics). The
     /// effect carries every changed and tombstoned name. An edit that did neither writes
     /// nothing.
-    pub(super) fn finish(&mut self, db: usize, key: &[u8], version: Version, tombstones: &[Bytes]) {
+    pub(super) fn finish<K: KeyLike + ?Sized>(&mut self, db: usize, key: &K, version: Version, tombstones: &[Bytes]) {
+        self.finish_hashed(db, key.hashed(), version, tombstones)
+    }
+
+    fn finish_hashed(&mut self, db: usize, hashed: HashedKey<'_>, version: Version, tombstones: &[Bytes]) {
+        let key = hashed.key();
         let replicating = self.store.replicating();
-        let (dbref, shard) = self.parts(db, key);
-        let Some(mut entry) = shard.raw_mut(key) else {
+        let (dbref, shard) = self.parts(db, &hashed);
+        let Some(mut entry) = shard.raw_mut(&hashed) else {
             return;
         };
         let changed = take_changes(&mut entry.value, version);
@@ -373,7 +390,7 @@ impl<'a> Ctx<'a> {
                 // says.
                 if replicating {
                     let had_ttl = entry.expiry().is_some();
-                    shard.bury(dbref, key);
+                    shard.bury(dbref, &hashed);
                     if had_ttl {
                         // Redis drops an emptied key's TTL: say so with a newer register, so a
                         // member added concurrently elsewhere does not revive the old one.
@@ -381,7 +398,7 @@ impl<'a> Ctx<'a> {
                         self.effects.push(Effect::expire(db, key, 0, version));
                     }
                 } else {
-                    shard.remove(dbref, key);
+                    shard.remove(dbref, &hashed);
                 }
                 if self.store.notify.wants(class::GENERIC) {
                     self.events.push(Event { class: class::GENERIC, name: "del", db, key: Bytes::copy_from_slice(key) });
@@ -390,7 +407,7 @@ impl<'a> Ctx<'a> {
             } else if matches!(entry.value, Value::List(_) | Value::ZSet(_)) {
                 self.ready_keys.push((db, key.into()));
             }
-            let (_, shard) = self.parts(db, key);
+            let (_, shard) = self.parts(db, &hashed);
             shard.touch(key);
             self.modified.note(self.store, key);
             self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
@@ -398,73 +415,102 @@ impl<'a> Ctx<'a> {
         if let Some(op) = op {
             self.effects.push(op);
             if whole {
-                self.restamp_ttl(db, key, version);
+                self.restamp_ttl(db, hashed, version);
             }
         }
     }
 
     /// After a whole-value write that keeps the key's TTL: the register takes the write's
     /// version, locally and on peers.
-    fn restamp_ttl(&mut self, db: usize, key: &[u8], version: Version) {
-        let (dbref, shard) = self.parts(db, key);
-        let Some(deadline) = shard.raw(key).and_then(EntryRef::expiry).map(|e| e.deadline_ms) else {
+    fn restamp_ttl(&mut self, db: usize, hashed: HashedKey<'_>, version: Version) {
+        let key = hashed.key();
+        let (dbref, shard) = self.parts(db, &hashed);
+        let Some(deadline) = shard.raw(&hashed).and_then(EntryRef::expiry).map(|e| e.deadline_ms) else {
             return;
         };
-        shard.set_expiry(dbref, key, Some(Expiry { deadline_ms: deadline, version }));
+        shard.set_expiry(dbref, &hashed, Some(Expiry { deadline_ms: deadline, version }));
         self.effects.push(Effect::expire(db, key, deadline, version));
     }
 
     /// Increments the counter at `key` by `delta`, creating it or converting an integer
-    /// string as `INCR` does. Returns the new value.
-    pub fn incr(&mut self, key: &[u8], delta: i64) -> Result<i64, CmdError> {
+    /// string as `INCR` does. Returns the new value. Changes nothing on an error (WRONGTYPE,
+    /// not an integer, overflow).
+    pub fn incr<K: KeyLike + ?Sized>(&mut self, key: &K, delta: i64) -> Result<i64, CmdError> {
+        self.incr_hashed(key.hashed(), delta)
+    }
+
+    fn incr_hashed(&mut self, hashed: HashedKey<'_>, delta: i64) -> Result<i64, CmdError> {
+        let now = self.now_ms;
         let db = self.db;
+        let key = hashed.key();
         let (store, origin) = (self.store, self.store.counter_origin);
-        // The common case, a key that is a counter already: stamped and added with one lookup.
-        if let Some(mut entry) = self.entry_mut_in(db, key) {
-            let last_write = entry.last_write();
-            if let Value::Counter(c) = &mut entry.value {
-                let version = store.stamp(Some(last_write));
-                let next = c.add(origin, delta, version).ok_or(CmdError::Overflow)?;
-                self.finish(db, key, version, &[]);
-                return Ok(next);
-            }
-        }
-        // Not a counter yet: a missing key starts one, an integer string becomes one.
-        let existing = match self.get(key).map(|e| (&e.value, e.version())) {
-            None => None,
-            Some((Value::Int(n), v)) => Some((*n, v)),
-            Some((Value::Str(s), v)) => Some((crate::parse::parse_i64(s).ok_or(CmdError::NotInteger)?, v)),
-            // A counter took the path above.
-            Some(_) => return Err(CmdError::WrongType),
-        };
-        let version = match existing {
-            None => {
-                // A counter starts after everything the key's ghost remembers, as on replicas.
-                let flushed = *store.db(db).flushed.lock();
-                let (dbref, shard) = self.parts(db, key);
-                let cleared = shard.tombstones.remove(key).map_or(Version::ZERO, |g| g.newest()).max(flushed);
-                let version = store.stamp(Some(cleared));
-                let counter = Value::Counter(Box::new(super::counter::Counter::new(0, cleared)));
-                shard.insert(dbref, key, Entry::new(counter, version));
-                shard.adopt_orphan_expiry(dbref, key, cleared);
-                self.notify_in(db, class::NEW, "new", key);
-                version
-            }
-            // An integer string becomes the counter's base (its SET is the base version).
-            Some((n, v)) => {
-                let version = self.next_version(key);
-                if let Some(mut e) = self.entry_mut_in(db, key) {
-                    e.value = Value::Counter(Box::new(super::counter::Counter::new(n, v)));
+        // The common case, a key that is a counter already: stamped, added and its effect
+        // taken with one lookup (what `finish` does for a counter, without its second probe).
+        let existing = match self.live_entry_in(db, hashed, true) {
+            Some(mut entry) => {
+                let last_write = entry.last_write();
+                match &mut entry.value {
+                    Value::Counter(c) => {
+                        let version = store.stamp_at(now, Some(last_write));
+                        let next = c.add(origin, delta, version).ok_or(CmdError::Overflow)?;
+                        entry.set_version(version);
+                        let op = store.replicating().then(|| Effect::of_value(db, key, &entry.value, version, &[]));
+                        self.wrote(db, hashed, op);
+                        return Ok(next);
+                    }
+                    // Not a counter yet: an integer string becomes one.
+                    Value::Int(n) => Some((*n, entry.version())),
+                    Value::Str(s) => Some((crate::parse::parse_i64(s).ok_or(CmdError::NotInteger)?, entry.version())),
+                    _ => return Err(CmdError::WrongType),
                 }
-                version
             }
+            None => None,
         };
-        let Some(Value::Counter(c)) = self.entry_mut_in(db, key).map(|e| &mut e.into_entry().value) else {
+        let Some((n, v)) = existing else {
+            // A missing key starts a counter after everything the key's ghost remembers, as
+            // on replicas; it is made with its first increment, then stored (one probe).
+            let flushed = *store.db(db).flushed.lock();
+            let (dbref, shard) = self.parts(db, &hashed);
+            let ghost = if shard.tombstones.is_empty() { None } else { shard.tombstones.remove(key) };
+            let cleared = ghost.map_or(Version::ZERO, |g| g.newest()).max(flushed);
+            let version = store.stamp_at(now, Some(cleared));
+            let mut counter = Box::new(super::counter::Counter::new(0, cleared));
+            let next = counter.add(origin, delta, version).ok_or(CmdError::Overflow)?;
+            let value = Value::Counter(counter);
+            let op = store.replicating().then(|| Effect::of_value(db, key, &value, version, &[]));
+            shard.insert(dbref, &hashed, Entry::new(value, version));
+            shard.adopt_orphan_expiry(dbref, key, cleared);
+            self.notify_in(db, class::NEW, "new", key);
+            self.wrote(db, hashed, op);
+            return Ok(next);
+        };
+        // An integer string becomes the counter's base (its SET is the base version), unless
+        // the increment overflows: then it stays as it is.
+        n.checked_add(delta).ok_or(CmdError::Overflow)?;
+        let version = self.next_version(&hashed);
+        if let Some(mut e) = self.entry_mut_in(db, &hashed) {
+            e.value = Value::Counter(Box::new(super::counter::Counter::new(n, v)));
+        }
+        let Some(Value::Counter(c)) = self.entry_mut_in(db, &hashed).map(|e| &mut e.into_entry().value) else {
             return Err(CmdError::WrongType);
         };
         let next = c.add(origin, delta, version).ok_or(CmdError::Overflow)?;
-        self.finish(db, key, version, &[]);
+        self.finish_hashed(db, hashed, version, &[]);
         Ok(next)
+    }
+
+    /// After an in-place write of a live key that stays (no emptied collection, no list):
+    /// touches its watchers, notes it for client-side caching, counts a change and records
+    /// its effect. `finish`'s ending, for a caller that already set the entry's version.
+    fn wrote(&mut self, db: usize, hashed: HashedKey<'_>, op: Option<Effect>) {
+        let key = hashed.key();
+        let (_, shard) = self.parts(db, &hashed);
+        shard.touch(key);
+        self.modified.note(self.store, key);
+        self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+        if let Some(op) = op {
+            self.effects.push(op);
+        }
     }
 
     fn note_ready(&mut self, db: usize, key: &[u8], value: &Value) {
@@ -474,34 +520,36 @@ impl<'a> Ctx<'a> {
     }
 
     /// Sets the expiry register of a live key to `deadline_ms` (0 = persist).
-    pub fn set_deadline(&mut self, key: &[u8], deadline_ms: u64) {
+    pub fn set_deadline<K: KeyLike + ?Sized>(&mut self, key: &K, deadline_ms: u64) {
         self.set_deadline_in(self.db, key, deadline_ms)
     }
 
-    pub fn set_deadline_in(&mut self, db: usize, key: &[u8], deadline_ms: u64) {
-        let stored = self.get_ref_in(db, key).map(EntryRef::last_write);
-        let version = self.store.stamp(stored);
-        let (dbref, shard) = self.parts(db, key);
-        shard.set_expiry(dbref, key, Some(Expiry { deadline_ms, version }));
+    pub fn set_deadline_in<K: KeyLike + ?Sized>(&mut self, db: usize, key: &K, deadline_ms: u64) {
+        let hashed = key.hashed();
+        let key = hashed.key();
+        let stored = self.get_ref_in(db, &hashed).map(EntryRef::last_write);
+        let version = self.store.stamp_at(self.now_ms, stored);
+        let (dbref, shard) = self.parts(db, &hashed);
+        shard.set_expiry(dbref, &hashed, Some(Expiry { deadline_ms, version }));
         shard.touch(key);
         self.modified.note(self.store, key);
         self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
         self.emit(|| Effect::expire(db, key, deadline_ms, version));
     }
 
-    pub fn deadline(&mut self, key: &[u8]) -> Option<u64> {
+    pub fn deadline<K: KeyLike + ?Sized>(&mut self, key: &K) -> Option<u64> {
         self.get_ref_in(self.db, key).and_then(EntryRef::deadline)
     }
 
     /// Reads a string value (`None` if missing; WRONGTYPE for other types).
-    pub fn string(&mut self, key: &[u8]) -> Result<Option<Bytes>, CmdError> {
+    pub fn string<K: KeyLike + ?Sized>(&mut self, key: &K) -> Result<Option<Bytes>, CmdError> {
         let found = self.lookup_read(key);
         Self::string_of(found)
     }
 
     /// `string` for a write command about to change the key (`APPEND`, `SETBIT`): Redis's
     /// `lookupKeyWrite`, which counts no hit or miss and fires no `keymiss`.
-    pub fn string_for_write(&mut self, key: &[u8]) -> Result<Option<Bytes>, CmdError> {
+    pub fn string_for_write<K: KeyLike + ?Sized>(&mut self, key: &K) -> Result<Option<Bytes>, CmdError> {
         let found = self.get(key);
         Self::string_of(found)
     }
@@ -522,7 +570,7 @@ impl<'a> Ctx<'a> {
 macro_rules! collection_accessor {
     ($get:ident, $variant:ident, $ty:ty) => {
         impl<'a> Ctx<'a> {
-            pub fn $get(&mut self, key: &[u8]) -> Result<Option<&$ty>, CmdError> {
+            pub fn $get<K: KeyLike + ?Sized>(&mut self, key: &K) -> Result<Option<&$ty>, CmdError> {
                 match self.get(key).map(|e| &e.value) {
                     None => Ok(None),
                     Some(Value::$variant(v)) => Ok(Some(v)),

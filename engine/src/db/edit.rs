@@ -88,11 +88,12 @@ impl<'a> Ctx<'a> {
     /// Edits the `T` at `key` if the key exists (`Ok(None)` if not; WRONGTYPE for another
     /// type). `f` gets the value and the write's version; whatever it changed is recorded.
     pub fn edit<T: Editable, R>(&mut self, key: &[u8], f: impl FnOnce(&mut T, Version) -> R) -> Result<Option<R>, CmdError> {
+        let now = self.now_ms;
         let (db, store) = (self.db, self.store);
         let Some(mut entry) = self.entry_mut_in(db, key) else {
             return Ok(None);
         };
-        let version = store.stamp(Some(entry.last_write()));
+        let version = store.stamp_at(now, Some(entry.last_write()));
         let value = T::of(&mut entry.value).ok_or(CmdError::WrongType)?;
         let result = f(value, version);
         self.finish(db, key, version, &[]);
@@ -134,6 +135,7 @@ impl<'a> Ctx<'a> {
     /// every named element gets a tombstone, held or not, and so does a missing key: the
     /// removal dominates older adds of those elements made anywhere (module docs).
     pub fn remove_elements<T: Elements>(&mut self, key: &[u8], names: &[Bytes]) -> Result<usize, CmdError> {
+        let now = self.now_ms;
         let (db, store) = (self.db, self.store);
         let replicating = store.replicating();
         let Some(mut entry) = self.entry_mut_in(db, key) else {
@@ -144,7 +146,7 @@ impl<'a> Ctx<'a> {
             }
             return Ok(0);
         };
-        let version = store.stamp(Some(entry.last_write()));
+        let version = store.stamp_at(now, Some(entry.last_write()));
         let value = T::of(&mut entry.value).ok_or(CmdError::WrongType)?;
         let mut removed = 0;
         let mut unseen = Vec::new();
@@ -167,6 +169,7 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn delete_in(&mut self, db: usize, key: &[u8]) -> bool {
+        let now = self.now_ms;
         let store = self.store;
         let Some(stored) = self.get_ref_in(db, key).map(super::EntryRef::last_write) else {
             if store.replicating() {
@@ -181,7 +184,7 @@ impl<'a> Ctx<'a> {
         self.modified.note(store, key);
         store.stats.dirty.fetch_add(1, Ordering::Relaxed);
         if store.replicating() {
-            let version = store.stamp(Some(stored));
+            let version = store.stamp_at(now, Some(stored));
             let (_, shard) = self.parts(db, key);
             shard.tombstones.insert(key.into(), Ghost::deleted(version));
             self.effects.push(Effect::delete(db, key, version));
@@ -205,7 +208,7 @@ impl<'a> Ctx<'a> {
         if had_ttl {
             self.set_deadline(key, 0);
         } else if self.store.replicating() {
-            let version = self.store.stamp(Some(stored));
+            let version = self.store.stamp_at(self.now_ms, Some(stored));
             self.apply_unseen(db, key, Effect::expire(db, key, 0, version));
         }
         had_ttl
@@ -216,6 +219,7 @@ impl<'a> Ctx<'a> {
     /// dies, locally exactly as on peers (`merge::flush_shard`), so a write stamped later by
     /// a concurrent command survives on every node alike.
     pub fn flush_db(&mut self, db: usize) {
+        let now = self.now_ms;
         let store = self.store;
         // A database never used holds nothing to clear (`Store::in_use`).
         let shards = if store.in_use(db) { SHARDS_PER_DB } else { 0 };
@@ -229,7 +233,7 @@ impl<'a> Ctx<'a> {
         } else {
             let version = {
                 let mut flushed = store.db(db).flushed.lock();
-                let version = store.stamp(Some(*flushed));
+                let version = store.stamp_at(now, Some(*flushed));
                 *flushed = version;
                 version
             };
@@ -246,12 +250,13 @@ impl<'a> Ctx<'a> {
     /// A version for a write to a key this node holds no live value for: newer than what the
     /// key's ghost and pending expiry register remember and than the database's last flush.
     pub(super) fn stamp_unseen(&mut self, db: usize, key: &[u8]) -> Version {
+        let now = self.now_ms;
         let store = self.store;
         let flushed = *store.db(db).flushed.lock();
         let shard = self.parts(db, key).1;
         let ghost = shard.tombstones.get(key).map_or(Version::ZERO, Ghost::newest);
         let orphan = shard.orphan_expiry.get(key).map_or(Version::ZERO, |e| e.version);
-        store.stamp(Some(flushed.max(ghost).max(orphan)))
+        store.stamp_at(now, Some(flushed.max(ghost).max(orphan)))
     }
 
     /// Applies a write that changes no live value here through the merge a peer runs, and

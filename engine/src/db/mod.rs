@@ -15,6 +15,7 @@ pub mod evict;
 pub mod expire;
 pub mod functions;
 pub mod ghost;
+pub mod hashed;
 pub mod hll;
 pub mod lattice;
 pub mod node;
@@ -24,7 +25,6 @@ pub mod table;
 pub mod zset;
 
 use std::collections::{BTreeSet, HashMap};
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -34,6 +34,7 @@ use smallvec::SmallVec;
 use crate::hlc::{Hlc, Version};
 pub use entry::{Entry, Expiry, Key, Kind, Value};
 pub use ghost::{Ghost, Tombstoned};
+pub use hashed::{HashedKey, KeyLike};
 pub use table::{EntryMut, EntryRef, Removed};
 
 /// What `Shard::live_mut` found.
@@ -96,7 +97,6 @@ pub struct Store {
     pub hlc: Hlc,
     pub node_id: crate::hlc::NodeId,
     pub stats: KeyspaceStats,
-    shard_hasher: foldhash::fast::FixedState,
     /// Whether local writes record their effects (a mesh is or was configured).
     replicating: AtomicBool,
     /// `tombstone-gc-seconds` in ms: ghosts older than this are dropped.
@@ -155,9 +155,6 @@ impl Store {
             hlc,
             node_id,
             stats: KeyspaceStats::default(),
-            // A seed distinct from the shard maps' own hashers, so the keys of one shard do not
-            // all share the low bits their map indexes by.
-            shard_hasher: foldhash::fast::FixedState::with_seed(0x6b65_796d_6573_6801),
             replicating: AtomicBool::new(false),
             tombstone_gc_ms: AtomicU64::new(86_400_000),
             // Never 0: that id marks a base-only counter delta.
@@ -209,8 +206,10 @@ impl Store {
         self.dbs.len()
     }
 
+    /// The shard `key` lives in (in every database). A caller that goes on to use the key
+    /// should hash it once (`HashedKey::new`) and take the shard from that.
     pub fn shard_of(&self, key: &[u8]) -> usize {
-        (self.shard_hasher.hash_one(key) as usize) & (SHARDS_PER_DB - 1)
+        HashedKey::new(key).shard()
     }
 
     /// Starts loading what the lookups of `keys` in `db` will touch, for a pipelined batch
@@ -224,7 +223,14 @@ impl Store {
             return;
         }
         let shards = self.dbs[db].shards();
-        let located: SmallVec<[(&Mutex<Shard>, &[u8]); 16]> = keys.iter().map(|&key| (&shards[self.shard_of(key)], key)).collect();
+        // Each key hashed once, for its shard and its table probes alike.
+        let located: SmallVec<[(&Mutex<Shard>, HashedKey<'_>); 16]> = keys
+            .iter()
+            .map(|&key| {
+                let key = HashedKey::new(key);
+                (&shards[key.shard()], key)
+            })
+            .collect();
         for (shard, _) in &located {
             node::prefetch(std::ptr::from_ref(*shard).cast());
         }
@@ -232,12 +238,12 @@ impl Store {
         // loads before it, so locking key by key would queue the keys' misses again. With
         // `try_lock` there is no lock order to keep; a shard locked elsewhere, or twice in
         // the batch, is skipped.
-        let held: SmallVec<[(MutexGuard<'_, Shard>, &[u8]); 16]> = located.iter().filter_map(|&(shard, key)| Some((shard.try_lock()?, key))).collect();
+        let held: SmallVec<[(MutexGuard<'_, Shard>, HashedKey<'_>); 16]> = located.iter().filter_map(|&(shard, key)| Some((shard.try_lock()?, key))).collect();
         for (shard, key) in &held {
-            shard.map.prefetch(key);
+            shard.map.prefetch(*key);
         }
         for (shard, key) in &held {
-            shard.map.prefetch_value(key);
+            shard.map.prefetch_value(*key);
         }
     }
 
@@ -264,6 +270,13 @@ impl Store {
     pub fn lock_all(&self) -> Locks<'_> {
         let wanted = (0..self.dbs.len()).flat_map(|db| (0..SHARDS_PER_DB).map(move |s| (db, s))).collect();
         self.lock_many(wanted)
+    }
+
+    /// `stamp` at a wall time read already (a command's `Ctx::now_ms`): saves a clock read
+    /// per write (`Hlc::now_after_at`).
+    pub fn stamp_at(&self, wall_ms: u64, stored: Option<Version>) -> Version {
+        let hlc = self.hlc.now_after_at(wall_ms, stored.map_or(0, |v| v.hlc));
+        Version { hlc, node: self.node_id }
     }
 
     /// A fresh version for a local write that supersedes `stored`.
@@ -376,10 +389,16 @@ impl<'a> Locks<'a> {
     /// The locked shard. Locking is decided before a command runs from its key positions, so
     /// asking for an unlocked shard is a bug in the command table, not a runtime condition.
     pub fn get(&mut self, db: usize, shard: usize) -> &mut Shard {
-        match self.guards.binary_search_by(|(k, _)| k.cmp(&(db, shard))) {
-            Ok(i) => &mut self.guards[i].1,
-            Err(_) => panic!("shard ({db}, {shard}) used without being locked; fix the command's key spec"),
-        }
+        // The common one-key command holds one lock: no search.
+        let at = if self.guards.len() == 1 && self.guards[0].0 == (db, shard) {
+            0
+        } else {
+            match self.guards.binary_search_by(|(k, _)| k.cmp(&(db, shard))) {
+                Ok(i) => i,
+                Err(_) => panic!("shard ({db}, {shard}) used without being locked; fix the command's key spec"),
+            }
+        };
+        &mut self.guards[at].1
     }
 }
 
@@ -393,12 +412,15 @@ impl Shard {
     }
 
     /// The entry, whether or not it has expired.
-    pub fn raw(&self, key: &[u8]) -> Option<EntryRef<'_>> {
-        self.map.get(key)
+    ///
+    /// The key arguments of `Shard`'s methods are `KeyLike`: a `HashedKey` is probed with the
+    /// hash it carries, a plain byte string is hashed on the call.
+    pub fn raw<K: KeyLike + ?Sized>(&self, key: &K) -> Option<EntryRef<'_>> {
+        self.map.get(key.hashed())
     }
 
-    pub fn raw_mut(&mut self, key: &[u8]) -> Option<EntryMut<'_>> {
-        self.map.get_mut(key)
+    pub fn raw_mut<K: KeyLike + ?Sized>(&mut self, key: &K) -> Option<EntryMut<'_>> {
+        self.map.get_mut(key.hashed())
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], EntryRef<'_>)> {
@@ -407,26 +429,29 @@ impl Shard {
 
     /// Inserts or replaces a key's entry (without an expiry register: the replaced entry's
     /// goes with it), keeping the expiry index in step.
-    pub fn insert(&mut self, db: &Db, key: &[u8], entry: Entry) -> Option<Removed> {
+    pub fn insert<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K, entry: Entry) -> Option<Removed> {
+        let key = key.hashed();
         let old = self.map.insert(key, entry);
         let old_deadline = old.as_ref().and_then(Removed::deadline);
-        self.reindex(db, key, old_deadline, None);
+        self.reindex(db, key.key(), old_deadline, None);
         old
     }
 
-    pub fn remove(&mut self, db: &Db, key: &[u8]) -> Option<Removed> {
+    pub fn remove<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K) -> Option<Removed> {
+        let key = key.hashed();
         let old = self.map.remove(key)?;
-        self.reindex(db, key, old.deadline(), None);
+        self.reindex(db, key.key(), old.deadline(), None);
         Some(old)
     }
 
     /// Sets a key's expiry register, keeping the expiry index in step: the one way to change
     /// a stored register. Nothing happens if the key is missing.
-    pub fn set_expiry(&mut self, db: &Db, key: &[u8], expiry: Option<Expiry>) {
+    pub fn set_expiry<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K, expiry: Option<Expiry>) {
+        let key = key.hashed();
         let new_deadline = expiry.as_ref().and_then(Expiry::deadline);
         let Some(old) = self.map.set_expiry(key, expiry) else { return };
         let old_deadline = old.as_ref().and_then(Expiry::deadline);
-        self.reindex(db, key, old_deadline, new_deadline);
+        self.reindex(db, key.key(), old_deadline, new_deadline);
     }
 
     fn reindex(&mut self, db: &Db, key: &[u8], old: Option<u64>, new: Option<u64>) {
@@ -436,10 +461,12 @@ impl Shard {
     /// The live entry of `key` at `now_ms`, with one table probe. An expired key is deleted on
     /// the way (its watchers touched, the expiry index kept in step) and reported as such:
     /// the caller counts it and fires its event.
-    pub fn live_mut(&mut self, db: &Db, key: &[u8], now_ms: u64) -> Lookup<'_> {
+    pub fn live_mut<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K, now_ms: u64) -> Lookup<'_> {
+        let hashed = key.hashed();
+        let key = hashed.key();
         // Field by field: the entry found borrows `map` only.
         let Shard { map, expiry_index, watchers, .. } = self;
-        match map.get_live_mut(key, |entry| entry.is_expired(now_ms)) {
+        match map.get_live_mut(hashed, |entry| entry.is_expired(now_ms)) {
             table::Live::Found(entry) => Lookup::Live(entry),
             table::Live::Missing => Lookup::Missing,
             table::Live::Removed(old) => {
@@ -509,8 +536,10 @@ impl Shard {
     /// it is decided by versions — a delete or whole write drops older registers, and a
     /// collection emptied by a local removal writes a "no TTL" register (see `Ctx::finish`) —
     /// never by the order in which a replica happened to see the writes.
-    pub fn bury(&mut self, db: &Db, key: &[u8]) {
-        let Some(Removed { entry, expiry }) = self.remove(db, key) else { return };
+    pub fn bury<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K) {
+        let key = key.hashed();
+        let Some(Removed { entry, expiry }) = self.remove(db, &key) else { return };
+        let key = key.key();
         if let Some(e) = expiry {
             if self.orphan_expiry.get(key).is_none_or(|o| o.version < e.version) {
                 self.orphan_expiry.insert(key.into(), e);
@@ -553,7 +582,7 @@ impl Shard {
     /// Marks watchers of every key that exists (a flush touches only those).
     pub fn touch_existing(&mut self) {
         for (key, list) in &self.watchers {
-            if self.map.contains_key(key) {
+            if self.map.contains_key(HashedKey::new(key)) {
                 for flag in list {
                     flag.store(true, Ordering::Release);
                 }

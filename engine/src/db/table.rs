@@ -15,11 +15,10 @@
 //! deadline or its newest write (`last_write`) must hold one, and only `set_expiry` changes
 //! a register (through `Shard::set_expiry`, which keeps the expiry index in step).
 
-use std::hash::BuildHasher;
-
 use hashbrown::hash_table::{Entry as Slot, HashTable};
 
 use super::entry::{Entry, Expiry};
+use super::hashed::{hash_key, HashedKey};
 use super::node::Node;
 use crate::hlc::Version;
 
@@ -163,10 +162,12 @@ fn view_mut(n: &mut Node) -> EntryMut<'_> {
     EntryMut { entry, expiry }
 }
 
+/// The table takes keys as `HashedKey`s: the hash the caller computed (once per command, with
+/// the shard) is the one it probes with; a resize rehashes the stored keys with the same
+/// function (`hashed::hash_key`), so no node carries its hash (it would cost 8 bytes a key).
 #[derive(Default)]
 pub struct KeyTable {
     table: HashTable<Node>,
-    hasher: foldhash::fast::RandomState,
 }
 
 impl std::fmt::Debug for KeyTable {
@@ -176,10 +177,6 @@ impl std::fmt::Debug for KeyTable {
 }
 
 impl KeyTable {
-    fn hash(&self, key: &[u8]) -> u64 {
-        self.hasher.hash_one(key)
-    }
-
     pub fn len(&self) -> usize {
         self.table.len()
     }
@@ -188,45 +185,45 @@ impl KeyTable {
         self.table.is_empty()
     }
 
-    fn node_mut(&mut self, key: &[u8]) -> Option<&mut Node> {
-        let hash = self.hash(key);
-        self.table.find_mut(hash, |n| n.key() == key)
+    fn node_mut(&mut self, key: HashedKey<'_>) -> Option<&mut Node> {
+        let k = key.key();
+        self.table.find_mut(key.hash(), |n| n.key() == k)
     }
 
     /// Starts loading the node `key` most likely has, without reading any node: the first
     /// slot whose hash bits match is taken as the key's (`Store::prefetch`). A hint only.
-    pub fn prefetch(&self, key: &[u8]) {
-        if let Some(node) = self.table.find(self.hash(key), |_| true) {
+    pub fn prefetch(&self, key: HashedKey<'_>) {
+        if let Some(node) = self.table.find(key.hash(), |_| true) {
             node.prefetch();
         }
     }
 
     /// Starts loading the bytes of `key`'s string value, once its node is in the cache
     /// (`prefetch`, earlier). A hint only.
-    pub fn prefetch_value(&self, key: &[u8]) {
+    pub fn prefetch_value(&self, key: HashedKey<'_>) {
         if let Some(found) = self.get(key) {
             found.value.prefetch();
         }
     }
 
-    pub fn get(&self, key: &[u8]) -> Option<EntryRef<'_>> {
-        self.table.find(self.hash(key), |n| n.key() == key).map(view)
+    pub fn get(&self, key: HashedKey<'_>) -> Option<EntryRef<'_>> {
+        let k = key.key();
+        self.table.find(key.hash(), |n| n.key() == k).map(view)
     }
 
-    pub fn get_mut(&mut self, key: &[u8]) -> Option<EntryMut<'_>> {
+    pub fn get_mut(&mut self, key: HashedKey<'_>) -> Option<EntryMut<'_>> {
         self.node_mut(key).map(view_mut)
     }
 
-    pub fn contains_key(&self, key: &[u8]) -> bool {
+    pub fn contains_key(&self, key: HashedKey<'_>) -> bool {
         self.get(key).is_some()
     }
 
     /// Inserts or replaces; the key's register goes with the entry it replaces (the new entry
     /// has none). Returns the previous entry and register.
-    pub fn insert(&mut self, key: &[u8], entry: Entry) -> Option<Removed> {
-        let hash = self.hash(key);
-        let hasher = &self.hasher;
-        match self.table.entry(hash, |n| n.key() == key, |n| hasher.hash_one(n.key())) {
+    pub fn insert(&mut self, key: HashedKey<'_>, entry: Entry) -> Option<Removed> {
+        let k = key.key();
+        match self.table.entry(key.hash(), |n| n.key() == k, |n| hash_key(n.key())) {
             Slot::Occupied(mut slot) => {
                 let node = slot.get_mut();
                 let expiry = node.set_expiry(None);
@@ -234,7 +231,7 @@ impl KeyTable {
                 Some(Removed { entry, expiry })
             }
             Slot::Vacant(slot) => {
-                slot.insert(Node::new(key, entry));
+                slot.insert(Node::new(k, entry));
                 None
             }
         }
@@ -242,15 +239,15 @@ impl KeyTable {
 
     /// Sets or removes a key's register (the node moves when it gains or loses one); returns
     /// the old one, or `None` if the key is missing (then nothing changes).
-    pub fn set_expiry(&mut self, key: &[u8], expiry: Option<Expiry>) -> Option<Option<Expiry>> {
+    pub fn set_expiry(&mut self, key: HashedKey<'_>, expiry: Option<Expiry>) -> Option<Option<Expiry>> {
         Some(self.node_mut(key)?.set_expiry(expiry))
     }
 
     /// The key's entry to change, unless `dead` says it must go: then it is removed and
     /// returned. One probe either way (a lazy expiry's check and the read that follows it).
-    pub fn get_live_mut(&mut self, key: &[u8], dead: impl FnOnce(EntryRef<'_>) -> bool) -> Live<'_> {
-        let hash = self.hash(key);
-        match self.table.find_entry(hash, |n| n.key() == key) {
+    pub fn get_live_mut(&mut self, key: HashedKey<'_>, dead: impl FnOnce(EntryRef<'_>) -> bool) -> Live<'_> {
+        let k = key.key();
+        match self.table.find_entry(key.hash(), |n| n.key() == k) {
             Err(_) => Live::Missing,
             Ok(slot) if dead(view(slot.get())) => {
                 let (entry, expiry) = slot.remove().0.into_parts();
@@ -260,9 +257,9 @@ impl KeyTable {
         }
     }
 
-    pub fn remove(&mut self, key: &[u8]) -> Option<Removed> {
-        let hash = self.hash(key);
-        match self.table.find_entry(hash, |n| n.key() == key) {
+    pub fn remove(&mut self, key: HashedKey<'_>) -> Option<Removed> {
+        let k = key.key();
+        match self.table.find_entry(key.hash(), |n| n.key() == k) {
             Ok(slot) => {
                 let (entry, expiry) = slot.remove().0.into_parts();
                 Some(Removed { entry, expiry })
@@ -283,7 +280,12 @@ impl KeyTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db::hashed::KeyLike;
     use crate::db::Value;
+
+    fn hk<K: KeyLike + ?Sized>(k: &K) -> HashedKey<'_> {
+        k.hashed()
+    }
 
     fn v(n: u64) -> Version {
         Version { hlc: n, node: 1 }
@@ -292,37 +294,37 @@ mod tests {
     #[test]
     fn insert_replace_remove() {
         let mut t = KeyTable::default();
-        assert!(t.insert(b"a", Entry::new(Value::Int(1), Version::ZERO)).is_none());
-        assert!(t.insert(b"a", Entry::new(Value::Int(2), Version::ZERO)).is_some());
-        assert!(matches!(t.get(b"a").map(|e| &e.entry().value), Some(Value::Int(2))));
+        assert!(t.insert(hk(b"a"), Entry::new(Value::Int(1), Version::ZERO)).is_none());
+        assert!(t.insert(hk(b"a"), Entry::new(Value::Int(2), Version::ZERO)).is_some());
+        assert!(matches!(t.get(hk(b"a")).map(|e| &e.entry().value), Some(Value::Int(2))));
         assert_eq!(t.len(), 1);
-        assert!(t.remove(b"a").is_some());
+        assert!(t.remove(hk(b"a")).is_some());
         assert!(t.is_empty());
         let long = vec![b'k'; 100];
-        t.insert(&long, Entry::new(Value::Int(3), Version::ZERO));
-        assert!(t.get(&long).is_some() && t.get(&long[..99]).is_none());
+        t.insert(hk(&long), Entry::new(Value::Int(3), Version::ZERO));
+        assert!(t.get(hk(&long)).is_some() && t.get(hk(&long[..99])).is_none());
     }
 
     #[test]
     fn the_register_is_read_with_the_entry_and_goes_with_it() {
         let mut t = KeyTable::default();
         let ttl = Expiry { deadline_ms: 1000, version: v(5) };
-        assert_eq!(t.set_expiry(b"k", Some(ttl)), None, "a missing key takes no register");
-        t.insert(b"k", Entry::new(Value::Int(1), v(2)));
-        assert_eq!(t.set_expiry(b"k", Some(ttl)), Some(None));
-        let e = t.get(b"k").unwrap();
+        assert_eq!(t.set_expiry(hk(b"k"), Some(ttl)), None, "a missing key takes no register");
+        t.insert(hk(b"k"), Entry::new(Value::Int(1), v(2)));
+        assert_eq!(t.set_expiry(hk(b"k"), Some(ttl)), Some(None));
+        let e = t.get(hk(b"k")).unwrap();
         assert_eq!((e.expiry(), e.deadline(), e.last_write()), (Some(&ttl), Some(1000), v(5)));
         assert!(e.is_expired(1000) && !e.is_expired(999));
         // A persistent register (deadline 0) is still a register, with a version.
-        t.set_expiry(b"k", Some(Expiry { deadline_ms: 0, version: v(6) }));
-        let e = t.get_mut(b"k").unwrap();
+        t.set_expiry(hk(b"k"), Some(Expiry { deadline_ms: 0, version: v(6) }));
+        let e = t.get_mut(hk(b"k")).unwrap();
         assert_eq!((e.deadline(), e.last_write(), e.is_expired(u64::MAX)), (None, v(6), false));
         // Replacing the entry drops the register, which comes back with the old entry.
-        let old = t.insert(b"k", Entry::new(Value::Int(2), v(7))).unwrap();
+        let old = t.insert(hk(b"k"), Entry::new(Value::Int(2), v(7))).unwrap();
         assert_eq!(old.expiry.map(|e| e.version), Some(v(6)));
-        assert_eq!(t.get(b"k").unwrap().expiry(), None);
-        t.set_expiry(b"k", Some(ttl));
-        let removed = t.remove(b"k").unwrap();
+        assert_eq!(t.get(hk(b"k")).unwrap().expiry(), None);
+        t.set_expiry(hk(b"k"), Some(ttl));
+        let removed = t.remove(hk(b"k")).unwrap();
         assert_eq!((removed.expiry, removed.deadline(), removed.entry.version()), (Some(ttl), Some(1000), v(7)));
     }
 
@@ -366,17 +368,17 @@ mod tests {
                 version += 1;
                 match op {
                     Op::Insert(k, val) => {
-                        let old = t.insert(&k, Entry::new(Value::string(&val), v(version))).map(|r| held(&r.entry, r.expiry));
+                        let old = t.insert(hk(&k), Entry::new(Value::string(&val), v(version))).map(|r| held(&r.entry, r.expiry));
                         let expected = model.insert(k.clone(), (val.clone(), v(version), None));
                         // `Value::string` keeps canonical integers as `Int`, which print back the same.
                         proptest::prop_assert_eq!(old, expected);
                     }
                     Op::Remove(k) => {
-                        proptest::prop_assert_eq!(t.remove(&k).map(|r| held(&r.entry, r.expiry)), model.remove(&k));
+                        proptest::prop_assert_eq!(t.remove(hk(&k)).map(|r| held(&r.entry, r.expiry)), model.remove(&k));
                     }
                     Op::Append(k, b) => {
                         // An in-place edit through `get_mut`, as APPEND does.
-                        if let Some(mut e) = t.get_mut(&k) {
+                        if let Some(mut e) = t.get_mut(hk(&k)) {
                             let mut bytes = value_bytes(&e);
                             bytes.push(b);
                             e.value = Value::Str(bytes.clone().into());
@@ -387,12 +389,12 @@ mod tests {
                     }
                     Op::Expire(k, deadline) => {
                         let register = deadline.map(|deadline_ms| Expiry { deadline_ms, version: v(version) });
-                        let old = t.set_expiry(&k, register);
+                        let old = t.set_expiry(hk(&k), register);
                         let expected = model.get_mut(&k).map(|h| std::mem::replace(&mut h.2, register));
                         proptest::prop_assert_eq!(old, expected);
                     }
                     Op::Stamp(k, hlc) => {
-                        if let Some(mut e) = t.get_mut(&k) {
+                        if let Some(mut e) = t.get_mut(hk(&k)) {
                             e.set_version(v(hlc));
                             model.get_mut(&k).unwrap().1 = v(hlc);
                         }
@@ -401,11 +403,11 @@ mod tests {
                 proptest::prop_assert_eq!(t.len(), model.len());
             }
             for (k, h) in &model {
-                let got = t.get(k).map(|e| held(e.entry(), e.expiry().copied()));
+                let got = t.get(hk(k)).map(|e| held(e.entry(), e.expiry().copied()));
                 proptest::prop_assert_eq!(got.as_ref(), Some(h));
                 let deadline = h.2.map(|e| e.deadline_ms).filter(|&d| d != 0);
-                proptest::prop_assert_eq!(t.get(k).and_then(EntryRef::deadline), deadline);
-                proptest::prop_assert_eq!(t.get_mut(k).map(|e| e.last_write()), Some(h.1.max(h.2.map_or(Version::ZERO, |e| e.version))));
+                proptest::prop_assert_eq!(t.get(hk(k)).and_then(EntryRef::deadline), deadline);
+                proptest::prop_assert_eq!(t.get_mut(hk(k)).map(|e| e.last_write()), Some(h.1.max(h.2.map_or(Version::ZERO, |e| e.version))));
             }
             let mut listed: Vec<(Vec<u8>, Held)> = t.iter().map(|(k, e)| (k.to_vec(), held(e.entry(), e.expiry().copied()))).collect();
             listed.sort_by(|a, b| a.0.cmp(&b.0));

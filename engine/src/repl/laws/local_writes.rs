@@ -96,7 +96,8 @@ fn run(store: &Store, op: &Local) -> Vec<pb::Op> {
         | Local::Incr(k)
         | Local::PfAdd(k, _) => store.lock_many(vec![(0, store.shard_of(&key(*k)))]),
     };
-    let mut ctx = Ctx::new(store, 0, 0, locks);
+    // The command's time, read once as `run_command` does: its writes are stamped with it.
+    let mut ctx = Ctx::new(store, 0, store.hlc.wall_ms(), locks);
     match op {
         Local::Set(k, a) => {
             ctx.put(&key(*k), Value::string(&[b'v', *a]), false);
