@@ -407,10 +407,7 @@ impl<'a> Ctx<'a> {
             } else if matches!(entry.value, Value::List(_) | Value::ZSet(_)) {
                 self.ready_keys.push((db, key.into()));
             }
-            let (_, shard) = self.parts(db, &hashed);
-            shard.touch(key);
-            self.modified.note(self.store, key);
-            self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+            self.note_write(db, hashed);
         }
         if let Some(op) = op {
             self.effects.push(op);
@@ -503,14 +500,20 @@ impl<'a> Ctx<'a> {
     /// touches its watchers, notes it for client-side caching, counts a change and records
     /// its effect. `finish`'s ending, for a caller that already set the entry's version.
     fn wrote(&mut self, db: usize, hashed: HashedKey<'_>, op: Option<Effect>) {
+        self.note_write(db, hashed);
+        if let Some(op) = op {
+            self.effects.push(op);
+        }
+    }
+
+    /// A write to a key that stays: its watchers are touched, client-side caching hears of
+    /// it, and it counts as a change (`dirty`).
+    fn note_write(&mut self, db: usize, hashed: HashedKey<'_>) {
         let key = hashed.key();
         let (_, shard) = self.parts(db, &hashed);
         shard.touch(key);
         self.modified.note(self.store, key);
         self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
-        if let Some(op) = op {
-            self.effects.push(op);
-        }
     }
 
     fn note_ready(&mut self, db: usize, key: &[u8], value: &Value) {
