@@ -103,8 +103,7 @@ impl Hlc {
     /// A timestamp for a local write that must supersede `stored` (what the writer could
     /// read), even when a peer with a fast clock wrote it.
     pub fn now_after(&self, stored: Timestamp) -> Timestamp {
-        let wall = timestamp(self.wall.now_ms(), 0);
-        self.advance(|last| wall.max(last + 1).max(stored + 1))
+        self.now_after_at(self.wall.now_ms(), stored)
     }
 
     /// `now_after` (or `now`, with `stored` 0) at a wall time the caller read already: a

@@ -329,9 +329,7 @@ impl<'a> Ctx<'a> {
                 restamp(&mut entry.value, version);
             }
         }
-        shard.touch(key);
-        self.modified.note(store, key);
-        store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+        self.note_write(db, hashed);
         if store.replicating() {
             let (_, shard) = self.parts(db, &hashed);
             if let Some(op) = shard.raw(&hashed).map(|entry| Effect::of_value(db, key, &entry.value, version, &all_names(&entry.value))) {
@@ -534,9 +532,7 @@ impl<'a> Ctx<'a> {
         let version = self.store.stamp_at(self.now_ms, stored);
         let (dbref, shard) = self.parts(db, &hashed);
         shard.set_expiry(dbref, &hashed, Some(Expiry { deadline_ms, version }));
-        shard.touch(key);
-        self.modified.note(self.store, key);
-        self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+        self.note_write(db, hashed);
         self.emit(|| Effect::expire(db, key, deadline_ms, version));
     }
 

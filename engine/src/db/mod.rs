@@ -281,11 +281,7 @@ impl Store {
 
     /// A fresh version for a local write that supersedes `stored`.
     pub fn stamp(&self, stored: Option<Version>) -> Version {
-        let hlc = match stored {
-            Some(v) => self.hlc.now_after(v.hlc),
-            None => self.hlc.now(),
-        };
-        Version { hlc, node: self.node_id }
+        self.stamp_at(self.hlc.wall_ms(), stored)
     }
 
     /// Drops every key and every replication tombstone, in every database, without recording
