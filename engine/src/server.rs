@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::RwLock;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -330,30 +330,43 @@ pub struct Listeners {
     pub metrics: Option<TcpListener>,
 }
 
-/// Binds `port` on every address of `bind`; returns the listeners and the port bound (for
-/// an ephemeral port 0).
-fn bind_client(bind: &str, port: u16, backlog: u32, what: &'static str) -> Result<(Vec<TcpListener>, u16), ServerError> {
-    let mut listeners = Vec::new();
+/// Binds `port` on every address of `bind`; returns the bound sockets, not yet listening, and
+/// the port bound (for an ephemeral port 0).
+fn bind_client(bind: &str, port: u16, what: &'static str) -> Result<(Vec<TcpSocket>, u16), ServerError> {
+    let mut sockets = Vec::new();
     let mut actual_port = port;
     for (addr, optional) in bind_addrs(bind, port) {
         let addr = SocketAddr::new(addr.ip(), actual_port);
-        match bind_reuse(addr, backlog) {
-            Ok(l) => {
-                actual_port = l.local_addr().map(|a| a.port()).unwrap_or(actual_port);
-                listeners.push(l);
+        match bind_reuse(addr) {
+            Ok(socket) => {
+                actual_port = socket.local_addr().map(|a| a.port()).unwrap_or(actual_port);
+                sockets.push(socket);
             }
             Err(e) if optional => warn!(%addr, error = %e, "skipping optional bind address"),
             Err(source) => return Err(ServerError::Bind { what, addr: addr.to_string(), source }),
         }
     }
-    if listeners.is_empty() {
+    if sockets.is_empty() {
         return Err(ServerError::Config(format!("bind '{bind}' names no usable address")));
     }
-    Ok((listeners, actual_port))
+    Ok((sockets, actual_port))
+}
+
+/// Starts listening on bound client sockets.
+fn listen_all(sockets: Vec<TcpSocket>, backlog: u32, what: &'static str) -> Result<Vec<TcpListener>, ServerError> {
+    sockets
+        .into_iter()
+        .map(|socket| {
+            let addr = socket.local_addr().map(|a| a.to_string()).unwrap_or_default();
+            socket.listen(backlog).map_err(|source| ServerError::Bind { what, addr, source })
+        })
+        .collect()
 }
 
 /// Binds every listener: the client port(s) first, then the mesh and metrics ports derived
-/// from the client port (the TLS port when the plain one is off).
+/// from the client port (the TLS port when the plain one is off). The client ports listen
+/// last: a client (or a test, or a probe) that got through to the client port finds the
+/// metrics and mesh ports open too, and a failed bind never accepted anyone.
 pub async fn bind(server: &Server) -> Result<Listeners, ServerError> {
     let (bind, ports, backlog) = {
         let c = server.config.read();
@@ -361,10 +374,10 @@ pub async fn bind(server: &Server) -> Result<Listeners, ServerError> {
     };
     let (plain, plain_port) = match ports.plain_disabled() {
         true => (Vec::new(), 0),
-        false => bind_client(&bind, ports.client, backlog, "client port")?,
+        false => bind_client(&bind, ports.client, "client port")?,
     };
     let (tls, tls_port) = match ports.tls {
-        Some(port) => bind_client(&bind, port, backlog, "TLS port")?,
+        Some(port) => bind_client(&bind, port, "TLS port")?,
         None => (Vec::new(), 0),
     };
     server.port.store(plain_port as usize, Ordering::Relaxed);
@@ -391,20 +404,23 @@ pub async fn bind(server: &Server) -> Result<Listeners, ServerError> {
         Some(metrics_port) => {
             let host = bound.first().map(|a| a.ip()).unwrap_or([0, 0, 0, 0].into());
             let addr = SocketAddr::new(host, metrics_port);
-            let listener = bind_reuse(addr, 511).map_err(|source| ServerError::Bind { what: "metrics port", addr: addr.to_string(), source })?;
+            let listener = bind_reuse(addr).and_then(|socket| socket.listen(511));
+            let listener = listener.map_err(|source| ServerError::Bind { what: "metrics port", addr: addr.to_string(), source })?;
             // CONFIG GET metrics-port reports the port serving, derived or not.
             let _ = server.config.write().set("metrics-port", &metrics_port.to_string());
             Some(listener)
         }
     };
+    let plain = listen_all(plain, backlog, "client port")?;
+    let tls = listen_all(tls, backlog, "TLS port")?;
     Ok(Listeners { plain, tls, metrics })
 }
 
-fn bind_reuse(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+fn bind_reuse(addr: SocketAddr) -> std::io::Result<TcpSocket> {
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
-    socket.listen(backlog)
+    Ok(socket)
 }
 
 /// Runs until SIGTERM/SIGINT (or `SHUTDOWN`). Fails only when the snapshot is refused and

@@ -80,8 +80,8 @@ impl Server {
     /// (commands then get LOADING), so a test that sends a command the moment the port is open
     /// can see LOADING on a busy machine (a BLPOP that never blocks, a SET refused). Asked over
     /// `/readyz`, which says why it is not ready: that works with AUTH, TLS-only ports and nodes
-    /// whose mesh never syncs. (The metrics port is bound before the client port accepts, and
-    /// served only after loading began.)
+    /// whose mesh never syncs. (The metrics port listens before the client port does, and
+    /// is served only after loading began.)
     pub fn wait_loaded(&self) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while self.http_get("/readyz").1.contains("loading the snapshot") {
@@ -114,6 +114,10 @@ impl Server {
             assert!(Instant::now() < deadline, "keymesh-server did not start listening on {port}");
             std::thread::sleep(Duration::from_millis(20));
         }
+        // The server listens on its client port last, so every test checks that order: a
+        // probe or client that got in finds the metrics port open too (once, under CI load, a
+        // test got in between the two and read "connection refused" from /readyz).
+        assert!(TcpStream::connect(("127.0.0.1", metrics_port)).is_ok(), "the client port {port} accepts but the metrics port {metrics_port} does not");
         server
     }
 
