@@ -71,6 +71,23 @@ impl AsyncWrite for MeshIo {
         }
     }
 
+    // Forwarded, or HTTP/2 would take this stream for one without vectored writes: it then
+    // writes each DATA frame in two syscalls (its head with the first KiB, then the rest)
+    // instead of one writev of head and payload.
+    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[io::IoSlice<'_>]) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            MeshIo::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            MeshIo::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            MeshIo::Plain(s) => s.is_write_vectored(),
+            MeshIo::Tls(s) => s.is_write_vectored(),
+        }
+    }
+
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             MeshIo::Plain(s) => Pin::new(s).poll_flush(cx),
