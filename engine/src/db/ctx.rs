@@ -23,6 +23,7 @@ use super::{Db, Entry, EntryMut, EntryRef, Expiry, HashedKey, Key, KeyLike, Kind
 use crate::error::CmdError;
 use crate::hlc::Version;
 use crate::notify::{class, Event};
+use crate::repl::wire;
 
 pub struct Ctx<'a> {
     pub store: &'a Store,
@@ -31,8 +32,10 @@ pub struct Ctx<'a> {
     pub locks: Locks<'a>,
     /// `(db, key)` of lists and sorted sets that gained elements: blocked clients wake on them.
     pub ready_keys: Vec<(usize, Key)>,
-    /// The replicated effects of this command's writes (only while replicating).
-    pub effects: Vec<Effect>,
+    /// The replicated effects of this command's writes, encoded for the backlog
+    /// (`repl::wire`; only while replicating). Added through `push_effect` or
+    /// `wire::encode_value`.
+    pub effects: Vec<Bytes>,
     /// Keyspace events to publish once the locks are dropped (`crate::notify`).
     pub events: Vec<Event>,
     /// Where in `events` the `del` of a collection this command emptied is: the command's
@@ -87,8 +90,13 @@ impl<'a> Ctx<'a> {
 
     pub(super) fn emit(&mut self, op: impl FnOnce() -> Effect) {
         if self.store.replicating() {
-            self.effects.push(op());
+            self.push_effect(op());
         }
+    }
+
+    /// Records a write's effect for the peers, encoded once, here.
+    pub(super) fn push_effect(&mut self, op: Effect) {
+        self.effects.push(wire::encode(op));
     }
 
     /// A local `FUNCTION LOAD` (`code`) or `FUNCTION DELETE` (`None`) of library `name`: the
@@ -332,14 +340,14 @@ impl<'a> Ctx<'a> {
         self.note_write(db, hashed);
         if store.replicating() {
             let (_, shard) = self.parts(db, &hashed);
-            if let Some(op) = shard.raw(&hashed).map(|entry| Effect::of_value(db, key, &entry.value, version, &all_names(&entry.value))) {
+            if let Some(op) = shard.raw(&hashed).map(|entry| wire::encode_value(db, key, &entry.value, version, &all_names(&entry.value))) {
                 // A whole-value write replaces whatever the key held: an implicit delete.
                 if is_collection {
-                    self.effects.push(Effect::delete(db, key, version));
+                    self.push_effect(Effect::delete(db, key, version));
                 }
                 self.effects.push(op);
                 if dropped_ttl {
-                    self.effects.push(Effect::expire(db, key, 0, version));
+                    self.push_effect(Effect::expire(db, key, 0, version));
                 }
                 // A kept TTL travels re-stamped: peers drop registers older than a whole write.
                 if keep_ttl {
@@ -380,7 +388,7 @@ impl<'a> Ctx<'a> {
             return;
         }
         entry.set_version(version);
-        let op = replicating.then(|| Effect::of_value(db, key, &entry.value, version, &names));
+        let op = replicating.then(|| wire::encode_value(db, key, &entry.value, version, &names));
         if changed.is_some() {
             if entry.value.is_empty_collection() {
                 // Redis deletes an emptied collection. Replication keeps its field tombstones (a
@@ -393,7 +401,7 @@ impl<'a> Ctx<'a> {
                         // Redis drops an emptied key's TTL: say so with a newer register, so a
                         // member added concurrently elsewhere does not revive the old one.
                         shard.orphan_expiry.insert(key.into(), Expiry { deadline_ms: 0, version });
-                        self.effects.push(Effect::expire(db, key, 0, version));
+                        self.push_effect(Effect::expire(db, key, 0, version));
                     }
                 } else {
                     shard.remove(dbref, &hashed);
@@ -424,7 +432,7 @@ impl<'a> Ctx<'a> {
             return;
         };
         shard.set_expiry(dbref, &hashed, Some(Expiry { deadline_ms: deadline, version }));
-        self.effects.push(Effect::expire(db, key, deadline, version));
+        self.push_effect(Effect::expire(db, key, deadline, version));
     }
 
     /// Increments the counter at `key` by `delta`, creating it or converting an integer
@@ -449,7 +457,7 @@ impl<'a> Ctx<'a> {
                         let version = store.stamp_at(now, Some(last_write));
                         let next = c.add(origin, delta, version).ok_or(CmdError::Overflow)?;
                         entry.set_version(version);
-                        let op = store.replicating().then(|| Effect::of_value(db, key, &entry.value, version, &[]));
+                        let op = store.replicating().then(|| wire::encode_value(db, key, &entry.value, version, &[]));
                         self.wrote(db, hashed, op);
                         return Ok(next);
                     }
@@ -472,7 +480,7 @@ impl<'a> Ctx<'a> {
             let mut counter = Box::new(super::counter::Counter::new(0, cleared));
             let next = counter.add(origin, delta, version).ok_or(CmdError::Overflow)?;
             let value = Value::Counter(counter);
-            let op = store.replicating().then(|| Effect::of_value(db, key, &value, version, &[]));
+            let op = store.replicating().then(|| wire::encode_value(db, key, &value, version, &[]));
             shard.insert(dbref, &hashed, Entry::new(value, version));
             shard.adopt_orphan_expiry(dbref, key, cleared);
             self.notify_in(db, class::NEW, "new", key);
@@ -497,7 +505,7 @@ impl<'a> Ctx<'a> {
     /// After an in-place write of a live key that stays (no emptied collection, no list):
     /// touches its watchers, notes it for client-side caching, counts a change and records
     /// its effect. `finish`'s ending, for a caller that already set the entry's version.
-    fn wrote(&mut self, db: usize, hashed: HashedKey<'_>, op: Option<Effect>) {
+    fn wrote(&mut self, db: usize, hashed: HashedKey<'_>, op: Option<Bytes>) {
         self.note_write(db, hashed);
         if let Some(op) = op {
             self.effects.push(op);

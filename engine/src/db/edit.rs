@@ -187,7 +187,7 @@ impl<'a> Ctx<'a> {
             let version = store.stamp_at(now, Some(stored));
             let (_, shard) = self.parts(db, key);
             shard.tombstones.insert(key.into(), Ghost::deleted(version));
-            self.effects.push(Effect::delete(db, key, version));
+            self.push_effect(Effect::delete(db, key, version));
         }
         true
     }
@@ -240,7 +240,7 @@ impl<'a> Ctx<'a> {
             for shard in 0..shards {
                 self.with_shard(db, shard, |_, s| merge::flush_shard(store, db, s, version));
             }
-            self.effects.push(Effect::flush_db(db, version));
+            self.push_effect(Effect::flush_db(db, version));
         }
         // Client-side caching drops every cached key on a flush, as Redis does.
         self.modified.flushed |= store.tracking.load(Ordering::Relaxed);
@@ -266,6 +266,6 @@ impl<'a> Ctx<'a> {
         let flushed = *store.db(db).flushed.lock();
         let (_, shard) = self.parts(db, key);
         merge::merge_locked(store, db, shard, &op, flushed);
-        self.effects.push(op);
+        self.push_effect(op);
     }
 }

@@ -20,6 +20,7 @@ use prost::Message;
 
 use crate::db::counter::CounterDelta;
 use crate::db::effect::{Effect, EffectKind, FieldState, MemberState, ZSetMemberState};
+use crate::db::Value;
 use crate::hlc::Version;
 
 /// Why an op from a peer or a file is not an effect this node merges.
@@ -49,17 +50,35 @@ thread_local! {
 /// (`repl::log`). Small ops are cut from a per-thread chunk (a chunk is freed when the last op
 /// cut from it is), large ones get their own allocation.
 pub fn encode(e: Effect) -> Bytes {
-    let len = encoded_len(&e);
+    encode_with(encoded_len(&e), |out| write_op(e, out))
+}
+
+/// The op of a write that left `value` at `key` (`Effect::of_value`'s, encoded). A string's
+/// (most writes) is encoded straight from the stored bytes: no `Effect`, with its copies of
+/// key and value, is built and dropped on the way.
+pub fn encode_value(db: usize, key: &[u8], value: &Value, v: Version, names: &[Bytes]) -> Bytes {
+    match value {
+        Value::Str(s) => {
+            let len = varint_field(1, db as u64) + bytes_field(2, key.len()) + message_field(3, bytes_field(1, s.len()) + version_field(2, v));
+            encode_with(len, |out| write_string_set(db, key, s, v, out))
+        }
+        _ => encode(Effect::of_value(db, key, value, v, names)),
+    }
+}
+
+/// Runs `write` (which writes `len` bytes) into this thread's chunk, or into an allocation of
+/// its own for a large op.
+fn encode_with(len: usize, write: impl FnOnce(&mut bytes::BytesMut)) -> Bytes {
     if len > OWN_ALLOCATION {
-        let mut out = Vec::with_capacity(len);
-        write_op(e, &mut out);
-        return out.into();
+        let mut out = bytes::BytesMut::with_capacity(len);
+        write(&mut out);
+        return out.freeze();
     }
     CHUNK.with_borrow_mut(|chunk| {
         if chunk.capacity() - chunk.len() < len {
             *chunk = bytes::BytesMut::with_capacity(ENCODE_CHUNK);
         }
-        write_op(e, chunk);
+        write(chunk);
         chunk.split().freeze()
     })
 }
@@ -68,11 +87,16 @@ pub fn encode(e: Effect) -> Bytes {
 /// here field by field, a third of prost's instructions for it; every other kind through
 /// prost. `encode_writes_what_prost_writes` checks the bytes against prost's for every kind.
 fn write_op(e: Effect, out: &mut impl bytes::BufMut) {
-    use prost::encoding::{encode_key, encode_varint, WireType};
     let Effect { db, key, kind: EffectKind::StringSet { value, version: v } } = e else {
         pb::Op::from(e).encode_raw(out);
         return;
     };
+    write_string_set(db, &key, &value, v, out);
+}
+
+/// A string's write, field by field (see `write_op`).
+fn write_string_set(db: usize, key: &[u8], value: &[u8], v: Version, out: &mut impl bytes::BufMut) {
+    use prost::encoding::{encode_key, encode_varint, WireType};
     if db != 0 {
         encode_key(1, WireType::Varint, out);
         encode_varint(db as u64, out);
@@ -80,7 +104,7 @@ fn write_op(e: Effect, out: &mut impl bytes::BufMut) {
     if !key.is_empty() {
         encode_key(2, WireType::LengthDelimited, out);
         encode_varint(key.len() as u64, out);
-        out.put_slice(&key);
+        out.put_slice(key);
     }
     let version_len = varint_field(1, v.hlc) + varint_field(2, u64::from(v.node));
     encode_key(3, WireType::LengthDelimited, out);
@@ -88,7 +112,7 @@ fn write_op(e: Effect, out: &mut impl bytes::BufMut) {
     if !value.is_empty() {
         encode_key(1, WireType::LengthDelimited, out);
         encode_varint(value.len() as u64, out);
-        out.put_slice(&value);
+        out.put_slice(value);
     }
     encode_key(2, WireType::LengthDelimited, out);
     encode_varint(version_len as u64, out);
@@ -482,6 +506,16 @@ mod tests {
             prop_assert_eq!(format!("{:?}", decode(Bytes::from(twice.clone()))), by_prost(&twice));
             let short = &encoded[..cut.index(encoded.len() + 1)];
             prop_assert_eq!(format!("{:?}", decode(Bytes::copy_from_slice(short))), by_prost(short));
+        }
+
+        /// `encode_value` of a string (written from the stored bytes) is `encode` of its effect,
+        /// for every database, key, value (a large one gets its own allocation) and version.
+        #[test]
+        fn a_strings_value_encodes_as_its_effect(db in 0usize..20, key in prop::collection::vec(any::<u8>(), 0..40), value in prop::collection::vec(any::<u8>(), 0..3000), hlc in any::<u64>(), node in any::<u32>()) {
+            let v = Version { hlc, node };
+            let stored = Value::string(&value);
+            let expected = encode(Effect::of_value(db, &key, &stored, v, &[]));
+            prop_assert_eq!(encode_value(db, &key, &stored, v, &[]), expected);
         }
 
         /// Arbitrary bytes decode as prost decodes them (or fail with it).
