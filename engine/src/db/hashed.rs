@@ -15,7 +15,7 @@
 //!   receiver's shards one after another too, each shard's table and nodes still in the cache
 //!   as they grow. With a shard that differed between nodes, every key of the stream landed
 //!   in another shard, and a 1M-key sync cost the receiver about 1.7 times the CPU, on the
-//!   cache misses of 1,024 tables growing at once (docs/benchmarks.md, "Full sync");
+//!   cache misses of 1,024 tables growing at once (docs/benchmarks.md, "Replication");
 //! - the table hash (`hash_key`) with a per-process random seed, as the tables' own hashers
 //!   had, so that keys chosen to collide on one node's tables cannot be computed offline.
 //!   Insertion, lookup and the table's resize (`KeyTable`'s rehash, which recomputes from the
