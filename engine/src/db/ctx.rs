@@ -123,7 +123,7 @@ impl<'a> Ctx<'a> {
     /// The database and the locked shard of `key`. Pass a `HashedKey` where the key is used
     /// more than once: a byte string is hashed on each call.
     pub(super) fn parts<K: KeyLike + ?Sized>(&mut self, db: usize, key: &K) -> (&'a Db, &mut Shard) {
-        let shard = key.hashed().shard();
+        let shard = key.shard();
         (self.store.db(db), self.locks.get(db, shard))
     }
 

@@ -1,52 +1,81 @@
-//! `HashedKey`: a key and its hash, computed once and used for both the shard the key lives in
-//! (`Store::shard_of`) and every probe of that shard's table (`db::table`).
+//! `HashedKey`: a key with its shard and its table hash, each computed once and used for every
+//! lock and table probe of the key (`Store::shard_of`, `db::table`).
 //!
 //! A command used to hash its key once to pick the shard and again on every table probe: an
 //! `INCR` hashed it about twelve times (lookup, stamp, edit, finish, ...), ~770 instructions
 //! of its ~5,400 (callgrind, docs/benchmarks.md). A `HashedKey` holds the slice it was
 //! computed from, so a hash cannot travel with another key; the only way to make one is
-//! `HashedKey::new` (or `KeyLike::hashed`, which calls it or copies an existing one).
+//! `HashedKey::new` (or `KeyLike::hashed`, which calls it or copies an existing one). A
+//! `TableKey` is the part a shard's table needs (the key and its table hash): what `Shard`'s
+//! methods probe with, so a caller already on the shard does not compute a shard it has.
 //!
-//! One hash function for the whole process (`foldhash` with a per-process random seed, as the
-//! tables' own hashers had): the shard choice is deterministic within a process, and insertion,
-//! lookup and the table's resize (`KeyTable`'s rehash, which recomputes from the stored key)
-//! agree. The shard takes bits 40..50 of the hash; hashbrown indexes buckets by the low bits
-//! and tags them with the top seven, so the keys of one shard still spread over its buckets.
+//! Two hash functions, both `foldhash`:
+//! - the shard (`shard_of`) with a fixed seed, the same in every process: a full sync's
+//!   snapshot, which the origin sends shard by shard (`repl::snapshot`), then fills the
+//!   receiver's shards one after another too, each shard's table and nodes still in the cache
+//!   as they grow. With a shard that differed between nodes, every key of the stream landed
+//!   in another shard, and a 1M-key sync cost the receiver about 1.7 times the CPU, on the
+//!   cache misses of 1,024 tables growing at once (docs/benchmarks.md, "Replication");
+//! - the table hash (`hash_key`) with a per-process random seed, as the tables' own hashers
+//!   had, so that keys chosen to collide on one node's tables cannot be computed offline.
+//!   Insertion, lookup and the table's resize (`KeyTable`'s rehash, which recomputes from the
+//!   stored key) agree.
+//!
+//! The two seeds differ, so the keys of one shard do not share the low bits their table
+//! indexes by. Each hashes the key's bytes alone, without the length prefix `Hash for [u8]`
+//! adds for composite keys: foldhash mixes a byte string's length into its hash already, and
+//! dropping the prefix pays for the second hash (callgrind, docs/benchmarks.md).
 
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::LazyLock;
 
 use bytes::Bytes;
+use foldhash::fast::FixedState;
 
 use super::SHARDS_PER_DB;
 
-static HASHER: LazyLock<foldhash::fast::FixedState> = LazyLock::new(|| foldhash::fast::FixedState::with_seed(rand::random()));
+/// The tables' hash function: seeded per process (see the module doc).
+static TABLE_HASHER: LazyLock<FixedState> = LazyLock::new(|| FixedState::with_seed(rand::random()));
 
-/// Where in the hash the shard index is taken (see the module doc).
-const SHARD_SHIFT: u32 = 40;
+/// The shards' hash function: the same seed in every process and on every node.
+const SHARD_HASHER: FixedState = FixedState::with_seed(0x6b65_796d_6573_6801);
 
-/// A key with its hash. `Copy`: pass it by value down to the table.
+#[inline]
+fn hash_with(state: &FixedState, key: &[u8]) -> u64 {
+    let mut hasher = state.build_hasher();
+    hasher.write(key);
+    hasher.finish()
+}
+
+/// The hash of a stored key (a table's resize rehashes with it).
+#[inline]
+pub(super) fn hash_key(key: &[u8]) -> u64 {
+    hash_with(&TABLE_HASHER, key)
+}
+
+/// The shard of its database `key` lives in: the same on every node (see the module doc).
+#[inline]
+pub fn shard_of(key: &[u8]) -> usize {
+    (hash_with(&SHARD_HASHER, key) as usize) & (SHARDS_PER_DB - 1)
+}
+
+/// A key with the hash its shard's table probes with. `Copy`: pass it by value down to the
+/// table.
 #[derive(Clone, Copy)]
-pub struct HashedKey<'k> {
+pub struct TableKey<'k> {
     key: &'k [u8],
     hash: u64,
 }
 
-impl<'k> HashedKey<'k> {
+impl<'k> TableKey<'k> {
     #[inline]
-    pub fn new(key: &'k [u8]) -> HashedKey<'k> {
-        HashedKey { key, hash: hash_key(key) }
+    pub fn new(key: &'k [u8]) -> TableKey<'k> {
+        TableKey { key, hash: hash_key(key) }
     }
 
     #[inline]
     pub fn key(self) -> &'k [u8] {
         self.key
-    }
-
-    /// The shard of its database the key lives in.
-    #[inline]
-    pub fn shard(self) -> usize {
-        ((self.hash >> SHARD_SHIFT) as usize) & (SHARDS_PER_DB - 1)
     }
 
     /// The hash the shard's table indexes by.
@@ -56,23 +85,61 @@ impl<'k> HashedKey<'k> {
     }
 }
 
-impl std::fmt::Debug for HashedKey<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "HashedKey({:?})", String::from_utf8_lossy(self.key))
+/// A key with its shard and its table hash. `Copy`: pass it by value.
+#[derive(Clone, Copy)]
+pub struct HashedKey<'k> {
+    table: TableKey<'k>,
+    shard: usize,
+}
+
+impl<'k> HashedKey<'k> {
+    #[inline]
+    pub fn new(key: &'k [u8]) -> HashedKey<'k> {
+        TableKey::new(key).located()
+    }
+
+    #[inline]
+    pub fn key(self) -> &'k [u8] {
+        self.table.key
+    }
+
+    /// The shard of its database the key lives in.
+    #[inline]
+    pub fn shard(self) -> usize {
+        self.shard
+    }
+
+    /// The key and its table hash.
+    #[inline]
+    pub fn table_key(self) -> TableKey<'k> {
+        self.table
     }
 }
 
-/// The hash of a stored key (a table's resize rehashes with it).
-#[inline]
-pub(super) fn hash_key(key: &[u8]) -> u64 {
-    HASHER.hash_one(key)
+impl<'k> TableKey<'k> {
+    /// With its shard: the table hash is kept, the shard computed.
+    #[inline]
+    fn located(self) -> HashedKey<'k> {
+        HashedKey { table: self, shard: shard_of(self.key) }
+    }
 }
 
-/// What the shard API takes as a key: a `HashedKey` (its hash is reused) or any byte string
-/// (hashed on the call). Lets a caller that touches a key several times hash it once, while
-/// one-off callers keep passing slices.
+impl std::fmt::Debug for HashedKey<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "HashedKey({:?})", String::from_utf8_lossy(self.key()))
+    }
+}
+
+/// What the shard API takes as a key: a `HashedKey` or `TableKey` (what it carries is reused)
+/// or any byte string (hashed on the call, only as far as the call needs). Lets a caller that
+/// touches a key several times hash it once, while one-off callers keep passing slices.
 pub trait KeyLike {
+    /// The key with its shard and table hash.
     fn hashed(&self) -> HashedKey<'_>;
+    /// The key with its table hash, for a probe of the shard's table.
+    fn table_key(&self) -> TableKey<'_>;
+    /// The shard of its database the key lives in.
+    fn shard(&self) -> usize;
 }
 
 impl KeyLike for HashedKey<'_> {
@@ -80,40 +147,73 @@ impl KeyLike for HashedKey<'_> {
     fn hashed(&self) -> HashedKey<'_> {
         *self
     }
-}
 
-impl KeyLike for [u8] {
     #[inline]
-    fn hashed(&self) -> HashedKey<'_> {
-        HashedKey::new(self)
+    fn table_key(&self) -> TableKey<'_> {
+        self.table
+    }
+
+    #[inline]
+    fn shard(&self) -> usize {
+        self.shard
     }
 }
+
+impl KeyLike for TableKey<'_> {
+    #[inline]
+    fn hashed(&self) -> HashedKey<'_> {
+        self.located()
+    }
+
+    #[inline]
+    fn table_key(&self) -> TableKey<'_> {
+        *self
+    }
+
+    #[inline]
+    fn shard(&self) -> usize {
+        shard_of(self.key)
+    }
+}
+
+/// `KeyLike` for a type that derefs to the key's bytes.
+macro_rules! key_like_bytes {
+    ($($t:ty),*) => {$(
+        impl KeyLike for $t {
+            #[inline]
+            fn hashed(&self) -> HashedKey<'_> {
+                HashedKey::new(self)
+            }
+
+            #[inline]
+            fn table_key(&self) -> TableKey<'_> {
+                TableKey::new(self)
+            }
+
+            #[inline]
+            fn shard(&self) -> usize {
+                shard_of(self)
+            }
+        }
+    )*};
+}
+
+key_like_bytes!([u8], Vec<u8>, Box<[u8]>, Bytes);
 
 impl<const N: usize> KeyLike for [u8; N] {
     #[inline]
     fn hashed(&self) -> HashedKey<'_> {
         HashedKey::new(self)
     }
-}
 
-impl KeyLike for Vec<u8> {
     #[inline]
-    fn hashed(&self) -> HashedKey<'_> {
-        HashedKey::new(self)
+    fn table_key(&self) -> TableKey<'_> {
+        TableKey::new(self)
     }
-}
 
-impl KeyLike for Box<[u8]> {
     #[inline]
-    fn hashed(&self) -> HashedKey<'_> {
-        HashedKey::new(self)
-    }
-}
-
-impl KeyLike for Bytes {
-    #[inline]
-    fn hashed(&self) -> HashedKey<'_> {
-        HashedKey::new(self)
+    fn shard(&self) -> usize {
+        shard_of(self)
     }
 }
 
@@ -122,6 +222,16 @@ impl<T: KeyLike + ?Sized> KeyLike for &T {
     fn hashed(&self) -> HashedKey<'_> {
         (**self).hashed()
     }
+
+    #[inline]
+    fn table_key(&self) -> TableKey<'_> {
+        (**self).table_key()
+    }
+
+    #[inline]
+    fn shard(&self) -> usize {
+        (**self).shard()
+    }
 }
 
 #[cfg(test)]
@@ -129,19 +239,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_hash_for_shard_and_table_deterministic_in_the_process() {
+    fn one_hash_each_for_shard_and_table_deterministic_in_the_process() {
         let k = HashedKey::new(b"user:1000");
-        assert_eq!(k.hash(), hash_key(b"user:1000"));
+        assert_eq!(k.table_key().hash(), hash_key(b"user:1000"));
+        assert_eq!(k.shard(), shard_of(b"user:1000"));
         assert_eq!(k.shard(), HashedKey::new(b"user:1000".as_slice()).shard());
-        assert_eq!(k.hashed().hash(), k.hash(), "a HashedKey passes its hash on");
-        assert_eq!(Bytes::from_static(b"user:1000").hashed().hash(), k.hash());
+        assert_eq!(k.hashed().table_key().hash(), k.table_key().hash(), "a HashedKey passes its hash on");
+        assert_eq!(k.table_key().hashed().shard(), k.shard(), "a TableKey's shard is the key's");
+        assert_eq!(Bytes::from_static(b"user:1000").hashed().table_key().hash(), k.table_key().hash());
+        assert_eq!(Bytes::from_static(b"user:1000").table_key().hash(), k.table_key().hash());
+        assert_eq!(Bytes::from_static(b"user:1000").shard(), k.shard());
         assert_eq!(k.key(), b"user:1000");
-        // The shard bits and the table's bucket bits are different bits: the keys of one
-        // shard spread over the low bits.
+        // Keys that differ only in length hash apart (no length prefix is hashed).
+        assert_ne!(hash_key(b"a"), hash_key(b"a\0"));
+        // The shard's hash and the table's are different functions: the keys of one shard
+        // spread over the low bits the table indexes by.
         let keys: Vec<String> = (0..200_000u32).map(|i| format!("k{i}")).collect();
-        let in_shard: Vec<u64> = keys.iter().map(|k| HashedKey::new(k.as_bytes())).filter(|k| k.shard() == 7).map(|k| k.hash()).collect();
+        let in_shard: Vec<u64> = keys.iter().map(|k| HashedKey::new(k.as_bytes())).filter(|k| k.shard() == 7).map(|k| k.table_key().hash()).collect();
         assert!(in_shard.len() > 100, "{} keys in shard 7", in_shard.len());
         let low: std::collections::HashSet<u64> = in_shard.iter().map(|h| h & 0xff).collect();
         assert!(low.len() > 64, "the keys of one shard share their low bits: {} values", low.len());
+    }
+
+    const PINNED_SHARDS: [usize; 4] = [668, 103, 405, 810];
+
+    #[test]
+    fn the_shard_is_the_same_in_every_process() {
+        // Fixed values, not a second computation in this process: a node and its peers must
+        // agree on every key's shard for a full sync to fill shards one at a time (module
+        // doc). A change here (a new seed, a foldhash upgrade) makes a mixed-version mesh's
+        // full syncs slower, never wrong.
+        let shards: Vec<usize> = [&b"user:1000"[..], b"key:0000000001", b"", b"a-much-longer-key-than-sixteen-bytes"].iter().map(|k| shard_of(k)).collect();
+        assert_eq!(shards, PINNED_SHARDS);
+        // And they spread: 1,024 shards, 100,000 keys, none much above the mean of ~98.
+        let mut counts = vec![0u32; SHARDS_PER_DB];
+        for i in 0..100_000u32 {
+            counts[shard_of(format!("key:{i:010}").as_bytes())] += 1;
+        }
+        let max = *counts.iter().max().unwrap();
+        assert!(max < 160 && counts.iter().all(|&c| c > 40), "uneven shards: max {max}");
     }
 }

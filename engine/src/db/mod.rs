@@ -34,7 +34,7 @@ use smallvec::SmallVec;
 use crate::hlc::{Hlc, Version};
 pub use entry::{Entry, Expiry, Key, Kind, Value};
 pub use ghost::{Ghost, Tombstoned};
-pub use hashed::{HashedKey, KeyLike};
+pub use hashed::{HashedKey, KeyLike, TableKey};
 pub use table::{EntryMut, EntryRef, Removed};
 
 /// What `Shard::live_mut` found.
@@ -206,10 +206,11 @@ impl Store {
         self.dbs.len()
     }
 
-    /// The shard `key` lives in (in every database). A caller that goes on to use the key
-    /// should hash it once (`HashedKey::new`) and take the shard from that.
+    /// The shard `key` lives in (in every database), the same on every node
+    /// (`hashed::shard_of`). A caller that goes on to use the key should hash it once
+    /// (`HashedKey::new`) and take the shard from that.
     pub fn shard_of(&self, key: &[u8]) -> usize {
-        HashedKey::new(key).shard()
+        hashed::shard_of(key)
     }
 
     /// Starts loading what the lookups of `keys` in `db` will touch, for a pipelined batch
@@ -240,10 +241,10 @@ impl Store {
         // the batch, is skipped.
         let held: SmallVec<[(MutexGuard<'_, Shard>, HashedKey<'_>); 16]> = located.iter().filter_map(|&(shard, key)| Some((shard.try_lock()?, key))).collect();
         for (shard, key) in &held {
-            shard.map.prefetch(*key);
+            shard.map.prefetch(key.table_key());
         }
         for (shard, key) in &held {
-            shard.map.prefetch_value(*key);
+            shard.map.prefetch_value(key.table_key());
         }
     }
 
@@ -409,14 +410,14 @@ impl Shard {
 
     /// The entry, whether or not it has expired.
     ///
-    /// The key arguments of `Shard`'s methods are `KeyLike`: a `HashedKey` is probed with the
-    /// hash it carries, a plain byte string is hashed on the call.
+    /// The key arguments of `Shard`'s methods are `KeyLike`: a `HashedKey` or `TableKey` is
+    /// probed with the hash it carries, a plain byte string is hashed on the call.
     pub fn raw<K: KeyLike + ?Sized>(&self, key: &K) -> Option<EntryRef<'_>> {
-        self.map.get(key.hashed())
+        self.map.get(key.table_key())
     }
 
     pub fn raw_mut<K: KeyLike + ?Sized>(&mut self, key: &K) -> Option<EntryMut<'_>> {
-        self.map.get_mut(key.hashed())
+        self.map.get_mut(key.table_key())
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], EntryRef<'_>)> {
@@ -426,7 +427,7 @@ impl Shard {
     /// Inserts or replaces a key's entry (without an expiry register: the replaced entry's
     /// goes with it), keeping the expiry index in step.
     pub fn insert<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K, entry: Entry) -> Option<Removed> {
-        let key = key.hashed();
+        let key = key.table_key();
         let old = self.map.insert(key, entry);
         let old_deadline = old.as_ref().and_then(Removed::deadline);
         self.reindex(db, key.key(), old_deadline, None);
@@ -434,7 +435,7 @@ impl Shard {
     }
 
     pub fn remove<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K) -> Option<Removed> {
-        let key = key.hashed();
+        let key = key.table_key();
         let old = self.map.remove(key)?;
         self.reindex(db, key.key(), old.deadline(), None);
         Some(old)
@@ -443,7 +444,7 @@ impl Shard {
     /// Sets a key's expiry register, keeping the expiry index in step: the one way to change
     /// a stored register. Nothing happens if the key is missing.
     pub fn set_expiry<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K, expiry: Option<Expiry>) {
-        let key = key.hashed();
+        let key = key.table_key();
         let new_deadline = expiry.as_ref().and_then(Expiry::deadline);
         let Some(old) = self.map.set_expiry(key, expiry) else { return };
         let old_deadline = old.as_ref().and_then(Expiry::deadline);
@@ -458,7 +459,7 @@ impl Shard {
     /// the way (its watchers touched, the expiry index kept in step) and reported as such:
     /// the caller counts it and fires its event.
     pub fn live_mut<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K, now_ms: u64) -> Lookup<'_> {
-        let hashed = key.hashed();
+        let hashed = key.table_key();
         let key = hashed.key();
         // Field by field: the entry found borrows `map` only.
         let Shard { map, expiry_index, watchers, .. } = self;
@@ -533,7 +534,7 @@ impl Shard {
     /// collection emptied by a local removal writes a "no TTL" register (see `Ctx::finish`) —
     /// never by the order in which a replica happened to see the writes.
     pub fn bury<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K) {
-        let key = key.hashed();
+        let key = key.table_key();
         let Some(Removed { entry, expiry }) = self.remove(db, &key) else { return };
         let key = key.key();
         if let Some(e) = expiry {
@@ -578,7 +579,7 @@ impl Shard {
     /// Marks watchers of every key that exists (a flush touches only those).
     pub fn touch_existing(&mut self) {
         for (key, list) in &self.watchers {
-            if self.map.contains_key(HashedKey::new(key)) {
+            if self.map.contains_key(TableKey::new(key)) {
                 for flag in list {
                     flag.store(true, Ordering::Release);
                 }

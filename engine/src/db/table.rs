@@ -18,7 +18,7 @@
 use hashbrown::hash_table::{Entry as Slot, HashTable};
 
 use super::entry::{Entry, Expiry};
-use super::hashed::{hash_key, HashedKey};
+use super::hashed::{hash_key, TableKey};
 use super::node::Node;
 use crate::hlc::Version;
 
@@ -162,7 +162,7 @@ fn view_mut(n: &mut Node) -> EntryMut<'_> {
     EntryMut { entry, expiry }
 }
 
-/// The table takes keys as `HashedKey`s: the hash the caller computed (once per command, with
+/// The table takes keys as `TableKey`s: the hash the caller computed (once per command, with
 /// the shard) is the one it probes with; a resize rehashes the stored keys with the same
 /// function (`hashed::hash_key`), so no node carries its hash (it would cost 8 bytes a key).
 #[derive(Default)]
@@ -185,14 +185,14 @@ impl KeyTable {
         self.table.is_empty()
     }
 
-    fn node_mut(&mut self, key: HashedKey<'_>) -> Option<&mut Node> {
+    fn node_mut(&mut self, key: TableKey<'_>) -> Option<&mut Node> {
         let k = key.key();
         self.table.find_mut(key.hash(), |n| n.key() == k)
     }
 
     /// Starts loading the node `key` most likely has, without reading any node: the first
     /// slot whose hash bits match is taken as the key's (`Store::prefetch`). A hint only.
-    pub fn prefetch(&self, key: HashedKey<'_>) {
+    pub fn prefetch(&self, key: TableKey<'_>) {
         if let Some(node) = self.table.find(key.hash(), |_| true) {
             node.prefetch();
         }
@@ -200,28 +200,28 @@ impl KeyTable {
 
     /// Starts loading the bytes of `key`'s string value, once its node is in the cache
     /// (`prefetch`, earlier). A hint only.
-    pub fn prefetch_value(&self, key: HashedKey<'_>) {
+    pub fn prefetch_value(&self, key: TableKey<'_>) {
         if let Some(found) = self.get(key) {
             found.value.prefetch();
         }
     }
 
-    pub fn get(&self, key: HashedKey<'_>) -> Option<EntryRef<'_>> {
+    pub fn get(&self, key: TableKey<'_>) -> Option<EntryRef<'_>> {
         let k = key.key();
         self.table.find(key.hash(), |n| n.key() == k).map(view)
     }
 
-    pub fn get_mut(&mut self, key: HashedKey<'_>) -> Option<EntryMut<'_>> {
+    pub fn get_mut(&mut self, key: TableKey<'_>) -> Option<EntryMut<'_>> {
         self.node_mut(key).map(view_mut)
     }
 
-    pub fn contains_key(&self, key: HashedKey<'_>) -> bool {
+    pub fn contains_key(&self, key: TableKey<'_>) -> bool {
         self.get(key).is_some()
     }
 
     /// Inserts or replaces; the key's register goes with the entry it replaces (the new entry
     /// has none). Returns the previous entry and register.
-    pub fn insert(&mut self, key: HashedKey<'_>, entry: Entry) -> Option<Removed> {
+    pub fn insert(&mut self, key: TableKey<'_>, entry: Entry) -> Option<Removed> {
         let k = key.key();
         match self.table.entry(key.hash(), |n| n.key() == k, |n| hash_key(n.key())) {
             Slot::Occupied(mut slot) => {
@@ -239,13 +239,13 @@ impl KeyTable {
 
     /// Sets or removes a key's register (the node moves when it gains or loses one); returns
     /// the old one, or `None` if the key is missing (then nothing changes).
-    pub fn set_expiry(&mut self, key: HashedKey<'_>, expiry: Option<Expiry>) -> Option<Option<Expiry>> {
+    pub fn set_expiry(&mut self, key: TableKey<'_>, expiry: Option<Expiry>) -> Option<Option<Expiry>> {
         Some(self.node_mut(key)?.set_expiry(expiry))
     }
 
     /// The key's entry to change, unless `dead` says it must go: then it is removed and
     /// returned. One probe either way (a lazy expiry's check and the read that follows it).
-    pub fn get_live_mut(&mut self, key: HashedKey<'_>, dead: impl FnOnce(EntryRef<'_>) -> bool) -> Live<'_> {
+    pub fn get_live_mut(&mut self, key: TableKey<'_>, dead: impl FnOnce(EntryRef<'_>) -> bool) -> Live<'_> {
         let k = key.key();
         match self.table.find_entry(key.hash(), |n| n.key() == k) {
             Err(_) => Live::Missing,
@@ -257,7 +257,7 @@ impl KeyTable {
         }
     }
 
-    pub fn remove(&mut self, key: HashedKey<'_>) -> Option<Removed> {
+    pub fn remove(&mut self, key: TableKey<'_>) -> Option<Removed> {
         let k = key.key();
         match self.table.find_entry(key.hash(), |n| n.key() == k) {
             Ok(slot) => {
@@ -283,8 +283,8 @@ mod tests {
     use crate::db::hashed::KeyLike;
     use crate::db::Value;
 
-    fn hk<K: KeyLike + ?Sized>(k: &K) -> HashedKey<'_> {
-        k.hashed()
+    fn hk<K: KeyLike + ?Sized>(k: &K) -> TableKey<'_> {
+        k.table_key()
     }
 
     fn v(n: u64) -> Version {
