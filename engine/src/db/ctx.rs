@@ -474,7 +474,7 @@ impl<'a> Ctx<'a> {
             // on replicas; it is made with its first increment, then stored (one probe).
             let flushed = *store.db(db).flushed.lock();
             let (dbref, shard) = self.parts(db, &hashed);
-            let ghost = if shard.tombstones.is_empty() { None } else { shard.tombstones.remove(key) };
+            let ghost = shard.tombstones.remove(key);
             let cleared = ghost.map_or(Version::ZERO, |g| g.newest()).max(flushed);
             let version = store.stamp_at(now, Some(cleared));
             let mut counter = Box::new(super::counter::Counter::new(0, cleared));

@@ -84,10 +84,6 @@ impl Shard {
     /// that is not older than its key tombstone (`cleared`), as a replica merging the same
     /// write would.
     pub fn adopt_orphan_expiry(&mut self, db: &Db, key: &[u8], cleared: Version) {
-        // Checked first: removing from an empty map still hashes the key.
-        if self.orphan_expiry.is_empty() {
-            return;
-        }
         if let Some(e) = self.orphan_expiry.remove(key) {
             if e.version >= cleared {
                 self.set_expiry(db, key, Some(e));
