@@ -134,15 +134,34 @@ impl std::fmt::Debug for HashedKey<'_> {
 /// or any byte string (hashed on the call, only as far as the call needs). Lets a caller that
 /// touches a key several times hash it once, while one-off callers keep passing slices.
 pub trait KeyLike {
+    /// The key's bytes.
+    fn key_bytes(&self) -> &[u8];
+
     /// The key with its shard and table hash.
-    fn hashed(&self) -> HashedKey<'_>;
+    #[inline]
+    fn hashed(&self) -> HashedKey<'_> {
+        HashedKey::new(self.key_bytes())
+    }
+
     /// The key with its table hash, for a probe of the shard's table.
-    fn table_key(&self) -> TableKey<'_>;
+    #[inline]
+    fn table_key(&self) -> TableKey<'_> {
+        TableKey::new(self.key_bytes())
+    }
+
     /// The shard of its database the key lives in.
-    fn shard(&self) -> usize;
+    #[inline]
+    fn shard(&self) -> usize {
+        shard_of(self.key_bytes())
+    }
 }
 
 impl KeyLike for HashedKey<'_> {
+    #[inline]
+    fn key_bytes(&self) -> &[u8] {
+        self.key()
+    }
+
     #[inline]
     fn hashed(&self) -> HashedKey<'_> {
         *self
@@ -161,6 +180,11 @@ impl KeyLike for HashedKey<'_> {
 
 impl KeyLike for TableKey<'_> {
     #[inline]
+    fn key_bytes(&self) -> &[u8] {
+        self.key
+    }
+
+    #[inline]
     fn hashed(&self) -> HashedKey<'_> {
         self.located()
     }
@@ -169,30 +193,15 @@ impl KeyLike for TableKey<'_> {
     fn table_key(&self) -> TableKey<'_> {
         *self
     }
-
-    #[inline]
-    fn shard(&self) -> usize {
-        shard_of(self.key)
-    }
 }
 
-/// `KeyLike` for a type that derefs to the key's bytes.
+/// A byte string is hashed on each call (the trait's provided methods).
 macro_rules! key_like_bytes {
     ($($t:ty),*) => {$(
         impl KeyLike for $t {
             #[inline]
-            fn hashed(&self) -> HashedKey<'_> {
-                HashedKey::new(self)
-            }
-
-            #[inline]
-            fn table_key(&self) -> TableKey<'_> {
-                TableKey::new(self)
-            }
-
-            #[inline]
-            fn shard(&self) -> usize {
-                shard_of(self)
+            fn key_bytes(&self) -> &[u8] {
+                self
             }
         }
     )*};
@@ -202,22 +211,17 @@ key_like_bytes!([u8], Vec<u8>, Box<[u8]>, Bytes);
 
 impl<const N: usize> KeyLike for [u8; N] {
     #[inline]
-    fn hashed(&self) -> HashedKey<'_> {
-        HashedKey::new(self)
-    }
-
-    #[inline]
-    fn table_key(&self) -> TableKey<'_> {
-        TableKey::new(self)
-    }
-
-    #[inline]
-    fn shard(&self) -> usize {
-        shard_of(self)
+    fn key_bytes(&self) -> &[u8] {
+        self
     }
 }
 
 impl<T: KeyLike + ?Sized> KeyLike for &T {
+    #[inline]
+    fn key_bytes(&self) -> &[u8] {
+        (**self).key_bytes()
+    }
+
     #[inline]
     fn hashed(&self) -> HashedKey<'_> {
         (**self).hashed()
