@@ -101,15 +101,11 @@ impl Hlc {
     }
 
     /// A timestamp for a local write that must supersede `stored` (what the writer could
-    /// read), even when a peer with a fast clock wrote it.
-    pub fn now_after(&self, stored: Timestamp) -> Timestamp {
-        self.now_after_at(self.wall.now_ms(), stored)
-    }
-
-    /// `now_after` (or `now`, with `stored` 0) at a wall time the caller read already: a
-    /// command reads the clock once, when it starts (`Ctx::now_ms`), and stamps its writes
-    /// with it. Still above `stored` and every timestamp this clock gave out; only the
-    /// physical part may be the command's start rather than the moment of the write.
+    /// read; 0 for nothing), even when a peer with a fast clock wrote it, at a wall time the
+    /// caller read already: a command reads the clock once, when it starts (`Ctx::now_ms`),
+    /// and stamps its writes with it (`Store::stamp_at`). Still above `stored` and every
+    /// timestamp this clock gave out; only the physical part may be the command's start
+    /// rather than the moment of the write.
     pub fn now_after_at(&self, wall_ms: u64, stored: Timestamp) -> Timestamp {
         let wall = timestamp(wall_ms, 0);
         self.advance(|last| wall.max(last + 1).max(stored + 1))
@@ -179,7 +175,7 @@ mod tests {
     fn write_after_a_fast_peer_supersedes_it() {
         let clock = Hlc::new(Arc::new(Manual(AtomicU64::new(1000))), 500);
         let future = timestamp(5000, 3);
-        assert!(clock.now_after(future) > future);
+        assert!(clock.now_after_at(clock.wall_ms(), future) > future);
     }
 
     #[test]

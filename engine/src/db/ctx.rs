@@ -292,13 +292,8 @@ impl<'a> Ctx<'a> {
                 let orphan = shard.orphan_expiry.get(key).map_or(Version::ZERO, |e| e.version);
                 let version = store.stamp_at(now, Some(ghost.max(orphan).max(*dbref.flushed.lock())));
                 shard.insert(dbref, &hashed, Entry::new(value, version));
-                // Checked first: removing from an empty map still hashes the key.
-                if !shard.orphan_expiry.is_empty() {
-                    shard.orphan_expiry.remove(key);
-                }
-                if !shard.tombstones.is_empty() {
-                    shard.tombstones.remove(key);
-                }
+                shard.orphan_expiry.remove(key);
+                shard.tombstones.remove(key);
                 Found::Missing(version)
             }
         };

@@ -83,6 +83,12 @@ impl<'k> TableKey<'k> {
     pub(super) fn hash(self) -> u64 {
         self.hash
     }
+
+    /// With its shard: the table hash is kept, the shard computed.
+    #[inline]
+    fn located(self) -> HashedKey<'k> {
+        HashedKey { table: self, shard: shard_of(self.key) }
+    }
 }
 
 /// A key with its shard and its table hash. `Copy`: pass it by value.
@@ -113,14 +119,6 @@ impl<'k> HashedKey<'k> {
     #[inline]
     pub fn table_key(self) -> TableKey<'k> {
         self.table
-    }
-}
-
-impl<'k> TableKey<'k> {
-    /// With its shard: the table hash is kept, the shard computed.
-    #[inline]
-    fn located(self) -> HashedKey<'k> {
-        HashedKey { table: self, shard: shard_of(self.key) }
     }
 }
 
