@@ -6,6 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let descriptors = protox::compile(["keymesh.proto"], ["proto"])?;
     // `bytes` fields as `bytes::Bytes`: an effect's key and value go into every subscriber's
     // message without a copy, and decoding takes them out of the received frame.
-    tonic_prost_build::configure().build_server(true).build_client(true).bytes(".").compile_fds(descriptors)?;
+    // Both services use `codec::FlatCodec`: prost's, decoding each message from one `Bytes`.
+    tonic_prost_build::configure().build_server(true).build_client(true).bytes(".").codec_path("crate::codec::FlatCodec").compile_fds(descriptors)?;
     Ok(())
 }

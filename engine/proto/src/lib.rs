@@ -2,6 +2,7 @@
 //! engines and the `Admin` API the operator calls, plus the syntax of the engine settings the
 //! operator writes and checks (`size`). The operator depends on this crate, not on the engine.
 
+pub mod codec;
 pub mod size;
 
 /// Generated code: clippy's opinions apply to `keymesh.proto`, not to its Rust rendering.
