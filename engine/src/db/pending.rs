@@ -6,7 +6,7 @@
 //! call it.
 
 use super::lattice::Merge;
-use super::{Db, Entry, EntryRef, Expiry, Shard, Value};
+use super::{Db, Entry, EntryRef, Expiry, KeyLike, Shard, Value};
 use crate::hlc::Version;
 
 /// The version of the key's last whole-key write or delete: expiry registers older than it
@@ -61,10 +61,11 @@ impl Shard {
 
     /// Drops expiry registers (the key's, or a pending one) older than a whole write or
     /// delete at `v`.
-    pub fn drop_expiry_older(&mut self, db: &Db, key: &[u8], v: Version) {
+    pub fn drop_expiry_older<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K, v: Version) {
         if self.raw(key).and_then(EntryRef::expiry).is_some_and(|e| e.version < v) {
             self.set_expiry(db, key, None);
         }
+        let key = key.key_bytes();
         if self.orphan_expiry.get(key).is_some_and(|e| e.version < v) {
             self.orphan_expiry.remove(key);
         }
@@ -72,8 +73,8 @@ impl Shard {
 
     /// A key a merge just created takes the pending register, unless the key's creating
     /// (whole) write is newer and so cleared it.
-    pub fn adopt_pending_expiry(&mut self, db: &Db, key: &[u8]) {
-        if let Some(e) = self.orphan_expiry.remove(key) {
+    pub fn adopt_pending_expiry<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K) {
+        if let Some(e) = self.orphan_expiry.remove(key.key_bytes()) {
             if self.raw(key).is_some_and(|entry| e.version >= whole_version(&entry)) {
                 self.set_expiry(db, key, Some(e));
             }

@@ -8,27 +8,29 @@ use super::{bury, clear_older, held, tombstone, write};
 use crate::db::hll::Hll;
 use crate::db::lattice::Merge;
 use crate::db::pending::whole_version;
-use crate::db::{Entry, Shard, Store, Value};
+use crate::db::{Entry, Shard, Store, TableKey, Value};
 use crate::hlc::Version;
 use crate::hll;
 
 /// A string or list write at `v`: replaces an older key of any type, and kills older fields
 /// of a newer collection.
 pub(super) fn whole_write(store: &Store, db: usize, shard: &mut Shard, key: &[u8], value: Value, v: Version, flushed: Version) -> bool {
-    if v <= flushed || v <= tombstone(shard, key) {
+    // Hashed once for the table probes below (a merged SET of a new key probes twice).
+    let key = TableKey::new(key);
+    if v <= flushed || v <= tombstone(shard, key.key()) {
         return false;
     }
     let dbref = store.db(db);
-    if let Some(ghost) = shard.tombstones.get_mut(key) {
+    if let Some(ghost) = shard.tombstones.get_mut(key.key()) {
         if ghost.beats(value.kind(), v) {
             // A removed field is newer: the write loses, but still clears what is older.
             ghost.outlived(value.kind(), v);
-            shard.drop_expiry_older(store.db(db), key, v);
+            shard.drop_expiry_older(store.db(db), &key, v);
             return false;
         }
     }
     let sparse_max = store.hll_sparse_max_bytes.load(Ordering::Relaxed);
-    match shard.raw_mut(key) {
+    match shard.raw_mut(&key) {
         // The same incarnation of an HLL: the registers merge.
         Some(mut entry) if entry.version() == v && is_hll(&entry.value) && is_hll(&value) => {
             let (Value::Str(stored), Value::Str(incoming)) = (&mut entry.value, &value) else {
@@ -50,21 +52,21 @@ pub(super) fn whole_write(store: &Store, db: usize, shard: &mut Shard, key: &[u8
             let below = write(value.kind(), v).kills_below(&entry.value.kind());
             let emptied = clear_older(&mut entry, below);
             if emptied {
-                bury(store, db, shard, key);
+                bury(store, db, shard, key.key());
             }
-            shard.drop_expiry_older(store.db(db), key, v);
+            shard.drop_expiry_older(store.db(db), &key, v);
             false
         }
         Some(mut entry) => {
             entry.value = value;
             entry.set_version(v);
-            shard.drop_expiry_older(store.db(db), key, v);
+            shard.drop_expiry_older(store.db(db), &key, v);
             true
         }
         None => {
-            shard.tombstones.remove(key);
-            shard.insert(dbref, key, Entry::new(value, v));
-            shard.adopt_pending_expiry(dbref, key);
+            shard.tombstones.remove(key.key());
+            shard.insert(dbref, &key, Entry::new(value, v));
+            shard.adopt_pending_expiry(dbref, &key);
             true
         }
     }
