@@ -265,7 +265,7 @@ impl<'a> Ctx<'a> {
         let store = self.store;
         let flushed = *store.db(db).flushed.lock();
         let (_, shard) = self.parts(db, key);
-        merge::merge_locked(store, db, shard, &op, flushed);
+        merge::merge_locked(store, db, shard, &op, key, flushed);
         self.push_effect(op);
     }
 }

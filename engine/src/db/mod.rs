@@ -265,18 +265,18 @@ impl Store {
     /// that a command could see, and a key missing or changed before its command runs costs
     /// a wasted load.
     pub fn prefetch(&self, db: usize, keys: &[&[u8]]) {
+        // Each key hashed once, for its shard and its table probes alike.
+        self.prefetch_hashed(db, keys.iter().map(|&key| HashedKey::new(key)));
+    }
+
+    /// `prefetch` of keys hashed already (a link's merge hashes each op's key once, for this
+    /// and for the merge).
+    pub fn prefetch_hashed<'k>(&self, db: usize, keys: impl IntoIterator<Item = HashedKey<'k>>) {
         if !self.in_use(db) {
             return;
         }
         let shards = self.dbs[db].shards();
-        // Each key hashed once, for its shard and its table probes alike.
-        let located: SmallVec<[(&Mutex<Shard>, HashedKey<'_>); 16]> = keys
-            .iter()
-            .map(|&key| {
-                let key = HashedKey::new(key);
-                (&shards[key.shard()], key)
-            })
-            .collect();
+        let located: SmallVec<[(&Mutex<Shard>, HashedKey<'_>); 16]> = keys.into_iter().map(|key| (&shards[key.shard()], key)).collect();
         for (shard, _) in &located {
             node::prefetch(std::ptr::from_ref(*shard).cast());
         }

@@ -5,7 +5,7 @@
 //! `Hello` with the origin run it last completed a sync from and the next sequence it needs.
 //! The origin answers with a partial resync (the live stream from that sequence) or a full
 //! sync (snapshot batches, `SyncDone`, then the live stream). Every op is decoded into an
-//! `Effect` (`repl::wire`, the stream's edge) and merged with `repl::merge::apply_op` (shard
+//! `Effect` (`repl::wire`, the stream's edge) and merged with `repl::merge::apply_keyed` (shard
 //! locks are taken briefly inside it, never across an await); every batch and heartbeat HLC
 //! goes through `hlc.receive`. Acks go back at most every
 //! `ACK_INTERVAL` while ops arrive, and at least every `ACK_KEEPALIVE` so the origin can tell
@@ -35,9 +35,9 @@ use tracing::{debug, info, warn};
 use super::frontier::OriginFrontier;
 use super::{Delivery, Host, Identity, Mesh, PeerAddr, MAX_MESSAGE_BYTES};
 use crate::db::effect::Effect;
-use crate::db::Store;
+use crate::db::{HashedKey, Store};
 use crate::hlc::Timestamp;
-use crate::repl::merge::{apply_op, ApplyOutcome};
+use crate::repl::merge::{apply_keyed, ApplyOutcome};
 use crate::repl::wire::{decode, WireError};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -573,20 +573,25 @@ fn apply_all(store: &Store, delivery: &dyn Delivery, ops: impl IntoIterator<Item
         if chunk.is_empty() {
             break;
         }
+        // Each key hashed once, for the prefetch and the merge (`apply_keyed`).
+        let hashed: SmallVec<[Option<HashedKey<'_>>; MERGE_AHEAD]> = chunk.iter().map(|op| op.as_ref().map(|op| HashedKey::new(&op.key))).collect();
         if let Some(db) = chunk.iter().flatten().next().map(|op| op.db) {
-            let keys: SmallVec<[&[u8]; MERGE_AHEAD]> = chunk.iter().flatten().filter(|op| op.db == db).map(|op| &op.key[..]).collect();
-            store.prefetch(db, &keys);
+            let keys = chunk.iter().zip(&hashed).filter_map(|(op, key)| match (op, key) {
+                (Some(op), Some(key)) if op.db == db => Some(*key),
+                _ => None,
+            });
+            store.prefetch_hashed(db, keys);
         }
-        for op in chunk {
-            let Some(op) = op else {
+        for (op, key) in chunk.iter().zip(&hashed) {
+            let (Some(op), Some(key)) = (op, key) else {
                 superseded += 1;
                 continue;
             };
-            match apply_op(store, &op) {
+            match apply_keyed(store, op, key) {
                 ApplyOutcome::Applied => {
                     applied += 1;
                     // Keyspace notifications for the merged write (`crate::notify`).
-                    store.notify.merged_write(&op);
+                    store.notify.merged_write(op);
                     if collect_changed {
                         changed.push((op.db, op.key[..].into()));
                     }

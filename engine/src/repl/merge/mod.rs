@@ -73,7 +73,7 @@ pub use self::flush::flush_shard;
 use crate::db::effect::{Effect, EffectKind};
 use crate::db::entry::{Kind, ListValue, Register};
 use crate::db::lattice::ElementMap;
-use crate::db::{Entry, Expiry, Shard, Store, Value};
+use crate::db::{Entry, Expiry, KeyLike, Shard, Store, Value};
 use crate::hlc::Version;
 
 /// What merging one effect did.
@@ -92,6 +92,13 @@ pub enum ApplyOutcome {
 
 /// Merges one effect from a peer.
 pub fn apply_op(store: &Store, op: &Effect) -> ApplyOutcome {
+    apply_keyed(store, op, &op.key[..])
+}
+
+/// `apply_op` with the op's key given as a `KeyLike`: a caller that hashed it already (a
+/// link's chunk, for its prefetch) passes the `HashedKey`, and neither the shard nor the table
+/// probes hash it again.
+pub fn apply_keyed<K: KeyLike + ?Sized>(store: &Store, op: &Effect, key: &K) -> ApplyOutcome {
     let db = op.db;
     if db >= store.databases() {
         return ApplyOutcome::Superseded;
@@ -106,8 +113,8 @@ pub fn apply_op(store: &Store, op: &Effect) -> ApplyOutcome {
         _ => {}
     }
     let flushed = *store.db(db).flushed.lock();
-    let mut shard = store.lock_shard(db, store.shard_of(&op.key));
-    if merge_locked(store, db, &mut shard, op, flushed) {
+    let mut shard = store.lock_shard(db, key.shard());
+    if merge_locked(store, db, &mut shard, op, key, flushed) {
         ApplyOutcome::Applied
     } else {
         ApplyOutcome::Superseded
@@ -115,18 +122,20 @@ pub fn apply_op(store: &Store, op: &Effect) -> ApplyOutcome {
 }
 
 /// Merges one key's effect into its shard, which the caller holds locked; `flushed` is the
-/// database's flush version. Returns whether the keyspace changed (watchers are touched).
-/// Also how a node applies its own write that has no local state to edit (`db::edit`).
-pub fn merge_locked(store: &Store, db: usize, shard: &mut Shard, op: &Effect, flushed: Version) -> bool {
+/// database's flush version; `key` is the op's key, hashed or not (`apply_keyed`). Returns
+/// whether the keyspace changed (watchers are touched). Also how a node applies its own write
+/// that has no local state to edit (`db::edit`).
+pub fn merge_locked<K: KeyLike + ?Sized>(store: &Store, db: usize, shard: &mut Shard, op: &Effect, hashed: &K, flushed: Version) -> bool {
     let key = &op.key[..];
+    debug_assert_eq!(hashed.key_bytes(), key, "the key given is the op's");
     let changed = match &op.kind {
-        EffectKind::StringSet { value, version } => whole::whole_write(store, db, shard, key, Value::string(value), *version, flushed),
+        EffectKind::StringSet { value, version } => whole::whole_write(store, db, shard, hashed.table_key(), Value::string(value), *version, flushed),
         // Popping a list's last item deletes the key, as in Redis: an empty list at `v` is a
         // delete at `v` (both dominate everything older), never an empty key.
         EffectKind::List { items, version } if items.is_empty() => whole::delete(store, db, shard, key, *version, flushed),
         EffectKind::List { items, version } => {
             let list = ListValue::new(items.iter().cloned().collect());
-            whole::whole_write(store, db, shard, key, Value::List(Box::new(list)), *version, flushed)
+            whole::whole_write(store, db, shard, hashed.table_key(), Value::List(Box::new(list)), *version, flushed)
         }
         EffectKind::Delete { version } => whole::delete(store, db, shard, key, *version, flushed),
         EffectKind::Expire { deadline_ms, version } => shard.merge_expiry(store.db(db), key, Expiry { deadline_ms: *deadline_ms, version: *version }, flushed),

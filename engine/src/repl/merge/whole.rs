@@ -13,10 +13,9 @@ use crate::hlc::Version;
 use crate::hll;
 
 /// A string or list write at `v`: replaces an older key of any type, and kills older fields
-/// of a newer collection.
-pub(super) fn whole_write(store: &Store, db: usize, shard: &mut Shard, key: &[u8], value: Value, v: Version, flushed: Version) -> bool {
-    // Hashed once for the table probes below (a merged SET of a new key probes twice).
-    let key = TableKey::new(key);
+/// of a newer collection. `key` carries its table hash: a merged SET of a new key probes the table twice, and a
+/// link's merge hashed the key already for its prefetch.
+pub(super) fn whole_write(store: &Store, db: usize, shard: &mut Shard, key: TableKey<'_>, value: Value, v: Version, flushed: Version) -> bool {
     if v <= flushed || v <= tombstone(shard, key.key()) {
         return false;
     }
@@ -97,7 +96,7 @@ pub(super) fn merge_hll(store: &Store, db: usize, shard: &mut Shard, key: &[u8],
     }
     let mut fresh = Hll { bytes: hll::new_empty(), sparse_max };
     fresh.raise(registers);
-    whole_write(store, db, shard, key, Value::Str(fresh.bytes.into()), v, flushed)
+    whole_write(store, db, shard, TableKey::new(key), Value::Str(fresh.bytes.into()), v, flushed)
 }
 
 pub(super) fn delete(store: &Store, db: usize, shard: &mut Shard, key: &[u8], v: Version, flushed: Version) -> bool {
