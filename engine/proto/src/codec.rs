@@ -1,21 +1,28 @@
 //! The gRPC codec of both services (`build.rs` names it): prost's, except that a received
-//! message is decoded from one contiguous `Bytes` instead of from tonic's `DecodeBuf`. The
-//! bytes on the wire are prost's.
+//! message is decoded from one contiguous `Bytes` instead of from tonic's `DecodeBuf`, and a
+//! mesh batch by hand (`decode_batch`). The bytes on the wire are prost's.
 //!
 //! Why: prost reads a `DecodeBuf` a varint at a time through `Buf::chunk`/`advance` on the
 //! `BytesMut` behind it, ~150 instructions per field, and a mesh batch is a repeated field of
 //! a few hundred encoded ops, each read as a key, a length and a slice. Taken as `Bytes` first
 //! (one `split_to` of tonic's buffer, no copy), the message decodes on prost's slice fast
 //! path, and every `bytes` field is still a slice of the received frame (docs/benchmarks.md,
-//! "Sixth pass").
+//! "Sixth pass"). Prost's repeated-`bytes` decoding still cost ~280 instructions per op of a
+//! batch (a call per varint through `Buf`, a `Vec` grown as it goes); `decode_batch` reads a
+//! batch in prost's canonical form with `reader::Reader` and leaves anything else to prost.
 
+use std::any::{Any, TypeId};
 use std::marker::PhantomData;
 
-use prost::bytes::Buf;
+use prost::bytes::{Buf, Bytes};
 use prost::Message;
 use tonic::codec::{Codec, DecodeBuf, Decoder};
 use tonic::Status;
 use tonic_prost::ProstEncoder;
+
+use crate::origin_message::Body;
+use crate::reader::Reader;
+use crate::{EncodedBatch, OriginMessage};
 
 /// `tonic_prost::ProstCodec` with a decoder that reads one contiguous buffer (see the module).
 #[derive(Debug, Clone, Copy)]
@@ -50,22 +57,62 @@ where
 #[derive(Debug, Clone, Copy)]
 pub struct FlatDecoder<U>(PhantomData<U>);
 
-impl<U: Message + Default> Decoder for FlatDecoder<U> {
+impl<U: Message + Default + 'static> Decoder for FlatDecoder<U> {
     type Item = U;
     type Error = Status;
 
     fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
         let whole = buf.copy_to_bytes(buf.remaining());
+        // `U` is known when this is compiled: only the mesh stream's decoder has this branch.
+        if TypeId::of::<U>() == TypeId::of::<OriginMessage>() {
+            if let Some(batch) = decode_batch(&whole) {
+                let mut message = Some(OriginMessage { body: Some(Body::Batch(batch)) });
+                return Ok((&mut message as &mut dyn Any).downcast_mut::<Option<U>>().and_then(Option::take));
+            }
+        }
         // As tonic_prost's decoder maps it: a message that does not parse is INTERNAL.
         U::decode(whole).map(Some).map_err(|e| Status::internal(e.to_string()))
     }
+}
+
+/// An `OriginMessage` that is one `EncodedBatch` as prost writes it (the batch's fields in
+/// order, `first_seq` and `hlc` absent when zero, nothing else), decoded with its ops as
+/// slices of `whole`; `None` for anything else (another body, fields out of order, repeated
+/// or unknown, a field cut short), which prost then decodes or refuses.
+/// `decode_batch_reads_what_prost_reads` checks it against prost.
+pub fn decode_batch(whole: &Bytes) -> Option<EncodedBatch> {
+    const OPS: u64 = 2 << 3 | 2;
+    let mut r = Reader::new(whole);
+    if r.tag()? != 2 << 3 | 2 || r.field_end()? != whole.len() {
+        return None;
+    }
+    let next_tag = |r: &mut Reader<'_>| if r.at() < whole.len() { r.tag() } else { Some(0) };
+    let mut batch = EncodedBatch { first_seq: 0, ops: Vec::new(), hlc: 0 };
+    let mut tag = next_tag(&mut r)?;
+    if tag == 1 << 3 {
+        batch.first_seq = r.varint()?;
+        tag = next_tag(&mut r)?;
+    }
+    while tag == OPS {
+        let op = r.bytes(whole)?;
+        if batch.ops.is_empty() {
+            // Sized for ops like the first: an origin's batch is mostly one kind of write.
+            batch.ops.reserve((whole.len() - r.at()) / (op.len() + 2) + 1);
+        }
+        batch.ops.push(op);
+        tag = next_tag(&mut r)?;
+    }
+    if tag == 3 << 3 {
+        batch.hlc = r.varint()?;
+        tag = next_tag(&mut r)?;
+    }
+    (tag == 0).then_some(batch)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::{op, EncodedBatch, Op, OriginMessage, StringSet, Version};
-    use prost::bytes::Bytes;
 
     /// A batch as an origin sends it, decoded through `Message::decode` from a `Bytes` (what
     /// `FlatDecoder` does) and from a non-contiguous `Buf` (what prost did through tonic's
@@ -90,5 +137,59 @@ mod tests {
         let Some(crate::origin_message::Body::Batch(batch)) = flat.body else { unreachable!() };
         let frame = wire.as_ptr_range();
         assert!(batch.ops.iter().all(|op| frame.contains(&op.as_ptr())), "a decoded op is a slice of the frame, not a copy");
+    }
+
+    use proptest::prelude::*;
+
+    fn batch() -> impl Strategy<Value = EncodedBatch> {
+        let number = prop_oneof![Just(0u64), any::<u64>(), 0u64..300];
+        let op = prop::collection::vec(any::<u8>(), 0..300).prop_map(Bytes::from);
+        (number.clone(), prop::collection::vec(op, 0..40), number).prop_map(|(first_seq, ops, hlc)| EncodedBatch { first_seq, ops, hlc })
+    }
+
+    fn prost_decode(bytes: &[u8]) -> Option<OriginMessage> {
+        OriginMessage::decode(bytes).ok()
+    }
+
+    proptest! {
+        /// Every batch prost writes is read by the fast path, as prost reads it, its ops
+        /// slices of the received bytes.
+        #[test]
+        fn decode_batch_reads_every_batch_prost_writes(batch in batch()) {
+            let message = OriginMessage { body: Some(Body::Batch(batch.clone())) };
+            let wire = Bytes::from(message.encode_to_vec());
+            let decoded = decode_batch(&wire).expect("the fast path reads a batch prost wrote");
+            prop_assert_eq!(&decoded, &batch);
+            let frame = wire.as_ptr_range();
+            prop_assert!(decoded.ops.iter().filter(|op| !op.is_empty()).all(|op| frame.contains(&op.as_ptr())));
+        }
+
+        /// On anything else (cut short, with bytes appended, changed at a byte, arbitrary),
+        /// the fast path either declines or reads what prost reads.
+        #[test]
+        fn decode_batch_reads_what_prost_reads(batch in batch(), cut in any::<prop::sample::Index>(), extra in prop::collection::vec(any::<u8>(), 0..12), flip in any::<(prop::sample::Index, u8)>(), noise in prop::collection::vec(any::<u8>(), 0..64)) {
+            let wire = OriginMessage { body: Some(Body::Batch(batch)) }.encode_to_vec();
+            let cut_short = wire[..cut.index(wire.len() + 1)].to_vec();
+            let appended = [&wire[..], &extra[..]].concat();
+            let mut changed = wire.clone();
+            let at = flip.0.index(changed.len());
+            changed[at] ^= flip.1.max(1);
+            for bytes in [cut_short, appended, changed, noise] {
+                if let Some(fast) = decode_batch(&Bytes::from(bytes.clone())) {
+                    prop_assert_eq!(Some(OriginMessage { body: Some(Body::Batch(fast)) }), prost_decode(&bytes), "{:02x?}", bytes);
+                }
+            }
+        }
+    }
+
+    /// Other bodies and an empty message are left to prost.
+    #[test]
+    fn decode_batch_declines_other_messages() {
+        let heartbeat = OriginMessage { body: Some(Body::Heartbeat(crate::Heartbeat { last_seq: 5, hlc: 9, ..Default::default() })) };
+        assert!(decode_batch(&Bytes::from(heartbeat.encode_to_vec())).is_none());
+        assert!(decode_batch(&Bytes::new()).is_none());
+        // Two batch bodies: prost merges them into one; the fast path declines.
+        let one = OriginMessage { body: Some(Body::Batch(EncodedBatch { first_seq: 1, ops: vec![Bytes::from_static(b"a")], hlc: 2 })) }.encode_to_vec();
+        assert!(decode_batch(&Bytes::from([&one[..], &one[..]].concat())).is_none());
     }
 }

@@ -3,6 +3,7 @@
 //! operator writes and checks (`size`). The operator depends on this crate, not on the engine.
 
 pub mod codec;
+pub mod reader;
 pub mod size;
 
 /// Generated code: clippy's opinions apply to `keymesh.proto`, not to its Rust rendering.

@@ -15,6 +15,7 @@
 use bytes::Bytes;
 use keymesh_proto as pb;
 use pb::op::Effect as PbEffect;
+use pb::reader::Reader;
 use prost::encoding::{encoded_len_varint, key_len};
 use prost::Message;
 
@@ -186,7 +187,7 @@ pub fn decode(op: Bytes) -> Result<Effect, WireError> {
 /// anything else (another kind, fields out of order, repeated or unknown, a value out of
 /// range, a truncated field), which prost then decodes (or refuses). `decode_reads_what_prost_reads` checks it against prost.
 fn decode_string_set(op: &Bytes) -> Option<Effect> {
-    let mut r = Reader { buf: op, at: 0 };
+    let mut r = Reader::new(op);
     let mut db = 0;
     let mut key = Bytes::new();
     let mut tag = r.tag()?;
@@ -201,22 +202,22 @@ fn decode_string_set(op: &Bytes) -> Option<Effect> {
     if tag != 3 << 3 | 2 {
         return None;
     }
-    let inner_end = r.len()?;
+    let inner_end = r.field_end()?;
     let mut value = Bytes::new();
     let mut version = Version::ZERO;
-    if r.at < inner_end {
+    if r.at() < inner_end {
         let mut tag = r.tag()?;
         if tag == 1 << 3 | 2 {
             value = r.bytes(op)?;
-            tag = if r.at < inner_end { r.tag()? } else { 0 };
+            tag = if r.at() < inner_end { r.tag()? } else { 0 };
         }
         if tag == 2 << 3 | 2 {
-            let version_end = r.len()?;
-            if r.at < version_end {
+            let version_end = r.field_end()?;
+            if r.at() < version_end {
                 let mut tag = r.tag()?;
                 if tag == 1 << 3 {
                     version.hlc = r.varint()?;
-                    tag = if r.at < version_end { r.tag()? } else { 0 };
+                    tag = if r.at() < version_end { r.tag()? } else { 0 };
                 }
                 if tag == 2 << 3 {
                     version.node = u32::try_from(r.varint()?).ok()?;
@@ -224,7 +225,7 @@ fn decode_string_set(op: &Bytes) -> Option<Effect> {
                     return None;
                 }
             }
-            if r.at != version_end {
+            if r.at() != version_end {
                 return None;
             }
         } else if tag != 0 {
@@ -232,102 +233,10 @@ fn decode_string_set(op: &Bytes) -> Option<Effect> {
         }
     }
     // Nothing after the effect: a repeated field would be merged by prost.
-    if r.at != inner_end || r.at != op.len() {
+    if r.at() != inner_end || r.at() != op.len() {
         return None;
     }
     Some(Effect { db: db as usize, key, kind: EffectKind::StringSet { value, version } })
-}
-
-/// The varint that starts with the eight bytes of `word` (little-endian; `after` holds the
-/// bytes after them) and its length: the first byte whose top bit is clear ends it, and the
-/// seven-bit groups before it are packed by `seven_bit_groups`. `None` when it runs past the
-/// bytes given or past ten bytes, or when its tenth byte carries more than the one bit a
-/// `u64` has left (prost refuses those too).
-#[inline]
-fn varint_from(word: u64, after: &[u8]) -> Option<(u64, usize)> {
-    let ends = !word & 0x8080_8080_8080_8080;
-    if ends != 0 {
-        let len = (ends.trailing_zeros() / 8 + 1) as usize;
-        let mine = if len == 8 { u64::MAX } else { (1 << (8 * len)) - 1 };
-        return Some((seven_bit_groups(word & mine), len));
-    }
-    let low = seven_bit_groups(word);
-    let &ninth = after.first()?;
-    if ninth < 0x80 {
-        return Some((low | u64::from(ninth) << 56, 9));
-    }
-    let &tenth = after.get(1)?;
-    (tenth <= 1).then_some((low | u64::from(ninth & 0x7f) << 56 | u64::from(tenth) << 63, 10))
-}
-
-/// The low seven bits of each of `word`'s eight bytes, packed (byte `i`'s at bit `7 * i`):
-/// neighbours joined in pairs, then pairs of pairs, then the two halves.
-#[inline]
-fn seven_bit_groups(word: u64) -> u64 {
-    let x = word & 0x7f7f_7f7f_7f7f_7f7f;
-    let x = (x & 0x007f_007f_007f_007f) | (x & 0x7f00_7f00_7f00_7f00) >> 1;
-    let x = (x & 0x0000_3fff_0000_3fff) | (x & 0x3fff_0000_3fff_0000) >> 2;
-    (x & 0x0000_0000_0fff_ffff) | (x & 0x0fff_ffff_0000_0000) >> 4
-}
-
-/// A cursor over an op's bytes for `decode_string_set`: every read is bounds-checked.
-struct Reader<'a> {
-    buf: &'a [u8],
-    at: usize,
-}
-
-impl Reader<'_> {
-    /// A field's key (0 is none: prost refuses it, so this path leaves it to prost).
-    fn tag(&mut self) -> Option<u64> {
-        self.varint().filter(|&t| t != 0)
-    }
-
-    /// A varint, as prost reads it. Tags, lengths and the database take one byte, read here
-    /// inline; a longer one (an HLC takes nine bytes, a node id up to five) in `long_varint`,
-    /// eight bytes at a time: a loop over their bytes cost ~140 and ~85 instructions
-    /// (callgrind, docs/benchmarks.md, "Sixth pass").
-    #[inline(always)]
-    fn varint(&mut self) -> Option<u64> {
-        let &first = self.buf.get(self.at)?;
-        if first < 0x80 {
-            self.at += 1;
-            return Some(u64::from(first));
-        }
-        self.long_varint()
-    }
-
-    #[inline(never)]
-    fn long_varint(&mut self) -> Option<u64> {
-        let rest = &self.buf[self.at..];
-        let (value, len) = match rest.split_first_chunk::<8>() {
-            Some((eight, after)) => varint_from(u64::from_le_bytes(*eight), after)?,
-            None => {
-                // Fewer than eight bytes left: zeros after them end any varint, so one that
-                // ends in the padding ran past the buffer.
-                let mut eight = [0u8; 8];
-                eight[..rest.len()].copy_from_slice(rest);
-                let (value, len) = varint_from(u64::from_le_bytes(eight), &[])?;
-                (len <= rest.len()).then_some((value, len))?
-            }
-        };
-        self.at += len;
-        Some(value)
-    }
-
-    /// A length prefix: the end of the field it announces (within the buffer).
-    fn len(&mut self) -> Option<usize> {
-        let len = usize::try_from(self.varint()?).ok()?;
-        let end = self.at.checked_add(len)?;
-        (end <= self.buf.len()).then_some(end)
-    }
-
-    /// A length-delimited field's bytes, as a slice of `whole` (no copy).
-    fn bytes(&mut self, whole: &Bytes) -> Option<Bytes> {
-        let end = self.len()?;
-        let out = whole.slice(self.at..end);
-        self.at = end;
-        Some(out)
-    }
 }
 
 pub fn version(v: Version) -> Option<pb::Version> {
@@ -631,49 +540,6 @@ mod tests {
             assert_eq!(encoded.to_vec(), pb::Op::from(e.clone()).encode_to_vec());
             assert!(decode_string_set(&encoded).is_some(), "the fast path reads {e:?}");
             assert_eq!(decode(encoded).unwrap(), e);
-        }
-    }
-
-    /// The op reader's varints against prost's decoder: every length from one to ten bytes,
-    /// at the end of the buffer and with bytes after it, cut short at every byte, non-canonical
-    /// (zero groups at the end), and ten-byte ones whose last byte carries one bit too many.
-    #[test]
-    fn the_op_readers_varints_read_as_prosts() {
-        let read = |bytes: &[u8]| {
-            let mut r = Reader { buf: bytes, at: 0 };
-            r.varint().map(|v| (v, r.at))
-        };
-        let prost_read = |bytes: &[u8]| {
-            let mut buf = bytes;
-            prost::encoding::decode_varint(&mut buf).ok().map(|v| (v, bytes.len() - buf.len()))
-        };
-        let mut cases: Vec<Vec<u8>> = Vec::new();
-        for bits in 0..64 {
-            for value in [1u64 << bits, (1u64 << bits) - 1, (1u64 << bits) | 0x55, u64::MAX >> bits] {
-                let mut bytes = Vec::new();
-                prost::encoding::encode_varint(value, &mut bytes);
-                cases.push(bytes);
-            }
-        }
-        for len in 1..=10 {
-            let mut padded = vec![0x80u8; len - 1];
-            padded.push(0);
-            cases.push(padded);
-        }
-        for last in [0u8, 1, 2, 0x7f, 0x80] {
-            let mut ten = vec![0xffu8; 9];
-            ten.push(last);
-            cases.push(ten);
-        }
-        cases.push(vec![0xff; 11]);
-        for case in cases {
-            for tail in [&[][..], &[0x05, 0x80, 0x01, 0, 0, 0, 0, 0, 0, 0, 0][..]] {
-                let whole = [&case[..], tail].concat();
-                assert_eq!(read(&whole), prost_read(&whole), "{whole:02x?}");
-                for cut in 0..case.len() {
-                    assert_eq!(read(&case[..cut]), prost_read(&case[..cut]), "{:02x?}", &case[..cut]);
-                }
-            }
         }
     }
 
