@@ -1,5 +1,6 @@
 //! The mesh stream's messages as a peer could send them: arbitrary bytes decoded as the
-//! protobuf messages of both directions, and every effect an origin's batch carries decoded
+//! protobuf messages of both directions (a batch also by `keymesh_proto::codec::decode_batch`,
+//! which must agree with prost), and every effect an origin's batch carries decoded
 //! (`repl::wire`) and merged into a replicating keyspace, as a peer link does. Decoding may
 //! fail; nothing may panic, and merging the same batch a second time changes nothing (the
 //! merge is idempotent).
@@ -31,7 +32,13 @@ fn store() -> &'static Store {
 
 fuzz_target!(|data: &[u8]| {
     let _ = pb::SubscriberMessage::decode(data);
-    let Ok(message) = pb::OriginMessage::decode(data) else { return };
+    let decoded = pb::OriginMessage::decode(data);
+    // The hand-written batch decoder a link's codec uses reads what prost reads, or declines.
+    if let Some(fast) = pb::codec::decode_batch(&prost::bytes::Bytes::copy_from_slice(data)) {
+        let fast = pb::OriginMessage { body: Some(pb::origin_message::Body::Batch(fast)) };
+        assert_eq!(decoded.as_ref().ok(), Some(&fast), "decode_batch and prost disagree");
+    }
+    let Ok(message) = decoded else { return };
     let Some(pb::origin_message::Body::Batch(batch)) = message.body else { return };
     let store = store();
     store.wipe();
