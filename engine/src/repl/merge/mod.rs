@@ -112,8 +112,12 @@ pub fn apply_keyed<K: KeyLike + ?Sized>(store: &Store, op: &Effect, key: &K) -> 
         EffectKind::FlushDb { version } => return flush::flush_db(store, db, *version),
         _ => {}
     }
-    let flushed = *store.db(db).flushed.lock();
+    // The flush point is read under the shard's lock. A flush (a peer's, `flush::flush_db`, or
+    // a local FLUSHDB) raises it before it locks any shard, so a flush that has already
+    // cleared this shard is seen here. Read before the lock, a write older than that flush
+    // could land after it and outlive it on this node alone.
     let mut shard = store.lock_shard(db, key.shard());
+    let flushed = *store.db(db).flushed.lock();
     if merge_locked(store, db, &mut shard, op, key, flushed) {
         ApplyOutcome::Applied
     } else {
