@@ -96,8 +96,10 @@ pub fn decode_batch(whole: &Bytes) -> Option<EncodedBatch> {
     while tag == OPS {
         let op = r.bytes(whole)?;
         if batch.ops.is_empty() {
-            // Sized for ops like the first: an origin's batch is mostly one kind of write.
-            batch.ops.reserve((whole.len() - r.at()) / (op.len() + 2) + 1);
+            // Sized for ops like the first (an origin's batch is mostly one kind of write), at
+            // most 4,096 (128 KiB of handles: a short first op must not reserve for a frame of
+            // them); the list grows past that as prost's would.
+            batch.ops.reserve(((whole.len() - r.at()) / (op.len() + 2) + 1).min(4096));
         }
         batch.ops.push(op);
         tag = next_tag(&mut r)?;
