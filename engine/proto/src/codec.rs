@@ -94,7 +94,7 @@ pub fn decode_batch(whole: &Bytes) -> Option<EncodedBatch> {
         tag = next_tag(&mut r)?;
     }
     while tag == OPS {
-        let op = r.bytes(whole)?;
+        let op = r.bytes()?;
         if batch.ops.is_empty() {
             // Sized for ops like the first (an origin's batch is mostly one kind of write), at
             // most 4,096 (128 KiB of handles: a short first op must not reserve for a frame of

@@ -6,15 +6,17 @@
 
 use prost::bytes::Bytes;
 
-/// The cursor: `buf` is what it reads, `at` where the next read starts.
+/// The cursor over `whole`: `at` is where the next read starts; `buf` is `whole`'s bytes (its
+/// deref, taken once), so that a slice it returns (`bytes`) is always of the buffer it read.
 pub struct Reader<'a> {
+    whole: &'a Bytes,
     buf: &'a [u8],
     at: usize,
 }
 
 impl<'a> Reader<'a> {
-    pub fn new(buf: &'a [u8]) -> Reader<'a> {
-        Reader { buf, at: 0 }
+    pub fn new(whole: &'a Bytes) -> Reader<'a> {
+        Reader { whole, buf: whole, at: 0 }
     }
 
     /// Where the next read starts.
@@ -75,12 +77,11 @@ impl<'a> Reader<'a> {
         (end <= self.buf.len()).then_some(end)
     }
 
-    /// A length-delimited field's bytes, as a slice of `whole`, the buffer this reader reads
-    /// (no copy).
+    /// A length-delimited field's bytes, as a slice of the buffer read (no copy).
     #[inline(always)]
-    pub fn bytes(&mut self, whole: &Bytes) -> Option<Bytes> {
+    pub fn bytes(&mut self) -> Option<Bytes> {
         let end = self.field_end()?;
-        let out = whole.slice(self.at..end);
+        let out = self.whole.slice(self.at..end);
         self.at = end;
         Some(out)
     }
@@ -128,7 +129,8 @@ mod tests {
     #[test]
     fn varints_read_as_prost_reads_them() {
         let read = |bytes: &[u8]| {
-            let mut r = Reader::new(bytes);
+            let bytes = Bytes::copy_from_slice(bytes);
+            let mut r = Reader::new(&bytes);
             r.varint().map(|v| (v, r.at()))
         };
         let prost_read = |bytes: &[u8]| {

@@ -573,21 +573,15 @@ fn apply_all(store: &Store, delivery: &dyn Delivery, ops: impl IntoIterator<Item
         if chunk.is_empty() {
             break;
         }
-        // Each key hashed once, for the prefetch and the merge (`apply_keyed`).
-        let hashed: SmallVec<[Option<HashedKey<'_>>; MERGE_AHEAD]> = chunk.iter().map(|op| op.as_ref().map(|op| HashedKey::new(&op.key))).collect();
-        if let Some(db) = chunk.iter().flatten().next().map(|op| op.db) {
-            let keys = chunk.iter().zip(&hashed).filter_map(|(op, key)| match (op, key) {
-                (Some(op), Some(key)) if op.db == db => Some(*key),
-                _ => None,
-            });
-            store.prefetch_hashed(db, keys);
+        // An op that is no effect this node merges counts as superseded; the others' keys are
+        // hashed once, for the prefetch and the merge (`apply_keyed`).
+        superseded += chunk.iter().filter(|op| op.is_none()).count() as u64;
+        let merging: SmallVec<[(&Effect, HashedKey<'_>); MERGE_AHEAD]> = chunk.iter().flatten().map(|op| (op, HashedKey::new(&op.key))).collect();
+        if let Some(db) = merging.first().map(|(op, _)| op.db) {
+            store.prefetch_hashed(db, merging.iter().filter(|(op, _)| op.db == db).map(|&(_, key)| key));
         }
-        for (op, key) in chunk.iter().zip(&hashed) {
-            let (Some(op), Some(key)) = (op, key) else {
-                superseded += 1;
-                continue;
-            };
-            match apply_keyed(store, op, key) {
+        for &(op, key) in &merging {
+            match apply_keyed(store, op, &key) {
                 ApplyOutcome::Applied => {
                     applied += 1;
                     // Keyspace notifications for the merged write (`crate::notify`).

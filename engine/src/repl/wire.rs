@@ -105,40 +105,34 @@ fn write_string_set(db: usize, key: &[u8], value: &[u8], v: Version, out: &mut i
     let version_len = varint_field(1, v.hlc) + varint_field(2, u64::from(v.node));
     let mut head = Head::default();
     if db != 0 {
-        head.key(1, VARINT);
-        head.varint(db as u64);
+        head.field(1, VARINT, db as u64);
     }
     if !key.is_empty() {
-        head.key(2, LEN);
-        head.varint(key.len() as u64);
+        head.field(2, LEN, key.len() as u64);
     }
     out.put_slice(head.bytes());
     out.put_slice(key);
     let mut mid = Head::default();
-    mid.key(3, LEN);
-    mid.varint((bytes_field(1, value.len()) + message_field(2, version_len)) as u64);
+    mid.field(3, LEN, (bytes_field(1, value.len()) + message_field(2, version_len)) as u64);
     if !value.is_empty() {
-        mid.key(1, LEN);
-        mid.varint(value.len() as u64);
+        mid.field(1, LEN, value.len() as u64);
     }
     out.put_slice(mid.bytes());
     out.put_slice(value);
     let mut tail = Head::default();
-    tail.key(2, LEN);
-    tail.varint(version_len as u64);
+    tail.field(2, LEN, version_len as u64);
     if v.hlc != 0 {
-        tail.key(1, VARINT);
-        tail.varint(v.hlc);
+        tail.field(1, VARINT, v.hlc);
     }
     if v.node != 0 {
-        tail.key(2, VARINT);
-        tail.varint(u64::from(v.node));
+        tail.field(2, VARINT, u64::from(v.node));
     }
     out.put_slice(tail.bytes());
 }
 
 /// A few fields' keys and varints, built on the stack and written with one `put_slice`
-/// (`write_string_set`): at most 24 bytes (two keys and two varints).
+/// (`write_string_set`). 24 bytes: the largest group written, the version's, takes 19 (its
+/// key and length, the HLC's key and up to ten bytes, the node's key and up to five).
 #[derive(Default)]
 struct Head {
     buf: [u8; 24],
@@ -146,11 +140,13 @@ struct Head {
 }
 
 impl Head {
-    /// A field's key: its number and wire type (for field numbers below 16, one byte).
+    /// A field's key (its number, below 16, and wire type: one byte) and then `value`, a
+    /// varint or a length.
     #[inline]
-    fn key(&mut self, field: u8, wire_type: u8) {
+    fn field(&mut self, field: u8, wire_type: u8, value: u64) {
         debug_assert!(field < 16);
         self.varint(u64::from(field << 3 | wire_type));
+        self.varint(value);
     }
 
     /// Sized first, so the loop writes into one bounds-checked slice.
@@ -196,7 +192,7 @@ fn decode_string_set(op: &Bytes) -> Option<Effect> {
         tag = r.tag()?;
     }
     if tag == 2 << 3 | 2 {
-        key = r.bytes(op)?;
+        key = r.bytes()?;
         tag = r.tag()?;
     }
     if tag != 3 << 3 | 2 {
@@ -208,7 +204,7 @@ fn decode_string_set(op: &Bytes) -> Option<Effect> {
     if r.at() < inner_end {
         let mut tag = r.tag()?;
         if tag == 1 << 3 | 2 {
-            value = r.bytes(op)?;
+            value = r.bytes()?;
             tag = if r.at() < inner_end { r.tag()? } else { 0 };
         }
         if tag == 2 << 3 | 2 {

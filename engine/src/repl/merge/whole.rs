@@ -13,8 +13,8 @@ use crate::hlc::Version;
 use crate::hll;
 
 /// A string or list write at `v`: replaces an older key of any type, and kills older fields
-/// of a newer collection. `key` carries its table hash: a merged SET of a new key probes the table twice, and a
-/// link's merge hashed the key already for its prefetch.
+/// of a newer collection. `key` carries its table hash: a merged SET of a new key probes the
+/// table twice, and a link's merge hashed the key already for its prefetch.
 pub(super) fn whole_write(store: &Store, db: usize, shard: &mut Shard, key: TableKey<'_>, value: Value, v: Version, flushed: Version) -> bool {
     if v <= flushed || v <= tombstone(shard, key.key()) {
         return false;
