@@ -7,6 +7,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // `bytes` fields as `bytes::Bytes`: an effect's key and value go into every subscriber's
     // message without a copy, and decoding takes them out of the received frame.
     // Both services use `codec::FlatCodec`: prost's, decoding each message from one `Bytes`.
-    tonic_prost_build::configure().build_server(true).build_client(true).bytes(".").codec_path("crate::codec::FlatCodec").compile_fds(descriptors)?;
+    // A mesh batch's ops stay framed as on the wire (`batch::EncodedBatch`, written by hand).
+    tonic_prost_build::configure()
+        .build_server(true)
+        .build_client(true)
+        .bytes(".")
+        .codec_path("crate::codec::FlatCodec")
+        .extern_path(".keymesh.v1.EncodedBatch", "crate::batch::EncodedBatch")
+        .compile_fds(descriptors)?;
     Ok(())
 }

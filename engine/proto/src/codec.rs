@@ -9,22 +9,28 @@
 //! path, and every `bytes` field is still a slice of the received frame (docs/benchmarks.md,
 //! "Sixth pass"). Prost's repeated-`bytes` decoding still cost ~280 instructions per op of a
 //! batch (a call per varint through `Buf`, a `Vec` grown as it goes); `decode_batch` reads a
-//! batch in prost's canonical form with `reader::Reader` and leaves anything else to prost.
+//! batch in prost's canonical form with `reader::Reader`, leaving its ops as one slice of the
+//! frame (`batch::FramedOps`), and leaves anything else to prost (which calls
+//! `EncodedBatch`'s own field-by-field decoding).
+//!
+//! Sending, tonic writes each message into its buffer, which grew (a copy each time) while a
+//! batch of tens of KiB went in; `FlatEncoder` reserves the message's length first.
 
 use std::any::{Any, TypeId};
 use std::marker::PhantomData;
 
 use prost::bytes::{Buf, Bytes};
 use prost::Message;
-use tonic::codec::{Codec, DecodeBuf, Decoder};
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
-use tonic_prost::ProstEncoder;
 
+use crate::batch::{EncodedBatch, FramedOps, OPS_TAG};
 use crate::origin_message::Body;
 use crate::reader::Reader;
-use crate::{EncodedBatch, OriginMessage};
+use crate::OriginMessage;
 
-/// `tonic_prost::ProstCodec` with a decoder that reads one contiguous buffer (see the module).
+/// `tonic_prost::ProstCodec`'s wire format, with an encoder that reserves each message's room
+/// first and a decoder that reads one contiguous buffer (see the module).
 #[derive(Debug, Clone, Copy)]
 pub struct FlatCodec<T, U>(PhantomData<(T, U)>);
 
@@ -41,15 +47,30 @@ where
 {
     type Encode = T;
     type Decode = U;
-    type Encoder = ProstEncoder<T>;
+    type Encoder = FlatEncoder<T>;
     type Decoder = FlatDecoder<U>;
 
     fn encoder(&mut self) -> Self::Encoder {
-        ProstEncoder::default()
+        FlatEncoder(PhantomData)
     }
 
     fn decoder(&mut self) -> Self::Decoder {
         FlatDecoder(PhantomData)
+    }
+}
+
+/// Encodes `T` as prost does, into room reserved for the whole message first: tonic's buffer
+/// would otherwise grow (a copy each time) while a mesh batch of tens of KiB is written into it.
+#[derive(Debug, Clone, Copy)]
+pub struct FlatEncoder<T>(PhantomData<T>);
+
+impl<T: Message> Encoder for FlatEncoder<T> {
+    type Item = T;
+    type Error = Status;
+
+    fn encode(&mut self, item: T, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        buf.reserve(item.encoded_len());
+        item.encode(buf).map_err(|e| Status::internal(e.to_string()))
     }
 }
 
@@ -81,52 +102,53 @@ impl<U: Message + Default + 'static> Decoder for FlatDecoder<U> {
 /// or unknown, a field cut short), which prost then decodes or refuses.
 /// `decode_batch_reads_what_prost_reads` checks it against prost.
 pub fn decode_batch(whole: &Bytes) -> Option<EncodedBatch> {
-    const OPS: u64 = 2 << 3 | 2;
+    const OPS: u64 = OPS_TAG as u64;
     let mut r = Reader::new(whole);
     if r.tag()? != 2 << 3 | 2 || r.field_end()? != whole.len() {
         return None;
     }
     let next_tag = |r: &mut Reader<'_>| if r.at() < whole.len() { r.tag() } else { Some(0) };
-    let mut batch = EncodedBatch { first_seq: 0, ops: Vec::new(), hlc: 0 };
+    let mut batch = EncodedBatch::default();
+    let mut tag_at = r.at();
     let mut tag = next_tag(&mut r)?;
     if tag == 1 << 3 {
         batch.first_seq = r.varint()?;
+        tag_at = r.at();
         tag = next_tag(&mut r)?;
     }
+    // The ops stay as they are, a slice of `whole`: only their frames are checked and counted.
+    let (ops_start, mut ops_end, mut count) = (tag_at, tag_at, 0);
     while tag == OPS {
-        let op = r.bytes()?;
-        if batch.ops.is_empty() {
-            // Sized for ops like the first (an origin's batch is mostly one kind of write), at
-            // most 4,096 (128 KiB of handles: a short first op must not reserve for a frame of
-            // them); the list grows past that as prost's would.
-            batch.ops.reserve(((whole.len() - r.at()) / (op.len() + 2) + 1).min(4096));
-        }
-        batch.ops.push(op);
+        let end = r.field_end()?;
+        r.skip_to(end);
+        (ops_end, count) = (end, count + 1);
         tag = next_tag(&mut r)?;
     }
     if tag == 3 << 3 {
         batch.hlc = r.varint()?;
         tag = next_tag(&mut r)?;
     }
+    batch.ops = FramedOps::framed(whole.slice(ops_start..ops_end), count);
     (tag == 0).then_some(batch)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{op, EncodedBatch, Op, OriginMessage, StringSet, Version};
+    use crate::{op, EncodedBatch, FramedOps, Op, OriginMessage, StringSet, Version};
 
-    /// A batch as an origin sends it, decoded through `Message::decode` from a `Bytes` (what
-    /// `FlatDecoder` does) and from a non-contiguous `Buf` (what prost did through tonic's
-    /// buffer): the same message, and its ops are slices of the received bytes.
+    /// A batch as an origin sends it decodes to the same message through prost from one
+    /// `Bytes`, from a non-contiguous `Buf` (what prost did through tonic's buffer) and by the
+    /// fast path (`decode_batch`, what `FlatDecoder` does), whose ops are slices of the frame.
     #[test]
-    fn a_batch_decodes_from_one_buffer_as_from_a_chunked_one_and_its_ops_are_slices_of_it() {
+    fn a_batch_decodes_the_same_from_one_buffer_a_chunked_one_and_the_fast_path() {
         let ops: Vec<Bytes> = (0..300u64)
             .map(|i| {
                 let set = StringSet { value: Bytes::from(vec![b'v'; (i % 7) as usize * 40]), version: Some(Version { hlc: 1 << 40 | i, node: 3 }) };
                 Bytes::from(Op { db: 0, key: Bytes::from(format!("key:{i}")), effect: Some(op::Effect::StringSet(set)) }.encode_to_vec())
             })
             .collect();
+        let ops = FramedOps::from_ops(ops.iter().map(|op| &op[..]));
         let sent = OriginMessage { body: Some(crate::origin_message::Body::Batch(EncodedBatch { first_seq: 17, hlc: 99, ops })) };
         let wire = Bytes::from(sent.encode_to_vec());
 
@@ -136,7 +158,8 @@ mod tests {
         assert_eq!(flat, sent);
         assert_eq!(chunked, sent);
 
-        let Some(crate::origin_message::Body::Batch(batch)) = flat.body else { unreachable!() };
+        let batch = decode_batch(&wire).expect("the fast path reads it");
+        assert_eq!(Some(&Body::Batch(batch.clone())), sent.body.as_ref());
         let frame = wire.as_ptr_range();
         assert!(batch.ops.iter().all(|op| frame.contains(&op.as_ptr())), "a decoded op is a slice of the frame, not a copy");
     }
@@ -146,11 +169,38 @@ mod tests {
     fn batch() -> impl Strategy<Value = EncodedBatch> {
         let number = prop_oneof![Just(0u64), any::<u64>(), 0u64..300];
         let op = prop::collection::vec(any::<u8>(), 0..300).prop_map(Bytes::from);
-        (number.clone(), prop::collection::vec(op, 0..40), number).prop_map(|(first_seq, ops, hlc)| EncodedBatch { first_seq, ops, hlc })
+        (number.clone(), prop::collection::vec(op, 0..40), number).prop_map(|(first_seq, ops, hlc)| EncodedBatch {
+            first_seq,
+            ops: FramedOps::from_ops(ops.iter().map(|op| &op[..])),
+            hlc,
+        })
     }
 
     fn prost_decode(bytes: &[u8]) -> Option<OriginMessage> {
         OriginMessage::decode(bytes).ok()
+    }
+
+    /// A batch as prost's derive decodes it, its ops a list (the oracle for both of
+    /// `EncodedBatch`'s decoders, which are written by hand).
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct ListBatch {
+        #[prost(uint64, tag = "1")]
+        first_seq: u64,
+        #[prost(bytes = "bytes", repeated, tag = "2")]
+        ops: Vec<Bytes>,
+        #[prost(uint64, tag = "3")]
+        hlc: u64,
+    }
+
+    /// An `OriginMessage` that can hold only a batch (all `decode_batch` reads).
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct ListMessage {
+        #[prost(message, optional, tag = "2")]
+        batch: Option<ListBatch>,
+    }
+
+    fn as_list(batch: &EncodedBatch) -> ListBatch {
+        ListBatch { first_seq: batch.first_seq, ops: batch.ops.iter().collect(), hlc: batch.hlc }
     }
 
     proptest! {
@@ -178,7 +228,15 @@ mod tests {
             changed[at] ^= flip.1.max(1);
             for bytes in [cut_short, appended, changed, noise] {
                 if let Some(fast) = decode_batch(&Bytes::from(bytes.clone())) {
+                    prop_assert_eq!(Some(as_list(&fast)), ListMessage::decode(&bytes[..]).ok().and_then(|m| m.batch), "{:02x?}", bytes);
                     prop_assert_eq!(Some(OriginMessage { body: Some(Body::Batch(fast)) }), prost_decode(&bytes), "{:02x?}", bytes);
+                }
+                // `EncodedBatch`'s own field-by-field decoding (prost's path for a batch not in
+                // canonical form) reads what the derive reads.
+                if let Ok(ListMessage { batch: Some(list) }) = ListMessage::decode(&bytes[..]) {
+                    if let Ok(OriginMessage { body: Some(Body::Batch(ours)) }) = OriginMessage::decode(&bytes[..]) {
+                        prop_assert_eq!(as_list(&ours), list, "{:02x?}", bytes);
+                    }
                 }
             }
         }
@@ -191,7 +249,7 @@ mod tests {
         assert!(decode_batch(&Bytes::from(heartbeat.encode_to_vec())).is_none());
         assert!(decode_batch(&Bytes::new()).is_none());
         // Two batch bodies: prost merges them into one; the fast path declines.
-        let one = OriginMessage { body: Some(Body::Batch(EncodedBatch { first_seq: 1, ops: vec![Bytes::from_static(b"a")], hlc: 2 })) }.encode_to_vec();
+        let one = OriginMessage { body: Some(Body::Batch(EncodedBatch { first_seq: 1, ops: FramedOps::from_ops([&b"a"[..]]), hlc: 2 })) }.encode_to_vec();
         assert!(decode_batch(&Bytes::from([&one[..], &one[..]].concat())).is_none());
     }
 }

@@ -2,6 +2,7 @@
 //! engines and the `Admin` API the operator calls, plus the syntax of the engine settings the
 //! operator writes and checks (`size`). The operator depends on this crate, not on the engine.
 
+pub mod batch;
 pub mod codec;
 pub mod reader;
 pub mod size;
@@ -12,4 +13,5 @@ pub mod v1 {
     tonic::include_proto!("keymesh.v1");
 }
 
+pub use batch::{EncodedBatch, FramedOps};
 pub use v1::*;

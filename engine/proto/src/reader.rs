@@ -16,7 +16,13 @@ pub struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     pub fn new(whole: &'a Bytes) -> Reader<'a> {
-        Reader { whole, buf: whole, at: 0 }
+        Reader::starting_at(whole, 0)
+    }
+
+    /// A cursor whose next read starts at `at` (a position an earlier cursor reached).
+    #[inline(always)]
+    pub fn starting_at(whole: &'a Bytes, at: usize) -> Reader<'a> {
+        Reader { whole, buf: whole, at }
     }
 
     /// Where the next read starts.
@@ -75,6 +81,13 @@ impl<'a> Reader<'a> {
         let len = usize::try_from(self.varint()?).ok()?;
         let end = self.at.checked_add(len)?;
         (end <= self.buf.len()).then_some(end)
+    }
+
+    /// Moves to `end`, the end of a field `field_end` read.
+    #[inline(always)]
+    pub fn skip_to(&mut self, end: usize) {
+        debug_assert!(end >= self.at && end <= self.buf.len());
+        self.at = end;
     }
 
     /// A length-delimited field's bytes, as a slice of the buffer read (no copy).

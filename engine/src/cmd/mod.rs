@@ -332,7 +332,7 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
     let modified = std::mem::take(&mut exec.ctx.modified);
     drop(exec);
     if !effects.is_empty() {
-        client.woff = server.repl_log.append_encoded(effects);
+        client.woff = server.repl_log.append(&effects);
     }
     if !events.is_empty() {
         server.store.notify.publish(events);

@@ -131,7 +131,7 @@ fn exec_queue(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     exec.ctx.modified = std::mem::take(&mut inner.ctx.modified);
     drop(inner);
     if !effects.is_empty() {
-        exec.client.woff = server.repl_log.append_encoded(effects);
+        exec.client.woff = server.repl_log.append(&effects);
     }
     if !events.is_empty() {
         server.store.notify.publish(events);

@@ -23,7 +23,7 @@ use super::{Db, Entry, EntryMut, EntryRef, Expiry, HashedKey, Key, KeyLike, Kind
 use crate::error::CmdError;
 use crate::hlc::Version;
 use crate::notify::{class, Event};
-use crate::repl::wire;
+use crate::repl::wire::OpBuffer;
 
 pub struct Ctx<'a> {
     pub store: &'a Store,
@@ -32,10 +32,9 @@ pub struct Ctx<'a> {
     pub locks: Locks<'a>,
     /// `(db, key)` of lists and sorted sets that gained elements: blocked clients wake on them.
     pub ready_keys: Vec<(usize, Key)>,
-    /// The replicated effects of this command's writes, encoded for the backlog
-    /// (`repl::wire`; only while replicating). Added through `push_effect` or
-    /// `wire::encode_value`.
-    pub effects: Vec<Bytes>,
+    /// The replicated effects of this command's writes, encoded and framed for the backlog
+    /// (`repl::wire::OpBuffer`; only while replicating).
+    pub effects: OpBuffer,
     /// Keyspace events to publish once the locks are dropped (`crate::notify`).
     pub events: Vec<Event>,
     /// Where in `events` the `del` of a collection this command emptied is: the command's
@@ -56,7 +55,7 @@ impl<'a> Ctx<'a> {
             now_ms,
             locks,
             ready_keys: Vec::new(),
-            effects: Vec::new(),
+            effects: OpBuffer::default(),
             events: Vec::new(),
             emptied_at: None,
             modified: Modified::default(),
@@ -96,7 +95,7 @@ impl<'a> Ctx<'a> {
 
     /// Records a write's effect for the peers, encoded once, here.
     pub(super) fn push_effect(&mut self, op: Effect) {
-        self.effects.push(wire::encode(op));
+        self.effects.push(op);
     }
 
     /// A local `FUNCTION LOAD` (`code`) or `FUNCTION DELETE` (`None`) of library `name`: the
@@ -271,13 +270,21 @@ impl<'a> Ctx<'a> {
         let is_collection = matches!(value, Value::Hash(_) | Value::Set(_) | Value::ZSet(_));
         self.note_ready(db, key, &value);
         let (store, now) = (self.store, self.now_ms);
-        let (dbref, shard) = self.parts(db, &hashed);
+        let replicating = store.replicating();
+        // A string's op (most writes) is encoded in the lookup that writes it; a collection's
+        // after its members are restamped, below.
+        let mut encoded = false;
+        let (dbref, shard, effects) = (store.db(db), self.locks.get(db, hashed.shard()), &mut self.effects);
         // The common case, overwriting a live key, updates it in place with one lookup.
         let found = match shard.raw_mut(&hashed) {
             Some(mut entry) if !entry.is_expired(now) => {
                 let version = store.stamp_at(now, Some(entry.last_write()));
                 entry.value = value;
                 entry.set_version(version);
+                if replicating && !is_collection {
+                    effects.push_value(db, key, &entry.value, version, &[]);
+                    encoded = true;
+                }
                 Found::Live { version, drop_ttl: entry.expiry().is_some() && !keep_ttl }
             }
             Some(mut entry) => {
@@ -291,6 +298,10 @@ impl<'a> Ctx<'a> {
                 let ghost = shard.tombstones.get(key).map_or(Version::ZERO, super::Ghost::newest);
                 let orphan = shard.orphan_expiry.get(key).map_or(Version::ZERO, |e| e.version);
                 let version = store.stamp_at(now, Some(ghost.max(orphan).max(*dbref.flushed.lock())));
+                if replicating && !is_collection {
+                    effects.push_value(db, key, &value, version, &[]);
+                    encoded = true;
+                }
                 shard.insert(dbref, &hashed, Entry::new(value, version));
                 shard.orphan_expiry.remove(key);
                 shard.tombstones.remove(key);
@@ -333,21 +344,24 @@ impl<'a> Ctx<'a> {
             }
         }
         self.note_write(db, hashed);
-        if store.replicating() {
-            let (_, shard) = self.parts(db, &hashed);
-            if let Some(op) = shard.raw(&hashed).map(|entry| wire::encode_value(db, key, &entry.value, version, &all_names(&entry.value))) {
-                // A whole-value write replaces whatever the key held: an implicit delete.
-                if is_collection {
-                    self.push_effect(Effect::delete(db, key, version));
+        if replicating {
+            if !encoded {
+                // Encoded from the stored value, straight into this command's ops.
+                let (shard, effects) = (self.locks.get(db, hashed.shard()), &mut self.effects);
+                if let Some(entry) = shard.raw(&hashed) {
+                    // A whole-value write replaces whatever the key held: an implicit delete.
+                    if is_collection {
+                        effects.push(Effect::delete(db, key, version));
+                    }
+                    effects.push_value(db, key, &entry.value, version, &all_names(&entry.value));
                 }
-                self.effects.push(op);
-                if dropped_ttl {
-                    self.push_effect(Effect::expire(db, key, 0, version));
-                }
-                // A kept TTL travels re-stamped: peers drop registers older than a whole write.
-                if keep_ttl {
-                    self.restamp_ttl(db, hashed, version);
-                }
+            }
+            if dropped_ttl {
+                self.push_effect(Effect::expire(db, key, 0, version));
+            }
+            // A kept TTL travels re-stamped: peers drop registers older than a whole write.
+            if keep_ttl {
+                self.restamp_ttl(db, hashed, version);
             }
         }
         version
@@ -383,7 +397,7 @@ impl<'a> Ctx<'a> {
             return;
         }
         entry.set_version(version);
-        let op = replicating.then(|| wire::encode_value(db, key, &entry.value, version, &names));
+        let op = replicating.then(|| OpBuffer::of_value(db, key, &entry.value, version, &names));
         if changed.is_some() {
             if entry.value.is_empty_collection() {
                 // Redis deletes an emptied collection. Replication keeps its field tombstones (a
@@ -411,7 +425,7 @@ impl<'a> Ctx<'a> {
             self.note_write(db, hashed);
         }
         if let Some(op) = op {
-            self.effects.push(op);
+            self.effects.append(op);
             if whole {
                 self.restamp_ttl(db, hashed, version);
             }
@@ -452,7 +466,7 @@ impl<'a> Ctx<'a> {
                         let version = store.stamp_at(now, Some(last_write));
                         let next = c.add(origin, delta, version).ok_or(CmdError::Overflow)?;
                         entry.set_version(version);
-                        let op = store.replicating().then(|| wire::encode_value(db, key, &entry.value, version, &[]));
+                        let op = store.replicating().then(|| OpBuffer::of_value(db, key, &entry.value, version, &[]));
                         self.wrote(db, hashed, op);
                         return Ok(next);
                     }
@@ -475,7 +489,7 @@ impl<'a> Ctx<'a> {
             let mut counter = Box::new(super::counter::Counter::new(0, cleared));
             let next = counter.add(origin, delta, version).ok_or(CmdError::Overflow)?;
             let value = Value::Counter(counter);
-            let op = store.replicating().then(|| wire::encode_value(db, key, &value, version, &[]));
+            let op = store.replicating().then(|| OpBuffer::of_value(db, key, &value, version, &[]));
             shard.insert(dbref, &hashed, Entry::new(value, version));
             shard.adopt_orphan_expiry(dbref, key, cleared);
             self.notify_in(db, class::NEW, "new", key);
@@ -500,10 +514,10 @@ impl<'a> Ctx<'a> {
     /// After an in-place write of a live key that stays (no emptied collection, no list):
     /// touches its watchers, notes it for client-side caching, counts a change and records
     /// its effect. `finish`'s ending, for a caller that already set the entry's version.
-    fn wrote(&mut self, db: usize, hashed: HashedKey<'_>, op: Option<Bytes>) {
+    fn wrote(&mut self, db: usize, hashed: HashedKey<'_>, op: Option<OpBuffer>) {
         self.note_write(db, hashed);
         if let Some(op) = op {
-            self.effects.push(op);
+            self.effects.append(op);
         }
     }
 

@@ -13,10 +13,10 @@
 //! reconnect) instead of growing memory. A subscriber that sends nothing (Acks are sent at
 //! least every second) for `repl-timeout` is dropped.
 //!
-//! The backlog holds each write's op already encoded (`repl::log`): a live batch is the list
-//! of those shared bytes (`EncodedBatch`, the same bytes on the wire as a `Batch` of ops), so
-//! nothing is converted or encoded per subscriber. The snapshot scan yields `Effect`s, encoded
-//! here (`repl::wire::encode`) as they go into a batch.
+//! The backlog holds each write's op already encoded and framed (`repl::log`): a live batch is
+//! one slice of those shared bytes (`EncodedBatch`, the same bytes on the wire as a `Batch` of
+//! ops), so nothing is converted or encoded per subscriber. The snapshot scan yields
+//! `Effect`s, encoded here (`repl::wire::OpBuffer`) as they go into a batch.
 
 use std::net::SocketAddr;
 use std::pin::pin;
@@ -37,6 +37,7 @@ use tracing::{debug, info};
 use super::Mesh;
 use crate::db::effect::Effect;
 use crate::repl::log::Resume;
+use crate::repl::wire::OpBuffer;
 
 /// Live batches carry at most this many ops.
 const BATCH_OPS: usize = 512;
@@ -284,8 +285,9 @@ async fn send_snapshot(mesh: &Arc<Mesh>, tx: mpsc::Sender<Result<pb::OriginMessa
             }
             let mut ops = ops.into_iter().peekable();
             while ops.peek().is_some() {
-                let chunk: Vec<bytes::Bytes> = ops.by_ref().take(SNAPSHOT_BATCH_OPS).map(crate::repl::wire::encode).collect();
-                let batch = pb::EncodedBatch { first_seq: 0, ops: chunk, hlc: store.hlc.now() };
+                let mut chunk = OpBuffer::default();
+                ops.by_ref().take(SNAPSHOT_BATCH_OPS).for_each(|op| chunk.push(op));
+                let batch = pb::EncodedBatch { first_seq: 0, ops: chunk.into_framed(), hlc: store.hlc.now() };
                 bytes += batch.encoded_len() as u64;
                 // The subscriber went away: finish the scan cheaply without sending.
                 if tx.blocking_send(Ok(message(Body::Batch(batch)))).is_err() {

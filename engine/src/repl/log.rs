@@ -1,25 +1,26 @@
-//! The origin's replication backlog: this node's writes as encoded ops (`repl::wire::encode`,
-//! one `Op`'s protobuf bytes each), numbered by sequence, bounded by `repl-backlog-size`
-//! bytes. Subscribers that present this run's id and a sequence still held resume from it
-//! (partial resync); anyone else takes a full sync.
+//! The origin's replication backlog: this node's writes as encoded ops, numbered by sequence,
+//! bounded by `repl-backlog-size` bytes. Subscribers that present this run's id and a
+//! sequence still held resume from it (partial resync); anyone else takes a full sync.
 //!
-//! Each op is encoded once, by the write that appends it (outside the backlog's lock), and
-//! every subscriber's stream sends those same bytes (`Bytes` handles, no copy and no encoding
-//! per subscriber): the stream task's batch is a list of them (`EncodedBatch`, the same bytes
-//! on the wire as the `Batch` of ops it replaces). An entry costs its encoding plus
-//! `ENTRY_OVERHEAD` (its slot and handle); the encodings are cut from per-thread chunks
-//! (`repl::wire::encode`), so the memory held can exceed the bytes accounted by the chunks
-//! partly outside the backlog's window (at most two chunks per writing thread).
+//! Each op is encoded once, by the write that makes it (`repl::wire::OpBuffer`, outside the
+//! backlog's lock), already framed as an element of a batch's `ops` field. The backlog keeps
+//! the frames back to back, as the wire carries them: a subscriber's live batch is one slice
+//! of them (`FramedOps`, a `Bytes` handle: no copy, and no work per op per subscriber; the
+//! stream's encoder copies the slice once). Appends go into an open buffer; a read freezes
+//! what was appended so far into a chunk (`Bytes`) that every subscriber's slices share. An
+//! op costs its frame plus `ENTRY_OVERHEAD` (where it ends). The memory held can exceed the
+//! bytes accounted by the chunk the oldest held op is in (a chunk is freed when no op of it is
+//! held and no stream still sends it).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use keymesh_proto::FramedOps;
 use parking_lot::Mutex;
-use smallvec::SmallVec;
 use tokio::sync::Notify;
 
-use crate::db::effect::Effect;
+use super::wire::OpBuffer;
 
 /// Where a subscriber can start.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,14 +32,56 @@ pub enum Resume {
     FullSync(u64),
 }
 
-/// What an entry costs besides its encoding: its slot in the deque (a `Bytes` handle).
-pub const ENTRY_OVERHEAD: usize = std::mem::size_of::<Bytes>();
+/// What an op costs besides its frame: where it ends.
+pub const ENTRY_OVERHEAD: usize = std::mem::size_of::<u64>();
 
+/// Appends go into buffers of this size (a larger op gets one of its own size).
+const OPEN_BUFFER: usize = 64 << 10;
+
+/// Offsets are positions in the stream of every frame this backlog was given, from 0.
 struct Inner {
-    /// Encoded ops; the front one has sequence `first_seq`, the rest follow without gaps.
-    entries: VecDeque<Bytes>,
+    /// Frozen frames, oldest first: (offset of the first byte, the bytes). Each chunk holds
+    /// whole frames; the first may start before `start` (ops already dropped).
+    chunks: VecDeque<(u64, Bytes)>,
+    /// Frames appended since the last freeze; its first byte is at `open_at`.
+    open: BytesMut,
+    open_at: u64,
+    /// Where each held op's frame ends: op `first_seq + i` ends at `ends[i]`.
+    ends: VecDeque<u64>,
     first_seq: u64,
-    bytes: usize,
+    /// Where the oldest held op's frame starts.
+    start: u64,
+}
+
+impl Inner {
+    /// The offset after the last frame.
+    fn end(&self) -> u64 {
+        self.open_at + self.open.len() as u64
+    }
+
+    fn held_bytes(&self) -> usize {
+        (self.end() - self.start) as usize + self.ends.len() * ENTRY_OVERHEAD
+    }
+
+    /// Makes the open buffer's frames a chunk.
+    fn freeze(&mut self) {
+        if !self.open.is_empty() {
+            let frozen = self.open.split().freeze();
+            let len = frozen.len() as u64;
+            self.chunks.push_back((self.open_at, frozen));
+            self.open_at += len;
+        }
+    }
+
+    /// Drops the oldest op, and a chunk once it holds no op.
+    fn drop_oldest(&mut self) {
+        let Some(end) = self.ends.pop_front() else { return };
+        self.first_seq += 1;
+        self.start = end;
+        while self.chunks.front().is_some_and(|(at, bytes)| at + bytes.len() as u64 <= end) {
+            self.chunks.pop_front();
+        }
+    }
 }
 
 /// The bounded backlog of this node's own writes.
@@ -53,12 +96,8 @@ pub struct ReplLog {
 
 impl ReplLog {
     pub fn new(capacity_bytes: u64) -> ReplLog {
-        ReplLog {
-            inner: Mutex::new(Inner { entries: VecDeque::new(), first_seq: 1, bytes: 0 }),
-            next_seq: AtomicU64::new(1),
-            capacity_bytes: AtomicU64::new(capacity_bytes),
-            appended: Notify::new(),
-        }
+        let inner = Inner { chunks: VecDeque::new(), open: BytesMut::new(), open_at: 0, ends: VecDeque::new(), first_seq: 1, start: 0 };
+        ReplLog { inner: Mutex::new(inner), next_seq: AtomicU64::new(1), capacity_bytes: AtomicU64::new(capacity_bytes), appended: Notify::new() }
     }
 
     pub fn set_capacity(&self, bytes: u64) {
@@ -70,29 +109,23 @@ impl ReplLog {
         self.next_seq.load(Ordering::Acquire)
     }
 
-    /// Appends ops (in order), each encoded once here; returns the last sequence assigned.
-    pub fn append(&self, ops: impl IntoIterator<Item = Effect>) -> u64 {
-        // Encoded before the lock is taken: concurrent writers encode in parallel.
-        let encoded: SmallVec<[Bytes; 4]> = ops.into_iter().map(super::wire::encode).collect();
-        self.append_encoded(encoded)
-    }
-
-    /// Appends already encoded ops (each one `Op`'s encoding); returns the last sequence.
-    pub fn append_encoded(&self, ops: impl IntoIterator<Item = Bytes>) -> u64 {
+    /// Appends a command's ops (in order, one copy of their frames); returns the last sequence
+    /// assigned.
+    pub fn append(&self, ops: &OpBuffer) -> u64 {
         let capacity = self.capacity_bytes.load(Ordering::Relaxed) as usize;
         let mut inner = self.inner.lock();
-        let mut next = self.next_seq.load(Ordering::Acquire);
-        for op in ops {
-            inner.bytes += ENTRY_OVERHEAD + op.len();
-            inner.entries.push_back(op);
-            next += 1;
+        let framed = ops.bytes();
+        if inner.open.capacity() - inner.open.len() < framed.len() {
+            inner.freeze();
+            inner.open = BytesMut::with_capacity(OPEN_BUFFER.max(framed.len()));
         }
+        let base = inner.end();
+        inner.open.extend_from_slice(framed);
+        inner.ends.extend(ops.ends().iter().map(|&end| base + u64::from(end)));
+        let next = self.next_seq.load(Ordering::Acquire) + ops.len() as u64;
         self.next_seq.store(next, Ordering::Release);
-        while inner.bytes > capacity && inner.entries.len() > 1 {
-            if let Some(old) = inner.entries.pop_front() {
-                inner.bytes -= ENTRY_OVERHEAD + old.len();
-                inner.first_seq += 1;
-            }
+        while inner.held_bytes() > capacity && inner.ends.len() > 1 {
+            inner.drop_oldest();
         }
         drop(inner);
         self.appended.notify_waiters();
@@ -109,111 +142,197 @@ impl ReplLog {
         }
     }
 
-    /// Up to `max` encoded ops starting at sequence `from` (the shared bytes, not copies).
+    /// Up to `max` ops from sequence `from` on, as one slice of the held frames (the shared
+    /// bytes, not a copy): at least one op when `from` was appended, none when it is the next.
     /// `None` if `from` fell out of the backlog.
-    pub fn read(&self, from: u64, max: usize) -> Option<Vec<Bytes>> {
-        let inner = self.inner.lock();
+    pub fn read(&self, from: u64, max: usize) -> Option<FramedOps> {
+        let mut inner = self.inner.lock();
         if from < inner.first_seq {
             return None;
         }
-        let skip = ((from - inner.first_seq) as usize).min(inner.entries.len());
-        Some(inner.entries.range(skip..).take(max).cloned().collect())
+        let first = (from - inner.first_seq) as usize;
+        if first >= inner.ends.len() || max == 0 {
+            return Some(FramedOps::default());
+        }
+        let start = if first == 0 { inner.start } else { inner.ends[first - 1] };
+        if start >= inner.open_at {
+            inner.freeze();
+        }
+        // The chunk `start` is in (a caught-up stream reads the newest).
+        let (at, chunk) = inner.chunks.iter().rev().find(|(at, _)| *at <= start).expect("a held op is in a chunk");
+        let chunk_end = at + chunk.len() as u64;
+        let last = (first + max).min(inner.ends.len());
+        let count = inner.ends.range(first..last).take_while(|&&end| end <= chunk_end).count();
+        let end = inner.ends[first + count - 1];
+        Some(FramedOps::framed(chunk.slice((start - at) as usize..(end - at) as usize), count))
     }
 
     pub fn held_bytes(&self) -> usize {
-        self.inner.lock().bytes
+        self.inner.lock().held_bytes()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::db::effect::EffectKind;
+    use crate::db::effect::{Effect, EffectKind};
+    use crate::hlc::Version;
     use crate::repl::wire;
 
     fn op(key: &str) -> Effect {
-        Effect::delete(0, key.as_bytes(), crate::hlc::Version::ZERO)
+        Effect::delete(0, key.as_bytes(), Version::ZERO)
     }
 
     fn set(key: &str, value: &str) -> Effect {
-        Effect::new(
-            0,
-            key.as_bytes(),
-            EffectKind::StringSet { value: Bytes::copy_from_slice(value.as_bytes()), version: crate::hlc::Version { hlc: 7, node: 1 } },
-        )
+        Effect::new(0, key.as_bytes(), EffectKind::StringSet { value: Bytes::copy_from_slice(value.as_bytes()), version: Version { hlc: 7, node: 1 } })
+    }
+
+    fn ops(effects: impl IntoIterator<Item = Effect>) -> OpBuffer {
+        let mut ops = OpBuffer::default();
+        effects.into_iter().for_each(|e| ops.push(e));
+        ops
+    }
+
+    fn decoded(ops: &FramedOps) -> Vec<Effect> {
+        ops.iter().map(|op| wire::decode(op).unwrap()).collect()
     }
 
     #[test]
     fn resumes_inside_the_backlog_and_full_syncs_outside() {
         let log = ReplLog::new(10_000);
-        log.append((0..10).map(|i| op(&format!("k{i}"))));
+        log.append(&ops((0..10).map(|i| op(&format!("k{i}")))));
         assert_eq!(log.resume(5), Resume::From(5));
         assert_eq!(log.resume(11), Resume::From(11));
         assert_eq!(log.read(9, 100).unwrap().len(), 2);
         assert_eq!(log.read(11, 100).unwrap().len(), 0);
         let small = ReplLog::new(100);
-        small.append((0..50).map(|i| op(&format!("key-{i}"))));
+        small.append(&ops((0..50).map(|i| op(&format!("key-{i}")))));
         assert_eq!(small.resume(1), Resume::FullSync(51));
         assert!(small.read(1, 10).is_none());
         // What is left is the newest ops, and they still read from where they are.
-        let first = 51 - small.inner.lock().entries.len() as u64;
+        let first = 51 - small.inner.lock().ends.len() as u64;
         assert_eq!(small.resume(first), Resume::From(first));
         assert_eq!(small.resume(first - 1), Resume::FullSync(51));
         let tail = small.read(first, 100).unwrap();
-        assert_eq!(wire::decode(tail.last().unwrap().clone()).unwrap(), op("key-49"));
+        assert_eq!(decoded(&tail).last(), Some(&op("key-49")));
     }
 
-    /// Every subscriber's stream gets the very bytes the write encoded when it appended (the
-    /// same memory, not a copy or an encoding of its own), and they decode to the effect.
+    /// Every subscriber's stream gets the very bytes the backlog holds (the same memory, not a
+    /// copy or an encoding of its own), and a batch of them is the `Batch` of those ops.
     #[test]
     fn subscribers_share_the_ops_encoded_once_at_append() {
         let log = ReplLog::new(1 << 20);
         let effects: Vec<Effect> = (0..20).map(|i| set(&format!("key:{i}"), &"v".repeat(i * 10))).collect();
-        assert_eq!(log.append(effects.clone()), 20);
+        assert_eq!(log.append(&ops(effects.clone())), 20);
         let first = log.read(1, 512).unwrap();
         let second = log.read(1, 512).unwrap();
         assert_eq!(first.len(), 20);
-        for ((a, b), e) in first.iter().zip(&second).zip(&effects) {
-            assert_eq!(a.as_ptr(), b.as_ptr(), "two reads share the encoded op");
-            assert_eq!(a, &Bytes::from(prost::Message::encode_to_vec(&keymesh_proto::Op::from(e.clone()))), "the op's own encoding");
-            assert_eq!(&wire::decode(a.clone()).unwrap(), e);
+        assert_eq!(first.as_bytes().as_ptr(), second.as_bytes().as_ptr(), "two reads share the held frames");
+        assert_eq!(decoded(&first), effects);
+        for (op, e) in first.iter().zip(&effects) {
+            assert_eq!(op, wire::encode(e.clone()), "the op's own encoding");
         }
         // A batch of them is the same bytes on the wire as the Batch of ops nodes always sent.
         use prost::Message;
-        let ops: Vec<keymesh_proto::Op> = effects.iter().cloned().map(keymesh_proto::Op::from).collect();
-        let old = keymesh_proto::Batch { first_seq: 1, ops, hlc: 99 }.encode_to_vec();
+        let list: Vec<keymesh_proto::Op> = effects.iter().cloned().map(keymesh_proto::Op::from).collect();
+        let old = keymesh_proto::Batch { first_seq: 1, ops: list, hlc: 99 }.encode_to_vec();
         let new = keymesh_proto::EncodedBatch { first_seq: 1, ops: first, hlc: 99 }.encode_to_vec();
         assert_eq!(old, new);
-        assert_eq!(keymesh_proto::Batch::decode(&new[..]).unwrap().ops.len(), 20);
     }
 
     /// A partial resync reads the ops encoded when they were written (nothing is encoded
-    /// again), from any sequence still held, and the backlog accounts each op's encoding.
+    /// again), from any sequence still held, and the backlog accounts each op's frame.
     #[test]
     fn a_partial_resync_streams_the_ops_encoded_at_append() {
         let log = ReplLog::new(1 << 20);
         let effects: Vec<Effect> = (0..100).map(|i| set(&format!("k{i}"), "value")).collect();
         for e in &effects {
-            log.append([e.clone()]);
+            log.append(&ops([e.clone()]));
         }
         let live = log.read(1, 512).unwrap();
-        let expected: usize = effects.iter().map(|e| ENTRY_OVERHEAD + wire::encoded_len(e)).sum();
+        assert_eq!(decoded(&live), effects);
+        let expected: usize = live.as_bytes().len() + effects.len() * ENTRY_OVERHEAD;
         assert_eq!(log.held_bytes(), expected);
         // A subscriber that got the first 40 ops reconnects.
         assert_eq!(log.resume(41), Resume::From(41));
         let resumed = log.read(41, 512).unwrap();
-        assert_eq!(resumed.len(), 60);
-        for (i, op) in resumed.iter().enumerate() {
-            assert_eq!(op.as_ptr(), live[40 + i].as_ptr());
-            assert_eq!(wire::decode(op.clone()).unwrap(), effects[40 + i]);
-        }
+        assert_eq!(decoded(&resumed), effects[40..]);
+        assert!(live.as_bytes().as_ptr_range().contains(&resumed.as_bytes().as_ptr()), "the same bytes");
         // The backlog shrinks to a new capacity at the next append, oldest first.
         log.set_capacity((expected / 2) as u64);
-        log.append([set("last", "value")]);
+        log.append(&ops([set("last", "value")]));
         assert!(log.held_bytes() <= expected / 2);
         assert_eq!(log.resume(41), Resume::FullSync(102));
-        let held = log.inner.lock().entries.len() as u64;
+        let held = log.inner.lock().ends.len() as u64;
         let oldest = 102 - held;
-        assert_eq!(wire::decode(log.read(oldest, 1).unwrap()[0].clone()).unwrap(), effects[oldest as usize - 1]);
+        assert_eq!(decoded(&log.read(oldest, 1).unwrap()), [effects[oldest as usize - 1].clone()]);
+    }
+
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// A command's ops: this many, each with a value of this size.
+        Append(Vec<usize>),
+        /// A read from this far behind the next sequence, of at most this many ops.
+        Read(u64, usize),
+        Capacity(u64),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            4 => prop::collection::vec(prop_oneof![0usize..40, 0usize..70_000], 1..4).prop_map(Step::Append),
+            3 => (0u64..300, 0usize..600).prop_map(|(back, max)| Step::Read(back, max)),
+            1 => prop_oneof![100u64..2_000, 2_000u64..300_000].prop_map(Step::Capacity),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Against a list of every op appended: a read from a held sequence gives the next ops in
+        /// order (at least one, at most `max`), one from a dropped one gives `None`; the
+        /// backlog holds the newest ops that fit its capacity (at least one), and accounts
+        /// their frames; whatever the op sizes, the chunks and the reads' interleaving.
+        #[test]
+        fn the_backlog_reads_what_was_appended(steps in prop::collection::vec(step(), 1..80)) {
+            let log = ReplLog::new(50_000);
+            let mut capacity = 50_000u64;
+            let mut all: Vec<Effect> = Vec::new();
+            for step in steps {
+                match step {
+                    Step::Append(sizes) => {
+                        let effects: Vec<Effect> = sizes.iter().map(|&n| set(&format!("k{}", all.len()), &"v".repeat(n))).collect();
+                        prop_assert_eq!(log.append(&ops(effects.clone())), (all.len() + effects.len()) as u64);
+                        all.extend(effects);
+                        let held = log.inner.lock().ends.len();
+                        prop_assert!(held >= 1);
+                        prop_assert!(log.held_bytes() <= capacity as usize || held == 1);
+                    }
+                    Step::Read(back, max) => {
+                        let from = (all.len() as u64 + 1).saturating_sub(back).max(1);
+                        let first_held = log.inner.lock().first_seq;
+                        match log.read(from, max) {
+                            None => prop_assert!(from < first_held),
+                            Some(read) => {
+                                prop_assert!(from >= first_held);
+                                let left = all.len() + 1 - from as usize;
+                                prop_assert!(read.len() <= max.min(left));
+                                prop_assert!(!read.is_empty() || left == 0 || max == 0);
+                                let want = &all[from as usize - 1..from as usize - 1 + read.len()];
+                                prop_assert_eq!(decoded(&read), want);
+                            }
+                        }
+                    }
+                    Step::Capacity(c) => {
+                        capacity = c;
+                        log.set_capacity(c);
+                    }
+                }
+                let inner = log.inner.lock();
+                let frames: usize = all[inner.first_seq as usize - 1..].iter().map(|e| wire::encoded_len(e) + keymesh_proto::batch::frame_len(wire::encoded_len(e))).sum();
+                prop_assert_eq!(inner.held_bytes(), frames + inner.ends.len() * ENTRY_OVERHEAD);
+                prop_assert_eq!(inner.first_seq as usize + inner.ends.len(), all.len() + 1);
+            }
+        }
     }
 }

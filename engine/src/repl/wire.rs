@@ -1,7 +1,7 @@
 //! The protobuf form of effects (`keymesh_proto::Op`): the one place that converts between
 //! `db::effect::Effect` and the wire. The mesh stream (`mesh::origin` encodes, `mesh::link`
 //! decodes) and the snapshot file (`persist`) call it at their edges; the keyspace and the
-//! merge see only `Effect`, the backlog only encoded ops (`encode`).
+//! merge see only `Effect`, the backlog only encoded ops (`OpBuffer`).
 //!
 //! The mapping is one to one for every effect a node makes, so the bytes on the wire and in
 //! snapshot files are what they were before `Effect` existed, and peers of either version
@@ -14,10 +14,12 @@
 
 use bytes::Bytes;
 use keymesh_proto as pb;
+use pb::batch::{self, FramedOps};
 use pb::op::Effect as PbEffect;
 use pb::reader::Reader;
 use prost::encoding::{encoded_len_varint, key_len};
 use prost::Message;
+use smallvec::SmallVec;
 
 use crate::db::counter::CounterDelta;
 use crate::db::effect::{Effect, EffectKind, FieldState, MemberState, ZSetMemberState};
@@ -36,52 +38,88 @@ pub enum WireError {
     Malformed(prost::DecodeError),
 }
 
-/// Encoded ops are cut from per-thread chunks of this size (`encode`): no allocation per op.
-const ENCODE_CHUNK: usize = 16 << 10;
-/// An op larger than this gets an allocation of its own instead.
-const OWN_ALLOCATION: usize = ENCODE_CHUNK / 8;
-
-thread_local! {
-    /// The rest of this thread's current chunk (`encode`).
-    static CHUNK: std::cell::RefCell<bytes::BytesMut> = std::cell::RefCell::new(bytes::BytesMut::new());
+/// Ops encoded and framed as elements of a batch's `ops` field (`keymesh_proto::batch`),
+/// back to back: a command's writes on their way to the backlog (`Ctx::effects`,
+/// `ReplLog::append`, which copies them in one piece), or a snapshot batch's ops. Each op is
+/// encoded once, here.
+#[derive(Debug, Default)]
+pub struct OpBuffer {
+    bytes: Vec<u8>,
+    /// Where each op's frame ends in `bytes`.
+    ends: SmallVec<[u32; 2]>,
 }
 
-/// `e`'s protobuf encoding (one `Op`, untagged: an element of `EncodedBatch.ops`), made once
-/// when a write appends it to the backlog and then shared by every subscriber's stream
-/// (`repl::log`). Small ops are cut from a per-thread chunk (a chunk is freed when the last op
-/// cut from it is), large ones get their own allocation.
+impl OpBuffer {
+    /// A buffer holding the op of a write that left `value` at `key` (`push_value`).
+    pub fn of_value(db: usize, key: &[u8], value: &Value, v: Version, names: &[Bytes]) -> OpBuffer {
+        let mut ops = OpBuffer::default();
+        ops.push_value(db, key, value, v, names);
+        ops
+    }
+
+    /// Appends `e`'s op.
+    pub fn push(&mut self, e: Effect) {
+        self.push_with(encoded_len(&e), |out| write_op(e, out));
+    }
+
+    /// Appends the op of a write that left `value` at `key` (`Effect::of_value`'s). A string's
+    /// (most writes) is encoded straight from the stored bytes: no `Effect`, with its copies of
+    /// key and value, is built and dropped on the way.
+    pub fn push_value(&mut self, db: usize, key: &[u8], value: &Value, v: Version, names: &[Bytes]) {
+        match value {
+            Value::Str(s) => {
+                let len = varint_field(1, db as u64) + bytes_field(2, key.len()) + message_field(3, bytes_field(1, s.len()) + version_field(2, v));
+                self.push_with(len, |out| write_string_set(db, key, s, v, out));
+            }
+            _ => self.push(Effect::of_value(db, key, value, v, names)),
+        }
+    }
+
+    /// Appends `other`'s ops after these.
+    pub fn append(&mut self, other: OpBuffer) {
+        let base = self.bytes.len() as u32;
+        self.bytes.extend_from_slice(&other.bytes);
+        self.ends.extend(other.ends.iter().map(|end| base + end));
+    }
+
+    /// Frames an op of `len` bytes, which `write` writes.
+    fn push_with(&mut self, len: usize, write: impl FnOnce(&mut Vec<u8>)) {
+        self.bytes.reserve(batch::frame_len(len) + len);
+        batch::frame(&mut self.bytes, len, write);
+        self.ends.push(self.bytes.len() as u32);
+    }
+
+    /// How many ops.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The framed ops' bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Where each op's frame ends in `bytes`.
+    pub fn ends(&self) -> &[u32] {
+        &self.ends
+    }
+
+    /// The ops, as a batch carries them.
+    pub fn into_framed(self) -> FramedOps {
+        FramedOps::framed(self.bytes.into(), self.ends.len())
+    }
+}
+
+/// `e`'s protobuf encoding (one `Op`, unframed).
+#[cfg(test)]
 pub fn encode(e: Effect) -> Bytes {
-    encode_with(encoded_len(&e), |out| write_op(e, out))
-}
-
-/// The op of a write that left `value` at `key` (`Effect::of_value`'s, encoded). A string's
-/// (most writes) is encoded straight from the stored bytes: no `Effect`, with its copies of
-/// key and value, is built and dropped on the way.
-pub fn encode_value(db: usize, key: &[u8], value: &Value, v: Version, names: &[Bytes]) -> Bytes {
-    match value {
-        Value::Str(s) => {
-            let len = varint_field(1, db as u64) + bytes_field(2, key.len()) + message_field(3, bytes_field(1, s.len()) + version_field(2, v));
-            encode_with(len, |out| write_string_set(db, key, s, v, out))
-        }
-        _ => encode(Effect::of_value(db, key, value, v, names)),
-    }
-}
-
-/// Runs `write` (which writes `len` bytes) into this thread's chunk, or into an allocation of
-/// its own for a large op.
-fn encode_with(len: usize, write: impl FnOnce(&mut bytes::BytesMut)) -> Bytes {
-    if len > OWN_ALLOCATION {
-        let mut out = bytes::BytesMut::with_capacity(len);
-        write(&mut out);
-        return out.freeze();
-    }
-    CHUNK.with_borrow_mut(|chunk| {
-        if chunk.capacity() - chunk.len() < len {
-            *chunk = bytes::BytesMut::with_capacity(ENCODE_CHUNK);
-        }
-        write(chunk);
-        chunk.split().freeze()
-    })
+    let mut out = Vec::with_capacity(encoded_len(&e));
+    write_op(e, &mut out);
+    out.into()
 }
 
 /// Writes `e` as prost writes `pb::Op::from(e)`. A string's write (most writes) is written
@@ -509,14 +547,21 @@ mod tests {
             prop_assert_eq!(format!("{:?}", decode(Bytes::copy_from_slice(short))), by_prost(short));
         }
 
-        /// `encode_value` of a string (written from the stored bytes) is `encode` of its effect,
-        /// for every database, key, value (a large one gets its own allocation) and version.
+        /// A string's op written from the stored bytes (`push_value`) is its effect's, for
+        /// every database, key, value and version, and each op in a buffer is framed whole.
         #[test]
         fn a_strings_value_encodes_as_its_effect(db in 0usize..20, key in prop::collection::vec(any::<u8>(), 0..40), value in prop::collection::vec(any::<u8>(), 0..3000), hlc in any::<u64>(), node in any::<u32>()) {
             let v = Version { hlc, node };
             let stored = Value::string(&value);
-            let expected = encode(Effect::of_value(db, &key, &stored, v, &[]));
-            prop_assert_eq!(encode_value(db, &key, &stored, v, &[]), expected);
+            let effect = Effect::of_value(db, &key, &stored, v, &[]);
+            let mut ops = OpBuffer::of_value(db, &key, &stored, v, &[]);
+            ops.push(effect.clone());
+            ops.append(OpBuffer::of_value(db, &key, &stored, v, &[]));
+            prop_assert_eq!(ops.len(), 3);
+            let framed = FramedOps::parse(Bytes::copy_from_slice(ops.bytes())).expect("whole frames");
+            prop_assert_eq!(&ops.ends().iter().map(|&e| e as usize).collect::<Vec<_>>(), &(1..=3).map(|i| i * ops.bytes().len() / 3).collect::<Vec<_>>());
+            prop_assert!(framed.iter().all(|op| op == encode(effect.clone())));
+            prop_assert_eq!(ops.into_framed(), framed);
         }
 
         /// Arbitrary bytes decode as prost decodes them (or fail with it).
@@ -595,11 +640,12 @@ mod tests {
             Effect::publish(b"channel", b"message"),
             Effect::library("lib", Some(b("#!lua name=lib\nredis.register_function('f', function() return 1 end)")), v),
         ];
-        let message = pb::OriginMessage {
-            body: Some(pb::origin_message::Body::Batch(pb::EncodedBatch { first_seq: 1, ops: effects.iter().cloned().map(encode).collect(), hlc: 1 })),
-        };
+        let mut ops = OpBuffer::default();
+        effects.iter().for_each(|e| ops.push(e.clone()));
+        let message = pb::OriginMessage { body: Some(pb::origin_message::Body::Batch(pb::EncodedBatch { first_seq: 1, ops: ops.into_framed(), hlc: 1 })) };
         let frame = Bytes::from(message.encode_to_vec());
-        let Some(pb::origin_message::Body::Batch(batch)) = pb::OriginMessage::decode(frame.clone()).unwrap().body else { panic!("a batch") };
+        // As a link's codec reads it (`FlatDecoder`).
+        let batch = pb::codec::decode_batch(&frame).expect("a batch");
         let span = frame.as_ptr() as usize..frame.as_ptr() as usize + frame.len();
         let mut outcomes = Vec::new();
         for (op, sent) in batch.ops.into_iter().zip(&effects) {

@@ -146,7 +146,11 @@ fn run(store: &Store, op: &Local) -> Vec<pb::Op> {
         Local::FlushDb => ctx.flush_db(0),
     }
     // The ops as the backlog holds them, encoded by the write itself.
-    std::mem::take(&mut ctx.effects).into_iter().map(|op| <keymesh_proto::Op as prost::Message>::decode(op).expect("a local write's op decodes")).collect()
+    std::mem::take(&mut ctx.effects)
+        .into_framed()
+        .into_iter()
+        .map(|op| <keymesh_proto::Op as prost::Message>::decode(op).expect("a local write's op decodes"))
+        .collect()
 }
 
 /// An effect from another origin: `effect`'s kind, key, origin, a, b, and an HLC seed.
