@@ -43,6 +43,15 @@ use crate::repl::wire::OpBuffer;
 const BATCH_OPS: usize = 512;
 /// Snapshot batches are cut to at most this many ops.
 const SNAPSHOT_BATCH_OPS: usize = 512;
+/// After sending a batch, a stream waits this long before it reads the next one (unless a full
+/// batch is already waiting). A write made while the stream is idle goes out at once; under
+/// load, each subscriber's stream sends one batch of everything written in the last
+/// millisecond or so, instead of one per wake-up. Every batch costs the origin a task wake-up,
+/// a socket write and a wake-up of the peer's process, and the peer a read and a wake-up of its
+/// link: sent per few tens of ops, they were most of the mesh's CPU beyond the merges
+/// themselves (docs/benchmarks.md, "CPU per replicated write"). It adds at most this (and the
+/// timer's 1 ms granularity) to the replication lag.
+const LINGER: Duration = Duration::from_millis(1);
 /// Heartbeats go out this often while the subscriber is caught up.
 pub const HEARTBEAT: Duration = Duration::from_millis(200);
 /// Messages buffered per subscriber before the stream waits for it.
@@ -246,7 +255,8 @@ async fn stream_to(
         let Some(ops) = log.read(seq, BATCH_OPS) else {
             return Err(Status::out_of_range(format!("sequence {seq} fell out of the backlog (repl-backlog-size); reconnect for a full sync")));
         };
-        if !ops.is_empty() {
+        let sent = !ops.is_empty();
+        if sent {
             let count = ops.len() as u64;
             let batch = pb::EncodedBatch { first_seq: seq, ops, hlc: mesh.store.hlc.now() };
             seq += count;
@@ -259,6 +269,18 @@ async fn stream_to(
             let hb = pb::Heartbeat { hlc: mesh.store.hlc.now(), last_seq: log.next_seq().saturating_sub(1), wall_ms: mesh.store.hlc.wall_ms() };
             if tx.send(Ok(message(Body::Heartbeat(hb)))).await.is_err() {
                 return Ok(());
+            }
+        }
+        if sent {
+            if log.next_seq() - seq >= BATCH_OPS as u64 {
+                // A full batch is waiting (a stream catching up): send it now.
+                continue;
+            }
+            // The next batch gathers for `LINGER` (see there).
+            tokio::select! {
+                _ = tokio::time::sleep(LINGER) => continue,
+                _ = &mut gone => return Ok(()),
+                _ = tx.closed() => return Ok(()),
             }
         }
         if seq < log.next_seq() {
