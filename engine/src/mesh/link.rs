@@ -55,9 +55,12 @@ const ACK_KEEPALIVE: Duration = Duration::from_secs(1);
 const MAX_FRAME_BYTES: u32 = 256 << 10;
 /// Batches larger than this (encoded) are merged on a blocking thread, off the async workers
 /// (a few large values); smaller ones on the link's task, `INLINE_APPLY_OPS` ops at a time
-/// with a yield between, so no merge holds a worker for more than ~100 µs.
+/// with a yield between: a live batch (at most 512 ops, `origin::BATCH_OPS`) in one go, ~0.5
+/// ms of merging at most. Yielding every 64 ops made the runtime wake the other worker for
+/// each yield, which then often took the link's task over: 3x the context switches and
+/// syscalls per merged write (docs/benchmarks.md, "Seventh pass").
 const INLINE_APPLY_BYTES: u64 = 256 << 10;
-const INLINE_APPLY_OPS: usize = 64;
+const INLINE_APPLY_OPS: usize = 512;
 
 /// Where a link is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -481,9 +484,9 @@ impl Session {
             let ops = batch.ops;
             tokio::task::spawn_blocking(move || apply_all(&store, &*host, ops)).await.map_err(|_| LinkError::Stopped)??
         } else {
-            // In order, a chunk at a time, yielding between chunks. A busy origin sends
-            // batches of tens of ops (~60 under `redis-benchmark -P 16`), and handing each to
-            // the blocking pool and back (two thread wake-ups) cost a peer ~10% of its CPU
+            // In order, a chunk at a time, yielding between chunks. A busy origin sends a
+            // batch about every millisecond (`origin::LINGER`), and handing each to the
+            // blocking pool and back (two thread wake-ups) cost a peer ~10% of its CPU
             // (docs/benchmarks.md, "CPU per replicated write").
             let (mut applied, mut superseded) = (0, 0);
             let mut ops = batch.ops.into_iter();
