@@ -170,6 +170,12 @@ impl Notifier {
             self.publish(events);
         }
     }
+
+    /// `merged_write` of a string's write read where it lies in a batch
+    /// (`repl::wire::StringSetRef`): the `set` event `merged_events` gives a `StringSet`.
+    pub fn merged_string_set(&self, db: usize, key: &[u8]) {
+        self.fire(class::STRING, MERGED_STRING_SET, db, key);
+    }
 }
 
 fn channel(prefix: &str, db: usize, suffix: &[u8]) -> Bytes {
@@ -180,6 +186,9 @@ fn channel(prefix: &str, db: usize, suffix: &[u8]) -> Bytes {
     out.put_slice(suffix);
     out.freeze()
 }
+
+/// The event a merged string write fires (`merged_events`, `Notifier::merged_string_set`).
+const MERGED_STRING_SET: &str = "set";
 
 /// The events a merged effect fires (docs/compatibility.md, "Keyspace notifications"): a
 /// peer's write is not a command here, so it fires the event of what it did to the key — a
@@ -194,7 +203,7 @@ pub fn merged_events(op: &Effect) -> Vec<Event> {
     let event = |class, name| Event { class, name, db: op.db, key: Bytes::copy_from_slice(&op.key) };
     let mut events = Vec::new();
     match &op.kind {
-        EffectKind::StringSet { .. } => events.push(event(class::STRING, "set")),
+        EffectKind::StringSet { .. } => events.push(event(class::STRING, MERGED_STRING_SET)),
         EffectKind::Counter(_) => events.push(event(class::STRING, "incrby")),
         EffectKind::Hll { .. } => events.push(event(class::STRING, "pfadd")),
         EffectKind::Delete { .. } => events.push(event(class::GENERIC, "del")),

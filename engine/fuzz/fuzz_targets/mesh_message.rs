@@ -1,9 +1,9 @@
 //! The mesh stream's messages as a peer could send them: arbitrary bytes decoded as the
 //! protobuf messages of both directions (a batch also by `keymesh_proto::codec::decode_batch`,
-//! which must agree with prost), and every effect an origin's batch carries decoded
-//! (`repl::wire`) and merged into a replicating keyspace, as a peer link does. Decoding may
-//! fail; nothing may panic, and merging the same batch a second time changes nothing (the
-//! merge is idempotent).
+//! which must agree with prost), and every effect an origin's batch carries decoded where it
+//! lies (`repl::wire::decode_in`, which must agree with decoding the op alone) and merged into
+//! a replicating keyspace, as a peer link does. Decoding may fail; nothing may panic, and
+//! merging the same batch a second time changes nothing (the merge is idempotent).
 //!
 //! Two typed effects of different types for one key at one version (which no correct peer
 //! sends) are checked like any other batch: the merge orders them by type (`repl::merge`,
@@ -12,11 +12,12 @@
 
 use std::sync::{Arc, OnceLock};
 
-use keymesh_engine::db::effect::Effect;
+use keymesh_engine::db::effect::{Effect, EffectKind};
 use keymesh_engine::db::Store;
 use keymesh_engine::hlc::{Hlc, SystemClock};
-use keymesh_engine::repl::merge::{apply_op, ApplyOutcome};
-use keymesh_engine::repl::wire::{self, WireError};
+use keymesh_engine::repl::merge::{apply_decoded, ApplyOutcome};
+use keymesh_engine::repl::wire::{self, Decoded, WireError};
+use prost::bytes::Bytes;
 use keymesh_proto as pb;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
@@ -43,20 +44,28 @@ fuzz_target!(|data: &[u8]| {
     let store = store();
     store.wipe();
     // An op that is no effect (none, or a full-sync KeyState) is skipped, as a link skips it;
-    // bytes that are no op end the stream (the ops before them are merged).
-    let mut effects: Vec<Effect> = Vec::new();
-    for op in batch.ops {
-        match wire::decode(op) {
-            Ok(effect) => effects.push(effect),
+    // bytes that are no op end the stream (the ops before them are merged). Each op read where
+    // it lies (`wire::decode_in`, what a link does) reads as it does alone.
+    let mut ops: Vec<Decoded<'_>> = Vec::new();
+    for span in batch.ops.spans() {
+        let alone = wire::decode(batch.ops.as_bytes().slice(span.clone()));
+        let in_place = wire::decode_in(batch.ops.as_bytes(), span);
+        let as_effect = in_place.as_ref().map(|op| match op {
+            Decoded::StringSet(set) => Effect::new(set.db, set.key, EffectKind::StringSet { value: Bytes::copy_from_slice(set.value), version: set.version }),
+            Decoded::Effect(e) => e.clone(),
+        });
+        assert_eq!(format!("{as_effect:?}"), format!("{alone:?}"), "decode_in and decode disagree");
+        match in_place {
+            Ok(op) => ops.push(op),
             Err(WireError::Malformed(_)) => break,
             Err(_) => {}
         }
     }
-    for op in &effects {
-        apply_op(store, op);
+    for op in &ops {
+        apply_decoded(store, op, op.key());
     }
-    for op in &effects {
-        let again = apply_op(store, op);
+    for op in &ops {
+        let again = apply_decoded(store, op, op.key());
         assert!(!matches!(again, ApplyOutcome::Applied), "applying {op:?} twice changed the keyspace twice");
     }
 });

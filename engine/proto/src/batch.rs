@@ -8,6 +8,8 @@
 //! element of the repeated field 2 (its tag, its length, its `Op` encoding), then `hlc` (field
 //! 3), zero values left out.
 
+use std::ops::Range;
+
 use prost::bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::encoding::{self, DecodeContext, WireType};
 use prost::DecodeError;
@@ -89,6 +91,12 @@ impl FramedOps {
         self.clone().into_iter()
     }
 
+    /// Where each op's encoding lies in `as_bytes()`: for a reader that decodes the ops where
+    /// they are, without a `Bytes` handle (and its reference count) per op.
+    pub fn spans(&self) -> Spans<'_> {
+        Spans { bytes: &self.bytes, at: 0, left: self.count }
+    }
+
     /// Appends one op (prost's path for a batch not in canonical form: `merge_field`). The
     /// buffer is reused when nothing else holds it, as it does not while a batch is decoded.
     fn push(&mut self, op: &[u8]) {
@@ -162,15 +170,8 @@ impl Iterator for Ops {
 
     #[inline]
     fn next(&mut self) -> Option<Bytes> {
-        if self.left == 0 {
-            return None;
-        }
-        let mut r = Reader::starting_at(&self.bytes, self.at);
-        let op = r.tag().filter(|&t| t == u64::from(OPS_TAG)).and_then(|_| r.bytes());
-        self.at = r.at();
-        // Bytes that are no frame (only a `FramedOps::framed` built wrongly) end the ops.
-        self.left = if op.is_some() { self.left - 1 } else { 0 };
-        op
+        let span = next_span(&self.bytes, &mut self.at, &mut self.left)?;
+        Some(self.bytes.slice(span))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -179,6 +180,42 @@ impl Iterator for Ops {
 }
 
 impl ExactSizeIterator for Ops {}
+
+/// Where each op of a `FramedOps` lies in its bytes (`FramedOps::spans`).
+pub struct Spans<'a> {
+    bytes: &'a Bytes,
+    at: usize,
+    left: usize,
+}
+
+impl Iterator for Spans<'_> {
+    type Item = Range<usize>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Range<usize>> {
+        next_span(self.bytes, &mut self.at, &mut self.left)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for Spans<'_> {}
+
+/// The next op's place after the frame at `at`, `left` ops to go. Bytes that are no frame
+/// (only a `FramedOps::framed` built wrongly) end the ops.
+#[inline]
+fn next_span(bytes: &Bytes, at: &mut usize, left: &mut usize) -> Option<Range<usize>> {
+    if *left == 0 {
+        return None;
+    }
+    let mut r = Reader::starting_at(bytes, *at);
+    let span = r.tag().filter(|&t| t == u64::from(OPS_TAG)).and_then(|_| r.field_end()).map(|end| r.at()..end);
+    *at = span.as_ref().map_or(*at, |s| s.end);
+    *left = if span.is_some() { *left - 1 } else { 0 };
+    span
+}
 
 impl prost::Message for EncodedBatch {
     fn encode_raw(&self, buf: &mut impl BufMut) {
@@ -262,6 +299,15 @@ mod tests {
         }
         assert!(FramedOps::parse(Bytes::from_static(&[0x1a, 0])).is_none(), "another field");
         assert_eq!(FramedOps::parse(Bytes::new()).map(|ops| ops.len()), Some(0));
+    }
+
+    /// `spans` are where `iter`'s ops lie.
+    #[test]
+    fn spans_are_where_the_ops_lie() {
+        let framed = FramedOps::from_ops([&b"abc"[..], b"", &[7u8; 200]]);
+        let spans: Vec<_> = framed.spans().collect();
+        assert_eq!(spans, [2..5, 7..7, 10..210]);
+        assert!(spans.iter().map(|s| framed.as_bytes().slice(s.clone())).eq(framed.iter()));
     }
 
     /// A length written in more bytes than it needs frames the same op.

@@ -90,6 +90,15 @@ impl<'a> Reader<'a> {
         self.at = end;
     }
 
+    /// A length-delimited field's bytes, borrowed (no `Bytes` handle: no reference count).
+    #[inline(always)]
+    pub fn slice(&mut self) -> Option<&'a [u8]> {
+        let end = self.field_end()?;
+        let out = &self.buf[self.at..end];
+        self.at = end;
+        Some(out)
+    }
+
     /// A length-delimited field's bytes, as a slice of the buffer read (no copy).
     #[inline(always)]
     pub fn bytes(&mut self) -> Option<Bytes> {

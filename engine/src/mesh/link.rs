@@ -4,8 +4,9 @@
 //! (pod IPs change; nothing is cached), opens a gRPC stream with a connect timeout, and sends
 //! `Hello` with the origin run it last completed a sync from and the next sequence it needs.
 //! The origin answers with a partial resync (the live stream from that sequence) or a full
-//! sync (snapshot batches, `SyncDone`, then the live stream). Every op is decoded into an
-//! `Effect` (`repl::wire`, the stream's edge) and merged with `repl::merge::apply_keyed` (shard
+//! sync (snapshot batches, `SyncDone`, then the live stream). Every op is decoded where it lies
+//! in the received batch (`repl::wire::decode_in`, the stream's edge: a string's write
+//! borrowed from the frame, any other into an `Effect`) and merged with `repl::merge` (shard
 //! locks are taken briefly inside it, never across an await); every batch and heartbeat HLC
 //! goes through `hlc.receive`. Acks go back at most every
 //! `ACK_INTERVAL` while ops arrive, and at least every `ACK_KEEPALIVE` so the origin can tell
@@ -16,6 +17,7 @@
 //! nothing arrived for `repl-timeout` seconds, although the origin sends heartbeats every
 //! 200 ms.
 
+use std::ops::Range;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -34,11 +36,10 @@ use tracing::{debug, info, warn};
 
 use super::frontier::OriginFrontier;
 use super::{Delivery, Host, Identity, Mesh, PeerAddr, MAX_MESSAGE_BYTES};
-use crate::db::effect::Effect;
 use crate::db::{HashedKey, Store};
 use crate::hlc::Timestamp;
-use crate::repl::merge::{apply_keyed, ApplyOutcome};
-use crate::repl::wire::{decode, WireError};
+use crate::repl::merge::{apply_decoded, ApplyOutcome};
+use crate::repl::wire::{decode_in, Decoded, WireError};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// From connecting to the origin's `Welcome` (covers a peer whose process is stopped: the
@@ -482,16 +483,16 @@ impl Session {
         let (applied, superseded) = if size > INLINE_APPLY_BYTES {
             let (store, host) = (self.mesh.store.clone(), self.host.clone());
             let ops = batch.ops;
-            tokio::task::spawn_blocking(move || apply_all(&store, &*host, ops)).await.map_err(|_| LinkError::Stopped)??
+            tokio::task::spawn_blocking(move || apply_all(&store, &*host, ops.as_bytes(), ops.spans())).await.map_err(|_| LinkError::Stopped)??
         } else {
             // In order, a chunk at a time, yielding between chunks. A busy origin sends a
             // batch about every millisecond (`origin::LINGER`), and handing each to the
             // blocking pool and back (two thread wake-ups) cost a peer ~10% of its CPU
             // (docs/benchmarks.md, "CPU per replicated write").
             let (mut applied, mut superseded) = (0, 0);
-            let mut ops = batch.ops.into_iter();
+            let mut ops = batch.ops.spans();
             loop {
-                let (a, s) = apply_all(&self.mesh.store, &*self.host, ops.by_ref().take(INLINE_APPLY_OPS))?;
+                let (a, s) = apply_all(&self.mesh.store, &*self.host, batch.ops.as_bytes(), ops.by_ref().take(INLINE_APPLY_OPS))?;
                 applied += a;
                 superseded += s;
                 if ops.len() == 0 {
@@ -545,26 +546,27 @@ impl Session {
 /// How many ops a link decodes ahead of merging them, to prefetch their keys together.
 const MERGE_AHEAD: usize = 16;
 
-/// Merges encoded ops into the keyspace; returns (applied, superseded). What the merges cause
-/// beyond the keyspace goes to `delivery`: published messages as they come, then the keys
-/// changed (clients blocked on them are served, as a local write would).
-/// Each op is decoded into an `Effect` first (`repl::wire::decode`); one that is not an effect
-/// this node merges (none, or a kind it does not know) counts as superseded, as it always did.
-/// Bytes that are no op at all end the stream (as a batch that failed to decode always did;
-/// the ops merged before it are merged again after the reconnect, which changes nothing).
-fn apply_all(store: &Store, delivery: &dyn Delivery, ops: impl IntoIterator<Item = Bytes>) -> Result<(u64, u64), LinkError> {
+/// Merges encoded ops into the keyspace; returns (applied, superseded). `spans` are where the
+/// ops lie in `frame`, a received batch's ops (`FramedOps`). What the merges cause beyond the
+/// keyspace goes to `delivery`: published messages as they come, then the keys changed
+/// (clients blocked on them are served, as a local write would).
+/// Each op is decoded first (`repl::wire::decode_in`); one that is not an effect this node
+/// merges (none, or a kind it does not know) counts as superseded, as it always did. Bytes
+/// that are no op at all end the stream (as a batch that failed to decode always did; the ops
+/// merged before it are merged again after the reconnect, which changes nothing).
+fn apply_all(store: &Store, delivery: &dyn Delivery, frame: &Bytes, spans: impl IntoIterator<Item = Range<usize>>) -> Result<(u64, u64), LinkError> {
     let (mut applied, mut superseded) = (0, 0);
     let collect_changed = delivery.wants_changed_keys();
     let mut changed: Vec<(usize, crate::db::Key)> = Vec::new();
     let mut malformed = None;
-    let mut ops = ops.into_iter();
+    let mut spans = spans.into_iter();
     while malformed.is_none() {
         // Decoded a few at a time, so that their keys' cache misses overlap
         // (`Store::prefetch`), as a pipelined batch's do: a peer's merge is mostly lookups of
         // cold keys.
-        let mut chunk: SmallVec<[Option<Effect>; MERGE_AHEAD]> = SmallVec::new();
-        for op in ops.by_ref().take(MERGE_AHEAD) {
-            match decode(op) {
+        let mut chunk: SmallVec<[Option<Decoded<'_>>; MERGE_AHEAD]> = SmallVec::new();
+        for span in spans.by_ref().take(MERGE_AHEAD) {
+            match decode_in(frame, span) {
                 Ok(op) => chunk.push(Some(op)),
                 Err(WireError::Malformed(e)) => {
                     malformed = Some(e);
@@ -579,18 +581,21 @@ fn apply_all(store: &Store, delivery: &dyn Delivery, ops: impl IntoIterator<Item
         // An op that is no effect this node merges counts as superseded; the others' keys are
         // hashed once, for the prefetch and the merge (`apply_keyed`).
         superseded += chunk.iter().filter(|op| op.is_none()).count() as u64;
-        let merging: SmallVec<[(&Effect, HashedKey<'_>); MERGE_AHEAD]> = chunk.iter().flatten().map(|op| (op, HashedKey::new(&op.key))).collect();
-        if let Some(db) = merging.first().map(|(op, _)| op.db) {
-            store.prefetch_hashed(db, merging.iter().filter(|(op, _)| op.db == db).map(|&(_, key)| key));
+        let merging: SmallVec<[(&Decoded<'_>, HashedKey<'_>); MERGE_AHEAD]> = chunk.iter().flatten().map(|op| (op, HashedKey::new(op.key()))).collect();
+        if let Some(db) = merging.first().map(|(op, _)| op.db()) {
+            store.prefetch_hashed(db, merging.iter().filter(|(op, _)| op.db() == db).map(|&(_, key)| key));
         }
         for &(op, key) in &merging {
-            match apply_keyed(store, op, &key) {
+            match apply_decoded(store, op, &key) {
                 ApplyOutcome::Applied => {
                     applied += 1;
                     // Keyspace notifications for the merged write (`crate::notify`).
-                    store.notify.merged_write(op);
+                    match op {
+                        Decoded::StringSet(set) => store.notify.merged_string_set(set.db, set.key),
+                        Decoded::Effect(e) => store.notify.merged_write(e),
+                    }
                     if collect_changed {
-                        changed.push((op.db, op.key[..].into()));
+                        changed.push((op.db(), op.key().into()));
                     }
                 }
                 ApplyOutcome::Superseded => superseded += 1,

@@ -59,10 +59,15 @@ mod effects {
     }
 }
 
-/// Merges an op as a peer's link does: decoded first; one that is no effect is superseded.
+/// Merges an op as a peer's link does: read where it lies in a received batch
+/// (`wire::decode_in`: a string's write borrowed, any other an `Effect`), then merged
+/// (`merge::apply_decoded`); one that is no effect is superseded.
 fn apply_op(store: &Store, op: &pb::Op) -> ApplyOutcome {
-    match Effect::try_from(op.clone()) {
-        Ok(effect) => super::merge::apply_op(store, &effect),
+    use prost::Message;
+    let batch = pb::FramedOps::from_ops([&op.encode_to_vec()[..]]);
+    let span = batch.spans().next().expect("one op");
+    match super::wire::decode_in(batch.as_bytes(), span) {
+        Ok(op) => super::merge::apply_decoded(store, &op, op.key()),
         Err(_) => ApplyOutcome::Superseded,
     }
 }

@@ -75,6 +75,7 @@ use crate::db::entry::{Kind, ListValue, Register};
 use crate::db::lattice::ElementMap;
 use crate::db::{Entry, Expiry, KeyLike, Shard, Store, Value};
 use crate::hlc::Version;
+use crate::repl::wire::{Decoded, StringSetRef};
 
 /// What merging one effect did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,17 +113,57 @@ pub fn apply_keyed<K: KeyLike + ?Sized>(store: &Store, op: &Effect, key: &K) -> 
         EffectKind::FlushDb { version } => return flush::flush_db(store, db, *version),
         _ => {}
     }
-    // The flush point is read under the shard's lock. A flush (a peer's, `flush::flush_db`, or
-    // a local FLUSHDB) raises it before it locks any shard, so a flush that has already
-    // cleared this shard is seen here. Read before the lock, a write older than that flush
-    // could land after it and outlive it on this node alone.
-    let mut shard = store.lock_shard(db, key.shard());
+    let (mut shard, flushed) = lock_for_merge(store, db, key);
+    outcome(merge_locked(store, db, &mut shard, op, key, flushed))
+}
+
+/// Merges an op read where it lies in a received batch (`wire::decode_in`), as a link does;
+/// `key` is the op's key, hashed or not (`apply_keyed`).
+pub fn apply_decoded<K: KeyLike + ?Sized>(store: &Store, op: &Decoded<'_>, key: &K) -> ApplyOutcome {
+    match op {
+        Decoded::StringSet(set) => apply_string_set(store, set, key),
+        Decoded::Effect(e) => apply_keyed(store, e, key),
+    }
+}
+
+/// `apply_keyed` of a string's write borrowed from a received batch (`wire::StringSetRef`, a
+/// link's common case): the same merge, its value copied from the frame straight into the
+/// keyspace.
+fn apply_string_set<K: KeyLike + ?Sized>(store: &Store, set: &StringSetRef<'_>, key: &K) -> ApplyOutcome {
+    debug_assert_eq!(key.key_bytes(), set.key, "the key given is the op's");
+    if set.db >= store.databases() {
+        return ApplyOutcome::Superseded;
+    }
+    let (mut shard, flushed) = lock_for_merge(store, set.db, key);
+    let changed = whole::whole_write(store, set.db, &mut shard, key.table_key(), Value::string(set.value), set.version, flushed);
+    outcome(note_change(store, &mut shard, set.key, changed))
+}
+
+/// Locks `key`'s shard and reads the database's flush point under that lock. A flush (a
+/// peer's, `flush::flush_db`, or a local FLUSHDB) raises the point before it locks any shard,
+/// so a flush that has already cleared this shard is seen here. Read before the lock, a write
+/// older than that flush could land after it and outlive it on this node alone.
+fn lock_for_merge<'s, K: KeyLike + ?Sized>(store: &'s Store, db: usize, key: &K) -> (parking_lot::MutexGuard<'s, Shard>, Version) {
+    let shard = store.lock_shard(db, key.shard());
     let flushed = *store.db(db).flushed.lock();
-    if merge_locked(store, db, &mut shard, op, key, flushed) {
+    (shard, flushed)
+}
+
+fn outcome(changed: bool) -> ApplyOutcome {
+    if changed {
         ApplyOutcome::Applied
     } else {
         ApplyOutcome::Superseded
     }
+}
+
+/// A merge that changed the key touches its watchers and counts a change (`dirty`).
+fn note_change(store: &Store, shard: &mut Shard, key: &[u8], changed: bool) -> bool {
+    if changed {
+        shard.touch(key);
+        store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+    }
+    changed
 }
 
 /// Merges one key's effect into its shard, which the caller holds locked; `flushed` is the
@@ -150,11 +191,7 @@ pub fn merge_locked<K: KeyLike + ?Sized>(store: &Store, db: usize, shard: &mut S
         EffectKind::Hll { version, registers } => whole::merge_hll(store, db, shard, key, *version, registers, flushed),
         EffectKind::Publish { .. } | EffectKind::FlushDb { .. } | EffectKind::Library { .. } | EffectKind::FunctionFlush { .. } => false,
     };
-    if changed {
-        shard.touch(key);
-        store.stats.dirty.fetch_add(1, Ordering::Relaxed);
-    }
-    changed
+    note_change(store, shard, key, changed)
 }
 
 /// The key tombstone of the key's ghost (`Version::ZERO` without one).
