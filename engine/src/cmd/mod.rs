@@ -333,6 +333,7 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
     drop(exec);
     if !effects.is_empty() {
         client.woff = server.repl_log.append(&effects);
+        effects.recycle();
     }
     if !events.is_empty() {
         server.store.notify.publish(events);

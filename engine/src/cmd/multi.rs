@@ -132,6 +132,7 @@ fn exec_queue(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     drop(inner);
     if !effects.is_empty() {
         exec.client.woff = server.repl_log.append(&effects);
+        effects.recycle();
     }
     if !events.is_empty() {
         server.store.notify.publish(events);

@@ -41,9 +41,9 @@ pub enum WireError {
 /// Ops encoded and framed as elements of a batch's `ops` field (`keymesh_proto::batch`),
 /// back to back: a command's writes on their way to the backlog (`Ctx::effects`,
 /// `ReplLog::append`, which copies them in one piece), or a snapshot batch's ops. Each op is
-/// encoded once, here. Its buffer is this thread's spare one when there is one (`SPARE`): a
-/// write command would otherwise allocate and free one (~250 instructions of an origin's
-/// ~5,900 per SET, callgrind).
+/// encoded once, here. Its buffer is this thread's spare one when there is one (`SPARE`,
+/// `recycle`): a write command would otherwise allocate and free one (~80 instructions of an
+/// origin's ~5,750 per SET, callgrind).
 #[derive(Debug, Default)]
 pub struct OpBuffer {
     bytes: Vec<u8>,
@@ -114,8 +114,21 @@ impl OpBuffer {
     }
 
     /// The ops, as a batch carries them.
-    pub fn into_framed(mut self) -> FramedOps {
-        FramedOps::framed(std::mem::take(&mut self.bytes).into(), self.ends.len())
+    pub fn into_framed(self) -> FramedOps {
+        FramedOps::framed(self.bytes.into(), self.ends.len())
+    }
+
+    /// Leaves this buffer's bytes, emptied, as its thread's spare (for the next command's
+    /// writes: `cmd::run_command` calls it once the backlog has copied them). A buffer not
+    /// recycled is freed: an allocation, not a mistake. No `Drop` does it: every command's
+    /// context holds an `OpBuffer`, most never written, and a `Drop` cost each of them ~40
+    /// instructions.
+    pub fn recycle(mut self) {
+        if self.bytes.capacity() <= SPARE_MAX {
+            self.bytes.clear();
+            // Whatever spare buffer there was is freed.
+            drop(SPARE.replace(self.bytes));
+        }
     }
 }
 
@@ -123,20 +136,9 @@ impl OpBuffer {
 const SPARE_MAX: usize = 64 << 10;
 
 thread_local! {
-    /// This thread's spare `OpBuffer` bytes: a dropped buffer leaves them here, emptied, and
+    /// This thread's spare `OpBuffer` bytes: a recycled buffer leaves them here, emptied, and
     /// the next buffer this thread fills takes them.
     static SPARE: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-impl Drop for OpBuffer {
-    fn drop(&mut self) {
-        if self.bytes.capacity() != 0 && self.bytes.capacity() <= SPARE_MAX {
-            let mut bytes = std::mem::take(&mut self.bytes);
-            bytes.clear();
-            // Whatever spare buffer there was (a nested buffer's) is freed.
-            drop(SPARE.replace(bytes));
-        }
-    }
 }
 
 /// `e`'s protobuf encoding (one `Op`, unframed).
