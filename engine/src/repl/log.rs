@@ -158,8 +158,10 @@ impl ReplLog {
         if start >= inner.open_at {
             inner.freeze();
         }
-        // The chunk `start` is in (a caught-up stream reads the newest).
-        let (at, chunk) = inner.chunks.iter().rev().find(|(at, _)| *at <= start).expect("a held op is in a chunk");
+        // The chunk `start` is in: the last that starts at or before it (each read freezes a
+        // chunk, so a backlog of a few seconds holds thousands of them).
+        let index = inner.chunks.partition_point(|(at, _)| *at <= start).checked_sub(1).expect("a held op is in a chunk");
+        let (at, chunk) = &inner.chunks[index];
         let chunk_end = at + chunk.len() as u64;
         let last = (first + max).min(inner.ends.len());
         let count = inner.ends.range(first..last).take_while(|&&end| end <= chunk_end).count();
