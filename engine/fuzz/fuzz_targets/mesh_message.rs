@@ -12,12 +12,10 @@
 
 use std::sync::{Arc, OnceLock};
 
-use keymesh_engine::db::effect::{Effect, EffectKind};
 use keymesh_engine::db::Store;
 use keymesh_engine::hlc::{Hlc, SystemClock};
 use keymesh_engine::repl::merge::{apply_decoded, ApplyOutcome};
 use keymesh_engine::repl::wire::{self, Decoded, WireError};
-use prost::bytes::Bytes;
 use keymesh_proto as pb;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
@@ -50,10 +48,7 @@ fuzz_target!(|data: &[u8]| {
     for span in batch.ops.spans() {
         let alone = wire::decode(batch.ops.as_bytes().slice(span.clone()));
         let in_place = wire::decode_in(batch.ops.as_bytes(), span);
-        let as_effect = in_place.as_ref().map(|op| match op {
-            Decoded::StringSet(set) => Effect::new(set.db, set.key, EffectKind::StringSet { value: Bytes::copy_from_slice(set.value), version: set.version }),
-            Decoded::Effect(e) => e.clone(),
-        });
+        let as_effect = in_place.as_ref().map(Decoded::to_effect);
         assert_eq!(format!("{as_effect:?}"), format!("{alone:?}"), "decode_in and decode disagree");
         match in_place {
             Ok(op) => ops.push(op),

@@ -51,14 +51,9 @@ impl FramedOps {
 
     /// `bytes` read as framed ops; `None` unless they are exactly that (every element whole).
     pub fn parse(bytes: Bytes) -> Option<FramedOps> {
-        let mut r = Reader::new(&bytes);
-        let mut count = 0;
-        while r.at() < bytes.len() {
-            if r.tag()? != u64::from(OPS_TAG) {
-                return None;
-            }
-            let end = r.field_end()?;
-            r.skip_to(end);
+        let (mut at, mut count) = (0, 0);
+        while at < bytes.len() {
+            next_span(&bytes, &mut at, &mut 1)?;
             count += 1;
         }
         Some(FramedOps { bytes, count })
@@ -149,15 +144,6 @@ impl IntoIterator for FramedOps {
     }
 }
 
-impl IntoIterator for &FramedOps {
-    type Item = Bytes;
-    type IntoIter = Ops;
-
-    fn into_iter(self) -> Ops {
-        self.iter()
-    }
-}
-
 /// The ops of a `FramedOps`, each a slice of its bytes.
 pub struct Ops {
     bytes: Bytes,
@@ -206,7 +192,7 @@ impl ExactSizeIterator for Spans<'_> {}
 /// The next op's place after the frame at `at`, `left` ops to go. Bytes that are no frame
 /// (only a `FramedOps::framed` built wrongly) end the ops.
 #[inline]
-fn next_span(bytes: &Bytes, at: &mut usize, left: &mut usize) -> Option<Range<usize>> {
+fn next_span(bytes: &[u8], at: &mut usize, left: &mut usize) -> Option<Range<usize>> {
     if *left == 0 {
         return None;
     }

@@ -4,25 +4,22 @@
 //! anything else, which the caller then hands to prost; every read is checked against the
 //! buffer, so no input makes a read go past it.
 
-use prost::bytes::Bytes;
-
-/// The cursor over `whole`: `at` is where the next read starts; `buf` is `whole`'s bytes (its
-/// deref, taken once), so that a slice it returns (`bytes`) is always of the buffer it read.
+/// The cursor over `buf`: `at` is where the next read starts. A slice it returns (`slice`)
+/// borrows `buf`, so it cannot be of another buffer.
 pub struct Reader<'a> {
-    whole: &'a Bytes,
     buf: &'a [u8],
     at: usize,
 }
 
 impl<'a> Reader<'a> {
-    pub fn new(whole: &'a Bytes) -> Reader<'a> {
-        Reader::starting_at(whole, 0)
+    pub fn new(buf: &'a [u8]) -> Reader<'a> {
+        Reader::starting_at(buf, 0)
     }
 
     /// A cursor whose next read starts at `at` (a position an earlier cursor reached).
     #[inline(always)]
-    pub fn starting_at(whole: &'a Bytes, at: usize) -> Reader<'a> {
-        Reader { whole, buf: whole, at }
+    pub fn starting_at(buf: &'a [u8], at: usize) -> Reader<'a> {
+        Reader { buf, at }
     }
 
     /// Where the next read starts.
@@ -90,20 +87,12 @@ impl<'a> Reader<'a> {
         self.at = end;
     }
 
-    /// A length-delimited field's bytes, borrowed (no `Bytes` handle: no reference count).
+    /// A length-delimited field's bytes, borrowed (no copy, and no `Bytes` handle with its
+    /// reference count: a caller that keeps them slices its `Bytes` with `Bytes::slice_ref`).
     #[inline(always)]
     pub fn slice(&mut self) -> Option<&'a [u8]> {
         let end = self.field_end()?;
         let out = &self.buf[self.at..end];
-        self.at = end;
-        Some(out)
-    }
-
-    /// A length-delimited field's bytes, as a slice of the buffer read (no copy).
-    #[inline(always)]
-    pub fn bytes(&mut self) -> Option<Bytes> {
-        let end = self.field_end()?;
-        let out = self.whole.slice(self.at..end);
         self.at = end;
         Some(out)
     }
@@ -151,8 +140,7 @@ mod tests {
     #[test]
     fn varints_read_as_prost_reads_them() {
         let read = |bytes: &[u8]| {
-            let bytes = Bytes::copy_from_slice(bytes);
-            let mut r = Reader::new(&bytes);
+            let mut r = Reader::new(bytes);
             r.varint().map(|v| (v, r.at()))
         };
         let prost_read = |bytes: &[u8]| {

@@ -272,8 +272,8 @@ impl<'a> Ctx<'a> {
         let (store, now) = (self.store, self.now_ms);
         let replicating = store.replicating();
         // A string's op (most writes) is encoded in the lookup that writes it; a collection's
-        // after its members are restamped, below.
-        let mut encoded = false;
+        // after its members are restamped, and an expired key's once it is rewritten, below.
+        let encode_early = replicating && !is_collection;
         let (dbref, shard, effects) = (store.db(db), self.locks.get(db, hashed.shard()), &mut self.effects);
         // The common case, overwriting a live key, updates it in place with one lookup.
         let found = match shard.raw_mut(&hashed) {
@@ -281,9 +281,8 @@ impl<'a> Ctx<'a> {
                 let version = store.stamp_at(now, Some(entry.last_write()));
                 entry.value = value;
                 entry.set_version(version);
-                if replicating && !is_collection {
+                if encode_early {
                     effects.push_value(db, key, &entry.value, version, &[]);
-                    encoded = true;
                 }
                 Found::Live { version, drop_ttl: entry.expiry().is_some() && !keep_ttl }
             }
@@ -298,9 +297,8 @@ impl<'a> Ctx<'a> {
                 let ghost = shard.tombstones.get(key).map_or(Version::ZERO, super::Ghost::newest);
                 let orphan = shard.orphan_expiry.get(key).map_or(Version::ZERO, |e| e.version);
                 let version = store.stamp_at(now, Some(ghost.max(orphan).max(*dbref.flushed.lock())));
-                if replicating && !is_collection {
+                if encode_early {
                     effects.push_value(db, key, &value, version, &[]);
-                    encoded = true;
                 }
                 shard.insert(dbref, &hashed, Entry::new(value, version));
                 shard.orphan_expiry.remove(key);
@@ -345,7 +343,7 @@ impl<'a> Ctx<'a> {
         }
         self.note_write(db, hashed);
         if replicating {
-            if !encoded {
+            if !encode_early || matches!(found, Found::Expired(_)) {
                 // Encoded from the stored value, straight into this command's ops.
                 let (shard, effects) = (self.locks.get(db, hashed.shard()), &mut self.effects);
                 if let Some(entry) = shard.raw(&hashed) {

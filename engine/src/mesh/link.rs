@@ -56,12 +56,12 @@ const ACK_KEEPALIVE: Duration = Duration::from_secs(1);
 const MAX_FRAME_BYTES: u32 = 256 << 10;
 /// Batches larger than this (encoded) are merged on a blocking thread, off the async workers
 /// (a few large values); smaller ones on the link's task, `INLINE_APPLY_OPS` ops at a time
-/// with a yield between: a live batch (at most 512 ops, `origin::BATCH_OPS`) in one go, ~0.5
-/// ms of merging at most. Yielding every 64 ops made the runtime wake the other worker for
+/// with a yield between: a live batch (at most `origin::BATCH_OPS`) in one go, ~0.5 ms of
+/// merging at most. Yielding every 64 ops made the runtime wake the other worker for
 /// each yield, which then often took the link's task over: 3x the context switches and
 /// syscalls per merged write (docs/benchmarks.md, "Seventh pass").
 const INLINE_APPLY_BYTES: u64 = 256 << 10;
-const INLINE_APPLY_OPS: usize = 512;
+const INLINE_APPLY_OPS: usize = super::origin::BATCH_OPS;
 
 /// Where a link is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -40,7 +40,7 @@ use crate::repl::log::Resume;
 use crate::repl::wire::OpBuffer;
 
 /// Live batches carry at most this many ops.
-const BATCH_OPS: usize = 512;
+pub const BATCH_OPS: usize = 512;
 /// Snapshot batches are cut to at most this many ops.
 const SNAPSHOT_BATCH_OPS: usize = 512;
 /// After sending a batch, a stream waits this long before it reads the next one (unless a full

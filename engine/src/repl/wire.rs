@@ -277,6 +277,15 @@ impl Decoded<'_> {
             Decoded::Effect(e) => &e.key,
         }
     }
+
+    /// The op as an `Effect` of its own (a string's key and value copied): what `decode` gives,
+    /// for the checks that compare the two.
+    pub fn to_effect(&self) -> Effect {
+        match self {
+            Decoded::StringSet(set) => Effect::new(set.db, set.key, EffectKind::StringSet { value: Bytes::copy_from_slice(set.value), version: set.version }),
+            Decoded::Effect(e) => e.clone(),
+        }
+    }
 }
 
 /// Decodes the op at `span` of `frame` (a received batch's ops, `FramedOps::spans`): a
@@ -656,10 +665,7 @@ mod tests {
             let framed = FramedOps::from_ops(ops.iter().map(Vec::as_slice));
             for span in framed.spans() {
                 let alone = decode(framed.as_bytes().slice(span.clone()));
-                let in_place = decode_in(framed.as_bytes(), span).map(|op| match op {
-                    Decoded::StringSet(set) => Effect::new(set.db, set.key, EffectKind::StringSet { value: Bytes::copy_from_slice(set.value), version: set.version }),
-                    Decoded::Effect(e) => e,
-                });
+                let in_place = decode_in(framed.as_bytes(), span).map(|op| op.to_effect());
                 prop_assert_eq!(format!("{in_place:?}"), format!("{alone:?}"));
             }
         }
