@@ -8,7 +8,11 @@
 #      machine has, as throughput does;
 #   2. replication lag p50/p99 on that mesh, idle and under that load: a probe PUBLISHes its
 #      send time on node 0 every 5 ms; subscribers on nodes 1 and 2 receive it through the mesh
-#      stream, in order with the writes (PUBLISH replicates as an effect like any write);
+#      stream, in order with the writes (PUBLISH replicates as an effect like any write).
+#      Under load, two more runs take it apart: the probe alone (publisher and subscribers on
+#      node 1: what a message takes without the mesh hop, the probe's own clients waiting for
+#      a core included), and the load generator at `nice -n 19` (the nodes take the cores
+#      first, as they would with a core each; the load and throughput barely change);
 #   3. a 1M-key full sync: node A holds BENCH_KEYS keys of 100 bytes, node B starts with
 #      `replicaof A`; prints the time until B is ready with every key, and the bytes received;
 #   4. catch-up after a 30 s partition at a steady write rate (network namespaces, root only):
@@ -57,10 +61,11 @@ for i in 0 1 2; do
   start "mesh$i" "${ports[$i]}" "${metrics[$i]}" --active-replica yes --multi-master yes "${peers[@]}"
 done
 sleep 1
-# lag_probe SECONDS|-: prints "p50 p99 samples" (ms) of publish-to-receive times, for SECONDS
-# or, with -, until the file $work/load-done appears.
+# lag_probe SECONDS|- [PUBLISH_PORT SUBSCRIBE_PORT SUBSCRIBE_PORT]: prints "p50 p99 samples"
+# (ms) of publish-to-receive times, for SECONDS or, with -, until the file $work/load-done
+# appears; by default published on node 0, received on nodes 1 and 2.
 lag_probe() {
-  python3 - "${ports[0]}" "${ports[1]}" "${ports[2]}" "$1" "$work/load-done" <<'PY'
+  python3 - "${2:-${ports[0]}}" "${3:-${ports[1]}}" "${4:-${ports[2]}}" "$1" "$work/load-done" <<'PY'
 import os, sys, threading, time, redis
 p0, p1, p2, limit, done_file = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
 samples, stop = [], threading.Event()
@@ -106,13 +111,24 @@ converged
 mesh_cpu=$(( $(cpu_ticks "${pids[@]}") - mesh_t0 ))
 # Each node's share (node 0 takes the load, nodes 1 and 2 merge its writes).
 node_cpu=""; for i in 0 1 2; do node_cpu+="$(( $(cpu_ticks "${pids[$i]}") - node_t0[i] )) "; done
-lag_probe - >"$work/lag" &
-probe=$!
-set_rps "${ports[0]}" >/dev/null
-touch "$work/load-done"
-wait "$probe"
-load_lag="$(cat "$work/lag")"
-converged
+# loaded_lag PROBE_ARGS -- LOAD_PREFIX...: the lag probe (lag_probe's port arguments) while
+# the load runs against node 0 (its command prefixed, e.g. with nice).
+loaded_lag() {
+  local probe_args=() probe
+  while [[ "$1" != -- ]]; do probe_args+=("$1"); shift; done
+  shift
+  rm -f "$work/load-done"
+  lag_probe - "${probe_args[@]}" >"$work/lag" &
+  probe=$!
+  "$@" redis-benchmark -p "${ports[0]}" -t set -n "$n" -r 1000000 -d 100 -c 50 -P 16 --threads 2 -q >/dev/null
+  touch "$work/load-done"
+  wait "$probe"
+  converged
+  cat "$work/lag"
+}
+load_lag="$(loaded_lag --)"
+probe_lag="$(loaded_lag "${ports[1]}" "${ports[1]}" "${ports[1]}" --)"
+niced_lag="$(loaded_lag -- nice -n 19)"
 echo "bench-mesh: after the load, dbsize per node: $a $b $c" >&2
 stop_all
 
@@ -134,13 +150,16 @@ bytes="$(metric "$mb" 'keymesh_mesh_received_bytes_total{kind="full"')"
 
 stop_all
 
-awk -v s="$solo" -v m="$mesh" -v sc="$solo_cpu" -v mc="$mesh_cpu" -v n="$n" -v hz="$(getconf CLK_TCK)" -v t0="$t0" -v t1="$t1" -v b="$bytes" -v k="$keys" -v il="$idle_lag" -v ll="$load_lag" -v nc="$node_cpu" 'BEGIN {
+awk -v s="$solo" -v m="$mesh" -v sc="$solo_cpu" -v mc="$mesh_cpu" -v n="$n" -v hz="$(getconf CLK_TCK)" -v t0="$t0" -v t1="$t1" -v b="$bytes" -v k="$keys" -v il="$idle_lag" -v ll="$load_lag" -v pl="$probe_lag" -v nl="$niced_lag" -v nc="$node_cpu" 'BEGIN {
   printf "\nSET -P 16 ops/s: standalone %.0f, 3-node mesh %.0f, ratio %.2f (target >= 0.80 where cores allow)\n", s, m, m / s
   printf "CPU per million writes: standalone %.2f s, 3-node mesh (all nodes, until converged) %.2f s, ratio %.2f (target <= 2.0)\n", sc / hz / n * 1e6, mc / hz / n * 1e6, mc / sc
   split(nc, c, " ")
   printf "  of which node 0 (takes the writes) %.2f s, nodes 1 and 2 (merge them) %.2f s and %.2f s\n", c[1] / hz / n * 1e6, c[2] / hz / n * 1e6, c[3] / hz / n * 1e6
   split(il, i, " "); split(ll, l, " ")
-  printf "replication lag (publish on node 0 -> receive on nodes 1, 2): idle p50 %.2f ms p99 %.2f ms (%d samples); under that load p50 %.2f ms p99 %.2f ms (%d samples)\n", i[1], i[2], i[3], l[1], l[2], l[3]
+  printf "replication lag (publish on node 0 -> receive on nodes 1, 2): idle p50 %.2f ms p99 %.2f ms (%d samples); under that load p50 %.2f ms p99 %.2f ms (%d samples) (target p99 <= 5 ms)\n", i[1], i[2], i[3], l[1], l[2], l[3]
+  split(pl, q, " "); split(nl, w, " ")
+  printf "  under that load, the probe alone (publish and receive on node 1, no mesh hop): p50 %.2f ms p99 %.2f ms (%d samples)\n", q[1], q[2], q[3]
+  printf "  under that load with the load generator at nice 19 (the nodes take the cores first): p50 %.2f ms p99 %.2f ms (%d samples)\n", w[1], w[2], w[3]
   printf "full sync of %d keys x 100 B: %.2f s (target < 10 s), %.1f MiB received\n", k, t1 - t0, b / 1048576
 }'
 
