@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Replication benchmark (not a test), on loopback:
 #   1. write throughput of a 3-node mesh vs a standalone node, same redis-benchmark SET load
-#      against one node (-n BENCH_N, -r 1000000, -d 100, -c 50, -P 16, --threads 2), and the
+#      against one node (-n BENCH_N, -r 1000000, -d 100, -c 50, -P 16, --threads 1), and the
 #      CPU per replicated write: CPU seconds (user + system, /proc/PID/stat) of all three nodes
 #      per million writes, until every node holds every key, over a standalone node's for the
 #      same load (measured without the lag probe). It does not depend on how many cores the
@@ -42,7 +42,9 @@ start() {
 stop_all() { cleanup; pids=(); }
 # cpu_ticks PID...: user + system clock ticks the processes have used so far.
 cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat"))); done; echo "$t"; }
-set_rps() { redis-benchmark -p "$1" -t set -n "$n" -r 1000000 -d 100 -c 50 -P 16 --threads 2 -q --csv | awk -F'"' '$2 == "SET" { print $4 }'; }
+# One client thread: with --threads 2, redis-benchmark 7.0's runs end on a 0.25 s step (1.0 or
+# 1.25 s for 1.0 to 1.3M requests), which made every standalone run 998k and every mesh run 570k.
+set_rps() { redis-benchmark -p "$1" -t set -n "$n" -r 1000000 -d 100 -c 50 -P 16 --threads 1 -q --csv | awk -F'"' '$2 == "SET" { print $4 }'; }
 metric() { curl -s "localhost:$1/metrics" | awk -v p="$2" 'index($0, p) == 1 { v = $NF } END { print v + 0 }'; }
 
 echo "bench-mesh: standalone SET throughput ..." >&2
@@ -120,7 +122,7 @@ loaded_lag() {
   rm -f "$work/load-done"
   lag_probe - "${probe_args[@]}" >"$work/lag" &
   probe=$!
-  "$@" redis-benchmark -p "${ports[0]}" -t set -n "$n" -r 1000000 -d 100 -c 50 -P 16 --threads 2 -q >/dev/null
+  "$@" redis-benchmark -p "${ports[0]}" -t set -n "$n" -r 1000000 -d 100 -c 50 -P 16 --threads 1 -q >/dev/null
   touch "$work/load-done"
   wait "$probe"
   converged
