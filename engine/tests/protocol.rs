@@ -157,6 +157,59 @@ fn client_that_never_reads_costs_bounded_memory() {
 }
 
 #[test]
+fn stored_elements_do_not_pin_the_read_buffer() {
+    // Arguments arrive as slices of the connection's read buffer. Every command that stores
+    // one (list elements, sorted-set, geo, hash and set members) must keep its own copy: a
+    // stored slice would hold the whole read that carried it, here ~8 KB of an unrelated
+    // request per element, ~80 MB in all.
+    let server = Server::start(&[]);
+    let mut conn = server.connect();
+    let before = server.rss();
+    let filler = "x".repeat(8000);
+    const PER_ROUND: usize = 10;
+    for round in 0..100 {
+        let mut batch = Vec::new();
+        for j in 0..100 {
+            let i = (round * 100 + j).to_string();
+            let (e, x, s, m, n, p, f, v) = (
+                format!("e:{i}"),
+                format!("x:{i}"),
+                format!("s:{i}"),
+                format!("m:{i}"),
+                format!("n:{i}"),
+                format!("p:{i}"),
+                format!("f:{i}"),
+                format!("v:{i}"),
+            );
+            let requests: [&[&str]; PER_ROUND] = [
+                &["EXISTS", &filler],
+                &["LPUSH", "list", &e],
+                &["RPUSH", "list", &e],
+                &["LINSERT", "list", "BEFORE", &e, &x],
+                &["LSET", "list", "0", &s],
+                &["ZADD", "zset", "1", &m],
+                &["ZINCRBY", "zset", "1", &n],
+                &["GEOADD", "geo", "13.361389", "38.115556", &p],
+                &["HSET", "hash", &f, &v],
+                &["SADD", "set", &m],
+            ];
+            for request in requests {
+                batch.extend(support::encode(request));
+            }
+        }
+        conn.send_raw(&batch).unwrap();
+        for _ in 0..100 * PER_ROUND {
+            let reply = conn.read().expect("a reply");
+            assert!(!reply.is_error(), "{reply:?}");
+        }
+    }
+    assert_eq!(conn.cmd(&["LLEN", "list"]), Reply::Int(30_000));
+    assert_eq!(conn.cmd(&["ZCARD", "zset"]), Reply::Int(20_000));
+    let growth = server.rss().saturating_sub(before);
+    assert!(growth < 40 * 1024 * 1024, "RSS grew by {growth} bytes for 70,000 small stored elements");
+}
+
+#[test]
 fn pipelined_requests_split_at_every_byte_are_answered_in_order() {
     // The same pipeline delivered one byte at a time yields the same replies, in order.
     let server = Server::start(&[]);

@@ -8,6 +8,15 @@ use crate::db::zset::{LexBound, ScoreBound};
 use crate::error::CmdError;
 use crate::parse::parse_i64;
 
+/// A private copy of an argument, for anything a command stores (a list element, a hash field,
+/// a set or sorted-set member). Arguments are slices of the connection's read buffer: stored
+/// as they are, one 1-byte list element pinned the whole 16 KiB or more of the read that
+/// carried it, for as long as it lived (10,000 LPUSHes pipelined between 8 KB requests held
+/// 120 MB).
+pub fn own(arg: &[u8]) -> Bytes {
+    Bytes::copy_from_slice(arg)
+}
+
 pub fn int(arg: &[u8]) -> Result<i64, CmdError> {
     parse_i64(arg).ok_or(CmdError::NotInteger)
 }

@@ -7,7 +7,7 @@
 use bytes::Bytes;
 use rand::seq::IteratorRandom;
 
-use super::args::{cursor, eq_ignore_case, float, int, parse_float, scan_options};
+use super::args::{cursor, eq_ignore_case, float, int, own, parse_float, scan_options};
 use super::flags::*;
 use super::set::{random_count, sample};
 use super::{wrong_arity, CommandSpec, Exec, Keys};
@@ -68,12 +68,6 @@ fn read<'e>(exec: &'e mut Exec<'_, '_>, key: &[u8]) -> Result<Option<&'e FieldMa
         Some(Value::Hash(h)) => Ok(Some(h)),
         Some(_) => Err(CmdError::WrongType),
     }
-}
-
-/// A private copy of an argument: argv may be a slice of the connection's read buffer, and
-/// storing it would pin that whole buffer for as long as the field lives.
-fn own(arg: &[u8]) -> Bytes {
-    Bytes::copy_from_slice(arg)
 }
 
 /// Writes `HSET`/`HMSET`'s field/value pairs, returning how many fields are new.

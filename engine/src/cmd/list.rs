@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use super::args::{eq_ignore_case, int, int_at_least, mpop_args, numkeys_at_1, positive, resolve_range};
+use super::args::{eq_ignore_case, int, int_at_least, mpop_args, numkeys_at_1, own, positive, resolve_range};
 use super::flags::*;
 use super::{wrong_arity, CommandSpec, Exec, Keys};
 use crate::db::entry::ListValue;
@@ -115,9 +115,9 @@ fn push(exec: &mut Exec, argv: &[Bytes], left: bool, only_existing: bool) -> Rep
     let len = exec.ctx.edit_or_create(key, |list: &mut ListValue, _| {
         for element in &argv[2..] {
             if left {
-                list.push_front(element.clone());
+                list.push_front(own(element));
             } else {
-                list.push_back(element.clone());
+                list.push_back(own(element));
             }
         }
         list.len()
@@ -287,7 +287,7 @@ fn lset(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let index = int(&argv[2])?;
     let len = exec.ctx.list(key)?.map_or(0, |l| l.len());
     let i = index_in(index, len).ok_or(CmdError::IndexOutOfRange)?;
-    exec.ctx.edit(key, |list: &mut ListValue, _| list[i] = argv[3].clone())?.ok_or(CmdError::NoSuchKey)?;
+    exec.ctx.edit(key, |list: &mut ListValue, _| list[i] = own(&argv[3]))?.ok_or(CmdError::NoSuchKey)?;
     exec.ctx.notify(class::LIST, "lset", key);
     Ok(OK)
 }
@@ -366,7 +366,7 @@ fn linsert(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         return Ok(Frame::Integer(-1));
     };
     let len = exec.ctx.edit(key, |list: &mut ListValue, _| {
-        list.insert(if after { pivot + 1 } else { pivot }, argv[4].clone());
+        list.insert(if after { pivot + 1 } else { pivot }, own(&argv[4]));
         list.len()
     })?;
     exec.ctx.notify(class::LIST, "linsert", key);

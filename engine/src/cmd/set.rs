@@ -7,7 +7,7 @@
 use bytes::Bytes;
 use rand::seq::{IndexedRandom, IteratorRandom};
 
-use super::args::{count, cursor, eq_ignore_case, int, scan_options};
+use super::args::{count, cursor, eq_ignore_case, int, own, scan_options};
 use super::flags::*;
 use super::{CommandSpec, Exec, Keys};
 use crate::db::entry::{Collection, FieldMap};
@@ -66,12 +66,6 @@ fn read<'e>(exec: &'e mut Exec<'_, '_>, key: &[u8]) -> Result<Option<&'e FieldMa
         Some(Value::Set(s)) => Ok(Some(s)),
         Some(_) => Err(CmdError::WrongType),
     }
-}
-
-/// A private copy of an argument: argv may be a slice of the connection's read buffer, and
-/// storing it would pin that whole buffer for as long as the member lives.
-fn own(arg: &[u8]) -> Bytes {
-    Bytes::copy_from_slice(arg)
 }
 
 fn bulks(members: impl IntoIterator<Item = Bytes>) -> Vec<Frame> {
