@@ -171,16 +171,7 @@ fn stored_elements_do_not_pin_the_read_buffer() {
         let mut batch = Vec::new();
         for j in 0..100 {
             let i = (round * 100 + j).to_string();
-            let (e, x, s, m, n, p, f, v) = (
-                format!("e:{i}"),
-                format!("x:{i}"),
-                format!("s:{i}"),
-                format!("m:{i}"),
-                format!("n:{i}"),
-                format!("p:{i}"),
-                format!("f:{i}"),
-                format!("v:{i}"),
-            );
+            let [e, x, s, m, n, p, f, v] = ["e", "x", "s", "m", "n", "p", "f", "v"].map(|prefix| format!("{prefix}:{i}"));
             let requests: [&[&str]; PER_ROUND] = [
                 &["EXISTS", &filler],
                 &["LPUSH", "list", &e],
