@@ -42,9 +42,12 @@ start() {
 stop_all() { cleanup; pids=(); }
 # cpu_ticks PID...: user + system clock ticks the processes have used so far.
 cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{ print $14 + $15 }' "/proc/$p/stat"))); done; echo "$t"; }
-# One client thread: with --threads 2, redis-benchmark 7.0's runs end on a 0.25 s step (1.0 or
-# 1.25 s for 1.0 to 1.3M requests), which made every standalone run 998k and every mesh run 570k.
-set_rps() { redis-benchmark -p "$1" -t set -n "$n" -r 1000000 -d 100 -c 50 -P 16 --threads 1 -q --csv | awk -F'"' '$2 == "SET" { print $4 }'; }
+# set_load NICENESS PORT [ARGS...]: the SET load every measurement uses, run at that
+# niceness (0: as the nodes; 19: after them). One client thread: with
+# --threads 2, redis-benchmark 7.0's runs end on a 0.25 s step (1.0 or 1.25 s for 1.0 to 1.3M
+# requests), which made every standalone run 998k and every mesh run 570k.
+set_load() { nice -n "$1" redis-benchmark -p "$2" -t set -n "$n" -r 1000000 -d 100 -c 50 -P 16 --threads 1 -q "${@:3}"; }
+set_rps() { set_load 0 "$1" --csv | awk -F'"' '$2 == "SET" { print $4 }'; }
 metric() { curl -s "localhost:$1/metrics" | awk -v p="$2" 'index($0, p) == 1 { v = $NF } END { print v + 0 }'; }
 
 echo "bench-mesh: standalone SET throughput ..." >&2
@@ -113,24 +116,23 @@ converged
 mesh_cpu=$(( $(cpu_ticks "${pids[@]}") - mesh_t0 ))
 # Each node's share (node 0 takes the load, nodes 1 and 2 merge its writes).
 node_cpu=""; for i in 0 1 2; do node_cpu+="$(( $(cpu_ticks "${pids[$i]}") - node_t0[i] )) "; done
-# loaded_lag PROBE_ARGS -- LOAD_PREFIX...: the lag probe (lag_probe's port arguments) while
-# the load runs against node 0 (its command prefixed, e.g. with nice).
+# loaded_lag NICENESS [PROBE_ARGS...]: the lag probe (lag_probe's port arguments) while the
+# load runs against node 0 at that niceness.
 loaded_lag() {
-  local probe_args=() probe
-  while [[ "$1" != -- ]]; do probe_args+=("$1"); shift; done
+  local niceness="$1" probe
   shift
   rm -f "$work/load-done"
-  lag_probe - "${probe_args[@]}" >"$work/lag" &
+  lag_probe - "$@" >"$work/lag" &
   probe=$!
-  "$@" redis-benchmark -p "${ports[0]}" -t set -n "$n" -r 1000000 -d 100 -c 50 -P 16 --threads 1 -q >/dev/null
+  set_load "$niceness" "${ports[0]}" >/dev/null
   touch "$work/load-done"
   wait "$probe"
   converged
   cat "$work/lag"
 }
-load_lag="$(loaded_lag --)"
-probe_lag="$(loaded_lag "${ports[1]}" "${ports[1]}" "${ports[1]}" --)"
-niced_lag="$(loaded_lag -- nice -n 19)"
+load_lag="$(loaded_lag 0)"
+probe_lag="$(loaded_lag 0 "${ports[1]}" "${ports[1]}" "${ports[1]}")"
+niced_lag="$(loaded_lag 19)"
 echo "bench-mesh: after the load, dbsize per node: $a $b $c" >&2
 stop_all
 
