@@ -383,7 +383,7 @@ impl<'a> Ctx<'a> {
         let Some(mut entry) = shard.raw_mut(&hashed) else {
             return;
         };
-        let changed = take_changes(&mut entry.value, version);
+        let changed = take_changes(&mut entry.value, version, replicating);
         let mut names = changed.clone().unwrap_or_default();
         if replicating {
             names.extend(tombstones.iter().filter(|n| add_tombstone(&mut entry.value, n, version)).cloned());
@@ -628,36 +628,25 @@ fn restamp(value: &mut Value, version: Version) {
     }
 }
 
-/// What an in-place edit changed: `None` if nothing, else the names it changed (removed ones
-/// get tombstones at `version`; empty for values that replicate whole).
-fn take_changes(value: &mut Value, version: Version) -> Option<Vec<Bytes>> {
-    match value {
-        Value::Hash(h) => {
-            let names = h.take_touched();
-            for n in &names {
-                if !h.contains_key(n) {
-                    h.removed.insert(n.clone(), version);
-                }
-            }
-            (!names.is_empty()).then_some(names)
-        }
-        Value::Set(s) => {
-            let names = s.take_touched();
-            for n in &names {
-                if !s.contains_key(n) {
-                    s.removed.insert(n.clone(), version);
-                }
-            }
-            (!names.is_empty()).then_some(names)
-        }
-        Value::ZSet(z) => {
-            let names = z.take_touched(version);
-            (!names.is_empty()).then_some(names)
-        }
-        Value::List(l) => l.take_changed().then(Vec::new),
+/// What an in-place edit changed: `None` if nothing, else the names it changed (empty for
+/// values that replicate whole, and standalone, where edits do not name them: `Changes`).
+/// While replicating, the removed ones get tombstones at `version`; standalone nothing is
+/// kept of a removed element (a tombstone there would never be collected).
+fn take_changes(value: &mut Value, version: Version, replicating: bool) -> Option<Vec<Bytes>> {
+    let (changed, names) = match value {
+        Value::Hash(h) => (h.changed(), h.take_touched()),
+        Value::Set(s) => (s.changed(), s.take_touched()),
+        Value::ZSet(z) => (z.changed(), z.take_touched()),
+        Value::List(l) => (l.take_changed(), Vec::new()),
         // Strings and counters are edited in place only by `incr`, which always changes them.
-        Value::Str(_) | Value::Int(_) | Value::Counter(_) => Some(Vec::new()),
+        Value::Str(_) | Value::Int(_) | Value::Counter(_) => (true, Vec::new()),
+    };
+    if replicating {
+        for n in &names {
+            add_tombstone(value, n, version);
+        }
     }
+    changed.then_some(names)
 }
 
 /// Records a tombstone at `version` for an element the collection does not hold. Returns

@@ -36,6 +36,9 @@ pub trait Editable: Tombstoned + Default {
     fn into_value(self) -> Value;
     /// Whether an edit changed it (and so must be recorded).
     fn changed(&self) -> bool;
+    /// Whether the edit about to run names what it changes (`entry::Changes`): only while
+    /// replicating, when the effect names them. Values that replicate whole name nothing.
+    fn name_changes(&mut self, _on: bool) {}
 }
 
 /// A collection whose elements are removed by name (`HDEL`, `SREM`, `ZREM`).
@@ -45,7 +48,7 @@ pub trait Elements: Editable {
 }
 
 macro_rules! editable {
-    ($ty:ty, $variant:ident, $kind:expr) => {
+    ($ty:ty, $variant:ident, $kind:expr $(, $name_changes:ident)?) => {
         impl Editable for $ty {
             const KIND: Kind = $kind;
             fn of(value: &mut Value) -> Option<&mut Self> {
@@ -60,13 +63,18 @@ macro_rules! editable {
             fn changed(&self) -> bool {
                 <$ty>::changed(self)
             }
+            $(
+                fn name_changes(&mut self, on: bool) {
+                    <$ty>::$name_changes(self, on)
+                }
+            )?
         }
     };
 }
 
-editable!(Collection<Field>, Hash, Kind::Hash);
-editable!(Collection<Version>, Set, Kind::Set);
-editable!(SortedSet, ZSet, Kind::ZSet);
+editable!(Collection<Field>, Hash, Kind::Hash, name_changes);
+editable!(Collection<Version>, Set, Kind::Set, name_changes);
+editable!(SortedSet, ZSet, Kind::ZSet, name_changes);
 editable!(ListValue, List, Kind::List);
 
 impl<V> Elements for Collection<V>
@@ -95,6 +103,7 @@ impl<'a> Ctx<'a> {
         };
         let version = store.stamp_at(now, Some(entry.last_write()));
         let value = T::of(&mut entry.value).ok_or(CmdError::WrongType)?;
+        value.name_changes(store.replicating());
         let result = f(value, version);
         self.finish(db, key, version, &[]);
         Ok(Some(result))
@@ -119,6 +128,7 @@ impl<'a> Ctx<'a> {
         // Everything older than the ghost, and than the database's last flush, is dead to it.
         let cleared = Ghost::revive(self.parts(db, key).1.tombstones.get(key), T::KIND, &mut fresh).max(flushed);
         fresh.set_cleared(cleared);
+        fresh.name_changes(self.store.replicating());
         let result = f(&mut fresh, version);
         if fresh.changed() {
             let (dbref, shard) = self.parts(db, key);
@@ -148,6 +158,7 @@ impl<'a> Ctx<'a> {
         };
         let version = store.stamp_at(now, Some(entry.last_write()));
         let value = T::of(&mut entry.value).ok_or(CmdError::WrongType)?;
+        value.name_changes(replicating);
         let mut removed = 0;
         let mut unseen = Vec::new();
         for name in names {
@@ -267,5 +278,64 @@ impl<'a> Ctx<'a> {
         let (_, shard) = self.parts(db, key);
         merge::merge_locked(store, db, shard, &op, key, flushed);
         self.push_effect(op);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::db::Store;
+    use crate::hlc::{Hlc, SystemClock};
+
+    fn names(n: usize) -> Vec<Bytes> {
+        (0..n).map(|i| Bytes::from(format!("element:{i}"))).collect()
+    }
+
+    /// Adds 1,000 elements to a hash, a set and a sorted set through the edit API, removes all
+    /// but two, and returns what each then holds: (live, tombstones, live map capacity).
+    fn add_then_remove(store: &Store) -> Vec<(usize, usize, usize)> {
+        let all = names(1000);
+        let keys: [&[u8]; 3] = [b"h", b"s", b"z"];
+        let locks = store.lock_many(keys.iter().map(|k| (0, store.shard_of(k))).collect());
+        let mut ctx = Ctx::new(store, 0, store.hlc.wall_ms(), locks);
+        for name in &all {
+            ctx.edit_or_create(b"h", |h: &mut Collection<Field>, v| h.insert(name.clone(), Field { value: Bytes::from_static(b"x"), version: v })).unwrap();
+            ctx.edit_or_create(b"s", |s: &mut Collection<Version>, v| s.insert(name.clone(), v)).unwrap();
+            ctx.edit_or_create(b"z", |z: &mut SortedSet, v| z.insert(name.clone(), 1.0, v)).unwrap();
+        }
+        // One command per element, as HDEL/SREM/ZREM one at a time would.
+        for name in &all[2..] {
+            assert_eq!(ctx.remove_elements::<Collection<Field>>(b"h", std::slice::from_ref(name)).unwrap(), 1);
+            assert_eq!(ctx.remove_elements::<Collection<Version>>(b"s", std::slice::from_ref(name)).unwrap(), 1);
+            assert_eq!(ctx.remove_elements::<SortedSet>(b"z", std::slice::from_ref(name)).unwrap(), 1);
+        }
+        let h = ctx.hash(b"h".as_slice()).unwrap().unwrap();
+        let hash = (h.len(), h.removed.len(), h.capacity());
+        let s = ctx.set(b"s".as_slice()).unwrap().unwrap();
+        let set = (s.len(), s.removed.len(), s.capacity());
+        let z = ctx.zset(b"z".as_slice()).unwrap().unwrap();
+        vec![hash, set, (z.members().count(), z.removed.len(), z.member_capacity())]
+    }
+
+    /// Standalone, a removed element leaves nothing behind (no peer needs its tombstone, and
+    /// the collector that would drop one runs only in a mesh: HDELs grew a hash's memory), and
+    /// a collection emptied down to a few elements gives its map's memory back, as Redis
+    /// shrinks its dicts. While replicating, every removal keeps its tombstone.
+    #[test]
+    fn removed_elements_leave_tombstones_only_while_replicating() {
+        let standalone = Store::new(1, Hlc::new(Arc::new(SystemClock), 500), 3);
+        for (i, (live, tombstones, capacity)) in add_then_remove(&standalone).into_iter().enumerate() {
+            assert_eq!((live, tombstones), (2, 0), "collection {i}");
+            assert!(capacity <= 64, "collection {i} kept a map of {capacity} slots for 2 elements");
+        }
+        let replicating = Store::new(1, Hlc::new(Arc::new(SystemClock), 500), 3);
+        replicating.enable_replication();
+        for (i, (live, tombstones, _)) in add_then_remove(&replicating).into_iter().enumerate() {
+            assert_eq!((live, tombstones), (2, 998), "collection {i}");
+        }
     }
 }

@@ -8,7 +8,7 @@ use std::ops::Bound;
 
 use bytes::Bytes;
 
-use super::entry::FieldMap;
+use super::entry::{shrink_if_sparse, Changes, FieldMap};
 use super::lattice::{merge_elements, ElementMap, Merge};
 use crate::hlc::Version;
 
@@ -45,7 +45,7 @@ pub struct SortedSet {
     /// Replication: the key-level tombstone; older members are dead.
     pub cleared: Version,
     /// Members changed since the last effect was emitted.
-    touched: Vec<Bytes>,
+    touched: Changes,
 }
 
 /// A sorted set's members: per-member LWW of score and membership, with tombstones, under
@@ -133,7 +133,7 @@ impl SortedSet {
     /// Inserts or re-scores a member. Returns the previous score.
     pub fn insert(&mut self, member: Bytes, score: f64, version: Version) -> Option<f64> {
         self.removed.remove(&member[..]);
-        self.touched.push(member.clone());
+        self.touched.note(&member);
         self.insert_quietly(member, score, version)
     }
 
@@ -151,35 +151,33 @@ impl SortedSet {
 
     pub fn remove(&mut self, member: &[u8]) -> Option<f64> {
         let (key, old) = self.members.remove_entry(member)?;
-        self.touched.push(key.clone());
+        self.touched.note(&key);
         self.order.remove(&(Score(old.score), key));
         Some(old.score)
     }
 
     /// Whether a member changed since the last `take_touched`.
     pub fn changed(&self) -> bool {
-        !self.touched.is_empty()
+        self.touched.any()
     }
 
-    /// Replication: members changed since the last call; removed ones get tombstones at
-    /// `version`.
-    pub fn take_touched(&mut self, version: Version) -> Vec<Bytes> {
-        let mut names = std::mem::take(&mut self.touched);
-        names.sort_unstable();
-        names.dedup();
-        for n in &names {
-            if !self.members.contains_key(n) {
-                self.removed.insert(n.clone(), version);
-            }
-        }
-        names
+    /// Members changed since the last call (`Changes::take`); the member map shrinks if the
+    /// changes left it sparse (`entry::shrink_if_sparse`).
+    pub fn take_touched(&mut self) -> Vec<Bytes> {
+        shrink_if_sparse(&mut self.members);
+        self.touched.take()
+    }
+
+    /// Whether this edit's changes are named (`Changes`).
+    pub fn name_changes(&mut self, on: bool) {
+        self.touched.set_naming(on);
     }
 
     /// A whole-value write: every member is as new as the key.
     pub fn restamp(&mut self, version: Version) {
         self.members.values_mut().for_each(|m| m.version = version);
         self.cleared = version;
-        self.touched.clear();
+        self.touched.take();
     }
 
     /// Replication: sets a member without noting a local change.
@@ -194,6 +192,12 @@ impl SortedSet {
             self.order.remove(&(Score(old.score), key));
         }
         self.removed.insert(member, version);
+    }
+
+    /// Slots in the member map (tests of `entry::shrink_if_sparse`).
+    #[cfg(test)]
+    pub fn member_capacity(&self) -> usize {
+        self.members.capacity()
     }
 
     /// Members as `(name, member)` pairs, unordered.
