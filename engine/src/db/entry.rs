@@ -243,7 +243,9 @@ impl Changes {
     pub fn note(&mut self, name: &Bytes) {
         self.any = true;
         if self.naming {
-            self.names.push(name.clone());
+            // A copy, not a clone: the first clone of a name gives the stored one a shared
+            // header (an allocation, 32 bytes) that it keeps for its life.
+            self.names.push(Bytes::copy_from_slice(name));
         }
     }
 
