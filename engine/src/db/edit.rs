@@ -338,4 +338,28 @@ mod tests {
             assert_eq!((live, tombstones), (2, 998), "collection {i}");
         }
     }
+
+    /// A peer's merged removals shrink a collection as the node's own edits do.
+    #[test]
+    fn a_collection_emptied_by_merged_removals_gives_its_memory_back() {
+        use crate::db::effect::{EffectKind, FieldState};
+        let peer = Store::new(1, Hlc::new(Arc::new(SystemClock), 500), 3);
+        peer.enable_replication();
+        let all = names(1000);
+        let state = |name: &Bytes, value: Option<&'static [u8]>, physical: u64| {
+            let version = Version { hlc: crate::hlc::timestamp(physical, 0), node: 1 };
+            Effect::new(0, b"h", EffectKind::Hash(vec![FieldState { name: name.clone(), value: value.map(Bytes::from_static), version }]))
+        };
+        for name in &all {
+            merge::apply_op(&peer, &state(name, Some(b"x"), 1_000));
+        }
+        for name in &all[2..] {
+            merge::apply_op(&peer, &state(name, None, 2_000));
+        }
+        let locks = peer.lock_many(vec![(0, peer.shard_of(b"h"))]);
+        let mut ctx = Ctx::new(&peer, 0, peer.hlc.wall_ms(), locks);
+        let h = ctx.hash(b"h".as_slice()).unwrap().unwrap();
+        assert_eq!((h.len(), h.removed.len()), (2, 998));
+        assert!(h.capacity() <= 64, "kept a map of {} slots for 2 fields", h.capacity());
+    }
 }

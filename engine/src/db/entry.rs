@@ -15,9 +15,9 @@ pub type FieldMap<V> = std::collections::HashMap<Bytes, V, foldhash::fast::Rando
 
 /// Gives a map's memory back once at most an eighth of its slots are used, as Redis shrinks a
 /// dict under 10% full: a map never shrinks by itself, so a collection emptied down to a few
-/// elements by deletes or pops kept the size of its peak. Run after every edit that changed
-/// it (`Ctx::finish`); each shrink rehashes what is left, at most an eighth of the slots the
-/// deletes since the last one emptied.
+/// elements by deletes or pops kept the size of its peak. Run after every edit (`Ctx::finish`)
+/// and every merge (`repl::merge::fields`) of a collection; each shrink rehashes what is left,
+/// at most an eighth of the slots the deletes since the last one emptied.
 pub fn shrink_if_sparse<V>(map: &mut FieldMap<V>) {
     if map.capacity() > 64 && map.capacity() > 8 * map.len() {
         map.shrink_to_fit();
@@ -316,10 +316,15 @@ impl<V> Collection<V> {
     }
 
     /// Names changed since the last call (`Changes::take`); the map shrinks if the changes
-    /// left it sparse (`shrink_if_sparse`).
+    /// left it sparse.
     pub fn take_touched(&mut self) -> Vec<Bytes> {
-        shrink_if_sparse(&mut self.live);
+        self.shrink_if_sparse();
         self.touched.take()
+    }
+
+    /// `shrink_if_sparse` of the live map (after every edit and every merge of the collection).
+    pub fn shrink_if_sparse(&mut self) {
+        shrink_if_sparse(&mut self.live);
     }
 
     /// Whether this edit's changes are named (`Changes`).

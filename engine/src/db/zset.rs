@@ -164,8 +164,13 @@ impl SortedSet {
     /// Members changed since the last call (`Changes::take`); the member map shrinks if the
     /// changes left it sparse (`entry::shrink_if_sparse`).
     pub fn take_touched(&mut self) -> Vec<Bytes> {
-        shrink_if_sparse(&mut self.members);
+        self.shrink_if_sparse();
         self.touched.take()
+    }
+
+    /// `entry::shrink_if_sparse` of the member map (the order tree frees its own nodes).
+    pub fn shrink_if_sparse(&mut self) {
+        shrink_if_sparse(&mut self.members);
     }
 
     /// Whether this edit's changes are named (`Changes`).

@@ -131,16 +131,19 @@ pub(super) fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u
             for f in h.iter() {
                 changed |= map.merge_element(&f.name, f.value.clone(), f.version, floor);
             }
+            map.shrink_if_sparse();
         }
         (FieldsOp::Set(s), Value::Set(set)) => {
             for m in s.iter() {
                 changed |= set.merge_element(&m.name, m.present.then_some(()), m.version, floor);
             }
+            set.shrink_if_sparse();
         }
         (FieldsOp::ZSet(z), Value::ZSet(zset)) => {
             for m in z.iter() {
                 changed |= zset.merge_element(&m.name, m.score, m.version, floor);
             }
+            zset.shrink_if_sparse();
         }
         _ => {}
     }
