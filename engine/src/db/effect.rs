@@ -157,12 +157,14 @@ impl Effect {
     }
 }
 
-/// The state of the named hash fields (a tombstone for each removed one).
+/// The state of the named hash fields (a tombstone for each removed one). A live field's value
+/// is copied, not cloned: the first clone of a stored value gives it a shared header (a 32-byte
+/// allocation) for its life, and the effect lives only until it is encoded.
 pub fn hash_fields(h: &Collection<Field>, names: &[Bytes]) -> Vec<FieldState> {
     names
         .iter()
         .map(|n| match (h.get(n), h.removed.get(n)) {
-            (Some(f), _) => FieldState { name: n.clone(), value: Some(f.value.clone()), version: f.version },
+            (Some(f), _) => FieldState { name: n.clone(), value: Some(Bytes::copy_from_slice(&f.value)), version: f.version },
             (None, v) => FieldState { name: n.clone(), value: None, version: v.copied().unwrap_or(h.cleared) },
         })
         .collect()
