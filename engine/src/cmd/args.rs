@@ -8,11 +8,17 @@ use crate::db::zset::{LexBound, ScoreBound};
 use crate::error::CmdError;
 use crate::parse::parse_i64;
 
-/// A private copy of an argument, for anything a command stores (a list element, a hash field,
-/// a set or sorted-set member). Arguments are slices of the connection's read buffer: stored
-/// as they are, one 1-byte list element pinned the whole 16 KiB or more of the read that
-/// carried it, for as long as it lived (10,000 LPUSHes pipelined between 8 KB requests held
-/// 120 MB).
+/// A private copy of bytes that must not be shared, in either direction:
+/// - an argument, for anything a command stores (a list element, a hash field, a set or
+///   sorted-set member). Arguments are slices of the connection's read buffer: stored as they
+///   are, one 1-byte list element pinned the whole 16 KiB or more of the read that carried
+///   it, for as long as it lived (10,000 LPUSHes pipelined between 8 KB requests held 120 MB);
+/// - a stored list element, hash field or value, or set member, taken out of its collection
+///   (set algebra, `SORT`; replies use `Frame::bulk`, which copies too). A stored element is a
+///   `Bytes` that owns its buffer, and its first clone gives it a 32-byte shared header it
+///   keeps for life: one `HGETALL` of a 100,000-field hash grew it by 30 bytes per field.
+///   Sorted-set members are already shared (the member map and the score order hold one
+///   each), so they are cloned, not copied.
 pub fn own(arg: &[u8]) -> Bytes {
     Bytes::copy_from_slice(arg)
 }

@@ -116,13 +116,13 @@ fn hsetnx(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 
 fn hget(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let value = read(exec, &argv[1])?.and_then(|h| h.get(&argv[2]));
-    Ok(value.map_or(Frame::Null, |f| Frame::Bulk(f.value.clone())))
+    Ok(value.map_or(Frame::Null, |f| Frame::bulk(&f.value)))
 }
 
 fn hmget(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     // A missing key is an empty hash: one null per field.
     let hash = read(exec, &argv[1])?;
-    let values = argv[2..].iter().map(|f| hash.and_then(|h| h.get(f)).map_or(Frame::Null, |f| Frame::Bulk(f.value.clone()))).collect();
+    let values = argv[2..].iter().map(|f| hash.and_then(|h| h.get(f)).map_or(Frame::Null, |f| Frame::bulk(&f.value))).collect();
     Ok(Frame::Array(values))
 }
 
@@ -151,7 +151,7 @@ fn hexists(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 /// The current value of a field for the counters, read without creating the key so that a
 /// failed increment leaves nothing behind.
 fn field_value(exec: &mut Exec, key: &[u8], field: &[u8]) -> Result<Option<Bytes>, CmdError> {
-    Ok(exec.ctx.hash(key)?.and_then(|h| h.get(field)).map(|f| f.value.clone()))
+    Ok(exec.ctx.hash(key)?.and_then(|h| h.get(field)).map(|f| own(&f.value)))
 }
 
 fn hincrby(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -186,17 +186,17 @@ fn hincrbyfloat(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn hkeys(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let keys = read(exec, &argv[1])?.map(|h| h.keys().map(|k| Frame::Bulk(k.clone())).collect());
+    let keys = read(exec, &argv[1])?.map(|h| h.keys().map(|k| Frame::bulk(&k)).collect());
     Ok(Frame::Array(keys.unwrap_or_default()))
 }
 
 fn hvals(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let values = read(exec, &argv[1])?.map(|h| h.values().map(|f| Frame::Bulk(f.value.clone())).collect());
+    let values = read(exec, &argv[1])?.map(|h| h.values().map(|f| Frame::bulk(&f.value)).collect());
     Ok(Frame::Array(values.unwrap_or_default()))
 }
 
 fn hgetall(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let pairs = read(exec, &argv[1])?.map(|h| h.iter().map(|(k, f)| (Frame::Bulk(k.clone()), Frame::Bulk(f.value.clone()))).collect());
+    let pairs = read(exec, &argv[1])?.map(|h| h.iter().map(|(k, f)| (Frame::bulk(&k), Frame::bulk(&f.value))).collect());
     Ok(Frame::Map(pairs.unwrap_or_default()))
 }
 
@@ -214,8 +214,8 @@ fn hscan(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let mut items = Vec::new();
     for (k, f) in hash.iter() {
         if opts.pattern.as_ref().is_none_or(|p| glob_match(p, k, false)) {
-            items.push(Frame::Bulk(k.clone()));
-            items.push(Frame::Bulk(f.value.clone()));
+            items.push(Frame::bulk(&k));
+            items.push(Frame::bulk(&f.value));
         }
     }
     Ok(Frame::Array(vec![Frame::bulk("0"), Frame::Array(items)]))
@@ -224,7 +224,7 @@ fn hscan(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 /// `HRANDFIELD key [count [WITHVALUES]]`.
 fn hrandfield(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     if argv.len() == 2 {
-        let field = read(exec, &argv[1])?.and_then(|h| h.keys().choose(&mut rand::rng()).cloned());
+        let field = read(exec, &argv[1])?.and_then(|h| h.keys().choose(&mut rand::rng()));
         return Ok(Frame::bulk_opt(field));
     }
     let count = random_count(&argv[2])?;
@@ -243,12 +243,12 @@ fn hrandfield(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     };
     let picks = sample(hash.iter(), hash.len(), count);
     if !with_values {
-        return Ok(Frame::Array(picks.into_iter().map(|(k, _)| Frame::Bulk(k.clone())).collect()));
+        return Ok(Frame::Array(picks.into_iter().map(|(k, _)| Frame::bulk(&k)).collect()));
     }
     // RESP3 gets [field, value] pairs (as Redis 7.0 does); RESP2 a flat array.
     let mut out = Vec::with_capacity(picks.len() * if resp3 { 1 } else { 2 });
     for (k, f) in picks {
-        let (k, v) = (Frame::Bulk(k.clone()), Frame::Bulk(f.value.clone()));
+        let (k, v) = (Frame::bulk(&k), Frame::bulk(&f.value));
         if resp3 {
             out.push(Frame::Array(vec![k, v]));
         } else {

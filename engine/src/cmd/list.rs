@@ -205,7 +205,7 @@ fn lindex(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         return Ok(Frame::Null);
     };
     let index = int(&argv[2])?;
-    Ok(index_in(index, list.len()).map_or(Frame::Null, |i| Frame::Bulk(list[i].clone())))
+    Ok(index_in(index, list.len()).map_or(Frame::Null, |i| Frame::bulk(&list[i])))
 }
 
 fn lrange(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -214,7 +214,7 @@ fn lrange(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         return Ok(Frame::Array(Vec::new()));
     };
     let items = match resolve_range(start, stop, list.len()) {
-        Some((s, e)) => list.range(s..=e).map(|b| Frame::Bulk(b.clone())).collect(),
+        Some((s, e)) => list.range(s..=e).map(|b| Frame::bulk(&b)).collect(),
         None => Vec::new(),
     };
     Ok(Frame::Array(items))
@@ -386,30 +386,34 @@ pub(crate) fn move_element(exec: &mut Exec, src: &[u8], dst: &[u8], from_left: b
         _ => return Ok(Frame::Null),
     }
     is_list(exec, dst)?;
-    let push = |list: &mut ListValue, value: &Bytes| {
+    let push = |list: &mut ListValue, value: Bytes| {
         if to_left {
-            list.push_front(value.clone());
+            list.push_front(value);
         } else {
-            list.push_back(value.clone());
+            list.push_back(value);
         }
     };
+    // The element itself moves; the reply is a copy (a stored element shared with a reply
+    // keeps a header for life: `args::own`).
     let popped = exec.ctx.edit(src, |list: &mut ListValue, _| {
-        let value = if from_left { list.pop_front() } else { list.pop_back() };
+        let value = if from_left { list.pop_front() } else { list.pop_back() }?;
+        let reply = own(&value);
         // Rotating one list is one edit.
-        if let (Some(value), true) = (&value, src == dst) {
+        if src == dst {
             push(list, value);
+            return Some((reply, None));
         }
-        value
+        Some((reply, Some(value)))
     })?;
-    let Some(value) = popped.flatten() else {
+    let Some((reply, moving)) = popped.flatten() else {
         return Ok(Frame::Null);
     };
     exec.ctx.notify(class::LIST, if from_left { "lpop" } else { "rpop" }, src);
-    if src != dst {
-        exec.ctx.edit_or_create(dst, |list: &mut ListValue, _| push(list, &value))?;
+    if let Some(value) = moving {
+        exec.ctx.edit_or_create(dst, |list: &mut ListValue, _| push(list, value))?;
     }
     exec.ctx.notify(class::LIST, if to_left { "lpush" } else { "rpush" }, dst);
-    Ok(Frame::Bulk(value))
+    Ok(Frame::Bulk(reply))
 }
 
 fn lmove(exec: &mut Exec, argv: &[Bytes]) -> Reply {

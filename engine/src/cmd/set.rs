@@ -68,7 +68,13 @@ fn read<'e>(exec: &'e mut Exec<'_, '_>, key: &[u8]) -> Result<Option<&'e FieldMa
     }
 }
 
-fn bulks(members: impl IntoIterator<Item = Bytes>) -> Vec<Frame> {
+/// Stored members as bulk replies, each a copy (`args::own` says why).
+fn bulks<'a>(members: impl IntoIterator<Item = &'a Bytes>) -> Vec<Frame> {
+    members.into_iter().map(Frame::bulk).collect()
+}
+
+/// Members this command owns (its copies, or popped ones) as bulk replies.
+fn owned_bulks(members: impl IntoIterator<Item = Bytes>) -> Vec<Frame> {
     members.into_iter().map(Frame::Bulk).collect()
 }
 
@@ -143,7 +149,7 @@ fn smismember(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn smembers(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let members = read(exec, &argv[1])?.map(|s| bulks(s.keys().cloned()));
+    let members = read(exec, &argv[1])?.map(|s| bulks(s.keys()));
     Ok(Frame::Set(members.unwrap_or_default()))
 }
 
@@ -199,15 +205,15 @@ fn spop_many(exec: &mut Exec, key: &[u8], n: usize) -> Reply {
     if !popped.is_empty() {
         exec.ctx.notify(class::SET, "spop", key);
     }
-    Ok(Frame::Set(bulks(popped)))
+    Ok(Frame::Set(owned_bulks(popped)))
 }
 
 /// `SRANDMEMBER key [count]`.
 fn srandmember(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     match argv.len() {
         2 => {
-            let member = read(exec, &argv[1])?.and_then(|s| s.keys().choose(&mut rand::rng()).cloned());
-            Ok(member.map_or(Frame::Null, Frame::Bulk))
+            let member = read(exec, &argv[1])?.and_then(|s| s.keys().choose(&mut rand::rng()));
+            Ok(member.map_or(Frame::Null, Frame::bulk))
         }
         3 => {
             let n = random_count(&argv[2])?;
@@ -215,7 +221,7 @@ fn srandmember(exec: &mut Exec, argv: &[Bytes]) -> Reply {
                 return Ok(Frame::Array(Vec::new()));
             };
             let picks = sample(set.keys(), set.len(), n);
-            Ok(Frame::Array(bulks(picks.into_iter().cloned())))
+            Ok(Frame::Array(bulks(picks)))
         }
         _ => Err(CmdError::Syntax),
     }
@@ -263,7 +269,7 @@ fn lookup_all(exec: &mut Exec, keys: &[Bytes]) -> Result<Vec<Option<usize>>, Cmd
 
 /// The members of a set already type-checked by `lookup_all` (empty when missing).
 fn members(exec: &mut Exec, key: &[u8]) -> Result<Members, CmdError> {
-    Ok(exec.ctx.set(key)?.map(|s| s.keys().cloned().collect()).unwrap_or_default())
+    Ok(exec.ctx.set(key)?.map(|s| s.keys().map(|m| own(m)).collect()).unwrap_or_default())
 }
 
 /// The intersection: start from the smallest set and keep what every other set holds.
@@ -291,7 +297,11 @@ fn union(exec: &mut Exec, keys: &[Bytes]) -> Result<Members, CmdError> {
     let mut out = Members::default();
     for k in keys {
         if let Some(set) = exec.ctx.set(k)? {
-            out.extend(set.keys().cloned());
+            for m in set.keys() {
+                if !out.contains(m) {
+                    out.insert(own(m));
+                }
+            }
         }
     }
     Ok(out)
@@ -336,15 +346,15 @@ fn store(exec: &mut Exec, dst: &[u8], members: Members, event: &'static str) -> 
 }
 
 fn sinter(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    Ok(Frame::Set(bulks(inter(exec, &argv[1..])?)))
+    Ok(Frame::Set(owned_bulks(inter(exec, &argv[1..])?)))
 }
 
 fn sunion(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    Ok(Frame::Set(bulks(union(exec, &argv[1..])?)))
+    Ok(Frame::Set(owned_bulks(union(exec, &argv[1..])?)))
 }
 
 fn sdiff(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    Ok(Frame::Set(bulks(diff(exec, &argv[1..])?)))
+    Ok(Frame::Set(owned_bulks(diff(exec, &argv[1..])?)))
 }
 
 fn sinterstore(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -405,5 +415,5 @@ fn sscan(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     };
     let opts = scan_options(&argv[3..], false)?;
     let matching = set.keys().filter(|m| opts.pattern.as_ref().is_none_or(|p| glob_match(p, m, false)));
-    Ok(Frame::Array(vec![Frame::bulk("0"), Frame::Array(bulks(matching.cloned()))]))
+    Ok(Frame::Array(vec![Frame::bulk("0"), Frame::Array(bulks(matching))]))
 }

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use super::args::{eq_ignore_case, int};
+use super::args::{eq_ignore_case, int, own};
 use super::flags::*;
 use super::{CommandSpec, Exec, Keys};
 use crate::db::ctx::Ctx;
@@ -113,8 +113,8 @@ fn sort_generic(exec: &mut Exec, argv: &[Bytes], readonly: bool) -> Reply {
     // A missing key sorts like an empty list.
     let source = match ctx.lookup_read(&argv[1]).map(|e| &e.value) {
         None => Source::List(Vec::new()),
-        Some(Value::List(l)) => Source::List(if dontsort { Vec::new() } else { l.iter().cloned().collect() }),
-        Some(Value::Set(s)) => Source::Set(s.keys().cloned().collect()),
+        Some(Value::List(l)) => Source::List(if dontsort { Vec::new() } else { l.iter().map(|e| own(e)).collect() }),
+        Some(Value::Set(s)) => Source::Set(s.keys().map(|e| own(e)).collect()),
         Some(Value::ZSet(_)) => Source::ZSet,
         Some(_) => return Err(CmdError::WrongType),
     };
@@ -153,8 +153,8 @@ fn sort_generic(exec: &mut Exec, argv: &[Bytes], readonly: bool) -> Reply {
                 let list = ctx.list(&argv[1])?;
                 let (skip, take) = (start as usize, (end - start + 1) as usize);
                 match list {
-                    Some(l) if desc => l.iter().rev().skip(skip).take(take).cloned().collect(),
-                    Some(l) => l.iter().skip(skip).take(take).cloned().collect(),
+                    Some(l) if desc => l.iter().rev().skip(skip).take(take).map(|e| own(e)).collect(),
+                    Some(l) => l.iter().skip(skip).take(take).map(|e| own(e)).collect(),
                     None => Vec::new(),
                 }
             } else {
@@ -183,29 +183,31 @@ fn sort_generic(exec: &mut Exec, argv: &[Bytes], readonly: bool) -> Reply {
         sort_vector(ctx, &mut vector, sortby.map(|b| &b[..]), alpha, desc)?;
     }
 
-    let range: &[Bytes] = if end >= start { &vector[start as usize..=end as usize] } else { &[] };
+    // The elements are this command's own copies (`own`), moved into the reply or the stored
+    // list: a clone would share them, and a shared element keeps a header for life.
+    let range = if end >= start { start as usize..end as usize + 1 } else { 0..0 };
     let outputlen = if gets.is_empty() { range.len() } else { gets.len() * range.len() };
 
     let Some(dest) = storekey else {
         let mut out = Vec::with_capacity(outputlen);
-        for ele in range {
-            if gets.is_empty() {
-                out.push(Frame::Bulk(ele.clone()));
-            }
+        for ele in vector.drain(range) {
             for pattern in &gets {
-                out.push(Frame::bulk_opt(lookup_by_pattern(ctx, pattern, ele)));
+                out.push(Frame::bulk_opt(lookup_by_pattern(ctx, pattern, &ele)));
+            }
+            if gets.is_empty() {
+                out.push(Frame::Bulk(ele));
             }
         }
         return Ok(Frame::Array(out));
     };
 
     let mut list = VecDeque::with_capacity(outputlen);
-    for ele in range {
-        if gets.is_empty() {
-            list.push_back(ele.clone());
-        }
+    for ele in vector.drain(range) {
         for pattern in &gets {
-            list.push_back(lookup_by_pattern(ctx, pattern, ele).unwrap_or_default());
+            list.push_back(lookup_by_pattern(ctx, pattern, &ele).unwrap_or_default());
+        }
+        if gets.is_empty() {
+            list.push_back(ele);
         }
     }
     if outputlen > 0 {
@@ -228,27 +230,28 @@ fn sort_vector(ctx: &mut Ctx, vector: &mut Vec<Bytes>, sortby: Option<&[u8]>, al
     let mut conversion_error = false;
     let mut items: Vec<(Weight, Bytes)> = Vec::with_capacity(vector.len());
     for ele in vector.drain(..) {
-        let byval = match sortby {
-            Some(pattern) => lookup_by_pattern(ctx, pattern, &ele),
-            None => Some(ele.clone()),
-        };
-        let weight = if alpha {
-            if sortby.is_some() {
-                Weight::Alpha(byval)
-            } else {
-                Weight::Element
-            }
-        } else {
-            // A missing weight key counts as 0.
-            match byval {
-                None => Weight::Score(0.0),
-                Some(v) => match strtod_score(&v) {
-                    Some(score) => Weight::Score(score),
-                    None => {
-                        conversion_error = true;
-                        Weight::Score(0.0)
-                    }
-                },
+        // The weight read through BY, if there is a BY (`None` inside: its key is missing);
+        // without one, the element weighs itself.
+        let looked_up = sortby.map(|pattern| lookup_by_pattern(ctx, pattern, &ele));
+        let weight = match looked_up {
+            Some(byval) if alpha => Weight::Alpha(byval),
+            None if alpha => Weight::Element,
+            looked_up => {
+                let byval = match &looked_up {
+                    Some(byval) => byval.as_deref(),
+                    None => Some(&ele[..]),
+                };
+                // A missing weight key counts as 0.
+                match byval {
+                    None => Weight::Score(0.0),
+                    Some(v) => match strtod_score(v) {
+                        Some(score) => Weight::Score(score),
+                        None => {
+                            conversion_error = true;
+                            Weight::Score(0.0)
+                        }
+                    },
+                }
             }
         };
         items.push((weight, ele));
@@ -281,7 +284,7 @@ fn sort_vector(ctx: &mut Ctx, vector: &mut Vec<Bytes>, sortby: Option<&[u8]>, al
 /// hash field. A pattern without `*`, a missing key, or a key of the wrong type gives `None`.
 fn lookup_by_pattern(ctx: &mut Ctx, pattern: &[u8], subst: &Bytes) -> Option<Bytes> {
     if pattern == b"#" {
-        return Some(subst.clone());
+        return Some(own(subst));
     }
     let star = pattern.iter().position(|&c| c == b'*')?;
     let after = &pattern[star + 1..];
@@ -294,7 +297,7 @@ fn lookup_by_pattern(ctx: &mut Ctx, pattern: &[u8], subst: &Bytes) -> Option<Byt
     key.extend_from_slice(subst);
     key.extend_from_slice(postfix);
     match (&ctx.lookup_read(&key)?.value, field) {
-        (Value::Hash(h), Some(f)) => h.get(f).map(|f| f.value.clone()),
+        (Value::Hash(h), Some(f)) => h.get(f).map(|f| own(&f.value)),
         (Value::Str(s), None) => Some(Bytes::copy_from_slice(s)),
         (Value::Int(n), None) => Some(Bytes::copy_from_slice(itoa::Buffer::new().format(*n).as_bytes())),
         _ => None,

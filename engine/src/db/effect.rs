@@ -151,7 +151,8 @@ impl Effect {
             Value::Hash(h) => EffectKind::Hash(hash_fields(h, names)),
             Value::Set(s) => EffectKind::Set(set_members(s, names)),
             Value::ZSet(z) => EffectKind::ZSet(zset_members(z, names)),
-            Value::List(l) => EffectKind::List { items: l.iter().cloned().collect(), version: v },
+            // Copied, not cloned, as a hash's values are (`hash_fields`).
+            Value::List(l) => EffectKind::List { items: l.iter().map(|item| Bytes::copy_from_slice(item)).collect(), version: v },
         };
         Effect::new(db, key, kind)
     }

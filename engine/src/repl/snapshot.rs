@@ -55,10 +55,13 @@ pub fn snapshot(store: &Store, sink: &mut dyn FnMut(Vec<Effect>)) -> (u64, u64) 
 /// The effects that recreate `entry` exactly on a peer.
 pub fn key_state(db: usize, key: &[u8], entry: EntryRef<'_>, out: &mut Vec<Effect>) {
     let v = entry.version();
+    // Hash fields and set members are copied, not cloned: a stored element's first clone gives
+    // it a shared header for life (`cmd::args::own`), and a full sync would leave one on every
+    // element of the origin. Sorted-set members are shared already.
     let names = |value: &Value| -> Vec<Bytes> {
         match value {
-            Value::Hash(h) => h.keys().chain(h.removed.keys()).cloned().collect(),
-            Value::Set(s) => s.keys().chain(s.removed.keys()).cloned().collect(),
+            Value::Hash(h) => h.keys().chain(h.removed.keys()).map(|n| Bytes::copy_from_slice(n)).collect(),
+            Value::Set(s) => s.keys().chain(s.removed.keys()).map(|n| Bytes::copy_from_slice(n)).collect(),
             Value::ZSet(z) => z.members().map(|(n, _)| n.clone()).chain(z.removed.keys().cloned()).collect(),
             _ => Vec::new(),
         }
@@ -94,7 +97,7 @@ fn ghost_state(db: usize, key: &[u8], ghost: &crate::db::Ghost, out: &mut Vec<Ef
     if !ghost.has_removed() {
         return;
     }
-    let removed = ghost.removed().map(|(n, v)| (n.clone(), *v));
+    let removed = ghost.removed().map(|(n, v)| (Bytes::copy_from_slice(n), *v));
     let kind = match ghost.kind {
         Some(crate::db::Kind::Hash) => EffectKind::Hash(removed.map(|(name, version)| FieldState { name, value: None, version }).collect()),
         Some(crate::db::Kind::Set) => EffectKind::Set(removed.map(|(name, version)| MemberState { name, present: false, version }).collect()),
