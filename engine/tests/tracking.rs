@@ -168,12 +168,24 @@ fn a_client_tracking_a_key_on_one_node_is_invalidated_by_a_write_made_on_another
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+    // Each write is made on a node that holds the one before it, so that it is newer: a node
+    // that had not yet received `v1` could stamp `v2` with the same millisecond, and the tie
+    // goes by node name (concurrent writes; the test failed 1 run in 30 that way).
+    let holds = |conn: &mut Conn, value: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while conn.cmd(&["GET", "page"]) != bulk(value) {
+            assert!(Instant::now() < deadline, "page = {value} did not arrive");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
     assert_eq!(conns[0].cmd(&["SET", "page", "v1"]), Reply::Status("OK".into()));
     let mut cached = tracking(&servers[0], &[]);
     assert_eq!(cached.cmd(&["GET", "page"]), bulk("v1"));
+    holds(&mut conns[2], "v1");
     assert_eq!(conns[2].cmd(&["SET", "page", "v2"]), Reply::Status("OK".into()));
     assert_eq!(cached.read(), Some(invalidate(&["page"])));
     assert_eq!(cached.cmd(&["GET", "page"]), bulk("v2"));
+    holds(&mut conns[1], "v2");
     assert_eq!(conns[1].cmd(&["FLUSHALL"]), Reply::Status("OK".into()));
     assert_eq!(cached.read(), Some(Reply::Push(vec![bulk("invalidate"), Reply::Nil])));
 }
