@@ -5,7 +5,7 @@
 #   1. Headline, one core each (the fair engine comparison on a small machine): the server is
 #      pinned to CPU 0 (keymesh-server with one worker thread, redis-server with its default
 #      single thread), redis-benchmark with one thread pinned to CPU 1:
-#      -t set,get,incr,lpush,hset,zadd -n N -r 1000000 -d 100 -c 50 -q --csv at -P 1 and -P 16,
+#      -t set,get,incr,lpush,hset,zadd,sadd,spop -n N -r 1000000 -d 100 -c 50 -q --csv at -P 1 and -P 16,
 #      BENCH_RUNS runs (default 3) against a fresh server of each kind, alternating between the
 #      two servers; per command the run with the median ops/s is reported with its p50 and p99
 #      latency. Each run also adds random elements to one HyperLogLog (`PFADD bench:hll
@@ -40,7 +40,7 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bench_n="${BENCH_N:-400000}"
 bench_runs="${BENCH_RUNS:-3}"
 bench_keys="${BENCH_KEYS:-1000000}"
-tests="set,get,incr,lpush,hset,zadd"
+tests="set,get,incr,lpush,hset,zadd,sadd,spop"
 pfadd_test="PFADD bench:hll element:__rand_int__"
 evalsha_script="return redis.call('INCR', KEYS[1])"
 evalsha_sha="$(printf '%s' "$evalsha_script" | sha1sum | cut -d' ' -f1)"

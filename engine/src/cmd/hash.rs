@@ -5,7 +5,6 @@
 //! it touches, through `Ctx::edit_or_create` and `Ctx::remove_elements` (`db::edit`).
 
 use bytes::Bytes;
-use rand::seq::IteratorRandom;
 
 use super::args::{cursor, eq_ignore_case, float, int, own, parse_float, scan_options};
 use super::flags::*;
@@ -224,7 +223,7 @@ fn hscan(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 /// `HRANDFIELD key [count [WITHVALUES]]`.
 fn hrandfield(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     if argv.len() == 2 {
-        let field = read(exec, &argv[1])?.and_then(|h| h.keys().choose(&mut rand::rng()));
+        let field = read(exec, &argv[1])?.and_then(|h| h.random(&mut rand::rng())).map(|(f, _)| f);
         return Ok(Frame::bulk_opt(field));
     }
     let count = random_count(&argv[2])?;

@@ -171,7 +171,7 @@ fn spop(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 
 fn spop_one(exec: &mut Exec, key: &[u8]) -> Reply {
     let member = exec.ctx.edit(key, |set: &mut Collection<Version>, _| {
-        let member = set.keys().choose(&mut rand::rng()).cloned();
+        let member = set.random(&mut rand::rng()).map(|(m, _)| m.clone());
         if let Some(m) = &member {
             set.remove(m);
         }
@@ -212,7 +212,7 @@ fn spop_many(exec: &mut Exec, key: &[u8], n: usize) -> Reply {
 fn srandmember(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     match argv.len() {
         2 => {
-            let member = read(exec, &argv[1])?.and_then(|s| s.keys().choose(&mut rand::rng()));
+            let member = read(exec, &argv[1])?.and_then(|s| s.random(&mut rand::rng())).map(|(m, _)| m);
             Ok(member.map_or(Frame::Null, Frame::bulk))
         }
         3 => {

@@ -11,7 +11,7 @@ use super::zset::SortedSet;
 use crate::hlc::Version;
 
 pub type Key = Box<[u8]>;
-pub type FieldMap<V> = std::collections::HashMap<Bytes, V, foldhash::fast::RandomState>;
+pub use super::fieldmap::FieldMap;
 
 /// Gives a map's memory back once at most an eighth of its slots are used, as Redis shrinks a
 /// dict under 10% full: a map never shrinks by itself, so a collection emptied down to a few

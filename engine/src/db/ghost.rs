@@ -5,9 +5,9 @@
 //! `kills_below`, `outlived`), which the key layer (`repl::merge`) asks; the tie rule is the
 //! register's (`entry::Register::beats`), defined once there.
 
+use super::entry::FieldMap;
 use super::entry::{Kind, Register, TieRank};
 use super::lattice::Merge;
-use super::Map;
 use crate::hlc::Version;
 
 /// What replication keeps of a key that is gone: its key-level tombstone (`cleared`: every
@@ -22,7 +22,7 @@ pub struct Ghost {
     pub cleared: Version,
     pub kind: Option<Kind>,
     /// The emptied collection's field or member tombstones; `None` when there are none.
-    removed: Option<Box<Map<bytes::Bytes, Version>>>,
+    removed: Option<Box<FieldMap<Version>>>,
 }
 
 // Every deleted key costs one of these while replicating: keep it from growing by accident.
@@ -47,7 +47,7 @@ impl Merge for Ghost {
             if other.removed.is_some() {
                 let removed = self.removed.get_or_insert_with(Box::default);
                 for (name, v) in other.removed() {
-                    let held = removed.entry(name.clone()).or_insert(*v);
+                    let held = removed.get_or_insert(name.clone(), *v);
                     *held = (*held).max(*v);
                 }
             }
@@ -128,7 +128,7 @@ impl Ghost {
         self.removed.is_some()
     }
 
-    pub fn into_removed(self) -> Map<bytes::Bytes, Version> {
+    pub fn into_removed(self) -> FieldMap<Version> {
         self.removed.map(|m| *m).unwrap_or_default()
     }
 
@@ -165,14 +165,14 @@ impl Ghost {
 /// A value with replication tombstones (collections and lists).
 pub trait Tombstoned {
     fn set_cleared(&mut self, cleared: Version);
-    fn set_removed(&mut self, removed: Map<bytes::Bytes, Version>);
+    fn set_removed(&mut self, removed: FieldMap<Version>);
 }
 
 impl<V> Tombstoned for super::entry::Collection<V> {
     fn set_cleared(&mut self, cleared: Version) {
         self.cleared = cleared;
     }
-    fn set_removed(&mut self, removed: Map<bytes::Bytes, Version>) {
+    fn set_removed(&mut self, removed: FieldMap<Version>) {
         self.removed = removed;
     }
 }
@@ -181,7 +181,7 @@ impl Tombstoned for super::zset::SortedSet {
     fn set_cleared(&mut self, cleared: Version) {
         self.cleared = cleared;
     }
-    fn set_removed(&mut self, removed: Map<bytes::Bytes, Version>) {
+    fn set_removed(&mut self, removed: FieldMap<Version>) {
         self.removed = removed;
     }
 }
@@ -190,7 +190,7 @@ impl Tombstoned for super::entry::ListValue {
     fn set_cleared(&mut self, cleared: Version) {
         self.cleared = cleared;
     }
-    fn set_removed(&mut self, _removed: Map<bytes::Bytes, Version>) {}
+    fn set_removed(&mut self, _removed: FieldMap<Version>) {}
 }
 
 #[cfg(test)]

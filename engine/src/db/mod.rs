@@ -13,6 +13,7 @@ pub mod effect;
 pub mod entry;
 pub mod evict;
 pub mod expire;
+pub mod fieldmap;
 pub mod functions;
 pub mod ghost;
 pub mod hashed;

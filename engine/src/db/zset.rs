@@ -130,6 +130,11 @@ impl SortedSet {
         self.members.get(member).copied()
     }
 
+    /// A member picked at random, each with the same chance, in O(1) (`FieldMap::random`).
+    pub fn random_member(&self, rng: &mut impl rand::Rng) -> Option<&Bytes> {
+        self.members.random(rng).map(|(m, _)| m)
+    }
+
     /// Inserts or re-scores a member. Returns the previous score.
     pub fn insert(&mut self, member: Bytes, score: f64, version: Version) -> Option<f64> {
         self.removed.remove(&member[..]);

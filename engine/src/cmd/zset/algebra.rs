@@ -75,7 +75,7 @@ fn read_source(exec: &mut Exec, key: &[u8]) -> Result<Vec<(Bytes, f64)>, CmdErro
 }
 
 fn lookup_map(items: &[(Bytes, f64)]) -> FieldMap<f64> {
-    let mut map = FieldMap::with_capacity_and_hasher(items.len(), Default::default());
+    let mut map = FieldMap::with_capacity(items.len());
     for (m, s) in items {
         map.insert(m.clone(), *s);
     }

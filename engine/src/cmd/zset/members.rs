@@ -17,11 +17,8 @@ const MAX_RANDOM_REPLY: u64 = 1 << 24;
 
 pub(super) fn zrandmember(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     if argv.len() < 3 {
-        let Some(z) = read(exec, &argv[1])?.filter(|z| !z.is_empty()) else {
-            return Ok(Frame::Null);
-        };
-        let pick = rand::rng().random_range(0..z.len());
-        return Ok(z.iter().nth(pick).map_or(Frame::Null, |(m, _)| Frame::Bulk(m.clone())));
+        let member = read(exec, &argv[1])?.and_then(|z| z.random_member(&mut rand::rng()));
+        return Ok(member.map_or(Frame::Null, |m| Frame::Bulk(m.clone())));
     }
     let l = match parse_i64(&argv[2]) {
         Some(i64::MIN) => return Err(CmdError::err(format!("value is out of range, value must between {} and {}", -i64::MAX, i64::MAX))),
