@@ -494,3 +494,38 @@ fn a_script_replicates_as_the_effects_of_its_writes_never_re_run_on_peers() {
         wait_for(&format!("the later SET on node {n}"), || get(conn, "s:time") == "later");
     }
 }
+
+#[test]
+fn a_full_sync_of_big_collections_leaves_the_origin_no_bigger() {
+    // A peer's full sync streams the origin's keyspace. It must cost the origin nothing that
+    // stays: neither a header on every stored element (names cloned into the snapshot), nor a
+    // buffer the size of the biggest message kept for as long as the peer stays (one effect
+    // per collection made a 100,000-field hash one message of megabytes). The build before
+    // grew node a by 12.7 MB for 400,000 elements while b stayed connected.
+    const N: usize = 100_000;
+    let (a, b) = (Node::new(), Node::new());
+    let sa = a.start("a", &[], &[]);
+    let mut ca = sa.connect();
+    let mut batch = Vec::new();
+    for i in 0..N {
+        batch.extend(support::encode(&["HSET", "hash", &format!("field:{i}"), &format!("value:{i}")]));
+        batch.extend(support::encode(&["SADD", "set", &format!("member:{i}")]));
+    }
+    ca.send_raw(&batch).unwrap();
+    for _ in 0..2 * N {
+        assert!(!ca.read().expect("a reply").is_error());
+    }
+    let used = |conn: &mut Conn| support::data_node::info_field(conn, "memory", "used_memory").parse::<i64>().unwrap();
+    let before = used(&mut ca);
+    let sb = b.start("b", &[a], &[]);
+    let mut cb = sb.connect();
+    let n = N.to_string();
+    wait_for("b synced", || cb.cmd(&["HLEN", "hash"]).text() == n && cb.cmd(&["SCARD", "set"]).text() == n);
+    assert_eq!(get_field(&mut cb, "field:77"), "value:77");
+    let growth = used(&mut ca) - before;
+    assert!(growth < 2 << 20, "a full sync grew the origin by {growth} bytes (before: {before})");
+}
+
+fn get_field(conn: &mut Conn, field: &str) -> String {
+    conn.cmd(&["HGET", "hash", field]).text()
+}

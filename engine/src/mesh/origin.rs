@@ -41,8 +41,10 @@ use crate::repl::wire::OpBuffer;
 
 /// Live batches carry at most this many ops.
 pub const BATCH_OPS: usize = 512;
-/// Snapshot batches are cut to at most this many ops.
+/// Snapshot batches are cut to at most this many ops, or once they pass this many bytes:
+/// a stream keeps a buffer the size of its largest message for as long as it lives.
 const SNAPSHOT_BATCH_OPS: usize = 512;
+const SNAPSHOT_BATCH_BYTES: usize = 256 << 10;
 /// After sending a batch, a stream waits until the runtime's timer next ticks before it reads
 /// the next one (unless a full batch is already waiting): tokio's timers tick every
 /// millisecond, so this waits 0–1 ms, 0.5 ms on average. A write made while the stream is idle
@@ -310,7 +312,10 @@ async fn send_snapshot(mesh: &Arc<Mesh>, tx: mpsc::Sender<Result<pb::OriginMessa
             let mut ops = ops.into_iter().peekable();
             while ops.peek().is_some() {
                 let mut chunk = OpBuffer::default();
-                ops.by_ref().take(SNAPSHOT_BATCH_OPS).for_each(|op| chunk.push(op));
+                while chunk.len() < SNAPSHOT_BATCH_OPS && chunk.bytes().len() < SNAPSHOT_BATCH_BYTES {
+                    let Some(op) = ops.next() else { break };
+                    chunk.push(op);
+                }
                 let batch = pb::EncodedBatch { first_seq: 0, ops: chunk.into_framed(), hlc: store.hlc.now() };
                 bytes += batch.encoded_len() as u64;
                 // The subscriber went away: finish the scan cheaply without sending.

@@ -52,6 +52,11 @@ pub fn snapshot(store: &Store, sink: &mut dyn FnMut(Vec<Effect>)) -> (u64, u64) 
     (keys, ops)
 }
 
+/// The most elements of a collection one snapshot effect names (a few KB to a few tens of
+/// KB). Two under test, so that the property tests that restore a node from a snapshot
+/// (`repl::laws`) merge collections from parts.
+const ELEMENTS_PER_EFFECT: usize = if cfg!(test) { 2 } else { 256 };
+
 /// The effects that recreate `entry` exactly on a peer.
 pub fn key_state(db: usize, key: &[u8], entry: EntryRef<'_>, out: &mut Vec<Effect>) {
     let v = entry.version();
@@ -82,7 +87,20 @@ pub fn key_state(db: usize, key: &[u8], entry: EntryRef<'_>, out: &mut Vec<Effec
                 out.push(Effect::counter(db, key, c.delta_of_slot(t)));
             }
         }
-        value => out.push(Effect::of_value(db, key, value, v, &names(value))),
+        value => {
+            let names = names(value);
+            if names.is_empty() {
+                out.push(Effect::of_value(db, key, value, v, &[]));
+            }
+            // A big collection as several effects, each naming some of its elements: they
+            // merge element by element, so the parts merge to what the whole would. As one
+            // effect, a 200,000-field hash was one 6 MB message, and the origin's stream kept
+            // a buffer that size for as long as the peer stayed (tonic's encoder keeps its
+            // largest message's capacity).
+            for part in names.chunks(ELEMENTS_PER_EFFECT) {
+                out.push(Effect::of_value(db, key, value, v, part));
+            }
+        }
     }
     if let Some(e) = entry.expiry() {
         out.push(Effect::expire(db, key, e.deadline_ms, e.version));
