@@ -185,7 +185,7 @@ fn hincrbyfloat(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn hkeys(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let keys = read(exec, &argv[1])?.map(|h| h.keys().map(|k| Frame::bulk(&k)).collect());
+    let keys = read(exec, &argv[1])?.map(|h| h.keys().map(Frame::bulk).collect());
     Ok(Frame::Array(keys.unwrap_or_default()))
 }
 
@@ -195,7 +195,7 @@ fn hvals(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 fn hgetall(exec: &mut Exec, argv: &[Bytes]) -> Reply {
-    let pairs = read(exec, &argv[1])?.map(|h| h.iter().map(|(k, f)| (Frame::bulk(&k), Frame::bulk(&f.value))).collect());
+    let pairs = read(exec, &argv[1])?.map(|h| h.iter().map(|(k, f)| (Frame::bulk(k), Frame::bulk(&f.value))).collect());
     Ok(Frame::Map(pairs.unwrap_or_default()))
 }
 
@@ -213,7 +213,7 @@ fn hscan(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let mut items = Vec::new();
     for (k, f) in hash.iter() {
         if opts.pattern.as_ref().is_none_or(|p| glob_match(p, k, false)) {
-            items.push(Frame::bulk(&k));
+            items.push(Frame::bulk(k));
             items.push(Frame::bulk(&f.value));
         }
     }
@@ -242,12 +242,12 @@ fn hrandfield(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     };
     let picks = sample(hash.iter(), hash.len(), count);
     if !with_values {
-        return Ok(Frame::Array(picks.into_iter().map(|(k, _)| Frame::bulk(&k)).collect()));
+        return Ok(Frame::Array(picks.into_iter().map(|(k, _)| Frame::bulk(k)).collect()));
     }
     // RESP3 gets [field, value] pairs (as Redis 7.0 does); RESP2 a flat array.
     let mut out = Vec::with_capacity(picks.len() * if resp3 { 1 } else { 2 });
     for (k, f) in picks {
-        let (k, v) = (Frame::bulk(&k), Frame::bulk(&f.value));
+        let (k, v) = (Frame::bulk(k), Frame::bulk(&f.value));
         if resp3 {
             out.push(Frame::Array(vec![k, v]));
         } else {

@@ -214,7 +214,7 @@ fn lrange(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         return Ok(Frame::Array(Vec::new()));
     };
     let items = match resolve_range(start, stop, list.len()) {
-        Some((s, e)) => list.range(s..=e).map(|b| Frame::bulk(&b)).collect(),
+        Some((s, e)) => list.range(s..=e).map(Frame::bulk).collect(),
         None => Vec::new(),
     };
     Ok(Frame::Array(items))
