@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use super::args::{cursor, eq_ignore_case, float, int, own, parse_float, scan_options};
 use super::flags::*;
-use super::set::{random_count, sample};
+use super::set::random_count;
 use super::{wrong_arity, CommandSpec, Exec, Keys};
 use crate::db::entry::{Collection, Field, FieldMap};
 use crate::db::Value;
@@ -240,7 +240,7 @@ fn hrandfield(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let Some(hash) = read(exec, &argv[1])? else {
         return Ok(Frame::Array(Vec::new()));
     };
-    let picks = sample(hash.iter(), hash.len(), count);
+    let picks = hash.sample(count, &mut rand::rng());
     if !with_values {
         return Ok(Frame::Array(picks.into_iter().map(|(k, _)| Frame::bulk(k)).collect()));
     }

@@ -5,7 +5,6 @@
 //! member (DESIGN.md, Merge semantics).
 
 use bytes::Bytes;
-use rand::seq::{IndexedRandom, IteratorRandom};
 
 use super::args::{count, cursor, eq_ignore_case, int, own, scan_options};
 use super::flags::*;
@@ -85,23 +84,6 @@ pub(super) fn random_count(arg: &[u8]) -> Result<i64, CmdError> {
         i64::MIN => Err(CmdError::err(format!("value is out of range, value must between {} and {}", -i64::MAX, i64::MAX))),
         n => Ok(n),
     }
-}
-
-/// Picks `count` of `len` items for `SRANDMEMBER`/`HRANDFIELD`: distinct ones (all of them
-/// when `count >= len`) for a positive count, independent draws that may repeat for a
-/// negative one.
-pub(super) fn sample<T: Copy>(items: impl Iterator<Item = T>, len: usize, count: i64) -> Vec<T> {
-    let mut rng = rand::rng();
-    if count >= 0 {
-        let count = usize::try_from(count).unwrap_or(usize::MAX);
-        if count >= len {
-            return items.collect();
-        }
-        return items.choose_multiple(&mut rng, count);
-    }
-    let all: Vec<T> = items.collect();
-    // filter_map gives no size hint, so a huge count grows the reply instead of reserving it.
-    (0..count.unsigned_abs()).filter_map(|_| all.choose(&mut rng).copied()).collect()
 }
 
 fn sadd(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -194,7 +176,8 @@ fn spop_many(exec: &mut Exec, key: &[u8], n: usize) -> Reply {
         if n >= set.len() {
             set.drain().into_iter().map(|(m, _)| m).collect()
         } else {
-            let picks: Vec<Bytes> = set.keys().choose_multiple(&mut rand::rng(), n).into_iter().cloned().collect();
+            let count = i64::try_from(n).unwrap_or(i64::MAX);
+            let picks: Vec<Bytes> = set.sample(count, &mut rand::rng()).into_iter().map(|(m, _)| m.clone()).collect();
             for m in &picks {
                 set.remove(m);
             }
@@ -220,8 +203,8 @@ fn srandmember(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             let Some(set) = read(exec, &argv[1])? else {
                 return Ok(Frame::Array(Vec::new()));
             };
-            let picks = sample(set.keys(), set.len(), n);
-            Ok(Frame::Array(bulks(picks)))
+            let picks = set.sample(n, &mut rand::rng());
+            Ok(Frame::Array(bulks(picks.into_iter().map(|(m, _)| m))))
         }
         _ => Err(CmdError::Syntax),
     }

@@ -170,6 +170,34 @@ impl<V> FieldMap<V> {
         }
         self.iter().nth(rng.random_range(0..self.len()))
     }
+
+    /// `count` elements at random, as Redis's `SRANDMEMBER`/`HRANDFIELD`/`ZRANDMEMBER` pick
+    /// them: for a positive count distinct ones (all of them when `count >= len`), for a
+    /// negative one `-count` independent picks that may repeat. The work is O(count) where
+    /// Redis's is: a negative count, or a positive one under a third of the elements, draws
+    /// (`random`); a bigger positive one takes a sample of a walk, O(n), no more than the
+    /// reply itself.
+    pub fn sample(&self, count: i64, rng: &mut impl Rng) -> Vec<(&Bytes, &V)> {
+        let Ok(count) = usize::try_from(count) else {
+            return (0..count.unsigned_abs()).filter_map(|_| self.random(rng)).collect();
+        };
+        if count >= self.len() {
+            return self.iter().collect();
+        }
+        if count.saturating_mul(3) > self.len() {
+            return rand::seq::IteratorRandom::choose_multiple(self.iter(), rng, count);
+        }
+        // Distinct elements are distinct places in the table.
+        let mut seen = std::collections::HashSet::with_capacity(count);
+        let mut picks = Vec::with_capacity(count);
+        while picks.len() < count {
+            let Some((name, value)) = self.random(rng) else { break };
+            if seen.insert(name as *const Bytes) {
+                picks.push((name, value));
+            }
+        }
+        picks
+    }
 }
 
 impl<V: std::fmt::Debug> std::fmt::Debug for FieldMap<V> {
@@ -247,5 +275,23 @@ mod tests {
         // deviations; a walk from the last draw put one element at 1,220).
         assert!(seen.values().all(|&n| (800..=1200).contains(&n)), "{seen:?}");
         assert_eq!(FieldMap::<usize>::default().random(&mut rng), None);
+    }
+
+    #[test]
+    fn a_sample_is_distinct_for_a_positive_count_and_may_repeat_for_a_negative_one() {
+        let m: FieldMap<usize> = (0..100).map(|i| (Bytes::from(i.to_string()), i)).collect();
+        let mut rng = rand::rng();
+        // Every path: drawn (under a third), walked (over a third), everything.
+        for count in [0, 1, 10, 33, 34, 60, 99, 100, 500] {
+            let picks = m.sample(count, &mut rng);
+            let distinct: std::collections::HashSet<_> = picks.iter().map(|(_, v)| **v).collect();
+            assert_eq!((picks.len(), distinct.len()), (count.min(100) as usize, count.min(100) as usize), "count {count}");
+            assert!(picks.iter().all(|(n, v)| m.get(*n) == Some(*v)));
+        }
+        let repeated = m.sample(-1000, &mut rng);
+        assert_eq!(repeated.len(), 1000);
+        let distinct: std::collections::HashSet<_> = repeated.iter().map(|(_, v)| **v).collect();
+        assert!(distinct.len() < 1000 && distinct.len() > 90, "{}", distinct.len());
+        assert!(FieldMap::<usize>::default().sample(-5, &mut rng).is_empty());
     }
 }

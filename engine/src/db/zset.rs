@@ -135,6 +135,12 @@ impl SortedSet {
         self.members.random(rng).map(|(m, _)| m)
     }
 
+    /// `count` members at random with their scores (`FieldMap::sample`: distinct for a
+    /// positive count, repeating for a negative one).
+    pub fn sample_members(&self, count: i64, rng: &mut impl rand::Rng) -> Vec<(&Bytes, f64)> {
+        self.members.sample(count, rng).into_iter().map(|(m, member)| (m, member.score)).collect()
+    }
+
     /// Inserts or re-scores a member. Returns the previous score.
     pub fn insert(&mut self, member: Bytes, score: f64, version: Version) -> Option<f64> {
         self.removed.remove(&member[..]);

@@ -1,7 +1,6 @@
 //! Whole-set reads: `ZRANDMEMBER` and `ZSCAN`.
 
 use bytes::Bytes;
-use rand::Rng;
 
 use super::{owned, read, scored_reply};
 use crate::cmd::args::{cursor, eq_ignore_case, scan_options};
@@ -40,37 +39,14 @@ pub(super) fn zrandmember(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     if l == 0 || size == 0 {
         return Ok(Frame::Array(Vec::new()));
     }
-    let mut rng = rand::rng();
-    let items: Vec<(Bytes, f64)> = if l < 0 {
-        // Repetitions allowed, in random order.
-        let count = l.unsigned_abs();
-        if count > MAX_RANDOM_REPLY {
-            return Err(CmdError::err("value is out of range"));
-        }
-        let all = owned(z.iter());
-        (0..count).map(|_| all[rng.random_range(0..size)].clone()).collect()
-    } else if l as u64 >= size as u64 {
+    if l < 0 && l.unsigned_abs() > MAX_RANDOM_REPLY {
+        return Err(CmdError::err("value is out of range"));
+    }
+    let items: Vec<(Bytes, f64)> = if l > 0 && l as u64 >= size as u64 {
         owned(z.iter())
     } else {
-        let mut picks = rand::seq::index::sample(&mut rng, size, l as usize).into_vec();
-        picks.sort_unstable();
-        let mut chosen = Vec::with_capacity(picks.len());
-        let mut next = picks.iter().peekable();
-        for (i, (m, s)) in z.iter().enumerate() {
-            match next.peek() {
-                Some(&&p) if p == i => {
-                    chosen.push((m.clone(), s));
-                    next.next();
-                }
-                Some(_) => {}
-                None => break,
-            }
-        }
-        // Redis returns a unique sample in no particular order.
-        for i in (1..chosen.len()).rev() {
-            chosen.swap(i, rng.random_range(0..=i));
-        }
-        chosen
+        // Distinct members in no particular order, or (a negative count) repeating ones.
+        owned(z.sample_members(l, &mut rand::rng()).into_iter())
     };
     Ok(scored_reply(items, withscores, resp))
 }
