@@ -78,7 +78,7 @@ fn set_pairs(exec: &mut Exec, argv: &[Bytes], name: &str) -> Result<i64, CmdErro
         let mut created = 0;
         for pair in argv[2..].chunks(2) {
             let field = Field { value: own(&pair[1]), version: v };
-            created += hash.insert(own(&pair[0]), field).is_none() as i64;
+            created += hash.insert_copied(&pair[0], field).is_none() as i64;
         }
         created
     })
@@ -99,7 +99,7 @@ fn hmset(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 /// Sets one field (the counters' write path).
 fn put_field(exec: &mut Exec, key: &[u8], field: &[u8], value: Bytes) -> Result<(), CmdError> {
     exec.ctx.edit_or_create(key, |hash: &mut Collection<Field>, v| {
-        hash.insert(own(field), Field { value, version: v });
+        hash.insert_copied(field, Field { value, version: v });
     })
 }
 

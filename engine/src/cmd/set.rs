@@ -95,11 +95,11 @@ fn sadd(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let added = exec.ctx.edit_or_create(&argv[1], |set: &mut Collection<Version>, v| {
         let mut added = 0;
         for m in &argv[2..] {
-            if !set.contains_key(m) {
-                set.insert(own(m), v);
+            if replicating {
+                added += set.insert_copied(m, v).is_none() as i64;
+            } else if !set.contains_key(m) {
+                set.insert_copied(m, v);
                 added += 1;
-            } else if replicating {
-                set.insert(own(m), v);
             }
         }
         added
@@ -233,7 +233,7 @@ fn smove(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let added = exec.ctx.edit_or_create(dst, |set: &mut Collection<Version>, v| {
         let added = !set.contains_key(member);
         if added {
-            set.insert(own(member), v);
+            set.insert_copied(member, v);
         }
         added
     })?;

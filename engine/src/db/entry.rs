@@ -240,7 +240,7 @@ impl Default for Changes {
 }
 
 impl Changes {
-    pub fn note(&mut self, name: &Bytes) {
+    pub fn note(&mut self, name: &[u8]) {
         self.any = true;
         if self.naming {
             // A copy, not a clone: the first clone of a name gives the stored one a shared
@@ -296,6 +296,14 @@ impl<V> Collection<V> {
         self.removed.remove(&name[..]);
         self.touched.note(&name);
         self.live.insert(name, value)
+    }
+
+    /// `insert` of a name given as bytes (a command's argument), copied only if the collection
+    /// does not hold it yet (`FieldMap::insert_copied`).
+    pub fn insert_copied(&mut self, name: &[u8], value: V) -> Option<V> {
+        self.removed.remove(name);
+        self.touched.note(name);
+        self.live.insert_copied(name, value)
     }
 
     pub fn remove(&mut self, name: &[u8]) -> Option<V> {

@@ -64,6 +64,10 @@ impl<V> FieldMap<V> {
         Bytes: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        // An empty map (most collections' `removed`) answers without hashing the name.
+        if self.is_empty() {
+            return None;
+        }
         self.table.find(self.hash(name), |(n, _)| n.borrow() == name).map(|(_, v)| v)
     }
 
@@ -72,6 +76,9 @@ impl<V> FieldMap<V> {
         Bytes: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        if self.is_empty() {
+            return None;
+        }
         let hash = self.hash(name);
         self.table.find_mut(hash, |(n, _)| n.borrow() == name).map(|(_, v)| v)
     }
@@ -92,6 +99,21 @@ impl<V> FieldMap<V> {
             Slot::Occupied(mut slot) => Some(std::mem::replace(&mut slot.get_mut().1, value)),
             Slot::Vacant(slot) => {
                 slot.insert((name, value));
+                None
+            }
+        }
+    }
+
+    /// `insert` of a name given as bytes, copied (`Bytes::copy_from_slice`) only when the map
+    /// does not hold it yet: an existing name keeps its stored bytes, and the command's
+    /// argument is never what the map keeps (`cmd::args::own` says why).
+    pub fn insert_copied(&mut self, name: &[u8], value: V) -> Option<V> {
+        let hash = self.hash(name);
+        let hasher = &self.hasher;
+        match self.table.entry(hash, |(n, _)| n[..] == *name, |(n, _)| hasher.hash_one(n)) {
+            Slot::Occupied(mut slot) => Some(std::mem::replace(&mut slot.get_mut().1, value)),
+            Slot::Vacant(slot) => {
+                slot.insert((Bytes::copy_from_slice(name), value));
                 None
             }
         }
@@ -119,6 +141,9 @@ impl<V> FieldMap<V> {
         Bytes: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
+        if self.is_empty() {
+            return None;
+        }
         let hash = self.hash(name);
         match self.table.find_entry(hash, |(n, _)| n.borrow() == name) {
             Ok(slot) => Some(slot.remove().0),
@@ -255,6 +280,11 @@ mod tests {
         assert!(!m.contains_key(&b"b"[..]) && m.contains_key(&b"a"[..]));
         m.retain(|_, v| *v > 5);
         assert!(m.is_empty());
+        assert_eq!(m.get(&b"a"[..]), None);
+        assert_eq!(m.remove(&b"a"[..]), None);
+        assert_eq!(m.insert_copied(b"c", 1), None);
+        assert_eq!(m.insert_copied(b"c", 2), Some(1));
+        assert_eq!((m.len(), m.get(&b"c"[..])), (1, Some(&2)));
     }
 
     #[test]
