@@ -42,6 +42,12 @@ impl<V> FieldMap<V> {
         self.hasher.hash_one(name)
     }
 
+    /// `name`'s hash for a lookup, or `None` when the map is empty: an empty map (most
+    /// collections' `removed`) answers without hashing the name.
+    fn lookup_hash<Q: Hash + ?Sized>(&self, name: &Q) -> Option<u64> {
+        (!self.is_empty()).then(|| self.hash(name))
+    }
+
     pub fn len(&self) -> usize {
         self.table.len()
     }
@@ -64,11 +70,7 @@ impl<V> FieldMap<V> {
         Bytes: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        // An empty map (most collections' `removed`) answers without hashing the name.
-        if self.is_empty() {
-            return None;
-        }
-        self.table.find(self.hash(name), |(n, _)| n.borrow() == name).map(|(_, v)| v)
+        self.table.find(self.lookup_hash(name)?, |(n, _)| n.borrow() == name).map(|(_, v)| v)
     }
 
     pub fn get_mut<Q>(&mut self, name: &Q) -> Option<&mut V>
@@ -76,10 +78,7 @@ impl<V> FieldMap<V> {
         Bytes: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if self.is_empty() {
-            return None;
-        }
-        let hash = self.hash(name);
+        let hash = self.lookup_hash(name)?;
         self.table.find_mut(hash, |(n, _)| n.borrow() == name).map(|(_, v)| v)
     }
 
@@ -141,10 +140,7 @@ impl<V> FieldMap<V> {
         Bytes: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if self.is_empty() {
-            return None;
-        }
-        let hash = self.hash(name);
+        let hash = self.lookup_hash(name)?;
         match self.table.find_entry(hash, |(n, _)| n.borrow() == name) {
             Ok(slot) => Some(slot.remove().0),
             Err(_) => None,
