@@ -250,6 +250,10 @@ fn scan(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     Ok(Frame::Array(vec![Frame::bulk(next.to_string()), Frame::Array(out)]))
 }
 
+/// How many keys `RANDOMKEY` draws from a shard before it walks it (each draw that finds an
+/// expired key counts one).
+const RANDOM_KEY_TRIES: usize = 16;
+
 fn randomkey(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     let now = exec.ctx.now_ms;
     let db = exec.ctx.db;
@@ -260,6 +264,17 @@ fn randomkey(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     for step in 0..SHARDS_PER_DB {
         let shard = (first + step) % SHARDS_PER_DB;
         let found = exec.ctx.with_shard(db, shard, |_, s| {
+            // Drawn, as Redis's RANDOMKEY does, in O(1): a few tries find a live key unless
+            // most of the shard has expired or its table is far emptier than its size; then
+            // a walk of its live keys (it took 1M keys to 45k answers a second, Redis 515k).
+            let mut rng = rand::rng();
+            for _ in 0..RANDOM_KEY_TRIES {
+                match s.draw(&mut rng, 64) {
+                    Some((key, e)) if !e.is_expired(now) => return Some(Bytes::copy_from_slice(key)),
+                    Some(_) => continue,
+                    None => break,
+                }
+            }
             let live: Vec<&[u8]> = s.iter().filter(|(_, e)| !e.is_expired(now)).map(|(k, _)| k).collect();
             if live.is_empty() {
                 None

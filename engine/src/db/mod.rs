@@ -470,6 +470,11 @@ impl Shard {
         self.map.iter()
     }
 
+    /// A key at random, or `None` (`table::KeyTable::draw`).
+    pub fn draw(&self, rng: &mut impl rand::Rng, draws: usize) -> Option<(&[u8], EntryRef<'_>)> {
+        self.map.draw(rng, draws)
+    }
+
     /// Inserts or replaces a key's entry (without an expiry register: the replaced entry's
     /// goes with it), keeping the expiry index in step.
     pub fn insert<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K, entry: Entry) -> Option<Removed> {

@@ -272,6 +272,17 @@ impl KeyTable {
         self.table.iter().map(|n| (n.key(), view(n)))
     }
 
+    /// A key at random, each with the same chance: up to `draws` buckets drawn until one is
+    /// full, O(1) unless the table is far emptier than its size (`None` then, or when empty:
+    /// the caller walks instead).
+    pub fn draw(&self, rng: &mut impl rand::Rng, draws: usize) -> Option<(&[u8], EntryRef<'_>)> {
+        if self.is_empty() {
+            return None;
+        }
+        let buckets = self.table.num_buckets();
+        (0..draws).find_map(|_| self.table.get_bucket(rng.random_range(0..buckets))).map(|n| (n.key(), view(n)))
+    }
+
     pub fn entries_mut(&mut self) -> impl Iterator<Item = &mut Entry> {
         self.table.iter_mut().map(|n| n.parts_mut().0)
     }
@@ -303,6 +314,25 @@ mod tests {
         let long = vec![b'k'; 100];
         t.insert(hk(&long), Entry::new(Value::Int(3), Version::ZERO));
         assert!(t.get(hk(&long)).is_some() && t.get(hk(&long[..99])).is_none());
+    }
+
+    #[test]
+    fn a_draw_finds_every_key_about_equally_often() {
+        let mut t = KeyTable::default();
+        assert!(t.draw(&mut rand::rng(), 64).is_none());
+        let keys: Vec<String> = (0..50).map(|i| format!("key:{i}")).collect();
+        for (i, k) in keys.iter().enumerate() {
+            t.insert(hk(k.as_bytes()), Entry::new(Value::Int(i as i64), Version::ZERO));
+        }
+        let mut seen = std::collections::HashMap::new();
+        for _ in 0..50_000 {
+            let (key, entry) = t.draw(&mut rand::rng(), 64).expect("a 64-bucket table half full");
+            assert!(matches!(entry.entry().value, Value::Int(i) if keys[i as usize].as_bytes() == key));
+            *seen.entry(key.to_vec()).or_insert(0) += 1;
+        }
+        // 1,000 expected each, standard deviation 31: within ±20% is six deviations.
+        assert_eq!(seen.len(), 50);
+        assert!(seen.values().all(|&n| (800..=1200).contains(&n)), "{seen:?}");
     }
 
     #[test]
