@@ -27,6 +27,18 @@ pub struct FieldMap<V> {
 /// all miss with a chance under 0.02%.
 const RANDOM_DRAWS: usize = 64;
 
+/// An entry of `table` at random, each with the same chance: up to `draws` buckets drawn until
+/// one is full, as Redis's `dictGetFairRandomKey` does; O(1) unless the table is far emptier
+/// than its size (`None` then, or when it is empty: the caller walks instead). Shared by
+/// `FieldMap::random` and the keyspace's `table::KeyTable::draw` (`RANDOMKEY`).
+pub(super) fn draw_bucket<'t, T>(table: &'t HashTable<T>, rng: &mut impl Rng, draws: usize) -> Option<&'t T> {
+    if table.is_empty() {
+        return None;
+    }
+    let buckets = table.num_buckets();
+    (0..draws).find_map(|_| table.get_bucket(rng.random_range(0..buckets)))
+}
+
 impl<V> Default for FieldMap<V> {
     fn default() -> Self {
         FieldMap { table: HashTable::new(), hasher: RandomState::default() }
@@ -183,13 +195,10 @@ impl<V> FieldMap<V> {
         if self.is_empty() {
             return None;
         }
-        let buckets = self.table.num_buckets();
-        for _ in 0..RANDOM_DRAWS {
-            if let Some((n, v)) = self.table.get_bucket(rng.random_range(0..buckets)) {
-                return Some((n, v));
-            }
+        match draw_bucket(&self.table, rng, RANDOM_DRAWS) {
+            Some((n, v)) => Some((n, v)),
+            None => self.iter().nth(rng.random_range(0..self.len())),
         }
-        self.iter().nth(rng.random_range(0..self.len()))
     }
 
     /// `count` elements at random, as Redis's `SRANDMEMBER`/`HRANDFIELD`/`ZRANDMEMBER` pick

@@ -18,6 +18,7 @@
 use hashbrown::hash_table::{Entry as Slot, HashTable};
 
 use super::entry::{Entry, Expiry};
+use super::fieldmap::draw_bucket;
 use super::hashed::{hash_key, TableKey};
 use super::node::Node;
 use crate::hlc::Version;
@@ -272,15 +273,10 @@ impl KeyTable {
         self.table.iter().map(|n| (n.key(), view(n)))
     }
 
-    /// A key at random, each with the same chance: up to `draws` buckets drawn until one is
-    /// full, O(1) unless the table is far emptier than its size (`None` then, or when empty:
-    /// the caller walks instead).
+    /// A key at random, each with the same chance, or `None` after `draws` empty buckets
+    /// (`fieldmap::draw_bucket`).
     pub fn draw(&self, rng: &mut impl rand::Rng, draws: usize) -> Option<(&[u8], EntryRef<'_>)> {
-        if self.is_empty() {
-            return None;
-        }
-        let buckets = self.table.num_buckets();
-        (0..draws).find_map(|_| self.table.get_bucket(rng.random_range(0..buckets))).map(|n| (n.key(), view(n)))
+        draw_bucket(&self.table, rng, draws).map(|n| (n.key(), view(n)))
     }
 
     pub fn entries_mut(&mut self) -> impl Iterator<Item = &mut Entry> {
