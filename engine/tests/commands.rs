@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{Reply, Server};
+use support::{wait_blocked, Reply, Server};
 
 fn int(n: i64) -> Reply {
     Reply::Int(n)
@@ -179,39 +179,53 @@ fn blocking_pops_wake_in_order_and_time_out() {
     let mut first = server.connect();
     let mut second = server.connect();
     let mut pusher = server.connect();
-    // Waits until the server reports `n` blocked clients (instead of sleeping and hoping).
-    let blocked = |conn: &mut support::Conn, n: usize| {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !conn.cmd(&["INFO", "clients"]).text().contains(&format!("blocked_clients:{n}\r\n")) {
-            assert!(std::time::Instant::now() < deadline, "never saw {n} blocked clients");
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    };
     first.send(&["BLPOP", "q", "0"]);
-    blocked(&mut pusher, 1);
+    wait_blocked(&mut pusher, 1);
     second.send(&["BLPOP", "q", "0"]);
-    blocked(&mut pusher, 2);
+    wait_blocked(&mut pusher, 2);
     assert_eq!(pusher.cmd(&["RPUSH", "q", "a", "b"]), int(2));
     assert_eq!(first.read(), Some(Reply::Array(vec![bulk("q"), bulk("a")])));
     assert_eq!(second.read(), Some(Reply::Array(vec![bulk("q"), bulk("b")])));
     assert_eq!(pusher.cmd(&["BLPOP", "q", "0.1"]), Reply::Nil);
     first.send(&["BLMOVE", "src", "dst", "LEFT", "RIGHT", "0"]);
-    blocked(&mut pusher, 1);
+    wait_blocked(&mut pusher, 1);
     assert_eq!(pusher.cmd(&["LPUSH", "src", "x"]), int(1));
     assert_eq!(first.read(), Some(bulk("x")));
     assert_eq!(pusher.cmd(&["LRANGE", "dst", "0", "-1"]), Reply::Array(vec![bulk("x")]));
     // A blocked client that disconnects stops waiting: the next push is not popped for it.
     let mut quitter = server.connect();
     quitter.send(&["BLPOP", "gone", "0"]);
-    blocked(&mut pusher, 1);
+    wait_blocked(&mut pusher, 1);
     drop(quitter);
-    blocked(&mut pusher, 0);
+    wait_blocked(&mut pusher, 0);
     assert_eq!(pusher.cmd(&["RPUSH", "gone", "kept"]), int(1));
     assert_eq!(pusher.cmd(&["LRANGE", "gone", "0", "-1"]), Reply::Array(vec![bulk("kept")]));
     second.send(&["BZPOPMIN", "zq", "0"]);
-    blocked(&mut pusher, 1);
+    wait_blocked(&mut pusher, 1);
     assert_eq!(pusher.cmd(&["ZADD", "zq", "1", "m"]), int(1));
     assert_eq!(second.read(), Some(Reply::Array(vec![bulk("zq"), bulk("m"), bulk("1")])));
+}
+
+#[test]
+fn a_blocked_move_refused_by_its_target_leaves_the_element_for_the_next_client() {
+    // Redis's "BRPOPLPUSH with multiple blocked clients", with the order made explicit: the
+    // first client to block is served first; its target holds a string, so it gets WRONGTYPE
+    // and pops nothing, and the element goes to the second client.
+    let server = Server::start(&[]);
+    let mut first = server.connect();
+    let mut second = server.connect();
+    let mut pusher = server.connect();
+    assert_eq!(pusher.cmd(&["SET", "target1", "nolist"]).text(), "OK");
+    first.send(&["BRPOPLPUSH", "blist", "target1", "0"]);
+    wait_blocked(&mut pusher, 1);
+    second.send(&["BRPOPLPUSH", "blist", "target2", "0"]);
+    wait_blocked(&mut pusher, 2);
+    assert_eq!(pusher.cmd(&["LPUSH", "blist", "foo"]), int(1));
+    assert!(matches!(first.read(), Some(Reply::Error(e)) if e.starts_with("WRONGTYPE")));
+    assert_eq!(second.read(), Some(bulk("foo")));
+    assert_eq!(pusher.cmd(&["LRANGE", "target2", "0", "-1"]), Reply::Array(vec![bulk("foo")]));
+    assert_eq!(pusher.cmd(&["EXISTS", "blist"]), int(0));
+    assert_eq!(pusher.cmd(&["GET", "target1"]), bulk("nolist"));
 }
 
 #[test]

@@ -11,7 +11,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::data_node::{info_field, wait_for, wait_ready, DataNode as Node};
-use support::{Conn, Reply, Server};
+use support::{wait_blocked, Conn, Reply, Server};
 
 /// A library whose function `<name>_v` answers `version`, and whose `<name>_set` writes
 /// `KEYS[1]` (so what a function writes is seen to replicate too).
@@ -236,7 +236,7 @@ fn a_write_pause_holds_function_load_delete_and_flush_as_redis_does() {
     for (i, (command, reply)) in held.iter().enumerate() {
         let mut c = server.connect();
         c.send(command);
-        wait_for("the command held", || info_field(&mut admin, "clients", "blocked_clients") == (i + 1).to_string());
+        wait_blocked(&mut admin, i + 1);
         waiting.push((c, *reply));
     }
     assert_eq!(admin.cmd(&["FCALL_RO", "ro_v", "0"]).text(), "ro", "a no-writes function runs");
@@ -250,7 +250,7 @@ fn a_write_pause_holds_function_load_delete_and_flush_as_redis_does() {
     assert_eq!(admin.cmd(&["CLIENT", "PAUSE", "100000", "WRITE"]).text(), "OK");
     let mut flush = server.connect();
     flush.send(&["FUNCTION", "FLUSH"]);
-    wait_for("FLUSH held", || info_field(&mut admin, "clients", "blocked_clients") == "1");
+    wait_blocked(&mut admin, 1);
     let Reply::Array(list) = admin.cmd(&["FUNCTION", "LIST"]) else { panic!("FUNCTION LIST is an array") };
     assert_eq!(list.len(), 2, "the held FLUSH has not run: {list:?}");
     assert_eq!(admin.cmd(&["CLIENT", "UNPAUSE"]).text(), "OK");

@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{Reply, Server};
+use support::{blocked_clients, wait_blocked, Reply, Server};
 
 /// The argument lists of the SLOWLOG GET reply, newest first.
 fn logged(reply: Reply) -> Vec<String> {
@@ -40,11 +40,7 @@ fn slowlog_logs_what_clients_ran_with_secrets_redacted() {
     // A blocked command is logged once served, not when it blocks.
     let mut blocked = server.connect();
     blocked.send(&["BLPOP", "queue", "0"]);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !matches!(c.cmd(&["INFO", "clients"]), Reply::Bulk(info) if String::from_utf8_lossy(&info).contains("blocked_clients:1")) {
-        assert!(std::time::Instant::now() < deadline, "BLPOP never blocked");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_blocked(&mut c, 1);
     c.cmd(&["RPUSH", "queue", "job"]);
     assert!(matches!(blocked.read(), Some(Reply::Array(_))));
     let entries: Vec<String> = logged(c.cmd(&["SLOWLOG", "GET", "-1"])).into_iter().filter(|e| e != "INFO clients").collect();
@@ -329,20 +325,6 @@ fn shutdown_checks_its_arguments_as_redis() {
     }
 }
 
-/// `blocked_clients` of INFO clients.
-fn blocked_clients(c: &mut support::Conn) -> i64 {
-    let info = c.cmd(&["INFO", "clients"]).text();
-    info.lines().find_map(|l| l.strip_prefix("blocked_clients:")).and_then(|v| v.trim().parse().ok()).unwrap_or_else(|| panic!("{info}"))
-}
-
-fn wait_blocked(c: &mut support::Conn, n: i64) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while blocked_clients(c) != n {
-        assert!(std::time::Instant::now() < deadline, "never {n} blocked clients");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 #[test]
 fn client_pause_write_holds_writes_and_lets_reads_through() {
     // As Redis 7.0's unit/pause: WRITE holds writes, PUBLISH, PFCOUNT, scripts that may write
@@ -371,7 +353,7 @@ fn client_pause_write_holds_writes_and_lets_reads_through() {
     for (i, (command, reply)) in writes.into_iter().enumerate() {
         let mut c = server.connect();
         c.send(command);
-        wait_blocked(&mut admin, i as i64 + 1);
+        wait_blocked(&mut admin, i + 1);
         held.push((c, command, reply));
     }
     let mut tx = server.connect();

@@ -7,7 +7,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::{free_mesh_port, free_port, Conn, Server};
+use support::{free_mesh_port, free_port, wait_blocked, Conn, Server};
 
 const DEADLINE: Duration = Duration::from_secs(15);
 
@@ -376,7 +376,7 @@ fn a_push_replicated_from_a_peer_serves_a_client_blocked_in_blpop() {
     let (_nodes, _servers, mut conns) = full_mesh(2, &[]);
     let mut blocked = _servers[0].connect();
     blocked.send(&["BLPOP", "queue", "10"]);
-    wait_for("the client blocked", || conns[0].cmd(&["INFO", "clients"]).text().contains("blocked_clients:1"));
+    wait_blocked(&mut conns[0], 1);
     assert_eq!(conns[1].cmd(&["LPUSH", "queue", "job-1"]).text(), "1");
     blocked.set_timeout(Duration::from_secs(5));
     let reply = blocked.read().expect("BLPOP answered after a push on the peer");

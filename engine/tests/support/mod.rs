@@ -182,6 +182,18 @@ impl Drop for Server {
 #[allow(unused_imports)]
 pub use keymesh_resp::{encode, Conn, Reply};
 
+/// `blocked_clients` of INFO clients.
+pub fn blocked_clients(conn: &mut Conn) -> usize {
+    data_node::info_field(conn, "clients", "blocked_clients").parse().unwrap()
+}
+
+/// Waits until the server reports `n` blocked clients. A command sent on one connection and a
+/// command sent on another have no order until the server has run the first: a test that needs
+/// client A blocked before client B (or before a push) waits here instead of sleeping.
+pub fn wait_blocked(conn: &mut Conn, n: usize) {
+    data_node::wait_for(&format!("{n} blocked clients"), || blocked_clients(conn) == n);
+}
+
 /// Shorthand for asserting a bulk/status/int reply's text.
 #[macro_export]
 macro_rules! assert_reply {
