@@ -21,6 +21,7 @@ pub mod hll;
 pub mod lattice;
 pub mod node;
 pub mod pending;
+pub mod ranked;
 pub mod strbuf;
 pub mod table;
 pub mod zset;

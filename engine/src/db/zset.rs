@@ -1,15 +1,14 @@
 //! The sorted set: a member map (score and version per member) plus an ordered index of
-//! `(score, member)`, so lookups are O(1) and range queries O(log n + k). Ranks are found by
-//! walking the index (O(rank)); an order-statistics tree would make them O(log n) if a
-//! profile ever shows `ZRANK` on huge sets.
+//! `(score, member)` that counts ranks (`RankedSet`), so lookups are O(1), ranks and counts
+//! O(log n), and range queries O(log n + k), as Redis's skip list.
 
-use std::collections::BTreeSet;
-use std::ops::Bound;
+use std::ops::Range;
 
 use bytes::Bytes;
 
 use super::entry::{shrink_if_sparse, Changes, FieldMap};
 use super::lattice::{merge_elements, ElementMap, Merge};
+use super::ranked::RankedSet;
 use crate::hlc::Version;
 
 /// A score with a total order (scores are never NaN: commands reject NaN results).
@@ -39,7 +38,7 @@ pub struct Member {
 #[derive(Debug, Clone, Default)]
 pub struct SortedSet {
     members: FieldMap<Member>,
-    order: BTreeSet<(Score, Bytes)>,
+    order: RankedSet<(Score, Bytes)>,
     /// Replication: removed members and the version that removed them.
     pub removed: FieldMap<Version>,
     /// Replication: the key-level tombstone; older members are dead.
@@ -227,66 +226,73 @@ impl SortedSet {
     }
 
     pub fn rank(&self, member: &[u8]) -> Option<usize> {
-        let score = self.score(member)?;
-        Some(self.order.range(..(Score(score), Bytes::copy_from_slice(member))).count())
+        let score = Score(self.score(member)?);
+        Some(self.order.count_before(|(s, m)| (*s, &m[..]) < (score, member)))
     }
 
     /// Members whose score lies within `[min, max]` (honouring exclusive ends), ascending.
     pub fn range_by_score(&self, min: ScoreBound, max: ScoreBound) -> impl DoubleEndedIterator<Item = (&Bytes, f64)> + '_ {
+        self.order.ranks(self.score_ranks(min, max)).map(|(s, m)| (m, s.0))
+    }
+
+    /// The ranks of the members whose score lies within `[min, max]`.
+    fn score_ranks(&self, min: ScoreBound, max: ScoreBound) -> Range<usize> {
         let empty = min.value.is_nan()
             || max.value.is_nan()
             || min.value > max.value
             || (min.value == max.value && (min.exclusive || max.exclusive))
             || (min.exclusive && min.value == f64::INFINITY)
             || (max.exclusive && max.value == f64::NEG_INFINITY);
-        let range = if empty {
-            None
-        } else {
-            // Every member sorts after `(score, "")`, so the empty member marks "all of this score".
-            let lower_score = if min.exclusive { next_up(min.value) } else { min.value };
-            let lower: Bound<(Score, Bytes)> = Bound::Included((Score(lower_score), Bytes::new()));
-            let upper: Bound<(Score, Bytes)> = if max.exclusive {
-                Bound::Excluded((Score(max.value), Bytes::new()))
-            } else if max.value == f64::INFINITY {
-                Bound::Unbounded
-            } else {
-                Bound::Excluded((Score(next_up(max.value)), Bytes::new()))
-            };
-            Some(self.order.range((lower, upper)))
-        };
-        range.into_iter().flatten().map(|(s, m)| (m, s.0))
+        if empty {
+            return 0..0;
+        }
+        let (min_score, max_score) = (Score(min.value), Score(max.value));
+        let start = if min.exclusive { self.order.count_before(|(s, _)| *s <= min_score) } else { self.order.count_before(|(s, _)| *s < min_score) };
+        let end = if max.exclusive { self.order.count_before(|(s, _)| *s < max_score) } else { self.order.count_before(|(s, _)| *s <= max_score) };
+        start..end.max(start)
     }
 
     /// Members within a lex range, ascending (meaningful when all scores are equal). When
     /// they are, the range is found in the index directly; otherwise every member is tested.
     pub fn range_by_lex<'a>(&'a self, min: &'a LexBound, max: &'a LexBound) -> impl DoubleEndedIterator<Item = (&'a Bytes, f64)> + 'a {
-        let same_score = match (self.order.first(), self.order.last()) {
-            (Some(first), Some(last)) => first.0 == last.0,
-            _ => true,
-        };
-        let iter: Box<dyn DoubleEndedIterator<Item = (&'a Bytes, f64)> + 'a> = if lex_range_is_empty(min, max) {
-            Box::new(std::iter::empty())
-        } else if same_score {
-            let score = self.order.first().map_or(Score(0.0), |f| f.0);
-            let lower = match min {
-                LexBound::Inclusive(b) => Bound::Included((score, b.clone())),
-                LexBound::Exclusive(b) => Bound::Excluded((score, b.clone())),
-                _ => Bound::Unbounded,
-            };
-            let upper = match max {
-                LexBound::Inclusive(b) => Bound::Included((score, b.clone())),
-                LexBound::Exclusive(b) => Bound::Excluded((score, b.clone())),
-                _ => Bound::Unbounded,
-            };
-            Box::new(self.order.range((lower, upper)).map(|(s, m)| (m, s.0)))
-        } else {
-            Box::new(self.order.iter().filter(move |(_, m)| lex_above_min(m, min) && lex_below_max(m, max)).map(|(s, m)| (m, s.0)))
+        let iter: Box<dyn DoubleEndedIterator<Item = (&'a Bytes, f64)> + 'a> = match self.lex_ranks(min, max) {
+            Some(ranks) => Box::new(self.order.ranks(ranks).map(|(s, m)| (m, s.0))),
+            None => Box::new(self.order.iter().filter(move |(_, m)| lex_above_min(m, min) && lex_below_max(m, max)).map(|(s, m)| (m, s.0))),
         };
         iter
     }
 
+    pub fn count_by_lex(&self, min: &LexBound, max: &LexBound) -> usize {
+        match self.lex_ranks(min, max) {
+            Some(ranks) => ranks.len(),
+            None => self.range_by_lex(min, max).count(),
+        }
+    }
+
+    /// The ranks of the members within a lex range when every score is equal (then members
+    /// sort by name alone); `None` when scores differ.
+    fn lex_ranks(&self, min: &LexBound, max: &LexBound) -> Option<Range<usize>> {
+        if lex_range_is_empty(min, max) {
+            return Some(0..0);
+        }
+        if self.order.first().map(|f| f.0) != self.order.last().map(|l| l.0) {
+            return None;
+        }
+        let start = match min {
+            LexBound::Inclusive(b) => self.order.count_before(|(_, m)| m < b),
+            LexBound::Exclusive(b) => self.order.count_before(|(_, m)| m <= b),
+            _ => 0,
+        };
+        let end = match max {
+            LexBound::Inclusive(b) => self.order.count_before(|(_, m)| m <= b),
+            LexBound::Exclusive(b) => self.order.count_before(|(_, m)| m < b),
+            _ => self.len(),
+        };
+        Some(start..end.max(start))
+    }
+
     pub fn count_by_score(&self, min: ScoreBound, max: ScoreBound) -> usize {
-        self.range_by_score(min, max).count()
+        self.score_ranks(min, max).len()
     }
 
     /// The lowest-ranked member (`max == false`) or the highest.
@@ -301,49 +307,25 @@ impl SortedSet {
     }
 
     /// Members at ranks `start..=end` (inclusive, already clamped to the set), in ascending
-    /// order, or descending ranks counted from the highest score when `rev`. Walks from
-    /// whichever end of the index is nearer.
+    /// order, or descending ranks counted from the highest score when `rev`.
     pub fn range_by_rank(&self, start: usize, end: usize, rev: bool) -> Vec<(Bytes, f64)> {
         let len = self.len();
         if start > end || start >= len {
             return Vec::new();
         }
         let end = end.min(len - 1);
-        let n = end - start + 1;
         // Ascending ranks lo..=hi hold the result.
         let (lo, hi) = if rev { (len - 1 - end, len - 1 - start) } else { (start, end) };
-        let mut out: Vec<(Bytes, f64)> = if lo <= len - 1 - hi {
-            self.order.iter().skip(lo).take(n).map(|(s, m)| (m.clone(), s.0)).collect()
-        } else {
-            let mut v: Vec<(Bytes, f64)> = self.order.iter().rev().skip(len - 1 - hi).take(n).map(|(s, m)| (m.clone(), s.0)).collect();
-            v.reverse();
-            v
-        };
+        let ranks = self.order.ranks(lo..hi + 1).map(|(s, m)| (m.clone(), s.0));
         if rev {
-            out.reverse();
+            ranks.rev().collect()
+        } else {
+            ranks.collect()
         }
-        out
     }
 }
 
-/// The smallest double above `x` (`x` finite or -inf); +inf stays +inf.
-fn next_up(x: f64) -> f64 {
-    if x.is_nan() || x == f64::INFINITY {
-        return x;
-    }
-    if x == 0.0 {
-        return f64::from_bits(1);
-    }
-    let bits = x.to_bits();
-    if x > 0.0 {
-        f64::from_bits(bits + 1)
-    } else {
-        f64::from_bits(bits - 1)
-    }
-}
-
-/// True when no member can lie between `min` and `max` (also keeps `BTreeSet::range` from
-/// panicking on inverted bounds).
+/// True when no member can lie between `min` and `max`.
 pub fn lex_range_is_empty(min: &LexBound, max: &LexBound) -> bool {
     match (min, max) {
         (LexBound::PosInf, _) | (_, LexBound::NegInf) => true,

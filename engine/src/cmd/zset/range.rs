@@ -43,7 +43,7 @@ pub(super) fn zcount(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 
 pub(super) fn zlexcount(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let (min, max) = (lex_bound(&argv[2])?, lex_bound(&argv[3])?);
-    Ok(Frame::Integer(read(exec, &argv[1])?.map_or(0, |z| z.range_by_lex(&min, &max).count()) as i64))
+    Ok(Frame::Integer(read(exec, &argv[1])?.map_or(0, |z| z.count_by_lex(&min, &max)) as i64))
 }
 
 #[derive(Clone, Copy, PartialEq)]
