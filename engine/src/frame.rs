@@ -169,6 +169,17 @@ pub fn format_double_g17(d: f64) -> String {
     if d == 0.0 {
         return if d.is_sign_negative() { "-0".into() } else { "0".into() };
     }
+    // An integral value of at most 17 digits prints as that integer (every digit is
+    // significant and exact): scores are often whole numbers, and the exact path below costs
+    // a big-number expansion (ZSCORE -P 16 of an integral score: 8% of the server's time).
+    if d.fract() == 0.0 && d.abs() < 1e17 {
+        return itoa::Buffer::new().format(d as i64).to_owned();
+    }
+    format_double_g17_digits(d)
+}
+
+/// `format_double_g17` of a finite, non-zero `d`, from its 17 significant digits.
+fn format_double_g17_digits(d: f64) -> String {
     // 17 significant digits in scientific form: "d.dddddddddddddddde<exp>".
     let sci = format!("{:.16e}", d);
     let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
@@ -258,6 +269,25 @@ mod tests {
         assert_eq!(format_double_g17(1.5e-5), "1.5e-05");
         assert_eq!(format_double_g17(123456789.0), "123456789");
         assert_eq!(format_double_g17(f64::INFINITY), "inf");
+        assert_eq!(format_double_g17(-7.0), "-7");
+        assert_eq!(format_double_g17(99_999_999_999_999_984.0), "99999999999999984");
+        assert_eq!(format_double_g17(1e17), "1e+17");
+        assert_eq!(format_double_g17(-1e17), "-1e+17");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn whole_numbers_print_as_their_17_digits(d in -1e17f64..1e17) {
+            let d = d.trunc();
+            proptest::prop_assume!(d != 0.0);
+            proptest::prop_assert_eq!(format_double_g17(d), format_double_g17_digits(d));
+        }
+
+        #[test]
+        fn small_whole_numbers_print_as_their_digits(i in -1_000_000i64..1_000_000) {
+            proptest::prop_assume!(i != 0);
+            proptest::prop_assert_eq!(format_double_g17(i as f64), format_double_g17_digits(i as f64));
+        }
     }
 
     #[test]
