@@ -35,9 +35,11 @@ pub struct RankedSet<K> {
     leaves: Vec<Vec<K>>,
     /// Each leaf's last element, side by side: the search for a leaf reads one array instead
     /// of one leaf buffer per probe (ZADD -P 16 with random scores into a 330,000-member set:
-    /// 454-476k → 494-496k a second, one core).
+    /// 454-476k → 494-496k a second, one core). Empty while there is one leaf.
     maxes: Vec<K>,
     /// A Fenwick tree over `leaves[i].len()`: `counts[i]` sums leaves `(i & (i + 1))..=i`.
+    /// Empty while there is one leaf: most sorted sets are small (every GEO key is one), and
+    /// these two vectors cost a set of one member 190 bytes.
     counts: Vec<usize>,
     len: usize,
 }
@@ -68,10 +70,8 @@ impl<K: Ord + Clone> RankedSet<K> {
     /// Adds `element`; false if the set already holds it.
     pub fn insert(&mut self, element: K) -> bool {
         let Some(last_leaf) = self.leaves.len().checked_sub(1) else {
-            self.maxes.push(element.clone());
-            self.leaves.push(vec![element]);
+            self.leaves = vec![vec![element]];
             self.len = 1;
-            self.rebuild_counts();
             return true;
         };
         // The first leaf that ends at or after `element`; past every leaf, the last one.
@@ -80,7 +80,7 @@ impl<K: Ord + Clone> RankedSet<K> {
         self.len += 1;
         if self.leaves[leaf].len() < LEAF_MAX {
             if at == self.leaves[leaf].len() {
-                self.maxes[leaf] = element.clone();
+                self.set_max(leaf, element.clone());
             }
             self.leaves[leaf].insert(at, element);
             self.add_count(leaf, 1);
@@ -89,6 +89,10 @@ impl<K: Ord + Clone> RankedSet<K> {
         // A full leaf splits before it grows (so no leaf's buffer passes LEAF_MAX). Appending
         // past the last element, or prepending before the first, starts a new leaf instead:
         // a set loaded in order (timestamps as scores) keeps full leaves.
+        if self.maxes.is_empty() {
+            // The one leaf is about to get a neighbour.
+            self.maxes.push(self.leaves[0][LEAF_MAX - 1].clone());
+        }
         if leaf == last_leaf && at == LEAF_MAX {
             self.maxes.push(element.clone());
             self.leaves.push(vec![element]);
@@ -109,7 +113,7 @@ impl<K: Ord + Clone> RankedSet<K> {
             }
             self.leaves[leaf].insert(at, element);
         }
-        self.rebuild_counts();
+        self.leaves_changed();
         true
     }
 
@@ -122,15 +126,17 @@ impl<K: Ord + Clone> RankedSet<K> {
         let left = self.leaves[leaf].len();
         if left == 0 {
             self.leaves.remove(leaf);
-            self.maxes.remove(leaf);
-            self.rebuild_counts();
+            if !self.maxes.is_empty() {
+                self.maxes.remove(leaf);
+            }
+            self.leaves_changed();
             return true;
         }
         if at == left {
-            self.maxes[leaf] = self.leaves[leaf][left - 1].clone();
+            self.set_max(leaf, self.leaves[leaf][left - 1].clone());
         }
         if left < LEAF_MIN && self.merge_with_a_neighbour(leaf) {
-            self.rebuild_counts();
+            self.leaves_changed();
         } else {
             self.add_count(leaf, -1);
             // A leaf emptied by removals gives back its buffer (to a power of two, so that
@@ -194,6 +200,9 @@ impl<K: Ord + Clone> RankedSet<K> {
         if rank >= self.len {
             return (self.leaves.len(), 0);
         }
+        if self.counts.is_empty() {
+            return (0, rank);
+        }
         // Binary lifting over the Fenwick tree: the most leaves whose total is <= rank.
         let n = self.counts.len();
         let (mut leaf, mut left) = (0, rank);
@@ -225,8 +234,21 @@ impl<K: Ord + Clone> RankedSet<K> {
         }
     }
 
-    /// Rebuilds the counts after leaves were added or removed: O(leaves).
-    fn rebuild_counts(&mut self) {
+    /// A new last element for `leaf` (no-op while there is one leaf).
+    fn set_max(&mut self, leaf: usize, max: K) {
+        if let Some(slot) = self.maxes.get_mut(leaf) {
+            *slot = max;
+        }
+    }
+
+    /// After leaves were added or removed: rebuilds the counts, O(leaves), and drops both
+    /// indexes when one leaf is left.
+    fn leaves_changed(&mut self) {
+        if self.leaves.len() < 2 {
+            self.maxes = Vec::new();
+            self.counts = Vec::new();
+            return;
+        }
         self.counts.clear();
         self.counts.extend(self.leaves.iter().map(Vec::len));
         let n = self.counts.len();
@@ -304,7 +326,11 @@ mod tests {
         assert_eq!(set.first(), model.first());
         assert_eq!(set.last(), model.last());
         assert!(set.leaves.iter().all(|l| !l.is_empty() && l.len() <= LEAF_MAX && l.capacity() <= LEAF_MAX));
-        assert_eq!(set.maxes.iter().collect::<Vec<_>>(), set.leaves.iter().map(|l| l.last().unwrap()).collect::<Vec<_>>());
+        if set.leaves.len() < 2 {
+            assert!(set.maxes.capacity() == 0 && set.counts.capacity() == 0, "one leaf needs no index");
+        } else {
+            assert_eq!(set.maxes.iter().collect::<Vec<_>>(), set.leaves.iter().map(|l| l.last().unwrap()).collect::<Vec<_>>());
+        }
         for (rank, x) in sorted.iter().enumerate() {
             assert_eq!(set.ranks(rank..rank + 1).next(), Some(x));
             assert_eq!(set.count_before(|e| e < x), rank);
