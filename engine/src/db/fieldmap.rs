@@ -22,21 +22,21 @@ pub struct FieldMap<V> {
     hasher: RandomState,
 }
 
-/// How many buckets `random` draws before it walks: at the load a map keeps (at least one in
-/// eight buckets full, `entry::shrink_if_sparse`, for maps of more than 64 buckets) 64 draws
-/// all miss with a chance under 0.02%.
+/// How many buckets `draw_bucket` draws before its caller walks: at the load a map keeps (at
+/// least one in eight buckets full, `entry::shrink_if_sparse`, for maps of more than 64
+/// buckets) 64 draws all miss with a chance under 0.02%.
 const RANDOM_DRAWS: usize = 64;
 
-/// An entry of `table` at random, each with the same chance: up to `draws` buckets drawn until
+/// An entry of `table` at random, each with the same chance: up to `RANDOM_DRAWS` buckets drawn until
 /// one is full, as Redis's `dictGetFairRandomKey` does; O(1) unless the table is far emptier
 /// than its size (`None` then, or when it is empty: the caller walks instead). Shared by
 /// `FieldMap::random` and the keyspace's `table::KeyTable::draw` (`RANDOMKEY`).
-pub(super) fn draw_bucket<'t, T>(table: &'t HashTable<T>, rng: &mut impl Rng, draws: usize) -> Option<&'t T> {
+pub(super) fn draw_bucket<'t, T>(table: &'t HashTable<T>, rng: &mut impl Rng) -> Option<&'t T> {
     if table.is_empty() {
         return None;
     }
     let buckets = table.num_buckets();
-    (0..draws).find_map(|_| table.get_bucket(rng.random_range(0..buckets)))
+    (0..RANDOM_DRAWS).find_map(|_| table.get_bucket(rng.random_range(0..buckets)))
 }
 
 impl<V> Default for FieldMap<V> {
@@ -195,7 +195,7 @@ impl<V> FieldMap<V> {
         if self.is_empty() {
             return None;
         }
-        match draw_bucket(&self.table, rng, RANDOM_DRAWS) {
+        match draw_bucket(&self.table, rng) {
             Some((n, v)) => Some((n, v)),
             None => self.iter().nth(rng.random_range(0..self.len())),
         }

@@ -472,8 +472,8 @@ impl Shard {
     }
 
     /// A key at random, or `None` (`table::KeyTable::draw`).
-    pub fn draw(&self, rng: &mut impl rand::Rng, draws: usize) -> Option<(&[u8], EntryRef<'_>)> {
-        self.map.draw(rng, draws)
+    pub fn draw(&self, rng: &mut impl rand::Rng) -> Option<(&[u8], EntryRef<'_>)> {
+        self.map.draw(rng)
     }
 
     /// Inserts or replaces a key's entry (without an expiry register: the replaced entry's

@@ -273,10 +273,10 @@ impl KeyTable {
         self.table.iter().map(|n| (n.key(), view(n)))
     }
 
-    /// A key at random, each with the same chance, or `None` after `draws` empty buckets
-    /// (`fieldmap::draw_bucket`).
-    pub fn draw(&self, rng: &mut impl rand::Rng, draws: usize) -> Option<(&[u8], EntryRef<'_>)> {
-        draw_bucket(&self.table, rng, draws).map(|n| (n.key(), view(n)))
+    /// A key at random, each with the same chance, or `None` when the draws found only empty
+    /// buckets (`fieldmap::draw_bucket`).
+    pub fn draw(&self, rng: &mut impl rand::Rng) -> Option<(&[u8], EntryRef<'_>)> {
+        draw_bucket(&self.table, rng).map(|n| (n.key(), view(n)))
     }
 
     pub fn entries_mut(&mut self) -> impl Iterator<Item = &mut Entry> {
@@ -315,14 +315,14 @@ mod tests {
     #[test]
     fn a_draw_finds_every_key_about_equally_often() {
         let mut t = KeyTable::default();
-        assert!(t.draw(&mut rand::rng(), 64).is_none());
+        assert!(t.draw(&mut rand::rng()).is_none());
         let keys: Vec<String> = (0..50).map(|i| format!("key:{i}")).collect();
         for (i, k) in keys.iter().enumerate() {
             t.insert(hk(k.as_bytes()), Entry::new(Value::Int(i as i64), Version::ZERO));
         }
         let mut seen = std::collections::HashMap::new();
         for _ in 0..50_000 {
-            let (key, entry) = t.draw(&mut rand::rng(), 64).expect("a 64-bucket table half full");
+            let (key, entry) = t.draw(&mut rand::rng()).expect("a 64-bucket table half full");
             assert!(matches!(entry.entry().value, Value::Int(i) if keys[i as usize].as_bytes() == key));
             *seen.entry(key.to_vec()).or_insert(0) += 1;
         }
