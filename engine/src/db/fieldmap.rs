@@ -31,14 +31,21 @@ enum Repr<V> {
     /// sets and sorted sets hold a few elements, and hashbrown's smallest table (4 buckets,
     /// 3 elements) cost a one-field hash 384 bytes where the vector costs 80.
     Small(Vec<(Bytes, V)>),
-    /// More: hashbrown's table with its own seed (two tables built from each other's walk
-    /// with one seed would cluster).
-    Table { table: HashTable<(Bytes, V)>, hasher: RandomState },
+    /// More: a table, behind a pointer so that the map is no bigger than the vector.
+    Table(Box<Table<V>>),
 }
 
-// A collection holds two of these (its live elements and its tombstones): the vector's
-// variant must not make the map bigger than the table alone.
-const _: () = assert!(std::mem::size_of::<FieldMap<crate::hlc::Version>>() <= 40);
+/// hashbrown's table with its own seed (two tables built from each other's walk with one
+/// seed would cluster).
+#[derive(Clone)]
+struct Table<V> {
+    table: HashTable<(Bytes, V)>,
+    hasher: RandomState,
+}
+
+// Every hash, set and sorted set holds two of these (its live elements and its tombstones),
+// most of them small: a vector's size (the enum's tag lives in the vector's capacity).
+const _: () = assert!(std::mem::size_of::<FieldMap<crate::hlc::Version>>() == 24);
 
 /// The most elements a map keeps in a vector: a lookup compares up to this many names (a
 /// name's length is in its handle, so only names of the lookup's length are read), and past
@@ -108,7 +115,7 @@ impl<V> FieldMap<V> {
         let repr = if capacity <= SMALL_MAX {
             Repr::Small(Vec::with_capacity(capacity))
         } else {
-            Repr::Table { table: HashTable::with_capacity(capacity), hasher: RandomState::default() }
+            Repr::Table(Box::new(Table { table: HashTable::with_capacity(capacity), hasher: RandomState::default() }))
         };
         FieldMap { repr }
     }
@@ -116,7 +123,7 @@ impl<V> FieldMap<V> {
     pub fn len(&self) -> usize {
         match &self.repr {
             Repr::Small(items) => items.len(),
-            Repr::Table { table, .. } => table.len(),
+            Repr::Table(t) => t.table.len(),
         }
     }
 
@@ -127,7 +134,7 @@ impl<V> FieldMap<V> {
     pub fn capacity(&self) -> usize {
         match &self.repr {
             Repr::Small(items) => items.capacity(),
-            Repr::Table { table, .. } => table.capacity(),
+            Repr::Table(t) => t.table.capacity(),
         }
     }
 
@@ -136,8 +143,8 @@ impl<V> FieldMap<V> {
     pub fn shrink_to_fit(&mut self) {
         match &mut self.repr {
             Repr::Small(items) => items.shrink_to_fit(),
-            Repr::Table { table, .. } if table.len() <= SMALL_MAX => self.repr = Repr::Small(table.drain().collect()),
-            Repr::Table { table, hasher } => table.shrink_to_fit(|(name, _)| hasher.hash_one(name)),
+            Repr::Table(t) if t.table.len() <= SMALL_MAX => self.repr = Repr::Small(t.table.drain().collect()),
+            Repr::Table(t) => t.table.shrink_to_fit(|(name, _)| t.hasher.hash_one(name)),
         }
     }
 
@@ -150,8 +157,8 @@ impl<V> FieldMap<V> {
             Repr::Small(items) => position(items, name).map(|i| &items[i].1),
             // An empty table (most collections' `removed` once they had tombstones) answers
             // without hashing the name.
-            Repr::Table { table, .. } if table.is_empty() => None,
-            Repr::Table { table, hasher } => table.find(hasher.hash_one(name), |(n, _)| n.borrow() == name).map(|(_, v)| v),
+            Repr::Table(t) if t.table.is_empty() => None,
+            Repr::Table(t) => t.table.find(t.hasher.hash_one(name), |(n, _)| n.borrow() == name).map(|(_, v)| v),
         }
     }
 
@@ -162,8 +169,8 @@ impl<V> FieldMap<V> {
     {
         match &mut self.repr {
             Repr::Small(items) => position(items, name).map(|i| &mut items[i].1),
-            Repr::Table { table, .. } if table.is_empty() => None,
-            Repr::Table { table, hasher } => table.find_mut(hasher.hash_one(name), |(n, _)| n.borrow() == name).map(|(_, v)| v),
+            Repr::Table(t) if t.table.is_empty() => None,
+            Repr::Table(t) => t.table.find_mut(t.hasher.hash_one(name), |(n, _)| n.borrow() == name).map(|(_, v)| v),
         }
     }
 
@@ -201,10 +208,11 @@ impl<V> FieldMap<V> {
         match self.small_slot(name, value) {
             Ok((at, unused)) => match &mut self.repr {
                 Repr::Small(items) => (&mut items[at].1, unused),
-                Repr::Table { .. } => unreachable!("small_slot found it in the vector"),
+                Repr::Table(_) => unreachable!("small_slot found it in the vector"),
             },
             Err((name, value)) => {
-                let Repr::Table { table, hasher } = &mut self.repr else { unreachable!("small_slot leaves a table") };
+                let Repr::Table(t) = &mut self.repr else { unreachable!("small_slot leaves a table") };
+                let Table { table, hasher } = &mut **t;
                 let hash = hasher.hash_one(name.bytes());
                 match table.entry(hash, |(n, _)| n[..] == *name.bytes(), |(n, _)| hasher.hash_one(n)) {
                     Entry::Occupied(held) => (&mut held.into_mut().1, Some(value)),
@@ -233,7 +241,7 @@ impl<V> FieldMap<V> {
         for item in std::mem::take(items) {
             table.insert_unique(hasher.hash_one(&item.0), item, |(n, _)| hasher.hash_one(n));
         }
-        self.repr = Repr::Table { table, hasher };
+        self.repr = Repr::Table(Box::new(Table { table, hasher }));
         Err((name, value))
     }
 
@@ -252,8 +260,8 @@ impl<V> FieldMap<V> {
     {
         match &mut self.repr {
             Repr::Small(items) => position(items, name).map(|i| items.remove(i)),
-            Repr::Table { table, .. } if table.is_empty() => None,
-            Repr::Table { table, hasher } => match table.find_entry(hasher.hash_one(name), |(n, _)| n.borrow() == name) {
+            Repr::Table(t) if t.table.is_empty() => None,
+            Repr::Table(t) => match t.table.find_entry(t.hasher.hash_one(name), |(n, _)| n.borrow() == name) {
                 Ok(slot) => Some(slot.remove().0),
                 Err(_) => None,
             },
@@ -263,14 +271,14 @@ impl<V> FieldMap<V> {
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (&Bytes, &V)> + Clone {
         match &self.repr {
             Repr::Small(items) => Either::Left(items.iter().map(|(n, v)| (n, v))),
-            Repr::Table { table, .. } => Either::Right(table.iter().map(|(n, v)| (n, v))),
+            Repr::Table(t) => Either::Right(t.table.iter().map(|(n, v)| (n, v))),
         }
     }
 
     pub fn iter_mut(&mut self) -> impl ExactSizeIterator<Item = (&Bytes, &mut V)> {
         match &mut self.repr {
             Repr::Small(items) => Either::Left(items.iter_mut().map(|(n, v)| (&*n, v))),
-            Repr::Table { table, .. } => Either::Right(table.iter_mut().map(|(n, v)| (&*n, v))),
+            Repr::Table(t) => Either::Right(t.table.iter_mut().map(|(n, v)| (&*n, v))),
         }
     }
 
@@ -289,14 +297,14 @@ impl<V> FieldMap<V> {
     pub fn retain(&mut self, mut keep: impl FnMut(&Bytes, &mut V) -> bool) {
         match &mut self.repr {
             Repr::Small(items) => items.retain_mut(|(n, v)| keep(n, v)),
-            Repr::Table { table, .. } => table.retain(|(n, v)| keep(n, v)),
+            Repr::Table(t) => t.table.retain(|(n, v)| keep(n, v)),
         }
     }
 
     pub fn drain(&mut self) -> impl ExactSizeIterator<Item = (Bytes, V)> + '_ {
         match &mut self.repr {
             Repr::Small(items) => Either::Left(items.drain(..)),
-            Repr::Table { table, .. } => Either::Right(table.drain()),
+            Repr::Table(t) => Either::Right(t.table.drain()),
         }
     }
 
@@ -310,7 +318,7 @@ impl<V> FieldMap<V> {
         }
         let drawn = match &self.repr {
             Repr::Small(items) => items.get(rng.random_range(0..items.len())),
-            Repr::Table { table, .. } => draw_bucket(table, rng),
+            Repr::Table(t) => draw_bucket(&t.table, rng),
         };
         match drawn {
             Some((n, v)) => Some((n, v)),
@@ -384,7 +392,7 @@ impl<V> IntoIterator for FieldMap<V> {
     fn into_iter(self) -> Self::IntoIter {
         match self.repr {
             Repr::Small(items) => Either::Left(items.into_iter()),
-            Repr::Table { table, .. } => Either::Right(table.into_iter()),
+            Repr::Table(t) => Either::Right(t.table.into_iter()),
         }
     }
 }
@@ -515,7 +523,7 @@ mod tests {
                         model.retain(|_, v| *v % (k + 1) != 0);
                     }
                     Op::Shrink => {
-                        let was_table = matches!(map.repr, Repr::Table { .. });
+                        let was_table = matches!(map.repr, Repr::Table(_));
                         map.shrink_to_fit();
                         if was_table {
                             // A table that becomes a vector keeps the table's order.
@@ -558,7 +566,7 @@ mod tests {
             assert_eq!((m.len(), m.capacity()), (i + 1, i + 1), "one slot per element");
         }
         m.insert_copied(b"one more", 0);
-        assert!(matches!(m.repr, Repr::Table { .. }));
+        assert!(matches!(m.repr, Repr::Table(_)));
         m.retain(|name, _| name.len() == 2);
         m.shrink_to_fit();
         assert!(matches!(m.repr, Repr::Small(_)) && m.len() == SMALL_MAX);
