@@ -50,7 +50,7 @@ const _: () = assert!(std::mem::size_of::<FieldMap<crate::hlc::Version>>() == 24
 /// The most elements a map keeps in a vector: a lookup compares up to this many names (a
 /// name's length is in its handle, so only names of the lookup's length are read), and past
 /// it a table of 16 buckets costs little more than the vector (hashbrown keeps 8 in 8).
-const SMALL_MAX: usize = 8;
+pub(super) const SMALL_MAX: usize = 8;
 
 /// How many buckets `draw_bucket` draws before its caller walks: at the load a map keeps (at
 /// least one in eight buckets full, `entry::shrink_if_sparse`, for maps of more than 64
@@ -129,6 +129,11 @@ impl<V> FieldMap<V> {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Whether the map is a vector (at most `SMALL_MAX` elements).
+    pub fn is_small(&self) -> bool {
+        matches!(self.repr, Repr::Small(_))
     }
 
     pub fn capacity(&self) -> usize {

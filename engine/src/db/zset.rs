@@ -6,7 +6,10 @@ use std::ops::Range;
 
 use bytes::Bytes;
 
+use either::Either;
+
 use super::entry::{shrink_if_sparse, Changes, FieldMap};
+use super::fieldmap::SMALL_MAX;
 use super::lattice::{merge_elements, ElementMap, Merge};
 use super::ranked::RankedSet;
 use crate::hlc::Version;
@@ -38,6 +41,11 @@ pub struct Member {
 #[derive(Debug, Clone, Default)]
 pub struct SortedSet {
     members: FieldMap<Member>,
+    /// The members in score order, counted; empty while the set has at most
+    /// `fieldmap::SMALL_MAX` members (queries sort those on the spot, `ordered`): each name
+    /// held here is a second reference to it, whose shared header, with the pair itself, cost
+    /// a small set 72 bytes a member. Once built it stays until the member map shrinks back to
+    /// a vector (`shrink_if_sparse`).
     order: RankedSet<(Score, Bytes)>,
     /// Replication: removed members and the version that removed them.
     pub removed: FieldMap<Version>,
@@ -80,7 +88,7 @@ impl ElementMap for SortedSet {
         let dead: Vec<Bytes> = self.members.iter().filter(|(_, m)| m.version < v).map(|(n, _)| n.clone()).collect();
         for n in dead {
             if let Some((key, old)) = self.members.remove_entry(&n[..]) {
-                self.order.remove(&(Score(old.score), key));
+                self.unindex(old.score, key);
             }
         }
         self.cleared = self.cleared.max(v);
@@ -152,7 +160,18 @@ impl SortedSet {
     }
 
     fn insert_quietly(&mut self, member: Bytes, score: f64, version: Version) -> Option<f64> {
-        let previous = self.members.insert(member.clone(), Member { score, version });
+        let new = Member { score, version };
+        if self.order.is_empty() {
+            if self.members.len() < SMALL_MAX || self.members.contains_key(&member[..]) {
+                // Small it stays: the name is held once, by the member map.
+                return self.members.insert(member, new).map(|old| old.score);
+            }
+            // The member that makes the set too big for sorting on the spot.
+            for (name, m) in self.members.iter() {
+                self.order.insert((Score(m.score), name.clone()));
+            }
+        }
+        let previous = self.members.insert(member.clone(), new);
         if let Some(old) = previous {
             if old.score.to_bits() == score.to_bits() {
                 return Some(old.score);
@@ -166,8 +185,15 @@ impl SortedSet {
     pub fn remove(&mut self, member: &[u8]) -> Option<f64> {
         let (key, old) = self.members.remove_entry(member)?;
         self.touched.note(&key);
-        self.order.remove(&(Score(old.score), key));
+        self.unindex(old.score, key);
         Some(old.score)
+    }
+
+    /// Takes a removed member out of the score index, if the set keeps one.
+    fn unindex(&mut self, score: f64, member: Bytes) {
+        if !self.order.is_empty() {
+            self.order.remove(&(Score(score), member));
+        }
     }
 
     /// Whether a member changed since the last `take_touched`.
@@ -182,9 +208,13 @@ impl SortedSet {
         self.touched.take()
     }
 
-    /// `entry::shrink_if_sparse` of the member map (the order tree frees its own nodes).
+    /// `entry::shrink_if_sparse` of the member map (the order tree frees its own nodes); a
+    /// member map small enough to be a vector again takes the set back to sorting on the spot.
     pub fn shrink_if_sparse(&mut self) {
         shrink_if_sparse(&mut self.members);
+        if self.members.is_small() && !self.order.is_empty() {
+            self.order = RankedSet::default();
+        }
     }
 
     /// Whether this edit's changes are named (`Changes`).
@@ -208,7 +238,7 @@ impl SortedSet {
     /// Replication: removes a member, recording its tombstone, without noting a local change.
     pub fn merge_remove(&mut self, member: Bytes, version: Version) {
         if let Some((key, old)) = self.members.remove_entry(&member[..]) {
-            self.order.remove(&(Score(old.score), key));
+            self.unindex(old.score, key);
         }
         self.removed.insert(member, version);
     }
@@ -224,85 +254,79 @@ impl SortedSet {
         self.members.iter()
     }
 
+    /// The members in score order, as the queries below read them.
+    fn ordered(&self) -> Ordered<'_> {
+        if !self.order.is_empty() {
+            return Ordered::Indexed(&self.order);
+        }
+        let mut sorted: Vec<(Score, &Bytes)> = self.members.iter().map(|(name, m)| (Score(m.score), name)).collect();
+        sorted.sort_unstable();
+        Ordered::Sorted(sorted)
+    }
+
     /// Members in ascending order.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&Bytes, f64)> + '_ {
-        self.order.iter().map(|(s, m)| (m, s.0))
+        self.ordered().ranks(0..self.len())
     }
 
     pub fn rank(&self, member: &[u8]) -> Option<usize> {
         let score = Score(self.score(member)?);
-        Some(self.order.count_before(|(s, m)| (*s, &m[..]) < (score, member)))
+        Some(self.ordered().count_before(|s, m| (s, m) < (score, member)))
     }
 
     /// Members whose score lies within `[min, max]` (honouring exclusive ends), ascending.
     pub fn range_by_score(&self, min: ScoreBound, max: ScoreBound) -> impl DoubleEndedIterator<Item = (&Bytes, f64)> + '_ {
-        self.order.ranks(self.score_ranks(min, max)).map(|(s, m)| (m, s.0))
+        let ordered = self.ordered();
+        let ranks = score_ranks(&ordered, min, max);
+        ordered.ranks(ranks)
     }
+}
 
-    /// The ranks of the members whose score lies within `[min, max]`.
-    fn score_ranks(&self, min: ScoreBound, max: ScoreBound) -> Range<usize> {
-        let empty = min.value.is_nan()
-            || max.value.is_nan()
-            || min.value > max.value
-            || (min.value == max.value && (min.exclusive || max.exclusive))
-            || (min.exclusive && min.value == f64::INFINITY)
-            || (max.exclusive && max.value == f64::NEG_INFINITY);
-        if empty {
-            return 0..0;
-        }
-        let (min_score, max_score) = (Score(min.value), Score(max.value));
-        let start = if min.exclusive { self.order.count_before(|(s, _)| *s <= min_score) } else { self.order.count_before(|(s, _)| *s < min_score) };
-        let end = if max.exclusive { self.order.count_before(|(s, _)| *s < max_score) } else { self.order.count_before(|(s, _)| *s <= max_score) };
-        start..end.max(start)
+/// The ranks of the members whose score lies within `[min, max]`.
+fn score_ranks(ordered: &Ordered<'_>, min: ScoreBound, max: ScoreBound) -> Range<usize> {
+    let empty = min.value.is_nan()
+        || max.value.is_nan()
+        || min.value > max.value
+        || (min.value == max.value && (min.exclusive || max.exclusive))
+        || (min.exclusive && min.value == f64::INFINITY)
+        || (max.exclusive && max.value == f64::NEG_INFINITY);
+    if empty {
+        return 0..0;
     }
+    let (min_score, max_score) = (Score(min.value), Score(max.value));
+    let start = if min.exclusive { ordered.count_before(|s, _| s <= min_score) } else { ordered.count_before(|s, _| s < min_score) };
+    let end = if max.exclusive { ordered.count_before(|s, _| s < max_score) } else { ordered.count_before(|s, _| s <= max_score) };
+    start..end.max(start)
+}
 
+impl SortedSet {
     /// Members within a lex range, ascending (meaningful when all scores are equal). When
     /// they are, the range is found in the index directly; otherwise every member is tested.
     pub fn range_by_lex<'a>(&'a self, min: &'a LexBound, max: &'a LexBound) -> impl DoubleEndedIterator<Item = (&'a Bytes, f64)> + 'a {
-        let iter: Box<dyn DoubleEndedIterator<Item = (&'a Bytes, f64)> + 'a> = match self.lex_ranks(min, max) {
-            Some(ranks) => Box::new(self.order.ranks(ranks).map(|(s, m)| (m, s.0))),
-            None => Box::new(self.order.iter().filter(move |(_, m)| lex_above_min(m, min) && lex_below_max(m, max)).map(|(s, m)| (m, s.0))),
+        let ordered = self.ordered();
+        let iter: Box<dyn DoubleEndedIterator<Item = (&'a Bytes, f64)> + 'a> = match lex_ranks(&ordered, min, max) {
+            Some(ranks) => Box::new(ordered.ranks(ranks)),
+            None => Box::new(ordered.ranks(0..self.len()).filter(move |(m, _)| lex_above_min(m, min) && lex_below_max(m, max))),
         };
         iter
     }
 
     pub fn count_by_lex(&self, min: &LexBound, max: &LexBound) -> usize {
-        match self.lex_ranks(min, max) {
+        match lex_ranks(&self.ordered(), min, max) {
             Some(ranks) => ranks.len(),
             None => self.range_by_lex(min, max).count(),
         }
     }
 
-    /// The ranks of the members within a lex range when every score is equal (then members
-    /// sort by name alone); `None` when scores differ.
-    fn lex_ranks(&self, min: &LexBound, max: &LexBound) -> Option<Range<usize>> {
-        if lex_range_is_empty(min, max) {
-            return Some(0..0);
-        }
-        if self.order.first().map(|f| f.0) != self.order.last().map(|l| l.0) {
-            return None;
-        }
-        let start = match min {
-            LexBound::Inclusive(b) => self.order.count_before(|(_, m)| m < b),
-            LexBound::Exclusive(b) => self.order.count_before(|(_, m)| m <= b),
-            _ => 0,
-        };
-        let end = match max {
-            LexBound::Inclusive(b) => self.order.count_before(|(_, m)| m <= b),
-            LexBound::Exclusive(b) => self.order.count_before(|(_, m)| m < b),
-            _ => self.len(),
-        };
-        Some(start..end.max(start))
-    }
-
     pub fn count_by_score(&self, min: ScoreBound, max: ScoreBound) -> usize {
-        self.score_ranks(min, max).len()
+        score_ranks(&self.ordered(), min, max).len()
     }
 
     /// The lowest-ranked member (`max == false`) or the highest.
     pub fn first(&self, max: bool) -> Option<(Bytes, f64)> {
-        let item = if max { self.order.last() } else { self.order.first() };
-        item.map(|(s, m)| (m.clone(), s.0))
+        let ordered = self.ordered();
+        let rank = if max { self.len().checked_sub(1)? } else { 0 };
+        ordered.ranks(rank..rank + 1).next().map(|(m, s)| (m.clone(), s))
     }
 
     /// The rank counted from the highest score (`ZREVRANK`).
@@ -320,11 +344,85 @@ impl SortedSet {
         let end = end.min(len - 1);
         // Ascending ranks lo..=hi hold the result.
         let (lo, hi) = if rev { (len - 1 - end, len - 1 - start) } else { (start, end) };
-        let ranks = self.order.ranks(lo..hi + 1).map(|(s, m)| (m.clone(), s.0));
+        let ranks = self.ordered().ranks(lo..hi + 1).map(|(m, s)| (m.clone(), s));
         if rev {
             ranks.rev().collect()
         } else {
             ranks.collect()
+        }
+    }
+}
+
+/// The ranks of the members within a lex range when every score is equal (then members sort
+/// by name alone); `None` when scores differ.
+fn lex_ranks(ordered: &Ordered<'_>, min: &LexBound, max: &LexBound) -> Option<Range<usize>> {
+    if lex_range_is_empty(min, max) {
+        return Some(0..0);
+    }
+    if ordered.first_score() != ordered.last_score() {
+        return None;
+    }
+    let start = match min {
+        LexBound::Inclusive(b) => ordered.count_before(|_, m| m < &b[..]),
+        LexBound::Exclusive(b) => ordered.count_before(|_, m| m <= &b[..]),
+        _ => 0,
+    };
+    let end = match max {
+        LexBound::Inclusive(b) => ordered.count_before(|_, m| m <= &b[..]),
+        LexBound::Exclusive(b) => ordered.count_before(|_, m| m < &b[..]),
+        _ => ordered.len(),
+    };
+    Some(start..end.max(start))
+}
+
+/// A sorted set's members in score order: its counted index (`RankedSet`), or, for a set of
+/// at most `fieldmap::SMALL_MAX` members, which keeps none, its members sorted on the spot.
+enum Ordered<'z> {
+    Indexed(&'z RankedSet<(Score, Bytes)>),
+    Sorted(Vec<(Score, &'z Bytes)>),
+}
+
+impl<'z> Ordered<'z> {
+    fn len(&self) -> usize {
+        match self {
+            Ordered::Indexed(order) => order.len(),
+            Ordered::Sorted(sorted) => sorted.len(),
+        }
+    }
+
+    /// How many members satisfy `before` (which must hold for a prefix of the order, as
+    /// "sorts below x" does).
+    fn count_before(&self, before: impl Fn(Score, &[u8]) -> bool) -> usize {
+        match self {
+            Ordered::Indexed(order) => order.count_before(|(s, m)| before(*s, m)),
+            Ordered::Sorted(sorted) => sorted.partition_point(|(s, m)| before(*s, m)),
+        }
+    }
+
+    fn first_score(&self) -> Option<Score> {
+        match self {
+            Ordered::Indexed(order) => order.first().map(|(s, _)| *s),
+            Ordered::Sorted(sorted) => sorted.first().map(|(s, _)| *s),
+        }
+    }
+
+    fn last_score(&self) -> Option<Score> {
+        match self {
+            Ordered::Indexed(order) => order.last().map(|(s, _)| *s),
+            Ordered::Sorted(sorted) => sorted.last().map(|(s, _)| *s),
+        }
+    }
+
+    /// The members at ranks `ranks` (clamped to the set), in order.
+    fn ranks(self, ranks: Range<usize>) -> impl DoubleEndedIterator<Item = (&'z Bytes, f64)> + 'z {
+        match self {
+            Ordered::Indexed(order) => Either::Left(order.ranks(ranks).map(|(s, m)| (m, s.0))),
+            Ordered::Sorted(mut sorted) => {
+                let end = ranks.end.min(sorted.len());
+                sorted.truncate(end);
+                sorted.drain(..ranks.start.min(end));
+                Either::Right(sorted.into_iter().map(|(s, m)| (m, s.0)))
+            }
         }
     }
 }
@@ -383,7 +481,13 @@ mod tests {
     /// exactly the members.
     fn same(a: &SortedSet, b: &SortedSet) -> bool {
         let state = |z: &SortedSet| {
-            let index: Vec<(u64, Bytes)> = z.order.iter().map(|(s, n)| (s.0.to_bits(), n.clone())).collect();
+            let index: Vec<(u64, Bytes)> = z.iter().map(|(n, s)| (s.to_bits(), n.clone())).collect();
+            if z.order.is_empty() {
+                assert!(z.len() <= SMALL_MAX, "a set of {} members keeps no index", z.len());
+            } else {
+                let indexed: Vec<(u64, Bytes)> = z.order.iter().map(|(s, n)| (s.0.to_bits(), n.clone())).collect();
+                assert_eq!(indexed, index);
+            }
             let mut members: Vec<(u64, Bytes)> = z.members.iter().map(|(n, m)| (m.score.to_bits(), n.clone())).collect();
             members.sort_by(|x, y| (f64::from_bits(x.0), &x.1).partial_cmp(&(f64::from_bits(y.0), &y.1)).expect("no NaN"));
             assert_eq!(index, members, "the score index is out of step with the members");
@@ -468,5 +572,103 @@ mod tests {
         assert!(z.range_by_rank(5, 6, false).is_empty());
         assert_eq!(z.rev_rank(b"e"), Some(0));
         assert_eq!(z.first(true).map(|(m, _)| m), Some(b("e")));
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(u8, i8),
+        Remove(u8),
+        Shrink,
+        /// Removes every member but the first `n` names, then shrinks.
+        Thin(u8),
+    }
+
+    proptest! {
+        /// Every query against a sorted list of `(score, name)`, while sets grow past
+        /// `SMALL_MAX` (building the index), shrink under it and back (dropping it); scores
+        /// from a few values, so ties sort by name.
+        #[test]
+        fn queries_answer_the_same_with_and_without_the_index(
+            grown in 0u8..100,
+            ops in prop::collection::vec(prop_oneof![
+                2 => (0u8..100, -3i8..4).prop_map(|(n, s)| Op::Insert(n, s)),
+                12 => (0u8..100).prop_map(Op::Remove),
+                1 => Just(Op::Shrink),
+                1 => (0u8..10).prop_map(Op::Thin),
+            ], 1..300),
+            window in (0usize..12, 0usize..12),
+            bounds in (-4i8..5, -4i8..5, any::<bool>(), any::<bool>()),
+        ) {
+            let name = |n: u8| Bytes::from(format!("m{n}"));
+            let mut z = SortedSet::default();
+            let mut model: std::collections::BTreeMap<Bytes, f64> = std::collections::BTreeMap::new();
+            // Grown first (up to 100 members: a member map of 128 slots), so that removals can
+            // take it back under `SMALL_MAX` with the map sparse enough to shrink.
+            let grow = (0..grown).map(|n| Op::Insert(n, (n % 7) as i8 - 3));
+            for op in grow.chain(ops) {
+                match op {
+                    Op::Insert(n, s) => {
+                        prop_assert_eq!(z.insert(name(n), s as f64, Version::ZERO), model.insert(name(n), s as f64));
+                    }
+                    Op::Remove(n) => prop_assert_eq!(z.remove(&name(n)), model.remove(&name(n))),
+                    Op::Shrink => z.shrink_if_sparse(),
+                    Op::Thin(keep) => {
+                        for n in keep..100 {
+                            prop_assert_eq!(z.remove(&name(n)), model.remove(&name(n)));
+                        }
+                        z.shrink_if_sparse();
+                    }
+                }
+                let mut want: Vec<(Score, Bytes)> = model.iter().map(|(n, s)| (Score(*s), n.clone())).collect();
+                want.sort();
+                let got: Vec<(Score, Bytes)> = z.iter().map(|(n, s)| (Score(s), n.clone())).collect();
+                prop_assert_eq!(&got, &want);
+                prop_assert!(z.order.is_empty() || z.order.len() == z.len());
+                prop_assert!(!z.order.is_empty() || z.len() <= SMALL_MAX);
+                for (rank, (_, n)) in want.iter().enumerate() {
+                    prop_assert_eq!(z.rank(n), Some(rank));
+                    prop_assert_eq!(z.rev_rank(n), Some(want.len() - 1 - rank));
+                }
+                let (a, b) = window;
+                let ranked: Vec<Bytes> = z.range_by_rank(a, b, false).into_iter().map(|(n, _)| n).collect();
+                let wanted: Vec<Bytes> = want.iter().skip(a).take((b + 1).saturating_sub(a)).map(|(_, n)| n.clone()).collect();
+                prop_assert_eq!(ranked, wanted);
+                let (lo, hi, lo_ex, hi_ex) = bounds;
+                let (min, max) = (ScoreBound { value: lo as f64, exclusive: lo_ex }, ScoreBound { value: hi as f64, exclusive: hi_ex });
+                let inside = |s: f64| (if lo_ex { s > lo as f64 } else { s >= lo as f64 }) && (if hi_ex { s < hi as f64 } else { s <= hi as f64 });
+                let by_score: Vec<Bytes> = z.range_by_score(min, max).map(|(n, _)| n.clone()).collect();
+                let wanted: Vec<Bytes> = want.iter().filter(|(s, _)| inside(s.0)).map(|(_, n)| n.clone()).collect();
+                prop_assert_eq!(z.count_by_score(min, max), wanted.len());
+                prop_assert_eq!(by_score, wanted);
+                let lex = (LexBound::Inclusive(name(a as u8 * 7)), LexBound::Exclusive(name(b as u8 * 7)));
+                let by_lex: Vec<Bytes> = z.range_by_lex(&lex.0, &lex.1).map(|(n, _)| n.clone()).collect();
+                let wanted: Vec<Bytes> = want.iter().filter(|(_, n)| lex_above_min(n, &lex.0) && lex_below_max(n, &lex.1)).map(|(_, n)| n.clone()).collect();
+                prop_assert_eq!(z.count_by_lex(&lex.0, &lex.1), wanted.len());
+                prop_assert_eq!(by_lex, wanted);
+                prop_assert_eq!(z.first(false).map(|(n, _)| n), want.first().map(|(_, n)| n.clone()));
+                prop_assert_eq!(z.first(true).map(|(n, _)| n), want.last().map(|(_, n)| n.clone()));
+            }
+        }
+    }
+
+    #[test]
+    fn a_set_keeps_an_index_only_while_it_is_large() {
+        let mut z = SortedSet::default();
+        for i in 0..SMALL_MAX {
+            z.insert(Bytes::from(format!("m{i}")), -(i as f64), Version::ZERO);
+        }
+        assert!(z.order.is_empty(), "{} members are sorted on the spot", SMALL_MAX);
+        for i in SMALL_MAX..100 {
+            z.insert(Bytes::from(format!("m{i}")), -(i as f64), Version::ZERO);
+        }
+        assert_eq!(z.order.len(), 100);
+        for i in 5..100 {
+            z.remove(format!("m{i}").as_bytes());
+        }
+        assert_eq!(z.order.len(), 5, "the index stays until the member map shrinks");
+        z.shrink_if_sparse();
+        assert!(z.order.is_empty() && z.members.is_small(), "capacity {}", z.member_capacity());
+        let names: Vec<_> = z.iter().map(|(n, _)| n.clone()).collect();
+        assert_eq!(names, ["m4", "m3", "m2", "m1", "m0"].map(|n| Bytes::from_static(n.as_bytes())));
     }
 }
