@@ -490,7 +490,7 @@ mod tests {
 
     fn name(n: u8) -> Bytes {
         // Names of two lengths, so a lookup meets names of its own length and of another.
-        Bytes::from(if n % 2 == 0 { format!("f{n}") } else { format!("field:{n}") })
+        Bytes::from(if n.is_multiple_of(2) { format!("f{n}") } else { format!("field:{n}") })
     }
 
     proptest::proptest! {
