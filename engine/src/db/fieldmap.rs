@@ -49,7 +49,7 @@ const _: () = assert!(std::mem::size_of::<FieldMap<crate::hlc::Version>>() == 24
 
 /// The most elements a map keeps in a vector: a lookup compares up to this many names (a
 /// name's length is in its handle, so only names of the lookup's length are read), and past
-/// it a table of 16 buckets costs little more than the vector (hashbrown keeps 8 in 8).
+/// it a table of 16 buckets costs little more than the vector (8 buckets hold only 7).
 pub(super) const SMALL_MAX: usize = 8;
 
 /// How many buckets `draw_bucket` draws before its caller walks: at the load a map keeps (at
