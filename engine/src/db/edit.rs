@@ -296,7 +296,7 @@ mod tests {
     }
 
     /// Adds 1,000 elements to a hash, a set and a sorted set through the edit API, removes all
-    /// but two, and returns what each then holds: (live, tombstones, live map capacity).
+    /// but two, and returns what each then holds: (live, tombstones, live map buckets).
     fn add_then_remove(store: &Store) -> Vec<(usize, usize, usize)> {
         let all = names(1000);
         let keys: [&[u8]; 3] = [b"h", b"s", b"z"];
@@ -314,11 +314,11 @@ mod tests {
             assert_eq!(ctx.remove_elements::<SortedSet>(b"z", std::slice::from_ref(name)).unwrap(), 1);
         }
         let h = ctx.hash(b"h".as_slice()).unwrap().unwrap();
-        let hash = (h.len(), h.removed.len(), h.capacity());
+        let hash = (h.len(), h.removed.len(), h.buckets());
         let s = ctx.set(b"s".as_slice()).unwrap().unwrap();
-        let set = (s.len(), s.removed.len(), s.capacity());
+        let set = (s.len(), s.removed.len(), s.buckets());
         let z = ctx.zset(b"z".as_slice()).unwrap().unwrap();
-        vec![hash, set, (z.members().count(), z.removed.len(), z.member_capacity())]
+        vec![hash, set, (z.members().count(), z.removed.len(), z.member_buckets())]
     }
 
     /// Standalone, a removed element leaves nothing behind (no peer needs its tombstone, and
@@ -328,9 +328,9 @@ mod tests {
     #[test]
     fn removed_elements_leave_tombstones_only_while_replicating() {
         let standalone = Store::new(1, Hlc::new(Arc::new(SystemClock), 500), 3);
-        for (i, (live, tombstones, capacity)) in add_then_remove(&standalone).into_iter().enumerate() {
+        for (i, (live, tombstones, buckets)) in add_then_remove(&standalone).into_iter().enumerate() {
             assert_eq!((live, tombstones), (2, 0), "collection {i}");
-            assert!(capacity <= 64, "collection {i} kept a map of {capacity} slots for 2 elements");
+            assert!(buckets <= 8, "collection {i} kept a map of {buckets} slots for 2 elements");
         }
         let replicating = Store::new(1, Hlc::new(Arc::new(SystemClock), 500), 3);
         replicating.enable_replication();
@@ -360,6 +360,6 @@ mod tests {
         let mut ctx = Ctx::new(&peer, 0, peer.hlc.wall_ms(), locks);
         let h = ctx.hash(b"h".as_slice()).unwrap().unwrap();
         assert_eq!((h.len(), h.removed.len()), (2, 998));
-        assert!(h.capacity() <= 64, "kept a map of {} slots for 2 fields", h.capacity());
+        assert!(h.buckets() <= 8, "kept a map of {} slots for 2 fields", h.buckets());
     }
 }

@@ -12,14 +12,23 @@ use crate::hlc::Version;
 
 pub type Key = Box<[u8]>;
 pub use super::fieldmap::FieldMap;
+use super::fieldmap::SMALL_MAX;
 
-/// Gives a map's memory back once at most an eighth of its slots are used, as Redis shrinks a
+/// Gives a map's memory back once at most an eighth of its buckets are used, as Redis shrinks a
 /// dict under 10% full: a map never shrinks by itself, so a collection emptied down to a few
-/// elements by deletes or pops kept the size of its peak. Run after every edit (`Ctx::finish`)
-/// and every merge (`repl::merge::fields`) of a collection; each shrink rehashes what is left,
-/// at most an eighth of the slots the deletes since the last one emptied.
+/// elements by deletes or pops kept the size of its peak. A table left with half of
+/// `SMALL_MAX` elements or fewer becomes a vector again (at half, so that a map at the edge
+/// does not switch at every insert and remove). Run after every edit (`Ctx::finish`) and every
+/// merge (`repl::merge::fields`) of a collection; each shrink rehashes what is left, at most an
+/// eighth of the buckets the deletes since the last one emptied. Buckets, not `capacity()`:
+/// hashbrown's capacity is the elements plus the free slots a table can still fill, and a
+/// removal that leaves a tombstone frees none, so a full table emptied by removals reports a
+/// capacity near its length and was kept at its peak (a 2,048-bucket hash shrunk at 59
+/// fields, not 255; a 16-bucket one never).
 pub fn shrink_if_sparse<V>(map: &mut FieldMap<V>) {
-    if map.capacity() > 64 && map.capacity() > 8 * map.len() {
+    let sparse = map.buckets() > 64 && map.buckets() > 8 * map.len();
+    let few = !map.is_small() && map.len() <= SMALL_MAX / 2;
+    if sparse || few {
         map.shrink_to_fit();
     }
 }
@@ -607,6 +616,28 @@ mod tests {
     use super::*;
     use crate::db::lattice::check_laws;
     use crate::db::lattice::strategies::{name, version, written};
+
+    /// A table filled to its load limit leaves most removals as tombstones (hashbrown's
+    /// DELETED slots): its `capacity()` falls with its length, so a check of capacity against
+    /// length never finds it sparse. Its buckets do not fall.
+    #[test]
+    fn a_full_table_emptied_by_removals_is_shrunk() {
+        let mut map: FieldMap<usize> = FieldMap::default();
+        let mut i = 0;
+        while map.len() < 1000 || map.len() < map.capacity() {
+            map.insert(Bytes::from(i.to_string()), i);
+            i += 1;
+        }
+        let buckets = map.buckets();
+        let names: Vec<Bytes> = map.keys().cloned().collect();
+        for name in &names[2..] {
+            map.remove(&name[..]);
+            shrink_if_sparse(&mut map);
+            assert!(map.buckets() <= (8 * map.len()).max(64), "{} buckets for {} elements", map.buckets(), map.len());
+        }
+        assert_eq!(map.len(), 2);
+        assert!(map.is_small(), "a table of {} buckets (of {buckets}) kept for 2 elements", map.buckets());
+    }
 
     /// A collection as a correct mesh makes them: every element's state is the one its
     /// version wrote (live or removed, and the value), under a key tombstone.

@@ -143,6 +143,15 @@ impl<V> FieldMap<V> {
         }
     }
 
+    /// Slots the map holds, used or not: a table's buckets (its `capacity()` is fewer, and
+    /// falls as removals leave tombstones), a vector's capacity.
+    pub fn buckets(&self) -> usize {
+        match &self.repr {
+            Repr::Small(items) => items.capacity(),
+            Repr::Table(t) => t.table.num_buckets(),
+        }
+    }
+
     /// Gives back what the map does not use; a table left with at most `SMALL_MAX` elements
     /// becomes a vector again.
     pub fn shrink_to_fit(&mut self) {
