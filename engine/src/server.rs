@@ -595,3 +595,30 @@ where
         tokio::spawn(serve(server.clone(), socket, addr));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(args: &[&str]) -> Arc<Server> {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        Server::new(Config::from_args(&args).expect("valid arguments"), "test").expect("a server")
+    }
+
+    /// `run` ends the snapshot's load and only then starts the mesh: a `/readyz` asked in
+    /// between must not find the node ready (it latched ready with no link yet, so a
+    /// restarted node with peers reported ready before syncing).
+    #[tokio::test]
+    async fn a_node_is_not_ready_until_its_mesh_has_started() {
+        let meshed = server(&["--active-replica", "yes", "--multi-master", "yes", "--replicaof", "127.0.0.1", "7001"]);
+        let standalone = server(&[]);
+        for node in [&meshed, &standalone] {
+            assert_eq!(node.readiness(), Err("the mesh has not started yet".to_string()));
+        }
+        standalone.mesh.start(Vec::new());
+        assert_eq!(standalone.readiness(), Ok(()), "a node without peers is ready once started");
+        let peer = crate::mesh::PeerAddr::from_client_port("127.0.0.1", 7001).expect("an address");
+        meshed.mesh.start(vec![peer]);
+        assert!(meshed.readiness().is_err(), "a node with a peer waits for its sync");
+    }
+}

@@ -447,10 +447,16 @@ impl Mesh {
 
     /// DESIGN.md, "Readiness": ready once the node has finished its initial sync from at least
     /// one configured peer, or has no peers, or none of them answered within `STARTUP_GRACE`
-    /// (and none is syncing now). Once ready it stays ready.
+    /// (and none is syncing now). Once ready it stays ready. Never before `start`: until then
+    /// the mesh holds no link to say it has peers, and "no peers" would latch ready a node
+    /// that has some (a restarted node asked between the snapshot's load and the mesh's start
+    /// answered 200 before syncing).
     pub fn readiness(&self) -> Result<(), String> {
         if self.draining() {
             return Err("leaving the mesh: writes are refused while peers take this node's last writes".to_string());
+        }
+        if !self.started.load(Ordering::SeqCst) {
+            return Err("the mesh has not started yet".to_string());
         }
         if self.ready_latched.load(Ordering::Relaxed) {
             return Ok(());
