@@ -416,8 +416,15 @@ pub async fn bind(server: &Server) -> Result<Listeners, ServerError> {
     Ok(Listeners { plain, tls, metrics })
 }
 
-fn bind_reuse(addr: SocketAddr) -> std::io::Result<TcpSocket> {
+/// A socket bound to `addr`, not yet listening: the client, metrics and mesh ports'. An IPv6
+/// one takes IPv6 only, as Redis's do (`anetV6Only`): the default `bind * -::*` binds
+/// 0.0.0.0 and :: on one port, and a dual-stack :: socket clashed with the IPv4 one (a node
+/// started without `bind` failed with "address already in use" on its mesh port).
+pub(crate) fn bind_reuse(addr: SocketAddr) -> std::io::Result<TcpSocket> {
     let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    if addr.is_ipv6() {
+        socket2::SockRef::from(&socket).set_only_v6(true)?;
+    }
     socket.set_reuseaddr(true)?;
     socket.bind(addr)?;
     Ok(socket)
@@ -620,5 +627,25 @@ mod tests {
         let peer = crate::mesh::PeerAddr::from_client_port("127.0.0.1", 7001).expect("an address");
         meshed.mesh.start(vec![peer]);
         assert!(meshed.readiness().is_err(), "a node with a peer waits for its sync");
+    }
+
+    /// Redis's default `bind * -::*`: every IPv4 and every IPv6 address, on each port.
+    #[tokio::test]
+    async fn the_default_bind_listens_on_ipv4_and_ipv6() {
+        let node = server(&["--port", "0", "--mesh-port", "0", "--metrics-port", "0"]);
+        assert_eq!(node.settings().bind, "* -::*");
+        let listeners = bind(&node).await.expect("the default bind binds every port");
+        let port = node.port.load(Ordering::Relaxed) as u16;
+        // `-::*` is optional: a host without IPv6 listens on IPv4 alone.
+        let ipv6 = std::net::TcpListener::bind("[::1]:0").is_ok();
+        let expected: &[bool] = if ipv6 { &[false, true] } else { &[false] };
+        let families = |listeners: &[TcpListener]| listeners.iter().map(|l| l.local_addr().expect("bound").is_ipv6()).collect::<Vec<_>>();
+        assert_eq!(families(&listeners.plain), expected);
+        assert!(listeners.plain.iter().all(|l| l.local_addr().expect("bound").port() == port));
+        assert_eq!(families(&node.mesh.take_listeners()), expected);
+        std::net::TcpStream::connect(("127.0.0.1", port)).expect("IPv4 loopback connects");
+        if ipv6 {
+            std::net::TcpStream::connect(("::1", port)).expect("IPv6 loopback connects");
+        }
     }
 }

@@ -202,12 +202,7 @@ impl Mesh {
         let mut port = mesh_port;
         for addr in addrs {
             let addr = SocketAddr::new(addr.ip(), port);
-            let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() };
-            let listener = socket.and_then(|s| {
-                s.set_reuseaddr(true)?;
-                s.bind(addr)?;
-                s.listen(511)
-            });
+            let listener = crate::server::bind_reuse(addr).and_then(|s| s.listen(511));
             let listener = listener.map_err(|e| (addr, e))?;
             port = listener.local_addr().map(|a| a.port()).unwrap_or(port);
             listeners.push(listener);
