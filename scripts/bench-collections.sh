@@ -10,6 +10,9 @@
 #      ZREVRANK, ZRANGE at a deep rank, ZCOUNT over most of the set, ZRANGEBYSCORE of 101
 #      members, ZSCORE (redis-benchmark -c 50 -P 16, BENCH_N requests each).
 #   3. ZADD -P 16 spread over 100,000 small sorted sets (random key, score and member).
+#   4. Memory of collections emptied one element at a time: 1,000 hashes, sets and sorted
+#      sets of 300 elements (one command per key), then one HDEL/SREM/ZREM per element until 2
+#      are left in each; used_memory above the empty server's, full and emptied.
 #
 #   scripts/bench-collections.sh
 #
@@ -28,7 +31,7 @@ requests="${BENCH_N:-200000}"
 servers="${BENCH_SERVERS:-keymesh redis}"
 case "${1:-}" in
   "") ;;
-  -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) echo "bench-collections: unknown argument: $1" >&2; exit 2 ;;
 esac
 for tool in redis-server redis-cli redis-benchmark python3 taskset; do
@@ -85,6 +88,29 @@ for k in range(keys):
 PY
 }
 
+# emptied TYPE full|emptied: 1,000 keys of TYPE (hash, set, zset) with 300 elements each, or
+# one removal per element of those keys until 2 are left in each.
+emptied() {
+  python3 - "$1" "$2" <<'PY' | redis-cli -p "$port" --pipe >/dev/null
+import sys
+kind, stage = sys.argv[1], sys.argv[2]
+out = sys.stdout
+def send(*args):
+    out.write(f"*{len(args)}\r\n" + "".join(f"${len(a)}\r\n{a}\r\n" for a in args))
+for k in range(1000):
+    key = f"{kind}:{k}"
+    if stage == "emptied":
+        for i in range(2, 300):
+            send({"hash": "HDEL", "set": "SREM", "zset": "ZREM"}[kind], key, f"element:{i}")
+    elif kind == "hash":
+        send("HSET", key, *[x for i in range(300) for x in (f"element:{i}", "value-xyz")])
+    elif kind == "set":
+        send("SADD", key, *[f"element:{i}" for i in range(300)])
+    else:
+        send("ZADD", key, *[x for i in range(300) for x in (str(i * 1.5), f"element:{i}")])
+PY
+}
+
 # rate ARGS...: redis-benchmark's requests per second for one command, client on CPU 1.
 rate() {
   taskset -c 1 redis-benchmark --threads 1 -p "$port" -c 50 -P 16 -q "$@" 2>&1 | tr '\r' '\n' \
@@ -117,6 +143,19 @@ for server in $servers; do
   stop_server
 done
 
+echo "== memory of 1,000 collections of 300 elements emptied one element at a time" >&2
+for server in $servers; do
+  for kind in hash set zset; do
+    start_server "$server"
+    empty="$(used_memory)"
+    emptied "$kind" full
+    result["full $kind $server"]="$(($(used_memory) - empty))"
+    emptied "$kind" emptied
+    result["emptied $kind $server"]="$(($(used_memory) - empty))"
+    stop_server
+  done
+done
+
 ratio() { python3 -c "import sys; a, b = float(sys.argv[1] or 0), float(sys.argv[2] or 0); print(f'{a / b:.2f}x' if b else '-')" "$1" "$2"; }
 mb() { python3 -c "import sys; print(f'{int(sys.argv[1]) / 1e6:.1f} MB')" "$1"; }
 num() { [[ -n "$1" ]] && python3 -c "import sys; print(f'{float(sys.argv[1]):,.0f}')" "$1"; }
@@ -141,4 +180,15 @@ for q in "${queries[@]}" "small-zadd"; do
     label="$q"; k="${result["q $q keymesh"]:-}"; r="${result["q $q redis"]:-}"
   fi
   echo "| \`$label\` | $(num "$k") | $(num "$r") | $(has keymesh && has redis && ratio "$k" "$r" || echo -) |"
+done
+echo
+echo "| 1,000 collections of | keymesh full | keymesh emptied to 2 | redis full | redis emptied to 2 |"
+echo "| --- | ---: | ---: | ---: | ---: |"
+for kind in hash set zset; do
+  row="| $kind, 300 elements |"
+  for cell in "full $kind keymesh" "emptied $kind keymesh" "full $kind redis" "emptied $kind redis"; do
+    v="${result["$cell"]:-}"
+    if [[ -n "$v" ]]; then row+=" $(mb "$v") |"; else row+=" - |"; fi
+  done
+  echo "$row"
 done
