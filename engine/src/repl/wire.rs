@@ -61,6 +61,9 @@ impl OpBuffer {
 
     /// Appends `e`'s op.
     pub fn push(&mut self, e: Effect) {
+        if let EffectKind::StringSet { value, version } = &e.kind {
+            return self.push_string_set(&StringSetOp::new(e.db, &e.key, value, *version));
+        }
         self.push_with(encoded_len(&e), |out| write_op(e, out));
     }
 
@@ -69,10 +72,7 @@ impl OpBuffer {
     /// key and value, is built and dropped on the way.
     pub fn push_value(&mut self, db: usize, key: &[u8], value: &Value, v: Version, names: &[Bytes]) {
         match value {
-            Value::Str(s) => {
-                let len = varint_field(1, db as u64) + bytes_field(2, key.len()) + message_field(3, bytes_field(1, s.len()) + version_field(2, v));
-                self.push_with(len, |out| write_string_set(db, key, s, v, out));
-            }
+            Value::Str(s) => self.push_string_set(&StringSetOp::new(db, key, s, v)),
             _ => self.push(Effect::of_value(db, key, value, v, names)),
         }
     }
@@ -86,12 +86,25 @@ impl OpBuffer {
 
     /// Frames an op of `len` bytes, which `write` writes.
     fn push_with(&mut self, len: usize, write: impl FnOnce(&mut Vec<u8>)) {
+        self.reserve(batch::frame_len(len) + len);
+        batch::frame(&mut self.bytes, len, write);
+        self.ends.push(self.bytes.len() as u32);
+    }
+
+    /// A string's write (most ops), framed: its frame's tag and length go out with the op's
+    /// first fields (`StringSetOp::write`).
+    fn push_string_set(&mut self, op: &StringSetOp<'_>) {
+        self.reserve(batch::frame_len(op.len) + op.len);
+        op.write(true, &mut self.bytes);
+        self.ends.push(self.bytes.len() as u32);
+    }
+
+    /// Room for `additional` more bytes, in this thread's spare buffer if this one has none.
+    fn reserve(&mut self, additional: usize) {
         if self.bytes.capacity() == 0 {
             self.bytes = SPARE.take();
         }
-        self.bytes.reserve(batch::frame_len(len) + len);
-        batch::frame(&mut self.bytes, len, write);
-        self.ends.push(self.bytes.len() as u32);
+        self.bytes.reserve(additional);
     }
 
     /// How many ops.
@@ -150,54 +163,88 @@ pub fn encode(e: Effect) -> Bytes {
 }
 
 /// Writes `e` as prost writes `pb::Op::from(e)`. A string's write (most writes) is written
-/// here field by field, a third of prost's instructions for it; every other kind through
-/// prost. `encode_writes_what_prost_writes` checks the bytes against prost's for every kind.
+/// here field by field (`StringSetOp`), a third of prost's instructions for it; every other
+/// kind through prost. `encode_writes_what_prost_writes` checks the bytes against prost's for
+/// every kind.
 fn write_op(e: Effect, out: &mut impl bytes::BufMut) {
     let Effect { db, key, kind: EffectKind::StringSet { value, version: v } } = e else {
         pb::Op::from(e).encode_raw(out);
         return;
     };
-    write_string_set(db, &key, &value, v, out);
+    StringSetOp::new(db, &key, &value, v).write(false, out);
 }
 
-/// A string's write, field by field (see `write_op`): the keys and lengths around the key and
-/// the value are built on the stack (`Head`) and written with the key and the value in
-/// five `put_slice`s (prost's `encode_varint` into a `BufMut`, a capacity check per byte, cost
-/// ~45 instructions for each of the eight varints).
-fn write_string_set(db: usize, key: &[u8], value: &[u8], v: Version, out: &mut impl bytes::BufMut) {
-    const VARINT: u8 = 0; // the protobuf wire types
-    const LEN: u8 = 2;
-    let version_len = varint_field(1, v.hlc) + varint_field(2, u64::from(v.node));
-    let mut head = Head::default();
-    if db != 0 {
-        head.field(1, VARINT, db as u64);
+/// A string's write as an `Op` (`db`, `key`, `string_set { value, version { hlc, node } }`),
+/// its lengths worked out once, for its frame and its fields. The keys and lengths around
+/// the key and the value are built on the stack (`Head`) and go out with them in five
+/// `put_slice`s: prost's `encode_varint` into a `BufMut` costs a capacity check per byte
+/// (~45 instructions for each of the op's nine varints), and working the lengths out apart
+/// from the writing (`encoded_len`, then again field by field) cost as much again.
+struct StringSetOp<'a> {
+    db: usize,
+    key: &'a [u8],
+    value: &'a [u8],
+    version: Version,
+    /// The `version` message's length.
+    version_len: usize,
+    /// The `string_set` message's length.
+    set_len: usize,
+    /// The whole op's length.
+    len: usize,
+}
+
+impl<'a> StringSetOp<'a> {
+    #[inline]
+    fn new(db: usize, key: &'a [u8], value: &'a [u8], version: Version) -> StringSetOp<'a> {
+        let version_len = varint_field(1, version.hlc) + varint_field(2, u64::from(version.node));
+        let set_len = bytes_field(1, value.len()) + message_field(2, version_len);
+        let len = varint_field(1, db as u64) + bytes_field(2, key.len()) + message_field(3, set_len);
+        StringSetOp { db, key, value, version, version_len, set_len, len }
     }
-    if !key.is_empty() {
-        head.field(2, LEN, key.len() as u64);
+
+    /// Writes the op; `framed`, as an element of a batch's `ops` (`batch::frame`'s tag and
+    /// length first).
+    #[inline]
+    fn write(&self, framed: bool, out: &mut impl bytes::BufMut) {
+        const VARINT: u8 = 0; // the protobuf wire types
+        const LEN: u8 = 2;
+        let mut head = Head::default();
+        if framed {
+            head.byte(batch::OPS_TAG);
+            head.varint(self.len as u64);
+        }
+        if self.db != 0 {
+            head.field(1, VARINT, self.db as u64);
+        }
+        if !self.key.is_empty() {
+            head.field(2, LEN, self.key.len() as u64);
+        }
+        out.put_slice(head.bytes());
+        out.put_slice(self.key);
+        let mut mid = Head::default();
+        mid.field(3, LEN, self.set_len as u64);
+        if !self.value.is_empty() {
+            mid.field(1, LEN, self.value.len() as u64);
+        }
+        out.put_slice(mid.bytes());
+        out.put_slice(self.value);
+        let mut tail = Head::default();
+        tail.field(2, LEN, self.version_len as u64);
+        if self.version.hlc != 0 {
+            tail.field(1, VARINT, self.version.hlc);
+        }
+        if self.version.node != 0 {
+            tail.field(2, VARINT, u64::from(self.version.node));
+        }
+        out.put_slice(tail.bytes());
     }
-    out.put_slice(head.bytes());
-    out.put_slice(key);
-    let mut mid = Head::default();
-    mid.field(3, LEN, (bytes_field(1, value.len()) + message_field(2, version_len)) as u64);
-    if !value.is_empty() {
-        mid.field(1, LEN, value.len() as u64);
-    }
-    out.put_slice(mid.bytes());
-    out.put_slice(value);
-    let mut tail = Head::default();
-    tail.field(2, LEN, version_len as u64);
-    if v.hlc != 0 {
-        tail.field(1, VARINT, v.hlc);
-    }
-    if v.node != 0 {
-        tail.field(2, VARINT, u64::from(v.node));
-    }
-    out.put_slice(tail.bytes());
 }
 
 /// A few fields' keys and varints, built on the stack and written with one `put_slice`
-/// (`write_string_set`). 24 bytes: the largest group written, the version's, takes 19 (its
-/// key and length, the HLC's key and up to ten bytes, the node's key and up to five).
+/// (`StringSetOp::write`). 24 bytes: the largest group written takes 23 (a frame's tag and a
+/// length of up to five bytes, the database's key and up to ten, the key's key and length),
+/// the version's 19 (its key and length, the HLC's key and up to ten bytes, the node's key and
+/// up to five).
 #[derive(Default)]
 struct Head {
     buf: [u8; 24],
@@ -210,13 +257,23 @@ impl Head {
     #[inline]
     fn field(&mut self, field: u8, wire_type: u8, value: u64) {
         debug_assert!(field < 16);
-        self.varint(u64::from(field << 3 | wire_type));
+        self.byte(field << 3 | wire_type);
         self.varint(value);
     }
 
-    /// Sized first, so the loop writes into one bounds-checked slice.
+    #[inline]
+    fn byte(&mut self, byte: u8) {
+        self.buf[self.len] = byte;
+        self.len += 1;
+    }
+
+    /// One byte inline (keys, small lengths); longer ones sized first, so that the loop
+    /// writes into one bounds-checked slice.
     #[inline]
     fn varint(&mut self, value: u64) {
+        if value < 0x80 {
+            return self.byte(value as u8);
+        }
         let n = encoded_len_varint(value);
         let out = &mut self.buf[self.len..self.len + n];
         let mut rest = value;
@@ -631,9 +688,10 @@ mod tests {
         }
 
         /// A string's op written from the stored bytes (`push_value`) is its effect's, for
-        /// every database, key, value and version, and each op in a buffer is framed whole.
+        /// every database, key, value and version (lengths and numbers of one byte and more),
+        /// and each op in a buffer is framed whole.
         #[test]
-        fn a_strings_value_encodes_as_its_effect(db in 0usize..20, key in prop::collection::vec(any::<u8>(), 0..40), value in prop::collection::vec(any::<u8>(), 0..3000), hlc in any::<u64>(), node in any::<u32>()) {
+        fn a_strings_value_encodes_as_its_effect(db in prop_oneof![0usize..20, 100usize..300], key in prop::collection::vec(any::<u8>(), 0..200), value in prop::collection::vec(any::<u8>(), 0..3000), hlc in any::<u64>(), node in any::<u32>()) {
             let v = Version { hlc, node };
             let stored = Value::string(&value);
             let effect = Effect::of_value(db, &key, &stored, v, &[]);
