@@ -6,13 +6,14 @@
 #      per million writes, until every node holds every key, over a standalone node's for the
 #      same load (measured without the lag probe). It does not depend on how many cores the
 #      machine has, as throughput does;
-#   2. replication lag p50/p99 on that mesh, idle and under that load: a probe PUBLISHes its
-#      send time on node 0 every 5 ms; subscribers on nodes 1 and 2 receive it through the mesh
-#      stream, in order with the writes (PUBLISH replicates as an effect like any write).
-#      Under load, two more runs take it apart: the probe alone (publisher and subscribers on
-#      node 1: what a message takes without the mesh hop, the probe's own clients waiting for
-#      a core included), and the load generator at `nice -n 19` (the nodes take the cores
-#      first, as they would with a core each; the load and throughput barely change);
+#   2. replication lag p50/p99 on that mesh, idle and under that load: a probe
+#      (`keymesh-mesh-bench lag`, e2e/src/bin) PUBLISHes its send time on node 0 every 5 ms;
+#      subscribers on nodes 1 and 2 receive it through the mesh stream, in order with the
+#      writes (PUBLISH replicates as an effect like any write). Under load a subscriber on node
+#      0 itself receives the same messages without the mesh hop (what the node and the probe's
+#      own threads waiting for a core add), and a second run puts the load generator at
+#      `nice -n 19` (the nodes take the cores first, as they would with a core each; the load
+#      and throughput barely change);
 #   3. a 1M-key full sync: node A holds BENCH_KEYS keys of 100 bytes, node B starts with
 #      `replicaof A`; prints the time until B is ready with every key, and the bytes received;
 #   4. catch-up after a 30 s partition at a steady write rate (network namespaces, root only):
@@ -24,6 +25,10 @@ cd "$repo_root"
 # shellcheck source=scripts/lib.sh
 source "$repo_root/scripts/lib.sh"
 bin="${KEYMESH_SERVER:-target/release/keymesh-server}"
+mesh_bench="$(dirname "$bin")/keymesh-mesh-bench"
+for b in "$bin" "$mesh_bench"; do
+  [[ -x "$b" ]] || { echo "bench-mesh: $b not found (cargo build --release -p keymesh-engine -p keymesh-e2e)" >&2; exit 2; }
+done
 n="${BENCH_N:-1000000}"
 keys="${BENCH_KEYS:-1000000}"
 work="$(mktemp -d /tmp/keymesh-bench-mesh.XXXXXX)"
@@ -66,37 +71,10 @@ for i in 0 1 2; do
   start "mesh$i" "${ports[$i]}" "${metrics[$i]}" --active-replica yes --multi-master yes "${peers[@]}"
 done
 sleep 1
-# lag_probe SECONDS|- [PUBLISH_PORT SUBSCRIBE_PORT SUBSCRIBE_PORT]: prints "p50 p99 samples"
-# (ms) of publish-to-receive times, for SECONDS or, with -, until the file $work/load-done
-# appears; by default published on node 0, received on nodes 1 and 2.
-lag_probe() {
-  python3 - "${2:-${ports[0]}}" "${3:-${ports[1]}}" "${4:-${ports[2]}}" "$1" "$work/load-done" <<'PY'
-import os, sys, threading, time, redis
-p0, p1, p2, limit, done_file = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-samples, stop = [], threading.Event()
-def receive(port):
-    sub = redis.Redis(port=port).pubsub(ignore_subscribe_messages=True)
-    sub.subscribe("lag-probe")
-    ready.release()
-    while not stop.is_set():
-        m = sub.get_message(timeout=0.1)
-        if m and m["type"] == "message":
-            samples.append((time.time_ns() - int(m["data"])) / 1e6)
-ready = threading.Semaphore(0)
-threads = [threading.Thread(target=receive, args=(p,), daemon=True) for p in (p1, p2)]
-for t in threads: t.start()
-for _ in threads: ready.acquire()
-time.sleep(0.2)
-pub, t0 = redis.Redis(port=p0), time.time()
-while (time.time() - t0 < float(limit)) if limit != "-" else not os.path.exists(done_file):
-    pub.publish("lag-probe", time.time_ns())
-    time.sleep(0.005)
-time.sleep(0.5)
-stop.set()
-s = sorted(samples)
-print("%.2f %.2f %d" % (s[len(s) // 2], s[int(len(s) * 0.99)], len(s)) if s else "nan nan 0")
-PY
-}
+# lag_probe SECONDS|- GROUP...: publishes on node 0; prints "p50 p99 samples" (ms) of
+# publish-to-receive times for each GROUP of subscribed ports (comma-separated), one line
+# each, for SECONDS or, with -, until the file $work/load-done appears.
+lag_probe() { "$mesh_bench" lag "${ports[0]}" "${@:2}" "$1" "$work/load-done"; }
 # converged: waits until every node holds the same number of keys; fails after 30 s (a mesh
 # whose links never came up must not pass for a fast one: its peers would cost nothing).
 converged() {
@@ -106,7 +84,7 @@ converged() {
   done
   echo "bench-mesh: the mesh did not converge in 30 s (dbsize $a $b $c)" >&2; exit 1
 }
-idle_lag="$(lag_probe 3)"
+idle_lag="$(lag_probe 3 "${ports[1]},${ports[2]}")"
 # Throughput and CPU on their own (the lag probe's clients would share the cores), until every
 # node holds every key; then the same load again with the lag probe running.
 node_t0=(); for p in "${pids[@]}"; do node_t0+=("$(cpu_ticks "$p")"); done
@@ -116,22 +94,20 @@ converged
 mesh_cpu=$(( $(cpu_ticks "${pids[@]}") - mesh_t0 ))
 # Each node's share (node 0 takes the load, nodes 1 and 2 merge its writes).
 node_cpu=""; for i in 0 1 2; do node_cpu+="$(( $(cpu_ticks "${pids[$i]}") - node_t0[i] )) "; done
-# loaded_lag NICENESS [PROBE_ARGS...]: the lag probe (lag_probe's port arguments) while the
-# load runs against node 0 at that niceness.
+# loaded_lag NICENESS: the lag probe while the load runs against node 0 at that niceness;
+# two lines: received on nodes 1 and 2 (through the mesh), on node 0 itself (no mesh hop).
 loaded_lag() {
-  local niceness="$1" probe
-  shift
+  local probe_pid
   rm -f "$work/load-done"
-  lag_probe - "$@" >"$work/lag" &
-  probe=$!
-  set_load "$niceness" "${ports[0]}" >/dev/null
+  lag_probe - "${ports[1]},${ports[2]}" "${ports[0]}" >"$work/lag" &
+  probe_pid=$!
+  set_load "$1" "${ports[0]}" >/dev/null
   touch "$work/load-done"
-  wait "$probe"
+  wait "$probe_pid"
   converged
   cat "$work/lag"
 }
 load_lag="$(loaded_lag 0)"
-probe_lag="$(loaded_lag 0 "${ports[1]}" "${ports[1]}" "${ports[1]}")"
 niced_lag="$(loaded_lag 19)"
 echo "bench-mesh: after the load, dbsize per node: $a $b $c" >&2
 stop_all
@@ -154,16 +130,16 @@ bytes="$(metric "$mb" 'keymesh_mesh_received_bytes_total{kind="full"')"
 
 stop_all
 
-awk -v s="$solo" -v m="$mesh" -v sc="$solo_cpu" -v mc="$mesh_cpu" -v n="$n" -v hz="$(getconf CLK_TCK)" -v t0="$t0" -v t1="$t1" -v b="$bytes" -v k="$keys" -v il="$idle_lag" -v ll="$load_lag" -v pl="$probe_lag" -v nl="$niced_lag" -v nc="$node_cpu" 'BEGIN {
+awk -v s="$solo" -v m="$mesh" -v sc="$solo_cpu" -v mc="$mesh_cpu" -v n="$n" -v hz="$(getconf CLK_TCK)" -v t0="$t0" -v t1="$t1" -v b="$bytes" -v k="$keys" -v il="$idle_lag" -v ll="$(echo "$load_lag" | sed -n 1p)" -v pl="$(echo "$load_lag" | sed -n 2p)" -v nl="$(echo "$niced_lag" | sed -n 1p)" -v np="$(echo "$niced_lag" | sed -n 2p)" -v nc="$node_cpu" 'BEGIN {
   printf "\nSET -P 16 ops/s: standalone %.0f, 3-node mesh %.0f, ratio %.2f (target >= 0.80 where cores allow)\n", s, m, m / s
   printf "CPU per million writes: standalone %.2f s, 3-node mesh (all nodes, until converged) %.2f s, ratio %.2f (target <= 2.0)\n", sc / hz / n * 1e6, mc / hz / n * 1e6, mc / sc
   split(nc, c, " ")
   printf "  of which node 0 (takes the writes) %.2f s, nodes 1 and 2 (merge them) %.2f s and %.2f s\n", c[1] / hz / n * 1e6, c[2] / hz / n * 1e6, c[3] / hz / n * 1e6
   split(il, i, " "); split(ll, l, " ")
   printf "replication lag (publish on node 0 -> receive on nodes 1, 2): idle p50 %.2f ms p99 %.2f ms (%d samples); under that load p50 %.2f ms p99 %.2f ms (%d samples) (target p99 <= 5 ms)\n", i[1], i[2], i[3], l[1], l[2], l[3]
-  split(pl, q, " "); split(nl, w, " ")
-  printf "  under that load, the probe alone (publish and receive on node 1, no mesh hop): p50 %.2f ms p99 %.2f ms (%d samples)\n", q[1], q[2], q[3]
-  printf "  under that load with the load generator at nice 19 (the nodes take the cores first): p50 %.2f ms p99 %.2f ms (%d samples)\n", w[1], w[2], w[3]
+  split(pl, q, " "); split(nl, w, " "); split(np, x, " ")
+  printf "  the same messages received on node 0 itself (no mesh hop): p50 %.2f ms p99 %.2f ms (%d samples)\n", q[1], q[2], q[3]
+  printf "  under that load with the load generator at nice 19 (the nodes take the cores first): p50 %.2f ms p99 %.2f ms (%d samples); on node 0 itself p50 %.2f ms p99 %.2f ms\n", w[1], w[2], w[3], x[1], x[2]
   printf "full sync of %d keys x 100 B: %.2f s (target < 10 s), %.1f MiB received\n", k, t1 - t0, b / 1048576
 }'
 
@@ -171,7 +147,7 @@ if [[ "${BENCH_PARTITION:-yes}" == no ]]; then
   echo "catch-up after a 30 s partition: skipped (BENCH_PARTITION=no)"
 elif [[ $(id -u) == 0 ]] && command -v ip >/dev/null; then
   echo "bench-mesh: catch-up after a 30 s partition ..." >&2
-  KEYMESH_SERVER="$bin" "$(dirname "$bin")/keymesh-mesh-bench" partition
+  KEYMESH_SERVER="$bin" "$mesh_bench" partition
 else
   echo "catch-up after a 30 s partition: skipped (needs root for network namespaces)"
 fi

@@ -12,6 +12,18 @@
 //! keeps its default size.
 //!
 //! Knobs: `BENCH_PARTITION_SECS` (30), `BENCH_RATE` (writes/s per side, 2000), `KEYMESH_SERVER`.
+//!
+//! `keymesh-mesh-bench lag PUBLISH_PORT PORTS... (SECONDS | -) DONE_FILE`: replication lag of
+//! running nodes on loopback (`scripts/bench-mesh.sh` starts them). It PUBLISHes the time
+//! since it started, every 5 ms, on `PUBLISH_PORT`. Each `PORTS` argument is a group of
+//! subscribers, ports joined by commas (`6380,6381`): a thread per port blocks in `read` on its
+//! subscription and notes each message's age as it arrives. Runs for `SECONDS`, or with `-`
+//! until `DONE_FILE` exists; prints one line per group, `p50 p99 samples` (ms). A group on the
+//! publishing node itself measures the same messages without the mesh hop. The probe's own
+//! share is one blocking read and a short parse per message, so that what it measures is the
+//! mesh and the nodes (the Python probe it replaced kept three threads behind one interpreter
+//! lock: 0.5 ms more at p50 idle, 2–3 ms more at p99 under load, docs/benchmarks.md,
+//! "Fifteenth pass").
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -133,10 +145,115 @@ fn partition_catch_up() -> Result<(), String> {
     })
 }
 
+/// The probe's channel; its last message, `stop`, ends the subscribers.
+const LAG_CHANNEL: &str = "lag-probe";
+
+fn lag_probe(args: &[String]) -> Result<(), String> {
+    let usage = || "usage: keymesh-mesh-bench lag PUBLISH_PORT PORT[,PORT...]... (SECONDS | -) DONE_FILE".to_string();
+    let [publish_port, rest @ ..] = args else { return Err(usage()) };
+    let [groups @ .., limit, done_file] = rest else { return Err(usage()) };
+    if groups.is_empty() {
+        return Err(usage());
+    }
+    let port = |p: &str| p.parse::<u16>().map_err(|_| format!("not a port: {p}"));
+    let publish_port = port(publish_port)?;
+    let groups = groups.iter().map(|g| g.split(',').map(port).collect::<Result<Vec<_>, _>>()).collect::<Result<Vec<_>, _>>()?;
+    let until = match limit.as_str() {
+        "-" => None,
+        secs => Some(Duration::from_secs_f64(secs.parse().map_err(|_| format!("not a number of seconds: {secs}"))?)),
+    };
+    let started = Instant::now();
+    let ages = std::thread::scope(|scope| -> Result<Vec<Vec<f64>>, String> {
+        let subscribers: Vec<Vec<_>> = groups
+            .iter()
+            .map(|ports| {
+                ports
+                    .iter()
+                    .map(|&port| {
+                        // Subscribed before the first PUBLISH.
+                        let conn = subscribe(port)?;
+                        Ok(scope.spawn(move || receive_lag(conn, started)))
+                    })
+                    .collect::<Result<_, String>>()
+            })
+            .collect::<Result<_, String>>()?;
+        std::thread::sleep(Duration::from_millis(200));
+        let mut publisher = connect(publish_port)?;
+        let run_started = Instant::now();
+        while until.map_or_else(|| !std::path::Path::new(done_file).exists(), |limit| run_started.elapsed() < limit) {
+            let sent = started.elapsed().as_nanos().to_string();
+            publisher.call(&["PUBLISH", LAG_CHANNEL, &sent]).map_err(|e| format!("PUBLISH: {e}"))?;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Time for the last messages to arrive; then the one that ends the subscribers.
+        std::thread::sleep(Duration::from_millis(500));
+        publisher.call(&["PUBLISH", LAG_CHANNEL, "stop"]).map_err(|e| format!("PUBLISH: {e}"))?;
+        subscribers
+            .into_iter()
+            .map(|group| {
+                let mut ages = Vec::new();
+                for subscriber in group {
+                    ages.extend(subscriber.join().map_err(|_| "a subscriber thread panicked".to_string())??);
+                }
+                Ok(ages)
+            })
+            .collect()
+    })?;
+    for mut ages in ages {
+        if ages.is_empty() {
+            println!("nan nan 0");
+            continue;
+        }
+        ages.sort_by(f64::total_cmp);
+        let at = |q: f64| ages[((ages.len() as f64 * q) as usize).min(ages.len() - 1)];
+        println!("{:.2} {:.2} {}", at(0.5), at(0.99), ages.len());
+    }
+    Ok(())
+}
+
+/// A connection subscribed to the probe's channel.
+fn subscribe(port: u16) -> Result<keymesh_e2e::resp::Conn, String> {
+    let mut conn = connect(port)?;
+    match conn.call(&["SUBSCRIBE", LAG_CHANNEL]).map_err(|e| e.to_string())? {
+        keymesh_e2e::resp::Reply::Array(_) | keymesh_e2e::resp::Reply::Push(_) => Ok(conn),
+        other => Err(format!("SUBSCRIBE on port {port} replied {other:?}")),
+    }
+}
+
+fn connect(port: u16) -> Result<keymesh_e2e::resp::Conn, String> {
+    let stream = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect to port {port}: {e}"))?;
+    keymesh_e2e::resp::Conn::new(stream, Duration::from_secs(30)).map_err(|e| format!("set up the connection to port {port}: {e}"))
+}
+
+/// Reads the probe's messages until `stop`; returns each one's age on arrival, in ms.
+fn receive_lag(mut conn: keymesh_e2e::resp::Conn, started: Instant) -> Result<Vec<f64>, String> {
+    let mut ages = Vec::new();
+    loop {
+        let message = conn.read_reply().map_err(|e| format!("reading the subscription: {e}"))?;
+        let arrived = started.elapsed().as_nanos();
+        let parts = match message {
+            keymesh_e2e::resp::Reply::Array(parts) | keymesh_e2e::resp::Reply::Push(parts) => parts,
+            other => return Err(format!("not a message: {other:?}")),
+        };
+        let [kind, _channel, payload] = parts.as_slice() else { return Err(format!("not a message: {parts:?}")) };
+        if kind.as_bytes() != Some(b"message") {
+            continue;
+        }
+        let payload = payload.text();
+        if payload == "stop" {
+            return Ok(ages);
+        }
+        let sent: u128 = payload.parse().map_err(|_| format!("not a probe message: {payload}"))?;
+        ages.push(arrived.saturating_sub(sent) as f64 / 1e6);
+    }
+}
+
 fn main() {
-    let result = match std::env::args().nth(1).as_deref() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
         Some("partition") => partition_catch_up(),
-        _ => Err("usage: keymesh-mesh-bench partition".to_string()),
+        Some("lag") => lag_probe(&args[1..]),
+        _ => Err("usage: keymesh-mesh-bench (partition | lag PUBLISH_PORT PORT[,PORT...]... (SECONDS | -) DONE_FILE)".to_string()),
     };
     if let Err(e) = result {
         eprintln!("keymesh-mesh-bench: {e}");
