@@ -19,6 +19,13 @@
 #   4. catch-up after a 30 s partition at a steady write rate (network namespaces, root only):
 #      `keymesh-mesh-bench partition` (e2e/src/bin), see its docs. BENCH_PARTITION=no skips it
 #      (it does not depend on the rest, and takes over a minute).
+#
+# Layout: by default every process shares the machine's cores (on this project's 2-core
+# machine: three nodes, the load generator and the probe on 2 cores, so the mesh's throughput
+# measures the sharing). BENCH_PIN=yes gives each node a core of its own and one worker
+# thread (`--server-threads 1`: the standalone node and node 0 on CPU 0, node 1 on CPU 1,
+# node 2 on CPU 2), and the load generator and the probe CPU 3: how "mesh throughput >= 0.8x
+# standalone where cores allow" (issue 16) is measured. It needs 4 cores and refuses fewer.
 set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
@@ -31,6 +38,20 @@ for b in "$bin" "$mesh_bench"; do
 done
 n="${BENCH_N:-1000000}"
 keys="${BENCH_KEYS:-1000000}"
+pinned="${BENCH_PIN:-no}"
+declare -A cpu_of=([solo]=0 [mesh0]=0 [mesh1]=1 [mesh2]=2 [syncA]=0 [syncB]=1 [client]=3)
+node_flags=()
+if [[ "$pinned" == yes ]]; then
+  (($(nproc) >= 4)) || { echo "bench-mesh: BENCH_PIN=yes needs 4 cores (a node or the client sharing one measures the sharing); this machine has $(nproc)" >&2; exit 2; }
+  node_flags=(--server-threads 1)
+  layout="pinned: one core and one worker thread per node (CPUs 0, 1, 2), load generator and probe on CPU 3"
+else
+  layout="unpinned: three nodes, the load generator and the probe share $(nproc) cores"
+fi
+# pin_to NAME: sets `pin` to the command prefix that runs on NAME's core (empty unless
+# BENCH_PIN=yes). A prefix, not a wrapper function: a node started with `&` must be the
+# background job itself (taskset execs it), whose PID the CPU figures read and `cleanup` kills.
+pin_to() { pin=(); if [[ "$pinned" == yes ]]; then pin=(taskset -c "${cpu_of[$1]}"); fi; }
 work="$(mktemp -d /tmp/keymesh-bench-mesh.XXXXXX)"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
@@ -39,7 +60,8 @@ trap 'cleanup; rm -rf "$work"' EXIT
 # start NAME PORT METRICS [flags...]: starts a node; waits for PING.
 start() {
   local name="$1" port="$2" metrics="$3"; shift 3
-  "$bin" --bind 127.0.0.1 --port "$port" --metrics-port "$metrics" --node-name "$name" "$@" >"$work/$name.log" 2>&1 &
+  pin_to "$name"
+  "${pin[@]}" "$bin" --bind 127.0.0.1 --port "$port" --metrics-port "$metrics" --node-name "$name" "${node_flags[@]}" "$@" >"$work/$name.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 100); do [[ "$(redis-cli -p "$port" ping 2>/dev/null)" == PONG ]] && return 0; sleep 0.1; done
   echo "bench-mesh: $name did not start" >&2; exit 1
@@ -51,7 +73,7 @@ cpu_ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{ print $14 + $15 }
 # niceness (0: as the nodes; 19: after them). One client thread: with
 # --threads 2, redis-benchmark 7.0's runs end on a 0.25 s step (1.0 or 1.25 s for 1.0 to 1.3M
 # requests), which made every standalone run 998k and every mesh run 570k.
-set_load() { nice -n "$1" redis-benchmark -p "$2" -t set -n "$n" -r 1000000 -d 100 -c 50 -P 16 --threads 1 -q "${@:3}"; }
+set_load() { pin_to client; "${pin[@]}" nice -n "$1" redis-benchmark -p "$2" -t set -n "$n" -r 1000000 -d 100 -c 50 -P 16 --threads 1 -q "${@:3}"; }
 set_rps() { set_load 0 "$1" --csv | awk -F'"' '$2 == "SET" { print $4 }'; }
 metric() { curl -s "localhost:$1/metrics" | awk -v p="$2" 'index($0, p) == 1 { v = $NF } END { print v + 0 }'; }
 
@@ -74,7 +96,7 @@ sleep 1
 # lag_probe SECONDS|- GROUP...: publishes on node 0; prints "p50 p99 samples" (ms) of
 # publish-to-receive times for each GROUP of subscribed ports (comma-separated), one line
 # each, for SECONDS or, with -, until the file $work/load-done appears.
-lag_probe() { "$mesh_bench" lag "${ports[0]}" "${@:2}" "$1" "$work/load-done"; }
+lag_probe() { pin_to client; "${pin[@]}" "$mesh_bench" lag "${ports[0]}" "${@:2}" "$1" "$work/load-done"; }
 # converged: waits until every node holds the same number of keys; fails after 30 s (a mesh
 # whose links never came up must not pass for a fast one: its peers would cost nothing).
 converged() {
@@ -130,8 +152,9 @@ bytes="$(metric "$mb" 'keymesh_mesh_received_bytes_total{kind="full"')"
 
 stop_all
 
-awk -v s="$solo" -v m="$mesh" -v sc="$solo_cpu" -v mc="$mesh_cpu" -v n="$n" -v hz="$(getconf CLK_TCK)" -v t0="$t0" -v t1="$t1" -v b="$bytes" -v k="$keys" -v il="$idle_lag" -v ll="$(echo "$load_lag" | sed -n 1p)" -v pl="$(echo "$load_lag" | sed -n 2p)" -v nl="$(echo "$niced_lag" | sed -n 1p)" -v np="$(echo "$niced_lag" | sed -n 2p)" -v nc="$node_cpu" 'BEGIN {
-  printf "\nSET -P 16 ops/s: standalone %.0f, 3-node mesh %.0f, ratio %.2f (target >= 0.80 where cores allow)\n", s, m, m / s
+awk -v s="$solo" -v m="$mesh" -v sc="$solo_cpu" -v mc="$mesh_cpu" -v n="$n" -v hz="$(getconf CLK_TCK)" -v t0="$t0" -v t1="$t1" -v b="$bytes" -v k="$keys" -v il="$idle_lag" -v ll="$(echo "$load_lag" | sed -n 1p)" -v pl="$(echo "$load_lag" | sed -n 2p)" -v nl="$(echo "$niced_lag" | sed -n 1p)" -v np="$(echo "$niced_lag" | sed -n 2p)" -v nc="$node_cpu" -v layout="$layout" 'BEGIN {
+  printf "\nlayout: %s\n", layout
+  printf "SET -P 16 ops/s: standalone %.0f, 3-node mesh %.0f, ratio %.2f (target >= 0.80 where cores allow)\n", s, m, m / s
   printf "CPU per million writes: standalone %.2f s, 3-node mesh (all nodes, until converged) %.2f s, ratio %.2f (target <= 2.0)\n", sc / hz / n * 1e6, mc / hz / n * 1e6, mc / sc
   split(nc, c, " ")
   printf "  of which node 0 (takes the writes) %.2f s, nodes 1 and 2 (merge them) %.2f s and %.2f s\n", c[1] / hz / n * 1e6, c[2] / hz / n * 1e6, c[3] / hz / n * 1e6
