@@ -253,9 +253,6 @@ async fn stream_to(
     let mut last_heartbeat = Instant::now() - HEARTBEAT;
     let mut gone = pin!(info.gone.notified());
     loop {
-        // Registered before reading, so an append between the read and the wait wakes us.
-        let mut appended = pin!(log.appended.notified());
-        appended.as_mut().enable();
         let Some(ops) = log.read(seq, BATCH_OPS) else {
             return Err(Status::out_of_range(format!("sequence {seq} fell out of the backlog (repl-backlog-size); reconnect for a full sync")));
         };
@@ -291,7 +288,8 @@ async fn stream_to(
             continue;
         }
         tokio::select! {
-            _ = &mut appended => {}
+            // `seq` is the next op to send.
+            _ = log.appended(seq) => {}
             _ = tokio::time::sleep(HEARTBEAT.saturating_sub(last_heartbeat.elapsed())) => {}
             _ = &mut gone => return Ok(()),
             _ = tx.closed() => return Ok(()),
