@@ -162,8 +162,7 @@ impl ReplLog {
 
     /// Returns once op `seq` was appended (at once if it was).
     pub async fn appended(&self, seq: u64) {
-        let notified = std::pin::pin!(self.appended.notified());
-        let mut notified = notified;
+        let mut notified = std::pin::pin!(self.appended.notified());
         // Registered first, then counted, then the check: an append after the check sees the
         // count and wakes this registration.
         notified.as_mut().enable();
