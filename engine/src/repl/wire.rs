@@ -60,11 +60,14 @@ impl OpBuffer {
     }
 
     /// Appends `e`'s op.
+    /// A string's write (most writes) is written here field by field (`StringSetOp`), a third
+    /// of prost's instructions for it; every other kind by prost. `encode_writes_what_prost_writes`
+    /// checks the bytes against prost's for every kind.
     pub fn push(&mut self, e: Effect) {
         if let EffectKind::StringSet { value, version } = &e.kind {
             return self.push_string_set(&StringSetOp::new(e.db, &e.key, value, *version));
         }
-        self.push_with(encoded_len(&e), |out| write_op(e, out));
+        self.push_with(encoded_len(&e), |out| pb::Op::from(e).encode_raw(out));
     }
 
     /// Appends the op of a write that left `value` at `key` (`Effect::of_value`'s). A string's
@@ -92,10 +95,10 @@ impl OpBuffer {
     }
 
     /// A string's write (most ops), framed: its frame's tag and length go out with the op's
-    /// first fields (`StringSetOp::write`).
+    /// first fields (`StringSetOp::write_framed`).
     fn push_string_set(&mut self, op: &StringSetOp<'_>) {
         self.reserve(batch::frame_len(op.len) + op.len);
-        op.write(true, &mut self.bytes);
+        op.write_framed(&mut self.bytes);
         self.ends.push(self.bytes.len() as u32);
     }
 
@@ -154,30 +157,18 @@ thread_local! {
     static SPARE: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// `e`'s protobuf encoding (one `Op`, unframed).
+/// `e`'s protobuf encoding (one `Op`, unframed), as a buffer of ops holds it.
 #[cfg(test)]
 pub fn encode(e: Effect) -> Bytes {
-    let mut out = Vec::with_capacity(encoded_len(&e));
-    write_op(e, &mut out);
-    out.into()
-}
-
-/// Writes `e` as prost writes `pb::Op::from(e)`. A string's write (most writes) is written
-/// here field by field (`StringSetOp`), a third of prost's instructions for it; every other
-/// kind through prost. `encode_writes_what_prost_writes` checks the bytes against prost's for
-/// every kind.
-fn write_op(e: Effect, out: &mut impl bytes::BufMut) {
-    let Effect { db, key, kind: EffectKind::StringSet { value, version: v } } = e else {
-        pb::Op::from(e).encode_raw(out);
-        return;
-    };
-    StringSetOp::new(db, &key, &value, v).write(false, out);
+    let mut ops = OpBuffer::default();
+    ops.push(e);
+    ops.into_framed().iter().next().expect("the op just pushed")
 }
 
 /// A string's write as an `Op` (`db`, `key`, `string_set { value, version { hlc, node } }`),
 /// its lengths worked out once, for its frame and its fields. The keys and lengths around
 /// the key and the value are built on the stack (`Head`) and go out with them in five
-/// `put_slice`s: prost's `encode_varint` into a `BufMut` costs a capacity check per byte
+/// `extend_from_slice`s: prost's `encode_varint` into a `BufMut` costs a capacity check per byte
 /// (~45 instructions for each of the op's nine varints), and working the lengths out apart
 /// from the writing (`encoded_len`, then again field by field) cost as much again.
 struct StringSetOp<'a> {
@@ -202,32 +193,29 @@ impl<'a> StringSetOp<'a> {
         StringSetOp { db, key, value, version, version_len, set_len, len }
     }
 
-    /// Writes the op; `framed`, as an element of a batch's `ops` (`batch::frame`'s tag and
-    /// length first).
+    /// Writes the op as an element of a batch's `ops`: `batch::frame`'s tag and length first.
     #[inline]
-    fn write(&self, framed: bool, out: &mut impl bytes::BufMut) {
+    fn write_framed(&self, out: &mut Vec<u8>) {
         const VARINT: u8 = 0; // the protobuf wire types
         const LEN: u8 = 2;
         let mut head = Head::default();
-        if framed {
-            head.byte(batch::OPS_TAG);
-            head.varint(self.len as u64);
-        }
+        head.byte(batch::OPS_TAG);
+        head.varint(self.len as u64);
         if self.db != 0 {
             head.field(1, VARINT, self.db as u64);
         }
         if !self.key.is_empty() {
             head.field(2, LEN, self.key.len() as u64);
         }
-        out.put_slice(head.bytes());
-        out.put_slice(self.key);
+        out.extend_from_slice(head.bytes());
+        out.extend_from_slice(self.key);
         let mut mid = Head::default();
         mid.field(3, LEN, self.set_len as u64);
         if !self.value.is_empty() {
             mid.field(1, LEN, self.value.len() as u64);
         }
-        out.put_slice(mid.bytes());
-        out.put_slice(self.value);
+        out.extend_from_slice(mid.bytes());
+        out.extend_from_slice(self.value);
         let mut tail = Head::default();
         tail.field(2, LEN, self.version_len as u64);
         if self.version.hlc != 0 {
@@ -236,12 +224,12 @@ impl<'a> StringSetOp<'a> {
         if self.version.node != 0 {
             tail.field(2, VARINT, u64::from(self.version.node));
         }
-        out.put_slice(tail.bytes());
+        out.extend_from_slice(tail.bytes());
     }
 }
 
-/// A few fields' keys and varints, built on the stack and written with one `put_slice`
-/// (`StringSetOp::write`). 24 bytes: the largest group written takes 23 (a frame's tag and a
+/// A few fields' keys and varints, built on the stack and written with one `extend_from_slice`
+/// (`StringSetOp::write_framed`). 24 bytes: the largest group written takes 23 (a frame's tag and a
 /// length of up to five bytes, the database's key and up to ten, the key's key and length),
 /// the version's 19 (its key and length, the HLC's key and up to ten bytes, the node's key and
 /// up to five).
@@ -354,7 +342,7 @@ pub fn decode_in(frame: &Bytes, span: std::ops::Range<usize>) -> Result<Decoded<
     decode(frame.slice(span)).map(Decoded::Effect)
 }
 
-/// A string's write as `write_op` (and prost) writes it, read field by field from `span` of
+/// A string's write as `OpBuffer::push` (and prost) writes it, read field by field from `span` of
 /// `whole`: `None` for anything else (another kind, fields out of order, repeated or unknown,
 /// a value out of range, a truncated field), which prost then decodes (or refuses).
 /// `decode_reads_what_prost_reads` checks it against prost. A field that claims to run past
