@@ -37,9 +37,9 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec!("wait", 3, 0, wait, "Blocks until the asynchronous replication of all preceding write commands sent by the connection is completed."),
 ];
 
-/// How often a blocked `WAIT` looks at its peers' Acks (a peer acks a merged batch within
-/// `mesh::link`'s 50 ms ack interval).
-const WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+/// How often a blocked `WAIT` checks whether its client went away (`CLIENT UNBLOCK`, a closed
+/// connection) while no Ack comes; every Ack wakes it as well (`mesh::acks`).
+const WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Peers (distinct nodes, their snapshot sent) that acknowledged this node's backlog through
 /// `seq`: Redis's `replicationCountAcksByOffset`.
@@ -82,17 +82,27 @@ fn wait(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     exec.client.block = Some(BlockRequest { waiter: waiter.clone(), reply, timeout: None });
     exec.client.would_block = true;
     let deadline = (ms > 0).then(|| tokio::time::Instant::now() + std::time::Duration::from_millis(ms as u64));
+    // The peers ack this write at once instead of within their ack interval.
+    server.mesh.acks.request(seq);
     tokio::spawn(async move {
+        let acks = &server.mesh.acks;
         loop {
+            // Taken before counting: an Ack that comes while we count still wakes us.
+            let next_ack = acks.next_ack();
             let acked = acked_through(&server, seq);
-            if acked >= wanted || deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+            let now = tokio::time::Instant::now();
+            if acked >= wanted || deadline.is_some_and(|d| now >= d) {
                 waiter.answer(Frame::Integer(acked));
                 return;
             }
             if waiter.cancelled.load(Ordering::Acquire) {
                 return;
             }
-            tokio::time::sleep(WAIT_POLL).await;
+            let poll = now + WAIT_POLL;
+            tokio::select! {
+                _ = next_ack => {}
+                _ = tokio::time::sleep_until(deadline.map_or(poll, |d| d.min(poll))) => {}
+            }
         }
     });
     Ok(Frame::Integer(acked))

@@ -13,6 +13,7 @@
 //! (origin run id and applied sequence) is remembered per peer, so re-adding a peer resumes by
 //! partial resync while the origin's backlog still holds what it missed.
 
+pub mod acks;
 pub mod frontier;
 mod host;
 mod info;
@@ -37,6 +38,7 @@ use crate::hlc::Timestamp;
 use crate::db::Store;
 use crate::hlc::NodeId;
 use crate::repl::log::ReplLog;
+pub use acks::AckRequests;
 pub use host::{Delivery, Host, LinkSettings};
 pub use link::{LinkPhase, LinkStatus, PeerLink};
 pub use metrics::MeshMetrics;
@@ -59,7 +61,7 @@ pub const MAX_MESSAGE_BYTES: usize = 1 << 30;
 /// (`NodeStatus.last_seq`, `PeerStatus.applied_seq`/`synced_run_id`); 3: HyperLogLog register
 /// effects (`Op.hll`), which a version-2 peer skips (it has no HLLs: PFADD was unknown to it,
 /// and it takes them by full sync once upgraded). The rule is in the
-/// engine README ("Mesh protocol versions"): bump it for any change an older peer would
+/// operator README ("Mixed versions"): bump it for any change an older peer would
 /// misread, keep every change readable by the previous version, and a rolling upgrade can
 /// move one version at a time.
 pub const MESH_PROTOCOL_VERSION: u32 = 3;
@@ -132,6 +134,8 @@ pub struct Mesh {
     /// peer is added again) and their counters.
     removed: Mutex<BTreeMap<PeerAddr, LinkStatus>>,
     pub(crate) subscribers: Mutex<Vec<Arc<SubscriberInfo>>>,
+    /// `WAIT`'s requests for Acks at once, and its wake-up on each Ack (`acks`).
+    pub acks: AckRequests,
     listeners: Mutex<Vec<TcpListener>>,
     /// When the current peer list was first configured (the grace period runs from here).
     peers_since: Mutex<Instant>,
@@ -169,6 +173,7 @@ impl Mesh {
             links: Mutex::new(BTreeMap::new()),
             removed: Mutex::new(BTreeMap::new()),
             subscribers: Mutex::new(Vec::new()),
+            acks: AckRequests::default(),
             listeners: Mutex::new(Vec::new()),
             peers_since: Mutex::new(Instant::now()),
             ready_latched: AtomicBool::new(false),

@@ -220,6 +220,7 @@ async fn read_acks(mesh: Arc<Mesh>, mut inbound: Streaming<pb::SubscriberMessage
                 let skew = crate::hlc::physical_ms(ack.hlc) as i64 - mesh.store.hlc.wall_ms() as i64;
                 info.skew_ms.store(skew, Ordering::Relaxed);
                 info.stable_hlc.store(ack.stable_hlc, Ordering::Relaxed);
+                mesh.acks.note_ack();
             }
             Ok(Ok(Some(_))) => {}
             Ok(Ok(None)) | Ok(Err(_)) => break,
@@ -251,8 +252,13 @@ async fn stream_to(
     let log = &mesh.log;
     let mut seq = start_seq;
     let mut last_heartbeat = Instant::now() - HEARTBEAT;
+    // The last `WAIT` request this stream asked its subscriber to ack (`mesh::acks`). Ops
+    // before `start_seq` are counted as acked already (`SubscriberInfo::applied_seq`).
+    let mut ack_asked = start_seq.saturating_sub(1);
     let mut gone = pin!(info.gone.notified());
     loop {
+        // Taken before `wanted` is read, so that a request made after it still wakes us.
+        let mut next_request = pin!(mesh.acks.next_request());
         let Some(ops) = log.read(seq, BATCH_OPS) else {
             return Err(Status::out_of_range(format!("sequence {seq} fell out of the backlog (repl-backlog-size); reconnect for a full sync")));
         };
@@ -265,21 +271,29 @@ async fn stream_to(
                 return Ok(());
             }
         }
-        if last_heartbeat.elapsed() >= HEARTBEAT {
+        let wanted = mesh.acks.wanted();
+        // Once the op a `WAIT` waits for went out, the subscriber is asked to ack right after it.
+        let ack_now = wanted > ack_asked && wanted < seq;
+        if ack_now || last_heartbeat.elapsed() >= HEARTBEAT {
             last_heartbeat = Instant::now();
-            let hb = pb::Heartbeat { hlc: mesh.store.hlc.now(), last_seq: log.next_seq().saturating_sub(1), wall_ms: mesh.store.hlc.wall_ms() };
-            if tx.send(Ok(message(Body::Heartbeat(hb)))).await.is_err() {
+            if ack_now {
+                ack_asked = wanted;
+            }
+            if tx.send(Ok(message(Body::Heartbeat(heartbeat(mesh, ack_now))))).await.is_err() {
                 return Ok(());
             }
         }
+        // A `WAIT` waits for an op not sent yet: no linger.
+        let waited_for = wanted > ack_asked;
         if sent {
-            if log.next_seq() - seq >= BATCH_OPS as u64 {
+            if waited_for || log.next_seq() - seq >= BATCH_OPS as u64 {
                 // A full batch is waiting (a stream catching up): send it now.
                 continue;
             }
             // The next batch gathers for `LINGER` (see there).
             tokio::select! {
                 _ = tokio::time::sleep(LINGER) => continue,
+                _ = &mut next_request => continue,
                 _ = &mut gone => return Ok(()),
                 _ = tx.closed() => return Ok(()),
             }
@@ -290,11 +304,18 @@ async fn stream_to(
         tokio::select! {
             // `seq` is the next op to send.
             _ = log.appended(seq) => {}
+            _ = &mut next_request => {}
             _ = tokio::time::sleep(HEARTBEAT.saturating_sub(last_heartbeat.elapsed())) => {}
             _ = &mut gone => return Ok(()),
             _ = tx.closed() => return Ok(()),
         }
     }
+}
+
+/// This node's clock and backlog position, for the subscriber's frontier and skew
+/// (`link::Session::handle`); `ack_now` asks it to ack at once (`mesh::acks`).
+fn heartbeat(mesh: &Mesh, ack_now: bool) -> pb::Heartbeat {
+    pb::Heartbeat { hlc: mesh.store.hlc.now(), last_seq: mesh.log.next_seq().saturating_sub(1), wall_ms: mesh.store.hlc.wall_ms(), ack_now }
 }
 
 /// Runs the fuzzy keyspace scan on a blocking thread, sending batches as it goes.
