@@ -13,7 +13,8 @@
 #      0 itself receives the same messages without the mesh hop (what the node and the probe's
 #      own threads waiting for a core add), and a second run puts the load generator at
 #      `nice -n 19` (the nodes take the cores first, as they would with a core each; the load
-#      and throughput barely change);
+#      and throughput barely change); and, idle, how long a SET and the `WAIT 2` for it take
+#      (`keymesh-mesh-bench wait`: the peers' Acks on request, docs/compatibility.md);
 #   3. a 1M-key full sync: node A holds BENCH_KEYS keys of 100 bytes, node B starts with
 #      `replicaof A`; prints the time until B is ready with every key, and the bytes received;
 #   4. catch-up after a 30 s partition at a steady write rate (network namespaces, root only):
@@ -107,6 +108,9 @@ converged() {
   echo "bench-mesh: the mesh did not converge in 30 s (dbsize $a $b $c)" >&2; exit 1
 }
 idle_lag="$(lag_probe 3 "${ports[1]},${ports[2]}")"
+# A write and the WAIT for both peers' Acks, one after the other (idle mesh).
+pin_to client
+wait_rt="$("${pin[@]}" "$mesh_bench" wait "${ports[0]}" 2 500)"
 # Throughput and CPU on their own (the lag probe's clients would share the cores), until every
 # node holds every key; then the same load again with the lag probe running.
 node_t0=(); for p in "${pids[@]}"; do node_t0+=("$(cpu_ticks "$p")"); done
@@ -152,7 +156,7 @@ bytes="$(metric "$mb" 'keymesh_mesh_received_bytes_total{kind="full"')"
 
 stop_all
 
-awk -v s="$solo" -v m="$mesh" -v sc="$solo_cpu" -v mc="$mesh_cpu" -v n="$n" -v hz="$(getconf CLK_TCK)" -v t0="$t0" -v t1="$t1" -v b="$bytes" -v k="$keys" -v il="$idle_lag" -v ll="$(echo "$load_lag" | sed -n 1p)" -v pl="$(echo "$load_lag" | sed -n 2p)" -v nl="$(echo "$niced_lag" | sed -n 1p)" -v np="$(echo "$niced_lag" | sed -n 2p)" -v nc="$node_cpu" -v layout="$layout" 'BEGIN {
+awk -v s="$solo" -v m="$mesh" -v sc="$solo_cpu" -v mc="$mesh_cpu" -v n="$n" -v hz="$(getconf CLK_TCK)" -v t0="$t0" -v t1="$t1" -v b="$bytes" -v k="$keys" -v il="$idle_lag" -v ll="$(echo "$load_lag" | sed -n 1p)" -v pl="$(echo "$load_lag" | sed -n 2p)" -v nl="$(echo "$niced_lag" | sed -n 1p)" -v np="$(echo "$niced_lag" | sed -n 2p)" -v nc="$node_cpu" -v wr="$wait_rt" -v layout="$layout" 'BEGIN {
   printf "\nlayout: %s\n", layout
   printf "SET -P 16 ops/s: standalone %.0f, 3-node mesh %.0f, ratio %.2f (target >= 0.80 where cores allow)\n", s, m, m / s
   printf "CPU per million writes: standalone %.2f s, 3-node mesh (all nodes, until converged) %.2f s, ratio %.2f (target <= 2.0)\n", sc / hz / n * 1e6, mc / hz / n * 1e6, mc / sc
@@ -163,6 +167,8 @@ awk -v s="$solo" -v m="$mesh" -v sc="$solo_cpu" -v mc="$mesh_cpu" -v n="$n" -v h
   split(pl, q, " "); split(nl, w, " "); split(np, x, " ")
   printf "  the same messages received on node 0 itself (no mesh hop): p50 %.2f ms p99 %.2f ms (%d samples)\n", q[1], q[2], q[3]
   printf "  under that load with the load generator at nice 19 (the nodes take the cores first): p50 %.2f ms p99 %.2f ms (%d samples); on node 0 itself p50 %.2f ms p99 %.2f ms\n", w[1], w[2], w[3], x[1], x[2]
+  split(wr, t, " ")
+  printf "SET then WAIT 2 on an idle mesh (both peers ack): p50 %.2f ms p99 %.2f ms (%d rounds)\n", t[1], t[2], t[3]
   printf "full sync of %d keys x 100 B: %.2f s (target < 10 s), %.1f MiB received\n", k, t1 - t0, b / 1048576
 }'
 

@@ -24,6 +24,11 @@
 //! mesh and the nodes (the Python probe it replaced kept three threads behind one interpreter
 //! lock: 0.5 ms more at p50 idle, 2–3 ms more at p99 under load, docs/benchmarks.md,
 //! "Fifteenth pass").
+//!
+//! `keymesh-mesh-bench wait PORT NUMREPLICAS ROUNDS`: how long a write and the `WAIT` for it
+//! take. `ROUNDS` times, one after the other on one connection: `SET` a key on `PORT`, then
+//! `WAIT NUMREPLICAS 1000`. Prints `p50 p99 rounds` (ms, the `SET` and its `WAIT` together);
+//! fails if a `WAIT` counted fewer peers than asked.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -211,6 +216,28 @@ fn lag_probe(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+fn wait_rounds(args: &[String]) -> Result<(), String> {
+    let [port, replicas, rounds] = args else { return Err("usage: keymesh-mesh-bench wait PORT NUMREPLICAS ROUNDS".to_string()) };
+    let port = port.parse::<u16>().map_err(|_| format!("not a port: {port}"))?;
+    let wanted: i64 = replicas.parse().map_err(|_| format!("not a number of peers: {replicas}"))?;
+    let rounds: usize = rounds.parse().map_err(|_| format!("not a number of rounds: {rounds}"))?;
+    let mut conn = connect(port)?;
+    let mut took = Vec::with_capacity(rounds);
+    for i in 0..rounds {
+        let started = Instant::now();
+        conn.call(&["SET", "bench:wait", &i.to_string()]).map_err(|e| format!("SET: {e}"))?;
+        match conn.call(&["WAIT", replicas, "1000"]).map_err(|e| format!("WAIT: {e}"))? {
+            keymesh_e2e::resp::Reply::Int(n) if n >= wanted => {}
+            other => return Err(format!("WAIT {wanted} 1000 answered {other:?}: a peer did not ack within a second")),
+        }
+        took.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    took.sort_by(f64::total_cmp);
+    let at = |q: f64| took[((took.len() as f64 * q) as usize).min(took.len() - 1)];
+    println!("{:.2} {:.2} {}", at(0.5), at(0.99), took.len());
+    Ok(())
+}
+
 /// A connection subscribed to the probe's channel.
 fn subscribe(port: u16) -> Result<keymesh_e2e::resp::Conn, String> {
     let mut conn = connect(port)?;
@@ -253,7 +280,10 @@ fn main() {
     let result = match args.first().map(String::as_str) {
         Some("partition") => partition_catch_up(),
         Some("lag") => lag_probe(&args[1..]),
-        _ => Err("usage: keymesh-mesh-bench (partition | lag PUBLISH_PORT PORT[,PORT...]... (SECONDS | -) DONE_FILE)".to_string()),
+        Some("wait") => wait_rounds(&args[1..]),
+        _ => {
+            Err("usage: keymesh-mesh-bench (partition | lag PUBLISH_PORT PORT[,PORT...]... (SECONDS | -) DONE_FILE | wait PORT NUMREPLICAS ROUNDS)".to_string())
+        }
     };
     if let Err(e) = result {
         eprintln!("keymesh-mesh-bench: {e}");
