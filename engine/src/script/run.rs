@@ -151,7 +151,8 @@ fn run_once(vm: &mut Vm, state: &mut CallState, inv: &Invocation, name: &str) ->
     vm.after_run();
     let values: Vec<Value> = match outcome {
         Ok(values) => values.into_iter().collect(),
-        Err(mlua::Error::MemoryError(_)) => return Err(memory_error(name, memory_limit)),
+        // The limit's check (`vm::interrupt`) may also stop the call into the script itself.
+        Err(e) if super::vm::lua_message(&e) == "not enough memory" => return Err(memory_error(name, memory_limit)),
         Err(e) => return Err(lua_err(e)),
     };
     match values.as_slice() {

@@ -34,6 +34,9 @@ pub struct Watch {
     pub on_busy: Option<OnBusy>,
     /// `FUNCTION LOAD` gives a library's code this long (Redis's 500 ms).
     pub deadline: Option<Instant>,
+    /// `lua-memory-limit` (0: none), checked here rather than by Luau's allocator (see
+    /// `Vm::new`).
+    memory_limit: usize,
     ticks: u32,
     last_handoff: Option<Instant>,
 }
@@ -178,6 +181,27 @@ end
 return run, slot, redis_call, redis_pcall, script_pcall, missing, library_function
 "#;
 
+/// Lua code, run once per VM with `headroom` (the bytes the VM may still allocate), that puts a
+/// check of `lua-memory-limit` in front of the two library functions that allocate in
+/// proportion to a number they are given: the check at the next loop or call (`interrupt`)
+/// would come only after such an allocation, however large. Anything else a script allocates
+/// grows at most by what it already holds per call.
+const ALLOCATION_GUARDS: &str = r#"
+local headroom = ...
+local rep, create, type, error = string.rep, table.create, type, error
+-- Smaller requests are left to the check at the script's next loop or call.
+local SMALL = 1048576
+string.rep = function(s, n, ...)
+  if type(s) == "string" and type(n) == "number" and #s * n > SMALL and #s * n > headroom() then error("not enough memory", 0) end
+  return rep(s, n, ...)
+end
+table.create = function(n, value)
+  -- A table slot is 16 bytes.
+  if type(n) == "number" and n * 16 > SMALL and n * 16 > headroom() then error("not enough memory", 0) end
+  return create(n, value)
+end
+"#;
+
 impl Vm {
     fn new(memory_limit: usize) -> mlua::Result<Vm> {
         let libs = StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::COROUTINE | StdLib::UTF8 | StdLib::BIT | StdLib::DEBUG;
@@ -189,6 +213,13 @@ impl Vm {
             globals.raw_set(name, Value::Nil)?;
         }
         globals.raw_set("pcall", script_pcall)?;
+        let watch = Rc::new(RefCell::new(Watch { memory_limit, ..Watch::default() }));
+        let w = watch.clone();
+        let headroom = lua.create_function(move |lua, ()| {
+            let limit = w.try_borrow().map_or(0, |w| w.memory_limit);
+            Ok(if limit == 0 { f64::INFINITY } else { limit.saturating_sub(lua.used_memory()) as f64 })
+        })?;
+        lua.load(ALLOCATION_GUARDS).set_name("=keymesh").call::<()>(headroom)?;
         let registrations: super::functions::Registrations = Rc::default();
         let load_redis = super::functions::create_load_table(&lua, registrations.clone(), missing.clone())?;
         let resp = Rc::new(std::cell::Cell::new(2u8));
@@ -215,10 +246,16 @@ impl Vm {
         meta.set_readonly(true);
         globals.set_metatable(Some(meta))?;
         globals.set_readonly(true);
-        let watch = Rc::new(RefCell::new(Watch::default()));
+        // `lua-memory-limit` is checked at every loop back-edge and call (`interrupt`), not set
+        // as the allocator's limit (`Lua::set_memory_limit`): with a limit there, any
+        // allocation may fail, so mlua makes every call that may allocate from Rust (a string,
+        // a table, a table write, a function) a protected call of its own, with a C closure
+        // made for it. That was ~36% of a small `EVALSHA`'s instructions. The two library
+        // functions that allocate in proportion to a number check before they allocate
+        // (`ALLOCATION_GUARDS`); anything else may pass the limit by what one call allocates
+        // before the check stops the script.
         let w = watch.clone();
-        lua.set_interrupt(move |_| interrupt(&w));
-        lua.set_memory_limit(memory_limit)?;
+        lua.set_interrupt(move |lua| interrupt(lua, &w));
         let names = Names { keys: lua.create_string("KEYS")?, argv: lua.create_string("ARGV")?, f: lua.create_string("f")? };
         Ok(Vm {
             lua,
@@ -250,8 +287,9 @@ impl Vm {
             let _ = self.lua.gc_collect();
         }
         let limit = scripts.memory_limit.load(Ordering::Relaxed);
-        if limit != self.memory_limit && self.lua.set_memory_limit(limit).is_ok() {
+        if limit != self.memory_limit {
             self.memory_limit = limit;
+            self.watch.borrow_mut().memory_limit = limit;
         }
     }
 
@@ -296,13 +334,18 @@ impl Vm {
     }
 }
 
-/// Luau calls this at loop back-edges and calls: the time limit and `SCRIPT KILL` live here.
-fn interrupt(watch: &Rc<RefCell<Watch>>) -> mlua::Result<VmState> {
+/// Luau calls this at loop back-edges and calls: the time limit, `SCRIPT KILL` and
+/// `lua-memory-limit` live here.
+fn interrupt(lua: &Lua, watch: &Rc<RefCell<Watch>>) -> mlua::Result<VmState> {
     let Ok(mut w) = watch.try_borrow_mut() else {
         return Ok(VmState::Continue);
     };
     if w.deadline.is_some_and(|d| Instant::now() >= d) {
         return Err(mlua::Error::runtime("FUNCTION LOAD timeout"));
+    }
+    // Luau's own words for an allocation that failed: `run` turns them into the limit's error.
+    if w.memory_limit > 0 && lua.used_memory() > w.memory_limit {
+        return Err(mlua::Error::MemoryError("not enough memory".into()));
     }
     let Some(running) = w.running.clone() else {
         return Ok(VmState::Continue);
