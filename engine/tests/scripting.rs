@@ -279,11 +279,14 @@ fn a_script_that_allocates_without_bound_hits_the_memory_limit() {
     assert!(err_text(&reply).contains("lua-memory-limit"), "{reply:?}");
     // One call that would allocate far past the limit at once is refused before it allocates
     // (600-700 MB each; the server never held 512 MiB, below).
-    for script in ["return #string.rep('x', 700000000)", "return #('ab'):rep(300000000)", "return #table.create(40000000, 1)"] {
+    for script in
+        ["return #string.rep('x', 700000000)", "return #('ab'):rep(300000000)", "return #string.rep(7, 600000000)", "return #table.create(40000000, 1)"]
+    {
         let reply = eval(&mut c, script, &[], &[]);
         assert!(err_text(&reply).contains("lua-memory-limit"), "{script}: {reply:?}");
     }
     assert_eq!(eval(&mut c, "return string.rep('ab', 3)", &[], &[]), bulk("ababab"));
+    assert_eq!(eval(&mut c, "return string.rep(12, 2)", &[], &[]), bulk("1212"));
     assert_eq!(eval(&mut c, "return #table.create(1000, 'x')", &[], &[]), int(1000));
     assert_eq!(c.cmd(&["PING"]).text(), "PONG");
     assert_eq!(eval(&mut c, "local t = {} for i = 1, 1000 do t[i] = i end return #t", &[], &[]), int(1000));

@@ -283,11 +283,10 @@ async fn stream_to(
                 return Ok(());
             }
         }
-        // A `WAIT` waits for an op not sent yet: no linger.
-        let waited_for = wanted > ack_asked;
         if sent {
-            if waited_for || log.next_seq() - seq >= BATCH_OPS as u64 {
-                // A full batch is waiting (a stream catching up): send it now.
+            // A `WAIT` waits for an op not sent yet, or a full batch is waiting (a stream
+            // catching up): send it now.
+            if wanted > ack_asked || log.next_seq() - seq >= BATCH_OPS as u64 {
                 continue;
             }
             // The next batch gathers for `LINGER` (see there).

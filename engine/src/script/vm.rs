@@ -184,15 +184,20 @@ return run, slot, redis_call, redis_pcall, script_pcall, missing, library_functi
 /// Lua code, run once per VM with `headroom` (the bytes the VM may still allocate), that puts a
 /// check of `lua-memory-limit` in front of the two library functions that allocate in
 /// proportion to a number they are given: the check at the next loop or call (`interrupt`)
-/// would come only after such an allocation, however large. Anything else a script allocates
-/// grows at most by what it already holds per call.
+/// would come only after such an allocation, however large. Any other call allocates about
+/// what the script already holds (a concatenation, a copy) or what it reads (a `redis.call`
+/// reply) at most.
 const ALLOCATION_GUARDS: &str = r#"
 local headroom = ...
-local rep, create, type, error = string.rep, table.create, type, error
+local rep, create, type, tostring, error = string.rep, table.create, type, tostring, error
 -- Smaller requests are left to the check at the script's next loop or call.
 local SMALL = 1048576
 string.rep = function(s, n, ...)
-  if type(s) == "string" and type(n) == "number" and #s * n > SMALL and #s * n > headroom() then error("not enough memory", 0) end
+  -- string.rep takes a number for its string too (`string.rep(1, 3)` is "111").
+  if type(n) == "number" and (type(s) == "string" or type(s) == "number") then
+    local size = #tostring(s) * n
+    if size > SMALL and size > headroom() then error("not enough memory", 0) end
+  end
   return rep(s, n, ...)
 end
 table.create = function(n, value)
