@@ -310,6 +310,23 @@ fn scripts_in_transactions_and_select() {
 }
 
 #[test]
+fn a_function_never_sees_an_evals_keys_or_argv() {
+    // One worker thread, so that the EVAL and the FCALL run in the same Lua VM; in Redis they
+    // live in different Lua states.
+    let server = Server::start(&["--server-threads", "1"]);
+    let mut c = server.connect();
+    let library = "#!lua name=spy\nredis.register_function('spy', function() return {KEYS[1], ARGV[1]} end)";
+    assert_eq!(c.cmd(&["FUNCTION", "LOAD", library]), bulk("spy"));
+    assert_eq!(eval(&mut c, "return KEYS[1] .. ARGV[1]", &["secret"], &["arg"]), bulk("secretarg"));
+    let spied = c.cmd(&["FCALL", "spy", "0"]);
+    assert!(err_text(&spied).contains("nonexistent global variable 'KEYS'"), "{spied:?}");
+    // Every other global is there, as before.
+    let library = "#!lua name=plain\nredis.register_function('plain', function() return string.rep(cjson.encode({1}), 2) end)";
+    assert_eq!(c.cmd(&["FUNCTION", "LOAD", library]), bulk("plain"));
+    assert_eq!(c.cmd(&["FCALL", "plain", "0"]), bulk("[1][1]"));
+}
+
+#[test]
 fn functions_load_call_list_and_delete() {
     // FUNCTION LOAD registers a library's functions, FCALL/FCALL_RO call them (names are
     // case-insensitive), FUNCTION LIST shows them, DELETE removes them; the library's code sees

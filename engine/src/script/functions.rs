@@ -367,8 +367,9 @@ impl Vm {
         if registered.is_empty() {
             return Err(CmdError::err("No functions registered"));
         }
-        // Loaded: the functions now see every global, `redis` with `call` included.
-        meta.raw_set("__index", self.globals.clone()).map_err(compile)?;
+        // Loaded: the functions now see every global, `redis` with `call` included, but an
+        // `EVAL`'s `KEYS` and `ARGV` (`Vm::function_globals`).
+        meta.raw_set("__index", self.function_globals.clone()).map_err(compile)?;
         meta.set_readonly(true);
         Ok(registered)
     }

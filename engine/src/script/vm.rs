@@ -46,6 +46,8 @@ pub struct Vm {
     generation: u64,
     memory_limit: usize,
     pub globals: Table,
+    /// The globals library functions fall back to: `globals` without `KEYS`/`ARGV` (`Vm::new`).
+    pub function_globals: Table,
     /// `redis` as scripts see it.
     pub redis: Table,
     /// The function `redis.call`/`redis.pcall` reach for the running script (`slot.f`).
@@ -249,6 +251,19 @@ impl Vm {
         let meta = lua.create_table()?;
         meta.raw_set("__index", missing.clone())?;
         meta.set_readonly(true);
+        // What library functions see as globals: every global there is now, before a run sets
+        // `KEYS` and `ARGV`, which only `EVAL` scripts have (Redis runs functions in a Lua
+        // state of their own, so a function never sees the last `EVAL`'s keys). `_G` stays
+        // out: a function's own environment has one.
+        let function_globals = lua.create_table()?;
+        for pair in globals.pairs::<Value, Value>() {
+            let (name, value) = pair?;
+            if !matches!(&name, Value::String(s) if s.as_bytes().as_ref() == b"_G") {
+                function_globals.raw_set(name, value)?;
+            }
+        }
+        function_globals.set_metatable(Some(meta.clone()))?;
+        function_globals.set_readonly(true);
         globals.set_metatable(Some(meta))?;
         globals.set_readonly(true);
         // `lua-memory-limit` is checked at every loop back-edge and call (`interrupt`), not set
@@ -267,6 +282,7 @@ impl Vm {
             generation: 0,
             memory_limit,
             globals,
+            function_globals,
             redis,
             slot,
             protected,
