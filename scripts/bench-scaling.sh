@@ -5,22 +5,28 @@
 # server pinned to CPUs 0..T-1 and redis-benchmark pinned to the next CLIENT_CPUS cores with as
 # many threads, so that the client never shares a core with the server.
 #
-#   redis-benchmark -t set,get -n N -r 1000000 -d 100 -c CONNS --threads CLIENT_CPUS -P {1,16}
+#   redis-benchmark -t set,get -n N -r 1000000 -d 100 -c CONNS --threads CLIENT_CPUS -P 1
+#   redis-benchmark ... -n N_PIPELINED ... -P 16
 #
-# Prints per thread count and command: keymesh ops/s, redis ops/s, their ratio, and each
-# server's speed-up over its own one-thread figure (median of BENCH_RUNS runs).
+# With --threads, redis-benchmark 7.0 ends a run only on its 250 ms throughput tick, so each
+# run's time is rounded up to the next quarter second: a -P 16 run of 1M requests at 2M/s
+# (0.5 s) would read as 1.3-2M/s. N_PIPELINED (default 8 x N) keeps -P 16 runs seconds long.
+#
+# Prints per thread count and command: keymesh ops/s and p99, redis ops/s and p99, their ratio,
+# and each server's speed-up over its own one-thread figure (medians of BENCH_RUNS runs).
 #
 #   scripts/bench-scaling.sh [--threads "1 2 4 8"] [--out DIR]
 #
 # Environment: KEYMESH_SERVER (default target/release/keymesh-server), BENCH_N (default
-# 1000000), BENCH_RUNS (default 3), CONNS (default 256), CLIENT_CPUS (default 8: the client's
-# cores and threads). Needs max(threads) + CLIENT_CPUS cores; refuses to run with fewer (a
+# 1000000), BENCH_N_PIPELINED (default 8 x BENCH_N), BENCH_RUNS (default 3), CONNS (default
+# 256), CLIENT_CPUS (default 8: the client's cores and threads). Needs max(threads) + CLIENT_CPUS cores; refuses to run with fewer (a
 # client sharing the server's cores measures the client). On a 2-core machine use
 # scripts/bench.sh (one core each) instead.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bench_n="${BENCH_N:-1000000}"
+bench_n_pipelined="${BENCH_N_PIPELINED:-$((8 * bench_n))}"
 bench_runs="${BENCH_RUNS:-3}"
 conns="${CONNS:-256}"
 client_cpus="${CLIENT_CPUS:-8}"
@@ -91,7 +97,7 @@ for threads in $thread_counts; do
       start_server "$kind" "$threads"
       for p in 1 16; do
         echo "bench-scaling: $kind threads=$threads -P $p run $run" >&2
-        taskset -c "$client" redis-benchmark -h 127.0.0.1 -p "$port" -t set,get -n "$bench_n" -r 1000000 -d 100 \
+        taskset -c "$client" redis-benchmark -h 127.0.0.1 -p "$port" -t set,get -n "$( ((p == 1)) && echo "$bench_n" || echo "$bench_n_pipelined")" -r 1000000 -d 100 \
           -c "$conns" --threads "$client_cpus" -P "$p" -q --csv >"$out/$kind-T$threads-P$p-$run.csv"
       done
       stop_server
@@ -99,25 +105,26 @@ for threads in $thread_counts; do
   done
 done
 
-python3 - "$out" "$thread_counts" "$bench_runs" "$bench_n" "$conns" "$client_cpus" <<'PY' | tee "$out/summary.txt"
+python3 - "$out" "$thread_counts" "$bench_runs" "$bench_n/$bench_n_pipelined" "$conns" "$client_cpus" <<'PY' | tee "$out/summary.txt"
 import csv, statistics, sys
 out, counts, runs, n, conns, client = sys.argv[1], [int(t) for t in sys.argv[2].split()], int(sys.argv[3]), *sys.argv[4:]
 
-def rps(kind, t, p, test):
+def median(kind, t, p, test, column):
     values = []
     for run in range(1, runs + 1):
         with open(f"{out}/{kind}-T{t}-P{p}-{run}.csv") as f:
-            values += [float(r["rps"]) for r in csv.DictReader(f) if r["test"] == test]
+            values += [float(r[column]) for r in csv.DictReader(f) if r["test"] == test]
     return statistics.median(values) if values else float("nan")
 
-print(f"\nScaling: redis-benchmark -t set,get -n {n} -r 1000000 -d 100 -c {conns} --threads {client} on its own {client} cores;")
+print(f"\nScaling: redis-benchmark -t set,get -n {n} (-P 1/-P 16) -r 1000000 -d 100 -c {conns} --threads {client} on its own {client} cores;")
 print(f"servers pinned to T cores (keymesh --server-threads T, redis --io-threads T --io-threads-do-reads yes); median of {runs} runs")
-print(f"{'T':>3} {'-P':>3} {'command':<8}{'keymesh ops/s':>15}{'redis ops/s':>15}{'ratio':>8}{'keymesh xT1':>13}{'redis xT1':>11}")
+print(f"{'T':>3} {'-P':>3} {'command':<8}{'keymesh ops/s':>15}{'p99 ms':>8}{'redis ops/s':>15}{'p99 ms':>8}{'ratio':>8}{'keymesh xT1':>13}{'redis xT1':>11}")
 for p in (1, 16):
     for test in ("SET", "GET"):
-        k1, r1 = rps("keymesh", counts[0], p, test), rps("redis", counts[0], p, test)
+        k1, r1 = median("keymesh", counts[0], p, test, "rps"), median("redis", counts[0], p, test, "rps")
         for t in counts:
-            k, r = rps("keymesh", t, p, test), rps("redis", t, p, test)
-            print(f"{t:>3} {p:>3} {test:<8}{k:>15,.0f}{r:>15,.0f}{k / r:>7.2f}x{k / k1:>12.2f}x{r / r1:>10.2f}x")
+            k, r = median("keymesh", t, p, test, "rps"), median("redis", t, p, test, "rps")
+            k99, r99 = median("keymesh", t, p, test, "p99_latency_ms"), median("redis", t, p, test, "p99_latency_ms")
+            print(f"{t:>3} {p:>3} {test:<8}{k:>15,.0f}{k99:>8.3f}{r:>15,.0f}{r99:>8.3f}{k / r:>7.2f}x{k / k1:>12.2f}x{r / r1:>10.2f}x")
 PY
 echo "bench-scaling: done in $((SECONDS - started)) s; raw results in $out"
