@@ -59,7 +59,7 @@ impl Monitors {
         let line = Frame::Status(line(db, &source, argv));
         let mut clients = self.clients.lock();
         // A client whose connection ended has dropped its receiver: forget it.
-        clients.retain(|c| c.push.send(line.clone()).is_ok());
+        clients.retain(|c| c.push(line.clone()));
         self.count.store(clients.len(), Ordering::Release);
     }
 }

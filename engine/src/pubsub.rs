@@ -99,5 +99,5 @@ pub fn deliver(client: &ClientHandle, frame: Frame, size: usize) {
         client.kill();
         return;
     }
-    let _ = client.push.send(frame);
+    client.push(frame);
 }
