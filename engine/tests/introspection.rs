@@ -236,6 +236,33 @@ fn client_field(c: &mut support::Conn, field: &str) -> String {
 }
 
 #[test]
+fn client_list_idle_counts_from_the_last_request() {
+    // `idle=` is the seconds since the connection last read a request, as Redis's
+    // `lastinteraction`; another client's requests do not reset it.
+    let server = Server::start(&[]);
+    let mut quiet = server.connect();
+    let Reply::Int(quiet_id) = quiet.cmd(&["CLIENT", "ID"]) else { panic!() };
+    let mut busy = server.connect();
+    let idle_of = |busy: &mut support::Conn, id: i64| -> u64 {
+        let list = busy.cmd(&["CLIENT", "LIST", "ID", &id.to_string()]).text();
+        let field = list.split_whitespace().find_map(|f| f.strip_prefix("idle=")).unwrap_or_else(|| panic!("no idle in {list}"));
+        field.parse().unwrap()
+    };
+    let silent_since = std::time::Instant::now();
+    assert_eq!(idle_of(&mut busy, quiet_id), 0);
+    for _ in 0..11 {
+        std::thread::sleep(Duration::from_millis(200));
+        busy.cmd(&["PING"]);
+    }
+    let idle = idle_of(&mut busy, quiet_id);
+    let silence = silent_since.elapsed().as_secs();
+    assert!(idle >= 2 && idle <= silence + 1, "idle={idle} after {silence} s of silence (at least 2.2 s)");
+    assert_eq!(client_field(&mut busy, "idle"), "0", "a client's own request resets its idle time");
+    quiet.cmd(&["PING"]);
+    assert_eq!(idle_of(&mut busy, quiet_id), 0);
+}
+
+#[test]
 fn client_no_touch_leaves_access_times_alone_but_touch_uses_them() {
     // CLIENT NO-TOUCH as Redis 7.2: the client's reads (plain, in a transaction, in a script)
     // do not update a key's access time; TOUCH still does; OFF restores it. The flags show
