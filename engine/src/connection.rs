@@ -71,8 +71,9 @@ where
     // Kill, shutdown, handoff and pushes are rare: between requests the connection waits on
     // its handle's atomic waker (`ClientHandle::wake_control`, `ClientHandle::push`), not on
     // three `Notify`-based futures and a channel that each wait would register and drop (at
-    // -P 1 the futures were a third of a GET's instructions, the channel 6%). Requests are read first (`biased`); `control_changed` after every read
-    // sees a signal that a client sending without pause would keep the wait from noticing.
+    // -P 1 the futures were a third of a GET's instructions, the channel 6%). Requests are
+    // read first (`biased`); `control_changed` after every read sees a signal that a client
+    // sending without pause would keep the wait from noticing.
 
     'connection: loop {
         if leaving && is_idle(&client, &input) {
