@@ -20,8 +20,10 @@
 #   3. Memory: a fresh server of each kind is loaded with exactly BENCH_KEYS distinct keys
 #      (default 1,000,000) with 100-byte values through `redis-cli --pipe`; DBSIZE is checked
 #      and the process's VmRSS is read from /proc/PID/status.
-# Prints ops/s, p50/p99 (ms) and the ratio keymesh / redis (ops/s: higher is better) for each,
-# then both RSS values and their ratio (keymesh / redis, lower is better).
+# Prints ops/s, p50/p99 (ms), the server's CPU per request (user + system, /proc/PID/stat, over
+# that command's run) and the ratios keymesh / redis (ops/s: higher is better; CPU: lower is
+# better, and the one to read at -P 1, where the one-thread client saturates before either
+# server) for each, then both RSS values and their ratio (keymesh / redis, lower is better).
 #
 #   scripts/bench.sh [--self-test] [--out DIR]
 #
@@ -52,7 +54,7 @@ while (($#)); do
   case "$1" in
     --self-test) self_test=1; shift ;;
     --out) out="${2:?--out needs a directory}"; shift 2 ;;
-    -h|--help) sed -n '2,36p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,38p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -128,31 +130,52 @@ start_server() {
   await_ping "$server_pid" "$port" "$log" "bench: $kind server" || { stop_server; exit 1; }
 }
 
-# throughput KIND PIPELINE RUN -> $out/KIND-P<PIPELINE>-<RUN>.csv. One-core kinds run the
-# client with one thread pinned to CPU 1; two-thread kinds with --threads 2, unpinned.
+# cpu_ticks: user + system clock ticks the server has used so far.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$server_pid/stat"; }
+
+# throughput KIND PIPELINE RUN -> $out/KIND-P<PIPELINE>-<RUN>.csv, and the server's CPU per
+# request for each command -> $out/KIND-P<PIPELINE>-<RUN>.cpu ("COMMAND microseconds" lines):
+# what a request costs the server whether or not it is the bottleneck (at -P 1 on two cores the
+# one-thread client saturates first, so ops/s alone reads parity). One command per
+# redis-benchmark run, so that each has its own CPU figure. One-core kinds run the client with
+# one thread pinned to CPU 1; two-thread kinds with --threads 2, unpinned.
 throughput() {
-  local kind="$1" p="$2" run="$3" csv="$out/$1-P$2-$3.csv"
+  local kind="$1" p="$2" run="$3" csv="$out/$1-P$2-$3.csv" cpu="$out/$1-P$2-$3.cpu"
   local client=(redis-benchmark --threads 2)
   [[ "$kind" == *-1core ]] && client=(taskset -c 1 redis-benchmark --threads 1)
   echo "bench: $kind -P $p run $run: redis-benchmark -n $bench_n ..." >&2
-  "${client[@]}" -h 127.0.0.1 -p "$port" -t "$tests" -n "$bench_n" -r 1000000 -d 100 -c 50 \
-    -q --csv -P "$p" >"$csv"
+  local hz t0 t header=1
+  hz="$(getconf CLK_TCK)"
+  : >"$csv"; : >"$cpu"
+  # note_cpu NAME T0: appends NAME's CPU microseconds per request since T0 to $cpu.
+  note_cpu() { awk -v n="$1" -v d="$(($(cpu_ticks) - $2))" -v hz="$hz" -v r="$bench_n" 'BEGIN { printf "%s %.3f\n", n, d / hz / r * 1e6 }' >>"$cpu"; }
+  for t in ${tests//,/ }; do
+    t0="$(cpu_ticks)"
+    "${client[@]}" -h 127.0.0.1 -p "$port" -t "$t" -n "$bench_n" -r 1000000 -d 100 -c 50 \
+      -q --csv -P "$p" | if ((header)); then cat; else tail -n +2; fi >>"$csv"
+    note_cpu "${t^^}" "$t0"
+    header=0
+  done
   if ! grep -q '^"SET",' "$csv"; then
     echo "bench: redis-benchmark produced no results against $kind:" >&2; cat "$csv" >&2; exit 1
   fi
+  t0="$(cpu_ticks)"
   # shellcheck disable=SC2086 # the PFADD command line is split into its arguments on purpose
   "${client[@]}" -h 127.0.0.1 -p "$port" -n "$bench_n" -r 1000000 -c 50 -q --csv -P "$p" \
     $pfadd_test | grep '^"PFADD ' >>"$csv" || {
     echo "bench: redis-benchmark produced no PFADD result against $kind" >&2; exit 1
   }
+  note_cpu PFADD "$t0"
   local loaded
   loaded="$(redis-cli -h 127.0.0.1 -p "$port" SCRIPT LOAD "$evalsha_script")"
   [[ "$loaded" == "$evalsha_sha" ]] || { echo "bench: SCRIPT LOAD answered '$loaded' against $kind, expected $evalsha_sha" >&2; exit 1; }
+  t0="$(cpu_ticks)"
   # shellcheck disable=SC2086 # as above
   "${client[@]}" -h 127.0.0.1 -p "$port" -n "$bench_n" -r 1000000 -c 50 -q --csv -P "$p" \
     $evalsha_test | grep '^"EVALSHA ' >>"$csv" || {
     echo "bench: redis-benchmark produced no EVALSHA result against $kind" >&2; exit 1
   }
+  note_cpu EVALSHA "$t0"
 }
 
 # resp_load COUNT: RESP for COUNT SETs of distinct keys with 100-byte values, on stdout.
@@ -227,7 +250,14 @@ custom = {"PFADD": pfadd, "EVALSHA": evalsha}
 
 def rows(kind, p, run):
     with open(f"{out}/{kind}-P{p}-{run}.csv") as f:
-        return {r["test"]: r for r in csv.DictReader(f)}
+        found = {r["test"]: r for r in csv.DictReader(f)}
+    # The server's CPU microseconds per request, per command (throughput(), "COMMAND us" lines).
+    with open(f"{out}/{kind}-P{p}-{run}.cpu") as f:
+        cpu = dict(line.split() for line in f if line.strip())
+    for t, r in found.items():
+        short = next((k for k, v in custom.items() if v == t), t)
+        r["cpu_us"] = float(cpu.get(short, "nan"))
+    return found
 
 def median_run(kind, p, test, nruns):
     # The run whose ops/s is the median (the lower middle one for an even count), with its latencies.
@@ -237,7 +267,7 @@ def median_run(kind, p, test, nruns):
 
 def table(title, k, r, nruns):
     print(title)
-    print(f"{'-P':<4}{'command':<8}{'keymesh ops/s':>14}{'p50':>7}{'p99':>7}{'redis ops/s':>14}{'p50':>7}{'p99':>7}{'ratio':>7}")
+    print(f"{'-P':<4}{'command':<8}{'keymesh ops/s':>14}{'p50':>7}{'p99':>7}{'CPU us':>8}{'redis ops/s':>14}{'p50':>7}{'p99':>7}{'CPU us':>8}{'ratio':>7}{'CPU ratio':>10}")
     for p in (1, 16):
         for t in tests.upper().split(",") + list(custom):
             name = custom.get(t, t)
@@ -246,13 +276,15 @@ def table(title, k, r, nruns):
                 print(f"{p:<4}{t:<8}{'n/a':>14}")
                 continue
             ratio = float(a["rps"]) / float(b["rps"])
-            print(f"{p:<4}{t:<8}{float(a['rps']):>14,.0f}{a['p50_latency_ms']:>7}{a['p99_latency_ms']:>7}"
-                  f"{float(b['rps']):>14,.0f}{b['p50_latency_ms']:>7}{b['p99_latency_ms']:>7}{ratio:>6.2f}x")
+            cpu_ratio = a["cpu_us"] / b["cpu_us"] if b["cpu_us"] else float("nan")
+            print(f"{p:<4}{t:<8}{float(a['rps']):>14,.0f}{a['p50_latency_ms']:>7}{a['p99_latency_ms']:>7}{a['cpu_us']:>8.2f}"
+                  f"{float(b['rps']):>14,.0f}{b['p50_latency_ms']:>7}{b['p99_latency_ms']:>7}{b['cpu_us']:>8.2f}{ratio:>6.2f}x{cpu_ratio:>9.2f}x")
     print()
 
 table(f"One core each (headline): server on CPU 0 with one thread, redis-benchmark --threads 1 on CPU 1;\n"
       f"-t {tests} -n {n} -r 1000000 -d 100 -c 50 (PFADD: {pfadd}; EVALSHA: {evalsha}); median of {runs} runs\n"
-      f"(latencies in ms, of that run)",
+      f"(latencies in ms, of that run; CPU us: the server's user + system CPU per request in that run;\n"
+      f"CPU ratio: keymesh's over redis's, lower is better: what a request costs when the client is not the limit)",
       "keymesh-1core", "redis-1core", runs)
 table("Second reference, two threads each, unpinned: keymesh --server-threads 2, redis --io-threads 2,\n"
       "redis-benchmark --threads 2; one run", "keymesh-2t", "redis-2t", 1)
