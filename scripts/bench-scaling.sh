@@ -19,9 +19,9 @@
 #
 # Environment: KEYMESH_SERVER (default target/release/keymesh-server), BENCH_N (default
 # 1000000), BENCH_N_PIPELINED (default 8 x BENCH_N), BENCH_RUNS (default 3), CONNS (default
-# 256), CLIENT_CPUS (default 8: the client's cores and threads). Needs max(threads) + CLIENT_CPUS cores; refuses to run with fewer (a
-# client sharing the server's cores measures the client). On a 2-core machine use
-# scripts/bench.sh (one core each) instead.
+# 256), CLIENT_CPUS (default 8: the client's cores and threads). Needs max(threads) +
+# CLIENT_CPUS cores; refuses to run with fewer (a client sharing the server's cores measures
+# the client). On a 2-core machine use scripts/bench.sh (one core each) instead.
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -97,7 +97,9 @@ for threads in $thread_counts; do
       start_server "$kind" "$threads"
       for p in 1 16; do
         echo "bench-scaling: $kind threads=$threads -P $p run $run" >&2
-        taskset -c "$client" redis-benchmark -h 127.0.0.1 -p "$port" -t set,get -n "$( ((p == 1)) && echo "$bench_n" || echo "$bench_n_pipelined")" -r 1000000 -d 100 \
+        requests="$bench_n"
+        ((p == 1)) || requests="$bench_n_pipelined"
+        taskset -c "$client" redis-benchmark -h 127.0.0.1 -p "$port" -t set,get -n "$requests" -r 1000000 -d 100 \
           -c "$conns" --threads "$client_cpus" -P "$p" -q --csv >"$out/$kind-T$threads-P$p-$run.csv"
       done
       stop_server

@@ -132,6 +132,12 @@ start_server() {
 
 # cpu_ticks: user + system clock ticks the server has used so far.
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$server_pid/stat"; }
+# note_cpu NAME T0 FILE: appends "NAME microseconds" (the server's CPU per request since tick T0,
+# over $bench_n requests) to FILE.
+note_cpu() {
+  awk -v n="$1" -v d="$(($(cpu_ticks) - $2))" -v hz="$(getconf CLK_TCK)" -v r="$bench_n" \
+    'BEGIN { printf "%s %.3f\n", n, d / hz / r * 1e6 }' >>"$3"
+}
 
 # throughput KIND PIPELINE RUN -> $out/KIND-P<PIPELINE>-<RUN>.csv, and the server's CPU per
 # request for each command -> $out/KIND-P<PIPELINE>-<RUN>.cpu ("COMMAND microseconds" lines):
@@ -144,17 +150,14 @@ throughput() {
   local client=(redis-benchmark --threads 2)
   [[ "$kind" == *-1core ]] && client=(taskset -c 1 redis-benchmark --threads 1)
   echo "bench: $kind -P $p run $run: redis-benchmark -n $bench_n ..." >&2
-  local hz t0 t header=1
-  hz="$(getconf CLK_TCK)"
+  local t0 t
   : >"$csv"; : >"$cpu"
-  # note_cpu NAME T0: appends NAME's CPU microseconds per request since T0 to $cpu.
-  note_cpu() { awk -v n="$1" -v d="$(($(cpu_ticks) - $2))" -v hz="$hz" -v r="$bench_n" 'BEGIN { printf "%s %.3f\n", n, d / hz / r * 1e6 }' >>"$cpu"; }
   for t in ${tests//,/ }; do
     t0="$(cpu_ticks)"
+    # The CSV header once, from the first command's run.
     "${client[@]}" -h 127.0.0.1 -p "$port" -t "$t" -n "$bench_n" -r 1000000 -d 100 -c 50 \
-      -q --csv -P "$p" | if ((header)); then cat; else tail -n +2; fi >>"$csv"
-    note_cpu "${t^^}" "$t0"
-    header=0
+      -q --csv -P "$p" | if [[ -s "$csv" ]]; then tail -n +2; else cat; fi >>"$csv"
+    note_cpu "${t^^}" "$t0" "$cpu"
   done
   if ! grep -q '^"SET",' "$csv"; then
     echo "bench: redis-benchmark produced no results against $kind:" >&2; cat "$csv" >&2; exit 1
@@ -165,7 +168,7 @@ throughput() {
     $pfadd_test | grep '^"PFADD ' >>"$csv" || {
     echo "bench: redis-benchmark produced no PFADD result against $kind" >&2; exit 1
   }
-  note_cpu PFADD "$t0"
+  note_cpu PFADD "$t0" "$cpu"
   local loaded
   loaded="$(redis-cli -h 127.0.0.1 -p "$port" SCRIPT LOAD "$evalsha_script")"
   [[ "$loaded" == "$evalsha_sha" ]] || { echo "bench: SCRIPT LOAD answered '$loaded' against $kind, expected $evalsha_sha" >&2; exit 1; }
@@ -175,7 +178,7 @@ throughput() {
     $evalsha_test | grep '^"EVALSHA ' >>"$csv" || {
     echo "bench: redis-benchmark produced no EVALSHA result against $kind" >&2; exit 1
   }
-  note_cpu EVALSHA "$t0"
+  note_cpu EVALSHA "$t0" "$cpu"
 }
 
 # resp_load COUNT: RESP for COUNT SETs of distinct keys with 100-byte values, on stdout.
