@@ -352,3 +352,59 @@ fn http_endpoints_serve_metrics_health_and_readiness() {
     let (_, body) = server.http_get("/metrics");
     assert!(body.contains("keymesh_maxmemory_bytes 10485760"), "{body}");
 }
+
+#[test]
+fn dump_and_restore_follow_redis_rules() {
+    // DUMP/RESTORE round trips, RESTORE's options and errors in Redis's order, a TTL already
+    // past, and IDLETIME/FREQ under the matching eviction policy (Redis's Tcl unit/dump runs
+    // the rest, and tests/persistence_rdb.rs payloads to and from Redis 7.0 itself).
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    let dump = |c: &mut support::Conn, key: &str| match c.cmd(&["DUMP", key]) {
+        Reply::Bulk(payload) => payload,
+        other => panic!("DUMP {key}: {other:?}"),
+    };
+    let restore = |c: &mut support::Conn, args: &[&[u8]]| c.call(&[&[&b"RESTORE"[..]], args].concat()).unwrap();
+    assert_eq!(c.cmd(&["DUMP", "missing"]), Reply::Nil);
+    assert_eq!(c.cmd(&["ZADD", "z", "1", "a", "-inf", "b"]), int(2));
+    let z = dump(&mut c, "z");
+    assert_eq!(restore(&mut c, &[b"z", b"0", &z]), Reply::Error("BUSYKEY Target key name already exists.".into()));
+    assert_eq!(restore(&mut c, &[b"z", b"0", &z, b"nonsense"]), Reply::Error("ERR syntax error".into()), "options first");
+    assert_eq!(restore(&mut c, &[b"z2", b"-1", &z]), Reply::Error("ERR Invalid TTL value, must be >= 0".into()));
+    assert_eq!(restore(&mut c, &[b"z2", b"x", &z]), Reply::Error("ERR value is not an integer or out of range".into()));
+    assert_eq!(restore(&mut c, &[b"z2", b"0", &z[1..]]), Reply::Error("ERR DUMP payload version or checksum are wrong".into()));
+    assert_eq!(restore(&mut c, &[b"z2", b"0", &z, b"FREQ", b"256"]), Reply::Error("ERR Invalid FREQ value, must be >= 0 and <= 255".into()));
+    assert_eq!(restore(&mut c, &[b"z2", b"0", &z, b"IDLETIME", b"-1"]), Reply::Error("ERR Invalid IDLETIME value, must be >= 0".into()));
+    assert_eq!(restore(&mut c, &[b"z2", b"0", &z, b"IDLETIME", b"1", b"FREQ", b"1"]), Reply::Error("ERR syntax error".into()), "one or the other");
+    assert_eq!(c.cmd(&["EXISTS", "z2"]), int(0), "a refused RESTORE writes nothing");
+    assert_eq!(restore(&mut c, &[b"z2", b"0", &z]), ok());
+    assert_eq!(c.cmd(&["ZRANGE", "z2", "0", "-1", "WITHSCORES"]).texts(), vec!["b", "-inf", "a", "1"]);
+
+    // REPLACE of another type; a relative and an absolute TTL.
+    assert_eq!(c.cmd(&["RPUSH", "l", "x", "y"]), int(2));
+    let l = dump(&mut c, "l");
+    assert_eq!(restore(&mut c, &[b"z2", b"5000", &l, b"REPLACE"]), ok());
+    assert_eq!(c.cmd(&["LRANGE", "z2", "0", "-1"]).texts(), vec!["x", "y"]);
+    assert!(matches!(c.cmd(&["PTTL", "z2"]), Reply::Int(ms) if ms > 4000 && ms <= 5000));
+    let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64 + 60_000;
+    assert_eq!(restore(&mut c, &[b"abs", at.to_string().as_bytes(), &l, b"ABSTTL"]), ok());
+    assert_eq!(c.cmd(&["PEXPIRETIME", "abs"]), int(at as i64));
+    // A deadline already past: REPLACE deletes the key and nothing is created, as in Redis.
+    assert_eq!(restore(&mut c, &[b"z2", b"1000", &l, b"ABSTTL", b"REPLACE"]), ok());
+    assert_eq!(c.cmd(&["EXISTS", "z2"]), int(0));
+
+    // IDLETIME under an LRU policy, FREQ under an LFU one; the other is ignored.
+    assert_eq!(c.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]), ok());
+    assert_eq!(restore(&mut c, &[b"idle", b"0", &l, b"IDLETIME", b"1000"]), ok());
+    assert!(matches!(c.cmd(&["OBJECT", "IDLETIME", "idle"]), Reply::Int(s) if (1000..=1002).contains(&s)));
+    assert_eq!(c.cmd(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lfu"]), ok());
+    assert_eq!(restore(&mut c, &[b"freq", b"0", &l, b"FREQ", b"100"]), ok());
+    assert_eq!(c.cmd(&["OBJECT", "FREQ", "freq"]), int(100));
+    assert_eq!(restore(&mut c, &[b"freq2", b"0", &l, b"IDLETIME", b"1000"]), ok());
+    assert!(matches!(c.cmd(&["OBJECT", "FREQ", "freq2"]), Reply::Int(n) if n < 100), "IDLETIME is ignored under LFU");
+    assert_eq!(c.cmd(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]), ok());
+
+    // FUNCTION RESTORE takes library payloads only.
+    let reply = c.call(&[&b"FUNCTION"[..], b"RESTORE", &l]).unwrap();
+    assert_eq!(reply, Reply::Error("ERR given type is not a function".into()));
+}

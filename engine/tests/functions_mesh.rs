@@ -257,3 +257,40 @@ fn a_write_pause_holds_function_load_delete_and_flush_as_redis_does() {
     assert_eq!(flush.read().map(|r| r.text()).as_deref(), Some("OK"));
     assert_eq!(admin.cmd(&["FUNCTION", "LIST"]), Reply::Array(vec![]));
 }
+
+#[test]
+fn function_restore_and_restore_replicate_as_the_writes_they_are() {
+    // FUNCTION RESTORE FLUSH on node 0 leaves exactly the payload's libraries on every node (a
+    // flush point, then each library's register); a key RESTOREd on node 1 with a TTL reaches
+    // every node whole, with that TTL, and a RESTORE REPLACE on node 2 replaces it everywhere.
+    let (_nodes, _servers, mut conns) = mesh(&["dr0", "dr1", "dr2"]);
+    assert_eq!(conns[0].cmd(&["FUNCTION", "LOAD", &library("kept", "one")]).text(), "kept");
+    assert_eq!(conns[0].cmd(&["FUNCTION", "LOAD", &library("gone", "one")]).text(), "gone");
+    let Reply::Bulk(libraries) = conns[0].cmd(&["FUNCTION", "DUMP"]) else { panic!("FUNCTION DUMP is a bulk string") };
+    assert_eq!(conns[0].cmd(&["FUNCTION", "DELETE", "gone"]).text(), "OK");
+    assert_eq!(conns[0].cmd(&["FUNCTION", "LOAD", &library("other", "one")]).text(), "other");
+    let restore = conns[0].call(&[&b"FUNCTION"[..], b"RESTORE", &libraries, b"FLUSH"]).unwrap();
+    assert_eq!(restore.text(), "OK");
+    for (n, conn) in conns.iter_mut().enumerate() {
+        wait_for(&format!("node {n} holds the restored libraries"), || {
+            version_of(conn, "kept") == "one" && version_of(conn, "gone") == "one" && version_of(conn, "other").contains("not found")
+        });
+    }
+
+    assert_eq!(conns[1].cmd(&["HSET", "h", "a", "1", "b", "2"]).text(), "2");
+    let Reply::Bulk(hash) = conns[1].cmd(&["DUMP", "h"]) else { panic!("DUMP is a bulk string") };
+    assert_eq!(conns[1].cmd(&["DEL", "h"]).text(), "1");
+    assert_eq!(conns[1].call(&[&b"RESTORE"[..], b"r", b"100000", &hash]).unwrap().text(), "OK");
+    assert_eq!(conns[2].cmd(&["SET", "s", "v"]).text(), "OK");
+    let Reply::Bulk(string) = conns[2].cmd(&["DUMP", "s"]) else { panic!("DUMP is a bulk string") };
+    for (n, conn) in conns.iter_mut().enumerate() {
+        wait_for(&format!("node {n} holds the restored hash"), || conn.cmd(&["HGET", "r", "b"]).text() == "2");
+        let ttl = conn.cmd(&["PTTL", "r"]);
+        assert!(matches!(ttl, Reply::Int(ms) if ms > 90_000 && ms <= 100_000), "node {n}: {ttl:?}");
+    }
+    assert_eq!(conns[2].call(&[&b"RESTORE"[..], b"r", b"0", &string, b"REPLACE"]).unwrap().text(), "OK");
+    for (n, conn) in conns.iter_mut().enumerate() {
+        wait_for(&format!("node {n} holds the replacing string"), || conn.cmd(&["GET", "r"]).text() == "v");
+        assert_eq!(conn.cmd(&["PTTL", "r"]), Reply::Int(-1), "node {n}");
+    }
+}

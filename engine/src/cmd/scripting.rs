@@ -13,6 +13,8 @@ use crate::error::{CmdError, Reply};
 use crate::frame::{Frame, OK};
 use crate::glob::glob_match;
 use crate::parse::parse_i64;
+use crate::persist::rdb::{dump_libraries, restore_libraries};
+use crate::script::functions::{parse_metadata, RestorePolicy};
 use crate::script::run::{check_library, invoke, Invocation, Target};
 
 macro_rules! spec {
@@ -230,9 +232,15 @@ fn function(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             scripts.kill(false)?;
             Ok(OK)
         }
-        (b"dump", 2) | (b"restore", _) => Err(CmdError::err(
-            "FUNCTION DUMP/RESTORE use Redis's RDB payload format, which KeyMesh does not implement; use FUNCTION LIST WITHCODE and FUNCTION LOAD",
-        )),
+        (b"dump", 2) => {
+            let libraries = scripts.functions.read();
+            Ok(Frame::bulk(dump_libraries(libraries.libraries.values().map(|library| &library.code[..]))))
+        }
+        (b"restore", 3 | 4) => function_restore(exec, &argv[2], argv.get(3)),
+        // More than a policy: Redis's subcommand syntax error, naming the subcommand as given.
+        (b"restore", n) if n > 4 => {
+            Err(CmdError::err(format!("unknown subcommand or wrong number of arguments for '{}'. Try FUNCTION HELP.", String::from_utf8_lossy(&argv[1]))))
+        }
         (b"help", 2) => Ok(Frame::array_of_bulks([
             "FUNCTION <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
             "LOAD [REPLACE] <FUNCTION CODE>",
@@ -241,12 +249,55 @@ fn function(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             "FLUSH [ASYNC|SYNC]",
             "KILL",
             "STATS",
+            "DUMP",
+            "RESTORE <PAYLOAD> [FLUSH|APPEND|REPLACE]",
         ])),
         // FUNCTION FLUSH takes extra arguments to the handler, which answers as Redis's does.
         (b"flush", _) => Err(CmdError::err("unknown subcommand or wrong number of arguments for 'flush'. Try FUNCTION HELP.")),
-        (b"load" | b"delete" | b"stats" | b"kill" | b"dump" | b"help", _) => Err(wrong_arity(&format!("function|{}", String::from_utf8_lossy(&sub)))),
+        (b"load" | b"delete" | b"stats" | b"kill" | b"dump" | b"restore" | b"help", _) => {
+            Err(wrong_arity(&format!("function|{}", String::from_utf8_lossy(&sub))))
+        }
         _ => Err(unknown_subcommand(&argv[1], "function")),
     }
+}
+
+/// `FUNCTION RESTORE payload [FLUSH|APPEND|REPLACE]`: loads every library of a `FUNCTION DUMP`
+/// payload, all or none. Every library is compiled and the policy checked
+/// (`Libraries::check_restore`, Redis's rules) before anything changes; then each is a
+/// versioned write of its register, as `FUNCTION LOAD` writes one, after a flush point for
+/// FLUSH, as `FUNCTION FLUSH` writes one.
+fn function_restore(exec: &mut Exec, payload: &[u8], policy: Option<&Bytes>) -> Reply {
+    let policy = match policy {
+        None => RestorePolicy::Append,
+        Some(p) if eq_ignore_case(p, "append") => RestorePolicy::Append,
+        Some(p) if eq_ignore_case(p, "replace") => RestorePolicy::Replace,
+        Some(p) if eq_ignore_case(p, "flush") => RestorePolicy::Flush,
+        Some(_) => return Err(CmdError::err("Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.")),
+    };
+    let scripts = &exec.server.scripts;
+    let mut incoming = Vec::new();
+    for code in restore_libraries(payload).map_err(|e| CmdError::err(e.to_string()))? {
+        let (_, name) = parse_metadata(&code)?;
+        let functions = check_library(scripts, &code)?;
+        incoming.push((name, code, functions));
+    }
+    let mut libraries = scripts.functions.write();
+    libraries.check_restore(incoming.iter().map(|(name, _, functions)| (name.as_str(), &functions[..])), policy)?;
+    match policy {
+        RestorePolicy::Flush => {
+            exec.ctx.flush_libraries();
+            libraries.clear();
+        }
+        RestorePolicy::Replace => incoming.iter().for_each(|(name, ..)| drop(libraries.remove(name))),
+        RestorePolicy::Append => {}
+    }
+    for (name, code, functions) in incoming {
+        let version = exec.ctx.write_library(&name, Some(code.clone()));
+        libraries.add(name, code, functions, false, version)?;
+    }
+    drop(libraries);
+    scripts.bump_generation();
+    Ok(OK)
 }
 
 fn function_list(exec: &mut Exec, options: &[Bytes]) -> Reply {

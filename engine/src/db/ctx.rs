@@ -551,6 +551,15 @@ impl<'a> Ctx<'a> {
         self.emit(|| Effect::expire(db, key, deadline_ms, version));
     }
 
+    /// Sets a live key's eviction clock (`RESTORE`'s IDLETIME and FREQ, `evict::restore_access`).
+    /// Not a write: access times are each node's own and never replicated.
+    pub fn set_access<K: KeyLike + ?Sized>(&mut self, key: &K, hint: super::evict::AccessHint, lfu: bool) {
+        let now = self.now_ms;
+        if let Some(mut entry) = self.live_entry_in(self.db, key.hashed(), false) {
+            super::evict::restore_access(&mut entry, hint, now, lfu);
+        }
+    }
+
     pub fn deadline<K: KeyLike + ?Sized>(&mut self, key: &K) -> Option<u64> {
         self.get_ref_in(self.db, key).and_then(EntryRef::deadline)
     }

@@ -89,6 +89,24 @@ pub fn on_access(entry: &mut Entry, now_ms: u64, lfu: bool) {
     }
 }
 
+/// What `RESTORE ... IDLETIME | FREQ` sets a key's eviction clock to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessHint {
+    IdleSeconds(u64),
+    Frequency(u8),
+}
+
+/// Sets the eviction clock of a key `RESTORE` wrote, as Redis's `objectSetLRUOrLFU`: a
+/// frequency under an LFU policy, an idle time under any other; a hint for the other kind of
+/// policy is ignored.
+pub fn restore_access(entry: &mut Entry, hint: AccessHint, now_ms: u64, lfu: bool) {
+    match hint {
+        AccessHint::Frequency(freq) if lfu => entry.access = ((((now_ms / 60_000) & 0xffff) as u32) << 8) | u32::from(freq),
+        AccessHint::IdleSeconds(idle) if !lfu => entry.access = (now_ms / 1000).saturating_sub(idle) as u32,
+        _ => {}
+    }
+}
+
 /// Lower is evicted first.
 fn score(entry: EntryRef<'_>, policy: Policy, now_ms: u64) -> u64 {
     match policy {

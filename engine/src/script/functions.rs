@@ -51,6 +51,17 @@ impl Library {
     }
 }
 
+/// What `FUNCTION RESTORE` does with the libraries already loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestorePolicy {
+    /// Keep them; a library of the same name fails the restore (the default).
+    Append,
+    /// Keep them, but replace those of the same name.
+    Replace,
+    /// Delete them all first.
+    Flush,
+}
+
 #[derive(Debug, Default)]
 pub struct Libraries {
     pub libraries: BTreeMap<String, Arc<Library>>,
@@ -75,6 +86,32 @@ impl Libraries {
             Some(f) => Err(CmdError::err(format!("Function {f} already exists"))),
             None => Ok(()),
         }
+    }
+
+    /// Whether `FUNCTION RESTORE` may load `incoming` (each library's name and functions)
+    /// under `policy`, with Redis's errors (`libraryJoin`): with APPEND a library that exists
+    /// fails; under any policy a library named twice, or a function registered twice or by a
+    /// library that stays (any but those replaced; none after a flush), fails.
+    pub fn check_restore<'a>(&self, incoming: impl Iterator<Item = (&'a str, &'a [FunctionInfo])> + Clone, policy: RestorePolicy) -> Result<(), CmdError> {
+        let replaced = |library: &str| match policy {
+            RestorePolicy::Flush => true,
+            RestorePolicy::Replace => incoming.clone().any(|(name, _)| name == library),
+            RestorePolicy::Append => false,
+        };
+        let mut taken: HashMap<String, &str> =
+            self.functions.iter().filter(|(_, library)| !replaced(library)).map(|(f, library)| (f.clone(), library.as_str())).collect();
+        let mut names = std::collections::HashSet::new();
+        for (name, functions) in incoming.clone() {
+            if !names.insert(name) || (policy == RestorePolicy::Append && self.libraries.contains_key(name)) {
+                return Err(CmdError::err(format!("Library {name} already exists")));
+            }
+            for f in functions {
+                if taken.insert(f.name.to_ascii_lowercase(), name).is_some() {
+                    return Err(CmdError::err(format!("Function {} already exists", f.name)));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A function of `functions` that another library than `name` registers already.

@@ -112,15 +112,25 @@ fn aux(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 
 /// The type byte, the key and the value.
 fn value(out: &mut Vec<u8>, key: &[u8], value: &Value) {
-    let kind = match value {
+    out.push(type_of(value));
+    string(out, key);
+    object(out, value);
+}
+
+/// The RDB type a value is written as.
+pub(super) fn type_of(value: &Value) -> u8 {
+    match value {
         Value::Str(_) | Value::Int(_) | Value::Counter(_) => TYPE_STRING,
         Value::List(_) => TYPE_LIST,
         Value::Set(_) => TYPE_SET,
         Value::Hash(_) => TYPE_HASH,
         Value::ZSet(_) => TYPE_ZSET_2,
-    };
-    out.push(kind);
-    string(out, key);
+    }
+}
+
+/// A value without its type byte (`rdbSaveObject`): what follows the key in a file, and the
+/// type byte in a `DUMP` payload.
+pub(super) fn object(out: &mut Vec<u8>, value: &Value) {
     match value {
         Value::Str(s) => string(out, s),
         Value::Int(n) => integer(out, *n),
@@ -167,7 +177,7 @@ fn length(out: &mut Vec<u8>, n: u64) {
 
 /// A string: integer-encoded when it is a canonical decimal integer that fits 32 bits,
 /// LZF-compressed from `COMPRESS_FROM` bytes when that saves space, plain otherwise.
-fn string(out: &mut Vec<u8>, s: &[u8]) {
+pub(super) fn string(out: &mut Vec<u8>, s: &[u8]) {
     if s.len() <= 11 {
         if let Some(n) = std::str::from_utf8(s).ok().and_then(|t| t.parse::<i64>().ok()).filter(|n| itoa::Buffer::new().format(*n).as_bytes() == s) {
             if i32::try_from(n).is_ok() {

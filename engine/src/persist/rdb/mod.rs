@@ -16,16 +16,21 @@
 //! additions (RDB version 9 with `mvcc-tstamp` and `keydb-subexpire-*` AUX fields, the cron
 //! type 64) are read as KeyDB's `rdb.cpp` writes them.
 //!
+//! `DUMP`/`RESTORE` payloads (`dump`) are one value, or function libraries, in the same
+//! encodings, with Redis's version and checksum trailer.
+//!
 //! An import is a set of writes by this node, stamped when they are merged (`import`): they
 //! replicate and merge with the mesh like any other writes.
 
 mod compact;
+mod dump;
 mod export;
 mod import;
 mod read;
 mod skip;
 mod sync;
 
+pub use dump::{dump_libraries, dump_value, restore_libraries, restore_value, PayloadError};
 pub use export::{export, export_chunked, Export};
 pub use import::{import, import_with, RdbImport};
 pub use read::{parse, Entry, RdbValue, Record, Section, Unsupported};

@@ -213,6 +213,26 @@ pub fn parse(bytes: &[u8], sink: &mut dyn FnMut(Entry) -> Result<(), RdbError>) 
     }
 }
 
+/// A `DUMP` payload's body (`dump`): a type byte and one value. Returns the value, or what a
+/// value KeyMesh has no type for was, and how many bytes the two took.
+pub(super) fn typed_value(buf: &[u8]) -> Result<(Result<RdbValue, String>, usize), RdbError> {
+    let mut r = Reader { buf, pos: 0 };
+    let kind = r.byte("a value type")?;
+    let parsed = match value(&mut r, kind, 0, b"")? {
+        Parsed::Value(value) => Ok(value),
+        Parsed::Unsupported(what) => Err(what),
+    };
+    Ok((parsed, r.pos))
+}
+
+/// A function library's code, the string after a `FUNCTION2` opcode, at the start of `buf`,
+/// and how many bytes it took.
+pub(super) fn library_code(buf: &[u8]) -> Result<(Vec<u8>, usize), RdbError> {
+    let mut r = Reader { buf, pos: 0 };
+    let code = r.string()?.into_owned();
+    Ok((code, r.pos))
+}
+
 /// A value, or what a value KeyMesh has no type for was (it has been parsed past).
 enum Parsed {
     Value(RdbValue),
