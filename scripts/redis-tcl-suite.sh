@@ -52,7 +52,7 @@ set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 redis_src="${REDIS_SRC:-/var/cache/keymesh/redis-src}"
-default_units="unit/type/string unit/type/incr unit/expire unit/keyspace unit/type/hash unit/type/set unit/type/zset unit/type/list unit/multi unit/pubsub unit/scripting unit/functions unit/slowlog unit/hyperloglog unit/bitfield unit/geo unit/introspection-2 unit/info-command unit/tracking unit/latency-monitor unit/other unit/pause"
+default_units="unit/type/string unit/type/incr unit/expire unit/keyspace unit/type/hash unit/type/set unit/type/zset unit/type/list unit/multi unit/pubsub unit/scripting unit/functions unit/slowlog unit/hyperloglog unit/bitfield unit/geo unit/introspection-2 unit/info-command unit/tracking unit/latency-monitor unit/other unit/pause unit/dump"
 # needs:local-process does not occur in the default units; it marks tests that cannot work
 # against a server that is not a local redis-server process (used by other units). needs:pfdebug
 # and needs:latency (unit/latency-monitor, the only unit with it) are not excluded: the engine
