@@ -142,7 +142,7 @@ pub struct ClientHandle {
     pub db: AtomicUsize,
     /// Index + 1 of the last command in the command table (0: none yet).
     pub last_command: AtomicUsize,
-    /// When the connection last read a request, in `coarse_now_ms`.
+    /// When the connection last read a request, in `clock::coarse_monotonic_ms`.
     last_active_ms: AtomicU64,
     pub subscriptions: AtomicUsize,
     pub in_multi: AtomicBool,
@@ -175,17 +175,10 @@ pub struct ClientHandle {
     pub no_evict: AtomicBool,
 }
 
-/// Milliseconds on the kernel's coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`: a few
-/// milliseconds' resolution, read without the TSC): enough for idle seconds, at under half
-/// the instructions of `Instant::elapsed` on a path taken at every read.
-fn coarse_now_ms() -> u64 {
-    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC_COARSE).map_or(0, |t| t.tv_sec() as u64 * 1000 + t.tv_nsec() as u64 / 1_000_000)
-}
-
 impl ClientHandle {
     /// Notes activity now (for `CLIENT LIST` idle times), at every read.
     pub fn touch(&self) {
-        self.last_active_ms.store(coarse_now_ms(), Ordering::Relaxed);
+        self.last_active_ms.store(crate::clock::coarse_monotonic_ms(), Ordering::Relaxed);
     }
 
     pub fn kill(&self) {
@@ -235,7 +228,7 @@ impl ClientHandle {
         let lib_name = self.lib_name.lock().as_ref().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
         let lib_ver = self.lib_ver.lock().as_ref().map(|n| String::from_utf8_lossy(n).into_owned()).unwrap_or_default();
         let age = self.created.elapsed().as_secs();
-        let idle = coarse_now_ms().saturating_sub(self.last_active_ms.load(Ordering::Relaxed)) / 1000;
+        let idle = crate::clock::coarse_monotonic_ms().saturating_sub(self.last_active_ms.load(Ordering::Relaxed)) / 1000;
         let cmd = match self.last_command.load(Ordering::Relaxed) {
             0 => "NULL",
             n => crate::cmd::TABLE.specs[n - 1].name,
@@ -298,7 +291,7 @@ impl ClientRegistry {
             lib_ver: Mutex::new(None),
             db: AtomicUsize::new(0),
             last_command: AtomicUsize::new(0),
-            last_active_ms: AtomicU64::new(coarse_now_ms()),
+            last_active_ms: AtomicU64::new(crate::clock::coarse_monotonic_ms()),
             subscriptions: AtomicUsize::new(0),
             in_multi: AtomicBool::new(false),
             blocked: AtomicBool::new(false),

@@ -183,6 +183,10 @@ where
                 let _ = flush(&server, &mut writer, &mut output).await;
                 break 'connection;
             }
+            // Everything read was run (the usual case): nothing to parse until the next read.
+            if input.is_empty() {
+                break;
+            }
         }
         drain_pushes(&client, &mut pushes, &mut output);
         // Replies wait for the other connections that are ready to run their requests first
@@ -255,7 +259,7 @@ async fn sleep_or_forever(limit: Option<Duration>) {
 /// Moves the complete requests at the head of `input` into the empty `batch`, at most `BATCH`
 /// (empty requests skipped); returns the protocol error that stopped the parse, if any.
 fn take_batch(input: &mut BytesMut, limits: &Limits, batch: &mut Vec<Call>) -> Option<ProtocolError> {
-    while batch.len() < BATCH {
+    while batch.len() < BATCH && !input.is_empty() {
         match parse_request(input, limits) {
             Ok(Some(request)) => {
                 let argv = take_args(input, request);

@@ -8,7 +8,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 const LOGICAL_BITS: u32 = 16;
 const LOGICAL_MASK: u64 = (1 << LOGICAL_BITS) - 1;
@@ -24,7 +23,7 @@ pub struct SystemClock;
 
 impl WallClock for SystemClock {
     fn now_ms(&self) -> u64 {
-        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+        crate::clock::realtime_ms()
     }
 }
 

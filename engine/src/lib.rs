@@ -8,6 +8,7 @@ pub mod admin;
 pub mod auth;
 pub mod blocking;
 pub mod client;
+pub mod clock;
 pub mod cmd;
 pub mod config;
 pub mod connection;

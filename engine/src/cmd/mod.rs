@@ -28,10 +28,10 @@ pub mod string;
 pub mod tracking;
 pub mod zset;
 
+use crate::clock::Stopwatch;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
-use std::time::Instant;
 
 use bytes::Bytes;
 use smallvec::SmallVec;
@@ -320,7 +320,7 @@ pub fn lock_for<'a>(server: &'a Server, spec: &CommandSpec, argv: &[Bytes], db: 
 /// Runs one command outside a transaction: lock, run, unlock, count.
 pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv: &[Bytes]) -> Frame {
     let spec = TABLE.specs[index];
-    let started = Instant::now();
+    let timer = Stopwatch::start();
     let locks = lock_for(server, spec, argv, client.db);
     let mut ctx = Ctx::new(&server.store, client.db, server.store.hlc.wall_ms(), locks);
     ctx.no_touch = no_touch(client, spec);
@@ -340,9 +340,9 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
     }
     let own_invalidations =
         if server.store.tracking.load(Ordering::Relaxed) { tracking::after_command(server, client, spec, argv, modified) } else { Vec::new() };
-    let elapsed = started.elapsed();
-    record(index, argv, elapsed, &reply);
-    log_if_slow(server, client, spec, argv, elapsed);
+    let duration_us = timer.elapsed_us();
+    record(index, argv, duration_us, &reply);
+    log_if_slow(server, client, spec, argv, duration_us);
     // A blocked command was shown when it first ran, not again when it is served.
     if !client.serving_wakeup {
         show_to_monitors(server, client.db, Source::Client(&client.handle.addr), spec, argv);
@@ -369,15 +369,14 @@ pub fn show_to_monitors(server: &Server, db: usize, source: Source<'_>, spec: &C
 /// Logs a command that ran for `elapsed` in `SLOWLOG` and the latency monitor if it was slow
 /// enough: the one place for the rules (a command that blocked is logged in SLOWLOG when it
 /// is served; EXEC as its commands).
-pub fn log_if_slow(server: &Server, client: &ClientState, spec: &CommandSpec, argv: &[Bytes], elapsed: std::time::Duration) {
-    let duration_us = elapsed.as_micros() as u64;
+pub fn log_if_slow(server: &Server, client: &ClientState, spec: &CommandSpec, argv: &[Bytes], duration_us: u64) {
     server.latency.add_if_needed(if spec.flags & flags::FAST != 0 { "fast-command" } else { "command" }, duration_us / 1000);
     if server.slowlog.wants(duration_us) && client.block.is_none() && !client.would_block && spec.flags & flags::SKIP_SLOWLOG == 0 {
         server.slowlog.record(argv, duration_us, &client.handle.addr, client.handle.name.lock().clone());
     }
 }
 
-pub fn record(index: usize, argv: &[Bytes], elapsed: std::time::Duration, reply: &Reply) {
+pub fn record(index: usize, argv: &[Bytes], duration_us: u64, reply: &Reply) {
     let stats = TABLE.stats_for(index, argv);
     // A subcommand's arity error (`client|setname`): Redis checks a subcommand's arity before
     // calling it (processCommand), so it is a rejected call, not a failed one.
@@ -386,9 +385,8 @@ pub fn record(index: usize, argv: &[Bytes], elapsed: std::time::Duration, reply:
         return;
     }
     stats.calls.fetch_add(1, Ordering::Relaxed);
-    let us = elapsed.as_micros() as u64;
-    stats.usec.fetch_add(us, Ordering::Relaxed);
-    stats.histogram[crate::latency::bucket_of(us)].fetch_add(1, Ordering::Relaxed);
+    stats.usec.fetch_add(duration_us, Ordering::Relaxed);
+    stats.histogram[crate::latency::bucket_of(duration_us)].fetch_add(1, Ordering::Relaxed);
     if matches!(reply, Err(_) | Ok(Frame::Error(_))) {
         stats.failed.fetch_add(1, Ordering::Relaxed);
     }

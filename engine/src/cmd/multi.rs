@@ -7,9 +7,9 @@
 //! `touchWatchedKey`), and a key that was live when watched and has expired by `EXEC` also
 //! aborts the transaction.
 
+use crate::clock::Stopwatch;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 
@@ -111,12 +111,12 @@ fn exec_queue(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     let mut inner = Exec { ctx, server, client: &mut *exec.client };
     let mut replies = Vec::with_capacity(multi.queue.len());
     for (index, argv) in &multi.queue {
-        let started = Instant::now();
+        let timer = Stopwatch::start();
         inner.ctx.no_touch = super::no_touch(inner.client, TABLE.specs[*index]);
         let reply = (TABLE.specs[*index].run)(&mut inner, argv);
-        let elapsed = started.elapsed();
-        record(*index, argv, elapsed, &reply);
-        log_if_slow(server, inner.client, TABLE.specs[*index], argv, elapsed);
+        let duration_us = timer.elapsed_us();
+        record(*index, argv, duration_us, &reply);
+        log_if_slow(server, inner.client, TABLE.specs[*index], argv, duration_us);
         show_to_monitors(server, inner.client.db, Source::Client(&inner.client.handle.addr), TABLE.specs[*index], argv);
         if server.store.tracking.load(Ordering::Relaxed) {
             let mut read = super::tracking::read_keys(inner.client, TABLE.specs[*index], argv);

@@ -134,12 +134,19 @@ pub fn after_command(server: &Server, client: &mut ClientState, spec: &CommandSp
     server.tracking.after_command(&server.clients, &server.store, client.id, &read, keep_caching, modified)
 }
 
-/// `reply` followed (or preceded) by push messages, written together.
+/// `reply` followed (or preceded) by push messages, written together. Inlined: every command
+/// passes through here twice, almost always with no pushes, and the call moved the reply in and
+/// out (~60 instructions of a GET's).
+#[inline]
 pub fn with_pushes(before: Vec<Frame>, reply: Frame, after: Vec<Frame>) -> Frame {
     if before.is_empty() && after.is_empty() {
         return reply;
     }
-    let mut frames = before;
+    sequence(before, reply, after)
+}
+
+#[cold]
+fn sequence(mut frames: Vec<Frame>, reply: Frame, after: Vec<Frame>) -> Frame {
     frames.push(reply);
     frames.extend(after);
     Frame::Sequence(frames)

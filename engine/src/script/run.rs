@@ -310,11 +310,11 @@ fn call(st: &mut CallState, argv: MultiValue) -> Frame {
     if let Err(frame) = lock_keys(st, spec, &argv, wrote) {
         return frame;
     }
-    let started = Instant::now();
+    let timer = crate::clock::Stopwatch::start();
     let reply = (spec.run)(st.exec, &argv);
-    let elapsed = started.elapsed();
-    cmd::record(index, &argv, elapsed, &reply);
-    cmd::log_if_slow(st.exec.server, st.exec.client, spec, &argv, elapsed);
+    let duration_us = timer.elapsed_us();
+    cmd::record(index, &argv, duration_us, &reply);
+    cmd::log_if_slow(st.exec.server, st.exec.client, spec, &argv, duration_us);
     cmd::show_to_monitors(st.exec.server, st.exec.ctx.db, cmd::Source::Script, spec, &argv);
     let reply = reply.unwrap_or_else(Frame::from);
     if spec.flags & cmd_flags::READONLY != 0 && st.exec.server.store.tracking.load(Ordering::Relaxed) {

@@ -1,0 +1,66 @@
+//! Clock reads on the per-command path, as plain integers. `Instant::elapsed` and
+//! `SystemTime::duration_since(UNIX_EPOCH)` each add ~70–100 instructions of checked
+//! `Timespec` arithmetic to the vDSO's clock read, and a command made three such reads: a
+//! sixth of a GET's instructions outside the kernel at -P 16 (docs/benchmarks.md, "Clock reads
+//! per command").
+
+use nix::time::{clock_gettime, ClockId};
+
+/// Reads `clock` as (seconds, nanoseconds); (0, 0) if it cannot be read, which Linux's
+/// vDSO clocks never fail to.
+fn read(clock: ClockId) -> (u64, u64) {
+    clock_gettime(clock).map_or((0, 0), |t| (t.tv_sec() as u64, t.tv_nsec() as u64))
+}
+
+/// Microseconds on the monotonic clock: command durations (`Stopwatch`).
+pub fn monotonic_us() -> u64 {
+    let (s, ns) = read(ClockId::CLOCK_MONOTONIC);
+    s * 1_000_000 + ns / 1_000
+}
+
+/// Milliseconds on the kernel's coarse monotonic clock (`CLOCK_MONOTONIC_COARSE`: a few
+/// milliseconds' resolution, no TSC read): enough for a client's idle seconds.
+pub fn coarse_monotonic_ms() -> u64 {
+    let (s, ns) = read(ClockId::CLOCK_MONOTONIC_COARSE);
+    s * 1_000 + ns / 1_000_000
+}
+
+/// Unix time in milliseconds (`hlc::SystemClock`).
+pub fn realtime_ms() -> u64 {
+    let (s, ns) = read(ClockId::CLOCK_REALTIME);
+    s * 1_000 + ns / 1_000_000
+}
+
+/// Times one command, for its statistics, SLOWLOG and the latency monitor.
+#[derive(Debug, Clone, Copy)]
+pub struct Stopwatch(u64);
+
+impl Stopwatch {
+    pub fn start() -> Stopwatch {
+        Stopwatch(monotonic_us())
+    }
+
+    /// Microseconds since `start`.
+    pub fn elapsed_us(self) -> u64 {
+        monotonic_us().saturating_sub(self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clocks_agree_with_std() {
+        let wall = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+        assert!(realtime_ms().abs_diff(wall) < 50, "{} against {wall}", realtime_ms());
+        let watch = Stopwatch::start();
+        let std_watch = std::time::Instant::now();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let (ours, theirs) = (watch.elapsed_us(), std_watch.elapsed().as_micros() as u64);
+        assert!(ours >= 20_000 && ours.abs_diff(theirs) < 5_000, "{ours} against {theirs} µs");
+        let coarse = coarse_monotonic_ms();
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        assert!(coarse_monotonic_ms() - coarse >= 20);
+    }
+}
