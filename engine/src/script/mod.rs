@@ -23,6 +23,7 @@
 //! else ever sees half of a script. Its writes replicate as their effects, stamped like any
 //! write: peers never re-run a script.
 
+pub mod active;
 pub mod api;
 pub mod convert;
 pub mod functions;

@@ -2,7 +2,6 @@
 //! shards, the time limit and `SCRIPT KILL`, and the script's reply or error as Redis words
 //! them (`... script: <sha>, on @user_script:<line>.`).
 
-use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use mlua::{Lua, MultiValue, Table, Value};
 
-use super::convert::{frame_to_lua, lua_to_frame};
+use super::convert::lua_to_frame;
 use super::vm::{with_vm, Vm};
 use super::{flags, Running, Script};
 use crate::cmd::{self, flags as cmd_flags, Exec, Keys, TABLE};
@@ -114,13 +113,14 @@ fn run_once(vm: &mut Vm, state: &mut CallState, inv: &Invocation, name: &str) ->
         Target::Eval(script) => vm.script(&script.sha, &script.body)?,
         Target::Function { library, name, .. } => vm.function(library, name)?,
     };
-    let keys = array(&vm.lua, inv.keys).map_err(lua_err)?;
-    let args = array(&vm.lua, inv.args).map_err(lua_err)?;
+    // An `EVAL` script reads `KEYS` and `ARGV` as globals; a function gets them as arguments.
     let eval = matches!(inv.target, Target::Eval(_));
-    if eval {
-        vm.set_global(&vm.names.keys, Value::Table(keys.clone())).map_err(lua_err)?;
-        vm.set_global(&vm.names.argv, Value::Table(args.clone())).map_err(lua_err)?;
-    }
+    let arguments = if eval {
+        vm.set_eval_arguments(inv.keys, inv.args).map_err(lua_err)?;
+        None
+    } else {
+        Some((array(&vm.lua, inv.keys).map_err(lua_err)?, array(&vm.lua, inv.args).map_err(lua_err)?))
+    };
     vm.resp.set(2);
     {
         let scripts = &state.exec.server.scripts;
@@ -131,19 +131,11 @@ fn run_once(vm: &mut Vm, state: &mut CallState, inv: &Invocation, name: &str) ->
         w.on_busy = Some(Box::new(move |r: &Running| counter.mark(r)));
     }
     let client_resp = state.exec.client.resp;
-    let cell = RefCell::new(state);
-    let resp = vm.resp.clone();
-    let outcome = vm.lua.scope(|scope| {
-        let command = scope.create_function(|lua, argv: MultiValue| {
-            let mut st = cell.borrow_mut();
-            let reply = call(&mut st, argv);
-            let failed = reply.is_error();
-            Ok((frame_to_lua(lua, &reply, resp.get())?, failed))
-        })?;
-        vm.slot.raw_set(&vm.names.f, command)?;
-        let result = if eval { vm.protected.call::<MultiValue>((function.clone(),)) } else { vm.protected.call::<MultiValue>((function.clone(), keys, args)) };
-        vm.slot.raw_set(&vm.names.f, Value::Nil)?;
-        result
+    // The VM's `redis.call` runs commands through this closure while the script runs.
+    let mut command = |argv: MultiValue| call(state, argv);
+    let outcome = super::active::lend(&mut command, || match arguments {
+        None => vm.protected.call::<MultiValue>((function.clone(),)),
+        Some((keys, args)) => vm.protected.call::<MultiValue>((function.clone(), keys, args)),
     });
     vm.watch.borrow_mut().running = None;
     vm.watch.borrow_mut().on_busy = None;

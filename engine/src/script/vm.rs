@@ -13,10 +13,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mlua::{Function, Lua, LuaOptions, StdLib, Table, Value, VmState};
+use bytes::Bytes;
+use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState};
 
+use super::convert::frame_to_lua;
 use super::{Running, Scripts};
 use crate::error::CmdError;
+use crate::frame::Frame;
 
 /// Where a chunk's errors say they come from.
 pub const EVAL_CHUNK: &str = "@user_script";
@@ -50,7 +53,7 @@ pub struct Vm {
     pub function_globals: Table,
     /// `redis` as scripts see it.
     pub redis: Table,
-    /// The function `redis.call`/`redis.pcall` reach for the running script (`slot.f`).
+    /// Holds `f`, the Rust side of `redis.call`/`redis.pcall` (`script::active`).
     pub slot: Table,
     /// `run(f, ...)`: calls `f` under `xpcall` with Redis's error handler.
     pub protected: Function,
@@ -69,6 +72,9 @@ pub struct Vm {
     /// on every run (a protected call and an allocation each, about a seventh of a small
     /// script's `EVALSHA`).
     pub names: Names,
+    /// `KEYS` and `ARGV` as `EVAL` scripts see them (`set_eval_arguments`).
+    eval_keys: Table,
+    eval_argv: Table,
     runs: u64,
 }
 
@@ -76,8 +82,6 @@ pub struct Vm {
 pub struct Names {
     pub keys: mlua::LuaString,
     pub argv: mlua::LuaString,
-    /// `slot.f`, the running script's `redis.call` (see `slot`).
-    pub f: mlua::LuaString,
 }
 
 thread_local! {
@@ -264,6 +268,10 @@ impl Vm {
         }
         function_globals.set_metatable(Some(meta.clone()))?;
         function_globals.set_readonly(true);
+        let names = Names { keys: lua.create_string("KEYS")?, argv: lua.create_string("ARGV")? };
+        let (eval_keys, eval_argv) = (lua.create_table()?, lua.create_table()?);
+        globals.raw_set(&names.keys, &eval_keys)?;
+        globals.raw_set(&names.argv, &eval_argv)?;
         globals.set_metatable(Some(meta))?;
         globals.set_readonly(true);
         // `lua-memory-limit` is checked at every loop back-edge and call (`interrupt`), not set
@@ -276,7 +284,15 @@ impl Vm {
         // before the check stops the script.
         let w = watch.clone();
         lua.set_interrupt(move |lua| interrupt(lua, &w));
-        let names = Names { keys: lua.create_string("KEYS")?, argv: lua.create_string("ARGV")?, f: lua.create_string("f")? };
+        // `redis.call`'s Rust side, made once: it runs the command the running script's run
+        // lent (`active`), or answers an error when no script runs.
+        let call_resp = resp.clone();
+        let command = lua.create_function(move |lua, argv: MultiValue| {
+            let reply = super::active::call(argv).unwrap_or_else(|| Frame::error("ERR redis.call is available only while a script runs"));
+            let failed = reply.is_error();
+            Ok((frame_to_lua(lua, &reply, call_resp.get())?, failed))
+        })?;
+        slot.raw_set("f", command)?;
         Ok(Vm {
             lua,
             generation: 0,
@@ -294,6 +310,8 @@ impl Vm {
             registrations,
             missing,
             names,
+            eval_keys,
+            eval_argv,
             runs: 0,
         })
     }
@@ -329,12 +347,28 @@ impl Vm {
         Ok(f)
     }
 
-    /// Sets a global that scripts may read (`KEYS`, `ARGV`).
-    pub fn set_global(&self, name: &mlua::LuaString, value: Value) -> mlua::Result<()> {
-        self.globals.set_readonly(false);
-        let result = self.globals.raw_set(name, value);
-        self.globals.set_readonly(true);
-        result
+    /// Fills `KEYS` and `ARGV` for an `EVAL` script. They are this VM's two global tables,
+    /// emptied and refilled for each run: making two tables and writing two read-only globals
+    /// per run cost a small `EVALSHA` ~3,500 of its ~23,000 instructions. No state can pass
+    /// from one script to the next through them: a script cannot keep a reference past its
+    /// run (globals are read-only), and a table it froze or gave a metatable is replaced by a
+    /// new one rather than reused.
+    pub fn set_eval_arguments(&mut self, keys: &[Bytes], args: &[Bytes]) -> mlua::Result<()> {
+        for (table, name, items) in [(&mut self.eval_keys, &self.names.keys, keys), (&mut self.eval_argv, &self.names.argv, args)] {
+            if table.is_readonly() || table.metatable().is_some() {
+                *table = self.lua.create_table()?;
+                self.globals.set_readonly(false);
+                let set = self.globals.raw_set(name, &*table);
+                self.globals.set_readonly(true);
+                set?;
+            } else {
+                table.clear()?;
+            }
+            for (i, item) in items.iter().enumerate() {
+                table.raw_set(i + 1, self.lua.create_string(item)?)?;
+            }
+        }
+        Ok(())
     }
 
     pub fn memory_limit(&self) -> usize {
