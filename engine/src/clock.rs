@@ -1,8 +1,7 @@
 //! Clock reads on the per-command path, as plain integers. `Instant::elapsed` and
 //! `SystemTime::duration_since(UNIX_EPOCH)` each add ~70–100 instructions of checked
-//! `Timespec` arithmetic to the vDSO's clock read, and a command made three such reads: a
-//! sixth of a GET's instructions outside the kernel at -P 16 (docs/benchmarks.md, "Clock reads
-//! per command").
+//! `Timespec` arithmetic to the vDSO's clock read; a command made three such reads, ~300 of a
+//! GET's 3,290 instructions at -P 16 (docs/benchmarks.md, "Clock reads per command").
 
 use nix::time::{clock_gettime, ClockId};
 

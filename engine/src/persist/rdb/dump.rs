@@ -5,8 +5,9 @@
 //! RDB version in 2 bytes and the CRC-64 of everything before it in 8, both little-endian.
 //!
 //! Values are written as `export` writes them into a file (plain encodings, version 10), so a
-//! payload from here restores into Redis 6.2 and later; a payload from Redis (any encoding
-//! `read` knows, RDB versions up to `MAX_VERSION`) restores here.
+//! payload from here restores into Redis 7.0 and later (6.2 refuses versions above its 9); a
+//! payload from Redis (any encoding `read` knows, RDB versions up to `MAX_VERSION`) restores
+//! here.
 
 use bytes::Bytes;
 

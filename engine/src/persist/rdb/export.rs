@@ -1,4 +1,4 @@
-//! Writing the keyspace as an RDB file (version 10, Redis 7.0's) that Redis 6.2 and later
+//! Writing the keyspace as an RDB file (version 10, Redis 7.0's) that Redis 7.0 and later
 //! load: strings (integer-encoded where Redis would, LZF-compressed from 16 KiB where that
 //! saves space), lists, sets, sorted sets (binary scores) and
 //! hashes in their plain encodings (Redis converts small ones to its compact encodings as it
