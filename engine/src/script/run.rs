@@ -110,7 +110,7 @@ pub fn invoke(exec: &mut Exec, inv: Invocation) -> Reply {
 fn run_once(vm: &mut Vm, state: &mut CallState, inv: &Invocation, name: &str) -> Result<Frame, CmdError> {
     let lua_err = |e: mlua::Error| CmdError::err(format!("Error running script {name}: {}", super::vm::lua_message(&e)));
     let function = match &inv.target {
-        Target::Eval(script) => vm.script(&script.sha, &script.body)?,
+        Target::Eval(script) => vm.script(script.id, &script.body)?,
         Target::Function { library, name, .. } => vm.function(library, name)?,
     };
     // An `EVAL` script reads `KEYS` and `ARGV` as globals; a function gets them as arguments.

@@ -58,7 +58,7 @@ pub struct Vm {
     /// `run(f, ...)`: calls `f` under `xpcall` with Redis's error handler.
     pub protected: Function,
     pub watch: Rc<RefCell<Watch>>,
-    scripts: HashMap<String, Function>,
+    scripts: HashMap<super::ScriptId, Function, foldhash::fast::FixedState>,
     /// Library name → (library stamp, function name → function).
     pub libraries: HashMap<String, (u64, HashMap<String, Function>)>,
     /// `redis.setresp` of the running script.
@@ -303,7 +303,7 @@ impl Vm {
             slot,
             protected,
             watch,
-            scripts: HashMap::new(),
+            scripts: HashMap::default(),
             libraries: HashMap::new(),
             resp,
             load_redis,
@@ -332,9 +332,9 @@ impl Vm {
         }
     }
 
-    /// The compiled `EVAL` script `sha`.
-    pub fn script(&mut self, sha: &str, body: &[u8]) -> Result<Function, CmdError> {
-        if let Some(f) = self.scripts.get(sha) {
+    /// The compiled `EVAL` script `id`.
+    pub fn script(&mut self, id: super::ScriptId, body: &[u8]) -> Result<Function, CmdError> {
+        if let Some(f) = self.scripts.get(&id) {
             return Ok(f.clone());
         }
         let f = self
@@ -343,7 +343,7 @@ impl Vm {
             .set_name(EVAL_CHUNK)
             .into_function()
             .map_err(|e| CmdError::err(format!("Error compiling script (new function): {}", lua_message(&e))))?;
-        self.scripts.insert(sha.to_string(), f.clone());
+        self.scripts.insert(id, f.clone());
         Ok(f)
     }
 
