@@ -11,6 +11,7 @@ pub mod bitfield;
 pub mod bits;
 pub mod blocking;
 pub mod connection;
+pub mod dump;
 pub mod geo;
 pub mod hash;
 pub mod hll;
@@ -184,6 +185,7 @@ pub static TABLE: LazyLock<CommandTable> = LazyLock::new(|| {
         connection::COMMANDS,
         server::COMMANDS,
         keys::COMMANDS,
+        dump::COMMANDS,
         string::COMMANDS,
         bits::COMMANDS,
         bitfield::COMMANDS,
