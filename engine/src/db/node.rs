@@ -15,10 +15,11 @@
 //! a key first gets one or loses it (`set_expiry`); the key and entry stay where they are
 //! in the allocation, so `realloc` moves them as bytes.
 //!
-//! The workspace's second `unsafe` module (beside `db::strbuf`): no safe type stores a
-//! variable-length key and an optional tail behind one 8-byte pointer. Each block says why
-//! it is sound; `db::table`'s `HashMap`-model proptest drives every operation (keys of many
-//! lengths, registers set, changed and removed, replacing, removing, iterating).
+//! The workspace's second `unsafe` module (beside `db::strbuf`; the third is `script::active`):
+//! no safe type stores a variable-length key and an optional tail behind one 8-byte pointer.
+//! Each block says why it is sound; `db::table`'s `HashMap`-model proptest drives every
+//! operation (keys of many lengths, registers set, changed and removed, replacing, removing,
+//! iterating).
 #![allow(unsafe_code)]
 
 use std::alloc::{self, Layout};

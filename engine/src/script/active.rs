@@ -1,13 +1,14 @@
 //! The running script's `redis.call`, reached from the one Rust callback each VM registers
 //! when it starts (`Vm::new`, `slot.f`). A call's state borrows the command that runs the
 //! script (its `Exec`, with the shard locks), so the callback cannot own it: mlua's safe way is
-//! a callback made per run in a `Lua::scope`, which a small `EVALSHA` paid ~2,700 of its
+//! a callback made per run in a `Lua::scope`, which a small `EVALSHA` paid ~4,400 of its
 //! ~27,000 instructions for (making the callback, then invalidating it when the scope ends;
 //! docs/benchmarks.md, "EVALSHA"). Here the run lends its `redis.call` to this thread for the
 //! length of the script (`lend`), and the registered callback calls it (`call`).
 //!
-//! One of the modules allowed `unsafe` (the workspace denies it): a borrowed closure's lifetime
-//! is erased while it is lent. The blocks below say why that is sound.
+//! The workspace's third module allowed `unsafe` (beside `db::strbuf` and `db::node`; the
+//! workspace denies it): a borrowed closure's lifetime is erased while it is lent. The blocks
+//! below say why that is sound.
 #![allow(unsafe_code)]
 
 use std::cell::Cell;
