@@ -282,7 +282,8 @@ fn function_restore(exec: &mut Exec, payload: &[u8], policy: Option<&Bytes>) -> 
         incoming.push((name, code, functions));
     }
     let mut libraries = scripts.functions.write();
-    libraries.check_restore(incoming.iter().map(|(name, _, functions)| (name.as_str(), &functions[..])), policy)?;
+    let checked: Vec<(&str, &[_])> = incoming.iter().map(|(name, _, functions)| (name.as_str(), &functions[..])).collect();
+    libraries.check_restore(&checked, policy)?;
     match policy {
         RestorePolicy::Flush => {
             exec.ctx.flush_libraries();

@@ -68,11 +68,17 @@ impl Policy {
 
 const LFU_INIT: u32 = 5;
 
+/// The LFU clock: minutes, in the 16 bits above an entry's 8-bit counter (Redis's
+/// `LFUGetTimeInMinutes`).
+fn lfu_minutes(now_ms: u64) -> u32 {
+    ((now_ms / 60_000) & 0xffff) as u32
+}
+
 /// Records a read or write of `entry` for the eviction policy: as an LFU counter when `lfu`
 /// (the store's `lfu_access`), else as the access time.
 pub fn on_access(entry: &mut Entry, now_ms: u64, lfu: bool) {
     if lfu {
-        let minutes = ((now_ms / 60_000) & 0xffff) as u32;
+        let minutes = lfu_minutes(now_ms);
         let mut counter = entry.access & 0xff;
         if entry.access == 0 {
             counter = LFU_INIT;
@@ -101,7 +107,7 @@ pub enum AccessHint {
 /// policy is ignored.
 pub fn restore_access(entry: &mut Entry, hint: AccessHint, now_ms: u64, lfu: bool) {
     match hint {
-        AccessHint::Frequency(freq) if lfu => entry.access = ((((now_ms / 60_000) & 0xffff) as u32) << 8) | u32::from(freq),
+        AccessHint::Frequency(freq) if lfu => entry.access = (lfu_minutes(now_ms) << 8) | u32::from(freq),
         AccessHint::IdleSeconds(idle) if !lfu => entry.access = (now_ms / 1000).saturating_sub(idle) as u32,
         _ => {}
     }
@@ -111,7 +117,7 @@ pub fn restore_access(entry: &mut Entry, hint: AccessHint, now_ms: u64, lfu: boo
 fn score(entry: EntryRef<'_>, policy: Policy, now_ms: u64) -> u64 {
     match policy {
         Policy::AllKeysLfu | Policy::VolatileLfu => {
-            let minutes = ((now_ms / 60_000) & 0xffff) as u32;
+            let minutes = lfu_minutes(now_ms);
             let elapsed = minutes.wrapping_sub(entry.access >> 8) & 0xffff;
             (entry.access & 0xff).saturating_sub(elapsed) as u64
         }

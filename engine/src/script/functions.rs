@@ -11,7 +11,7 @@
 //! `redis.log`, the constants), as in Redis; once loaded, its functions see every global.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -92,23 +92,22 @@ impl Libraries {
     /// under `policy`, with Redis's errors (`libraryJoin`): with APPEND a library that exists
     /// fails; under any policy a library named twice, or a function registered twice or by a
     /// library that stays (any but those replaced; none after a flush), fails.
-    pub fn check_restore<'a>(&self, incoming: impl Iterator<Item = (&'a str, &'a [FunctionInfo])> + Clone, policy: RestorePolicy) -> Result<(), CmdError> {
-        let replaced = |library: &str| match policy {
-            RestorePolicy::Flush => true,
-            RestorePolicy::Replace => incoming.clone().any(|(name, _)| name == library),
-            RestorePolicy::Append => false,
-        };
-        let mut taken: HashMap<String, &str> =
-            self.functions.iter().filter(|(_, library)| !replaced(library)).map(|(f, library)| (f.clone(), library.as_str())).collect();
+    pub fn check_restore(&self, incoming: &[(&str, &[FunctionInfo])], policy: RestorePolicy) -> Result<(), CmdError> {
         let mut names = std::collections::HashSet::new();
-        for (name, functions) in incoming.clone() {
+        for &(name, _) in incoming {
             if !names.insert(name) || (policy == RestorePolicy::Append && self.libraries.contains_key(name)) {
                 return Err(CmdError::err(format!("Library {name} already exists")));
             }
-            for f in functions {
-                if taken.insert(f.name.to_ascii_lowercase(), name).is_some() {
-                    return Err(CmdError::err(format!("Function {} already exists", f.name)));
-                }
+        }
+        let stays = |library: &str| match policy {
+            RestorePolicy::Flush => false,
+            RestorePolicy::Replace => !names.contains(library),
+            RestorePolicy::Append => true,
+        };
+        let mut taken: HashSet<String> = self.functions.iter().filter(|(_, library)| stays(library)).map(|(f, _)| f.clone()).collect();
+        for f in incoming.iter().flat_map(|(_, functions)| functions.iter()) {
+            if !taken.insert(f.name.to_ascii_lowercase()) {
+                return Err(CmdError::err(format!("Function {} already exists", f.name)));
             }
         }
         Ok(())

@@ -53,8 +53,6 @@ pub struct Vm {
     pub function_globals: Table,
     /// `redis` as scripts see it.
     pub redis: Table,
-    /// Holds `f`, the Rust side of `redis.call`/`redis.pcall` (`script::active`).
-    pub slot: Table,
     /// `run(f, ...)`: calls `f` under `xpcall` with Redis's error handler.
     pub protected: Function,
     pub watch: Rc<RefCell<Watch>>,
@@ -71,7 +69,7 @@ pub struct Vm {
     /// The names a run sets, made into Lua strings once: a `&str` key would be interned again
     /// on every run (a protected call and an allocation each, about a seventh of a small
     /// script's `EVALSHA`).
-    pub names: Names,
+    names: Names,
     /// `KEYS` and `ARGV` as `EVAL` scripts see them (`set_eval_arguments`).
     eval_keys: Table,
     eval_argv: Table,
@@ -292,6 +290,8 @@ impl Vm {
             let failed = reply.is_error();
             Ok((frame_to_lua(lua, &reply, call_resp.get())?, failed))
         })?;
+        // `slot` holds `f`, the Rust side of `redis.call`/`redis.pcall`; only the bootstrap's
+        // two wrappers reach it.
         slot.raw_set("f", command)?;
         Ok(Vm {
             lua,
@@ -300,7 +300,6 @@ impl Vm {
             globals,
             function_globals,
             redis,
-            slot,
             protected,
             watch,
             scripts: HashMap::default(),
