@@ -15,6 +15,14 @@ const LOGICAL_MASK: u64 = (1 << LOGICAL_BITS) - 1;
 /// Where the clock reads physical time. Tests inject a skewed or manual clock.
 pub trait WallClock: Send + Sync {
     fn now_ms(&self) -> u64;
+
+    /// This clock's time when the system's real-time clock read `system_ms`: lets a command
+    /// take its wall time from the clock read that also starts its timer (`clock::Stopwatch`).
+    /// A clock that does not follow the system's (a test's manual clock) reads itself.
+    fn at_system_ms(&self, system_ms: u64) -> u64 {
+        let _ = system_ms;
+        self.now_ms()
+    }
 }
 
 /// The system's real-time clock.
@@ -25,6 +33,10 @@ impl WallClock for SystemClock {
     fn now_ms(&self) -> u64 {
         crate::clock::realtime_ms()
     }
+
+    fn at_system_ms(&self, system_ms: u64) -> u64 {
+        system_ms
+    }
 }
 
 /// The system clock shifted by a fixed offset (the `clock-offset-ms` test directive).
@@ -33,7 +45,11 @@ pub struct OffsetClock(pub i64);
 
 impl WallClock for OffsetClock {
     fn now_ms(&self) -> u64 {
-        SystemClock.now_ms().saturating_add_signed(self.0)
+        self.at_system_ms(SystemClock.now_ms())
+    }
+
+    fn at_system_ms(&self, system_ms: u64) -> u64 {
+        system_ms.saturating_add_signed(self.0)
     }
 }
 
@@ -83,6 +99,11 @@ impl Hlc {
 
     pub fn wall_ms(&self) -> u64 {
         self.wall.now_ms()
+    }
+
+    /// The wall time when the system clock read `system_ms` (`WallClock::at_system_ms`).
+    pub fn wall_ms_at(&self, system_ms: u64) -> u64 {
+        self.wall.at_system_ms(system_ms)
     }
 
     pub fn set_max_skew_ms(&self, ms: u64) {

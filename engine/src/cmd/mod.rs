@@ -322,9 +322,11 @@ pub fn lock_for<'a>(server: &'a Server, spec: &CommandSpec, argv: &[Bytes], db: 
 /// Runs one command outside a transaction: lock, run, unlock, count.
 pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv: &[Bytes]) -> Frame {
     let spec = TABLE.specs[index];
-    let timer = Stopwatch::start();
     let locks = lock_for(server, spec, argv, client.db);
-    let mut ctx = Ctx::new(&server.store, client.db, server.store.hlc.wall_ms(), locks);
+    // One clock read gives the command its wall time and starts its timer (once it holds
+    // its locks: the duration is the run's, as Redis times `c->cmd->proc`).
+    let timer = Stopwatch::start();
+    let mut ctx = Ctx::new(&server.store, client.db, server.store.hlc.wall_ms_at(timer.started_ms()), locks);
     ctx.no_touch = no_touch(client, spec);
     let mut exec = Exec { ctx, server, client };
     let reply = (spec.run)(&mut exec, argv);
