@@ -106,6 +106,10 @@ fn a_write_on_any_of_three_nodes_reaches_all_of_them() {
     assert_eq!(info_field(&info, "role").as_deref(), Some("active-replica"), "{info}");
     assert_eq!(info_field(&info, "connected_slaves").as_deref(), Some("2"), "{info}");
     assert!(info_field(&info, "master_1_host").is_some(), "second master block missing: {info}");
+    // Node 0 originated a SET and an HSET, each streamed to two subscribers, in at least one
+    // batch per subscriber and at most one per op.
+    assert_eq!(metric(&servers[0], "keymesh_mesh_sent_ops_total"), 4);
+    assert!((2..=4).contains(&metric(&servers[0], "keymesh_mesh_sent_batches_total")));
 }
 
 #[test]

@@ -24,6 +24,10 @@ pub struct MeshMetrics {
     pub wipes: IntCounter,
     /// Subscribers refused, by reason (`auth`, `protocol`).
     pub refused_subscribers: IntCounterVec,
+    /// Live batches sent to subscribers, and the ops in them: their ratio is how well the
+    /// streams batch (`origin::LINGER`), which decides most of the mesh's CPU per write.
+    pub sent_batches: IntCounter,
+    pub sent_ops: IntCounter,
 }
 
 fn register<T: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: T) -> T {
@@ -102,6 +106,15 @@ impl MeshMetrics {
             tombstones_collected: register(
                 registry,
                 IntCounter::new("keymesh_tombstones_collected_total", "Tombstones dropped: every peer was past them, or they outlived tombstone-gc-seconds.")
+                    .expect("static metric"),
+            ),
+            sent_batches: register(
+                registry,
+                IntCounter::new("keymesh_mesh_sent_batches_total", "Batches of live ops this node sent to its subscribers (all peers).").expect("static metric"),
+            ),
+            sent_ops: register(
+                registry,
+                IntCounter::new("keymesh_mesh_sent_ops_total", "Live ops this node sent to its subscribers (all peers), in keymesh_mesh_sent_batches_total batches.")
                     .expect("static metric"),
             ),
             wipes: register(

@@ -267,6 +267,8 @@ async fn stream_to(
             let count = ops.len() as u64;
             let batch = pb::EncodedBatch { first_seq: seq, ops, hlc: mesh.store.hlc.now() };
             seq += count;
+            mesh.metrics.sent_batches.inc();
+            mesh.metrics.sent_ops.inc_by(count);
             if tx.send(Ok(message(Body::Batch(batch)))).await.is_err() {
                 return Ok(());
             }
