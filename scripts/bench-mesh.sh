@@ -114,10 +114,14 @@ wait_rt="$("${pin[@]}" "$mesh_bench" wait "${ports[0]}" 2 500)"
 # Throughput and CPU on their own (the lag probe's clients would share the cores), until every
 # node holds every key; then the same load again with the lag probe running.
 node_t0=(); for p in "${pids[@]}"; do node_t0+=("$(cpu_ticks "$p")"); done
+batches0="$(metric "${metrics[0]}" keymesh_mesh_sent_batches_total)"; ops0="$(metric "${metrics[0]}" keymesh_mesh_sent_ops_total)"
 mesh_t0="$(cpu_ticks "${pids[@]}")"
 mesh="$(set_rps "${ports[0]}")"
 converged
 mesh_cpu=$(( $(cpu_ticks "${pids[@]}") - mesh_t0 ))
+# How node 0's streams batched that load: batches sent (to both peers) and ops per batch.
+batches=$(( $(metric "${metrics[0]}" keymesh_mesh_sent_batches_total) - batches0 ))
+ops=$(( $(metric "${metrics[0]}" keymesh_mesh_sent_ops_total) - ops0 ))
 # Each node's share (node 0 takes the load, nodes 1 and 2 merge its writes).
 node_cpu=""; for i in 0 1 2; do node_cpu+="$(( $(cpu_ticks "${pids[$i]}") - node_t0[i] )) "; done
 # loaded_lag NICENESS: the lag probe while the load runs against node 0 at that niceness;
@@ -156,12 +160,13 @@ bytes="$(metric "$mb" 'keymesh_mesh_received_bytes_total{kind="full"')"
 
 stop_all
 
-awk -v s="$solo" -v m="$mesh" -v sc="$solo_cpu" -v mc="$mesh_cpu" -v n="$n" -v hz="$(getconf CLK_TCK)" -v t0="$t0" -v t1="$t1" -v b="$bytes" -v k="$keys" -v il="$idle_lag" -v ll="$(echo "$load_lag" | sed -n 1p)" -v pl="$(echo "$load_lag" | sed -n 2p)" -v nl="$(echo "$niced_lag" | sed -n 1p)" -v np="$(echo "$niced_lag" | sed -n 2p)" -v nc="$node_cpu" -v wr="$wait_rt" -v layout="$layout" 'BEGIN {
+awk -v s="$solo" -v m="$mesh" -v sc="$solo_cpu" -v mc="$mesh_cpu" -v n="$n" -v hz="$(getconf CLK_TCK)" -v t0="$t0" -v t1="$t1" -v b="$bytes" -v k="$keys" -v il="$idle_lag" -v ll="$(echo "$load_lag" | sed -n 1p)" -v pl="$(echo "$load_lag" | sed -n 2p)" -v nl="$(echo "$niced_lag" | sed -n 1p)" -v np="$(echo "$niced_lag" | sed -n 2p)" -v nc="$node_cpu" -v wr="$wait_rt" -v nb="$batches" -v no="$ops" -v layout="$layout" 'BEGIN {
   printf "\nlayout: %s\n", layout
   printf "SET -P 16 ops/s: standalone %.0f, 3-node mesh %.0f, ratio %.2f (target >= 0.80 where cores allow)\n", s, m, m / s
   printf "CPU per million writes: standalone %.2f s, 3-node mesh (all nodes, until converged) %.2f s, ratio %.2f (target <= 2.0)\n", sc / hz / n * 1e6, mc / hz / n * 1e6, mc / sc
   split(nc, c, " ")
   printf "  of which node 0 (takes the writes) %.2f s, nodes 1 and 2 (merge them) %.2f s and %.2f s\n", c[1] / hz / n * 1e6, c[2] / hz / n * 1e6, c[3] / hz / n * 1e6
+  printf "  node 0 streamed it in %d batches to its two peers, %.1f ops per batch\n", nb, (nb > 0 ? no / nb : 0)
   split(il, i, " "); split(ll, l, " ")
   printf "replication lag (publish on node 0 -> receive on nodes 1, 2): idle p50 %.2f ms p99 %.2f ms (%d samples); under that load p50 %.2f ms p99 %.2f ms (%d samples) (target p99 <= 5 ms)\n", i[1], i[2], i[3], l[1], l[2], l[3]
   split(pl, q, " "); split(nl, w, " "); split(np, x, " ")
