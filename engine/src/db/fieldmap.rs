@@ -8,6 +8,14 @@
 //! random was to walk to it, O(n): on a 200,000-member set those commands answered 8–9k times
 //! a second against Redis's 670–710k.
 //!
+//! A table grows a step at a time, as Redis's dict rehashes incrementally: when it is full, a
+//! table twice the size takes the new elements and the old one's move into it a few buckets per
+//! write (`Table::step`), lookups seeing both meanwhile. Grown all at once, as hashbrown grows,
+//! a set of 2M members stalled its shard and its worker thread for ~200 ms (Redis's worst
+//! request: 4.7 ms; docs/benchmarks.md, "Big collections grow a step at a time"). Reads do not
+//! move elements (they hold the map shared), so a map left unwritten mid-growth keeps both
+//! tables until its next write.
+//!
 //! The methods are `HashMap`'s, with the same names and meaning, for those the engine uses.
 
 use std::borrow::Borrow;
@@ -36,11 +44,232 @@ enum Repr<V> {
 }
 
 /// hashbrown's table with its own seed (two tables built from each other's walk with one
-/// seed would cluster).
+/// seed would cluster), grown a step at a time: every element is in `table` or, while the map
+/// grows, in `old`, never in both.
 #[derive(Clone)]
 struct Table<V> {
     table: HashTable<(Bytes, V)>,
+    /// While the map grows: the table it grows from, whose elements move into `table`.
+    old: Option<Moving<V>>,
     hasher: RandomState,
+}
+
+#[derive(Clone)]
+struct Moving<V> {
+    table: HashTable<(Bytes, V)>,
+    /// Its first bucket not emptied yet.
+    next: usize,
+}
+
+/// Buckets of the old table emptied into the new one per write while a map grows (at the load
+/// a full table has, three or four elements). As in Redis, which moves one bucket per
+/// operation, the moves are spread thin: 2M `SADD`s into one set at -P 16 had a p99 of 2.6 ms
+/// and a worst request of 4.7–7.0 ms with 4 buckets a write, 5.7 and 11 ms with 64, 3.1 and
+/// 21 ms with 256, against 1.3 and 200 ms grown all at once (docs/benchmarks.md, "Big
+/// collections grow a step at a time"). A growth ends after a quarter as many writes as the
+/// old table had buckets, before the new table fills (`Table::grow` sizes it for that).
+const STEP_BUCKETS: usize = 4;
+
+/// A table's elements and how many are left: two tables' chained are not an
+/// `ExactSizeIterator` by themselves.
+#[derive(Clone)]
+pub struct Counted<I> {
+    inner: I,
+    left: usize,
+}
+
+impl<I: Iterator> Iterator for Counted<I> {
+    type Item = I::Item;
+
+    fn next(&mut self) -> Option<I::Item> {
+        let item = self.inner.next()?;
+        self.left -= 1;
+        Some(item)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl<I: Iterator> ExactSizeIterator for Counted<I> {}
+
+/// The elements of a table given up whole (`FieldMap`'s `IntoIterator`).
+type TableIntoIter<V> =
+    Counted<std::iter::Chain<hashbrown::hash_table::IntoIter<(Bytes, V)>, std::iter::Flatten<std::option::IntoIter<HashTable<(Bytes, V)>>>>>;
+
+impl<V> Table<V> {
+    fn with_capacity(capacity: usize) -> Table<V> {
+        Table { table: HashTable::with_capacity(capacity), old: None, hasher: RandomState::default() }
+    }
+
+    fn len(&self) -> usize {
+        self.table.len() + self.old.as_ref().map_or(0, |old| old.table.len())
+    }
+
+    /// Buckets held, in both tables while the map grows.
+    fn buckets(&self) -> usize {
+        self.table.num_buckets() + self.old.as_ref().map_or(0, |old| old.table.num_buckets())
+    }
+
+    fn hash<Q: Hash + ?Sized>(&self, name: &Q) -> u64 {
+        self.hasher.hash_one(name)
+    }
+
+    fn find<Q>(&self, name: &Q) -> Option<&(Bytes, V)>
+    where
+        Bytes: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        // An empty table (most collections' `removed` once they had tombstones) answers
+        // without hashing the name.
+        if self.len() == 0 {
+            return None;
+        }
+        let (hash, named) = (self.hash(name), |(n, _): &(Bytes, V)| n.borrow() == name);
+        self.table.find(hash, named).or_else(|| self.old.as_ref()?.table.find(hash, named))
+    }
+
+    fn find_mut<Q>(&mut self, name: &Q) -> Option<&mut (Bytes, V)>
+    where
+        Bytes: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if self.len() == 0 {
+            return None;
+        }
+        let (hash, named) = (self.hash(name), |(n, _): &(Bytes, V)| n.borrow() == name);
+        if let Some(old) = &mut self.old {
+            if let Some(found) = old.table.find_mut(hash, named) {
+                return Some(found);
+            }
+        }
+        self.table.find_mut(hash, named)
+    }
+
+    /// The value at `name`, stored first with `value` if the map does not hold it; `value`
+    /// comes back when it was not stored. A write: it moves a step of a growth first.
+    fn slot<N: Name>(&mut self, name: N, value: V) -> (&mut V, Option<V>) {
+        self.step();
+        let hash = self.hash(name.bytes());
+        let named = |(n, _): &(Bytes, V)| n[..] == *name.bytes();
+        match self.old.as_ref().map(|old| old.table.find(hash, named).is_some()) {
+            // Not moved yet: it stays where it is until its bucket's turn.
+            Some(true) => {
+                let held = self.old.as_mut().and_then(|old| old.table.find_mut(hash, named)).expect("found in the old table above");
+                return (&mut held.1, Some(value));
+            }
+            Some(false) => {}
+            None => {
+                if self.table.len() == self.table.capacity() && self.table.find(hash, named).is_none() {
+                    self.grow();
+                }
+            }
+        }
+        let Table { table, hasher, .. } = self;
+        match table.entry(hash, named, |(n, _)| hasher.hash_one(n)) {
+            Entry::Occupied(held) => (&mut held.into_mut().1, Some(value)),
+            Entry::Vacant(free) => (&mut free.insert((name.stored(), value)).into_mut().1, None),
+        }
+    }
+
+    /// Starts a growth: the full table becomes the old one, and a new one takes its elements
+    /// and every element added until they have all moved (one per write at most, over
+    /// `buckets / STEP_BUCKETS` writes), so it never grows itself meanwhile.
+    fn grow(&mut self) {
+        let (len, buckets) = (self.table.len(), self.table.num_buckets());
+        let capacity = (2 * len).max(len + buckets / STEP_BUCKETS + 1);
+        let full = std::mem::replace(&mut self.table, HashTable::with_capacity(capacity));
+        self.old = Some(Moving { table: full, next: 0 });
+    }
+
+    /// Moves the elements of the next `STEP_BUCKETS` buckets of a growth's old table; drops
+    /// the old table once it is empty.
+    fn step(&mut self) {
+        let Table { table, old, hasher } = self;
+        let Some(moving) = old else { return };
+        let end = (moving.next + STEP_BUCKETS).min(moving.table.num_buckets());
+        // Moving an element hashes its name, elsewhere in memory: start loading them all
+        // first, so that their cache misses overlap instead of queueing one after another.
+        for bucket in moving.next..end {
+            if let Some((name, _)) = moving.table.get_bucket(bucket) {
+                super::node::prefetch(name.as_ptr());
+            }
+        }
+        for bucket in moving.next..end {
+            if let Ok(full) = moving.table.get_bucket_entry(bucket) {
+                let (item, _) = full.remove();
+                table.insert_unique(hasher.hash_one(&item.0), item, |(n, _)| hasher.hash_one(n));
+            }
+        }
+        moving.next = end;
+        if moving.table.is_empty() {
+            *old = None;
+        }
+    }
+
+    /// Ends a growth at once (before the map is shrunk: a shrink rehashes every element anyway).
+    fn finish(&mut self) {
+        let Table { table, old, hasher } = self;
+        for item in old.take().into_iter().flat_map(|moving| moving.table) {
+            table.insert_unique(hasher.hash_one(&item.0), item, |(n, _)| hasher.hash_one(n));
+        }
+    }
+
+    fn remove<Q>(&mut self, name: &Q) -> Option<(Bytes, V)>
+    where
+        Bytes: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        if self.len() == 0 {
+            return None;
+        }
+        self.step();
+        let (hash, named) = (self.hash(name), |(n, _): &(Bytes, V)| n.borrow() == name);
+        if let Some(old) = &mut self.old {
+            if let Ok(found) = old.table.find_entry(hash, named) {
+                return Some(found.remove().0);
+            }
+        }
+        self.table.find_entry(hash, named).ok().map(|found| found.remove().0)
+    }
+
+    fn iter(&self) -> Counted<impl Iterator<Item = &(Bytes, V)> + Clone> {
+        Counted { inner: self.table.iter().chain(self.old.iter().flat_map(|old| old.table.iter())), left: self.len() }
+    }
+
+    fn iter_mut(&mut self) -> Counted<impl Iterator<Item = &mut (Bytes, V)>> {
+        let left = self.len();
+        Counted { inner: self.table.iter_mut().chain(self.old.iter_mut().flat_map(|old| old.table.iter_mut())), left }
+    }
+
+    fn retain(&mut self, mut keep: impl FnMut(&Bytes, &mut V) -> bool) {
+        self.table.retain(|(n, v)| keep(n, v));
+        if let Some(old) = &mut self.old {
+            old.table.retain(|(n, v)| keep(n, v));
+        }
+    }
+
+    fn drain(&mut self) -> Counted<impl Iterator<Item = (Bytes, V)> + '_> {
+        let left = self.len();
+        let old = self.old.take().map(|moving| moving.table);
+        Counted { inner: self.table.drain().chain(old.into_iter().flatten()), left }
+    }
+
+    fn into_elements(self) -> TableIntoIter<V> {
+        let left = self.len();
+        Counted { inner: self.table.into_iter().chain(self.old.map(|moving| moving.table).into_iter().flatten()), left }
+    }
+
+    /// An element at random (`draw_bucket`) from one of the two tables, picked by how many
+    /// each holds, so that every element has the same chance.
+    fn random(&self, rng: &mut impl Rng) -> Option<&(Bytes, V)> {
+        let table = match &self.old {
+            Some(old) if rng.random_range(0..self.len().max(1)) < old.table.len() => &old.table,
+            _ => &self.table,
+        };
+        draw_bucket(table, rng)
+    }
 }
 
 // Every hash, set and sorted set holds two of these (its live elements and its tombstones),
@@ -124,18 +353,14 @@ impl<V> Default for FieldMap<V> {
 
 impl<V> FieldMap<V> {
     pub fn with_capacity(capacity: usize) -> FieldMap<V> {
-        let repr = if capacity <= SMALL_MAX {
-            Repr::Small(Vec::with_capacity(capacity))
-        } else {
-            Repr::Table(Box::new(Table { table: HashTable::with_capacity(capacity), hasher: RandomState::default() }))
-        };
+        let repr = if capacity <= SMALL_MAX { Repr::Small(Vec::with_capacity(capacity)) } else { Repr::Table(Box::new(Table::with_capacity(capacity))) };
         FieldMap { repr }
     }
 
     pub fn len(&self) -> usize {
         match &self.repr {
             Repr::Small(items) => items.len(),
-            Repr::Table(t) => t.table.len(),
+            Repr::Table(t) => t.len(),
         }
     }
 
@@ -151,6 +376,7 @@ impl<V> FieldMap<V> {
     pub fn capacity(&self) -> usize {
         match &self.repr {
             Repr::Small(items) => items.capacity(),
+            // The new table's while the map grows: it will hold them all.
             Repr::Table(t) => t.table.capacity(),
         }
     }
@@ -160,7 +386,7 @@ impl<V> FieldMap<V> {
     pub fn buckets(&self) -> usize {
         match &self.repr {
             Repr::Small(items) => items.capacity(),
-            Repr::Table(t) => t.table.num_buckets(),
+            Repr::Table(t) => t.buckets(),
         }
     }
 
@@ -169,8 +395,12 @@ impl<V> FieldMap<V> {
     pub fn shrink_to_fit(&mut self) {
         match &mut self.repr {
             Repr::Small(items) => items.shrink_to_fit(),
-            Repr::Table(t) if t.table.len() <= SMALL_MAX => self.repr = Repr::Small(t.table.drain().collect()),
-            Repr::Table(t) => t.table.shrink_to_fit(|(name, _)| t.hasher.hash_one(name)),
+            Repr::Table(t) if t.len() <= SMALL_MAX => self.repr = Repr::Small(t.drain().collect()),
+            Repr::Table(t) => {
+                t.finish();
+                let Table { table, hasher, .. } = &mut **t;
+                table.shrink_to_fit(|(name, _)| hasher.hash_one(name));
+            }
         }
     }
 
@@ -181,10 +411,7 @@ impl<V> FieldMap<V> {
     {
         match &self.repr {
             Repr::Small(items) => position(items, name).map(|i| &items[i].1),
-            // An empty table (most collections' `removed` once they had tombstones) answers
-            // without hashing the name.
-            Repr::Table(t) if t.table.is_empty() => None,
-            Repr::Table(t) => t.table.find(t.hasher.hash_one(name), |(n, _)| n.borrow() == name).map(|(_, v)| v),
+            Repr::Table(t) => t.find(name).map(|(_, v)| v),
         }
     }
 
@@ -195,8 +422,7 @@ impl<V> FieldMap<V> {
     {
         match &mut self.repr {
             Repr::Small(items) => position(items, name).map(|i| &mut items[i].1),
-            Repr::Table(t) if t.table.is_empty() => None,
-            Repr::Table(t) => t.table.find_mut(t.hasher.hash_one(name), |(n, _)| n.borrow() == name).map(|(_, v)| v),
+            Repr::Table(t) => t.find_mut(name).map(|(_, v)| v),
         }
     }
 
@@ -238,12 +464,7 @@ impl<V> FieldMap<V> {
             },
             Err((name, value)) => {
                 let Repr::Table(t) = &mut self.repr else { unreachable!("small_slot leaves a table") };
-                let Table { table, hasher } = &mut **t;
-                let hash = hasher.hash_one(name.bytes());
-                match table.entry(hash, |(n, _)| n[..] == *name.bytes(), |(n, _)| hasher.hash_one(n)) {
-                    Entry::Occupied(held) => (&mut held.into_mut().1, Some(value)),
-                    Entry::Vacant(free) => (&mut free.insert((name.stored(), value)).into_mut().1, None),
-                }
+                t.slot(name, value)
             }
         }
     }
@@ -262,12 +483,11 @@ impl<V> FieldMap<V> {
             items.push((name.stored(), value));
             return Ok((items.len() - 1, None));
         }
-        let hasher = RandomState::default();
-        let mut table = HashTable::with_capacity(2 * SMALL_MAX);
+        let mut t = Table::with_capacity(2 * SMALL_MAX);
         for item in std::mem::take(items) {
-            table.insert_unique(hasher.hash_one(&item.0), item, |(n, _)| hasher.hash_one(n));
+            t.table.insert_unique(t.hasher.hash_one(&item.0), item, |(n, _)| t.hasher.hash_one(n));
         }
-        self.repr = Repr::Table(Box::new(Table { table, hasher }));
+        self.repr = Repr::Table(Box::new(t));
         Err((name, value))
     }
 
@@ -286,25 +506,21 @@ impl<V> FieldMap<V> {
     {
         match &mut self.repr {
             Repr::Small(items) => position(items, name).map(|i| items.remove(i)),
-            Repr::Table(t) if t.table.is_empty() => None,
-            Repr::Table(t) => match t.table.find_entry(t.hasher.hash_one(name), |(n, _)| n.borrow() == name) {
-                Ok(slot) => Some(slot.remove().0),
-                Err(_) => None,
-            },
+            Repr::Table(t) => t.remove(name),
         }
     }
 
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (&Bytes, &V)> + Clone {
         match &self.repr {
             Repr::Small(items) => Either::Left(items.iter().map(|(n, v)| (n, v))),
-            Repr::Table(t) => Either::Right(t.table.iter().map(|(n, v)| (n, v))),
+            Repr::Table(t) => Either::Right(t.iter().map(|(n, v)| (n, v))),
         }
     }
 
     pub fn iter_mut(&mut self) -> impl ExactSizeIterator<Item = (&Bytes, &mut V)> {
         match &mut self.repr {
             Repr::Small(items) => Either::Left(items.iter_mut().map(|(n, v)| (&*n, v))),
-            Repr::Table(t) => Either::Right(t.table.iter_mut().map(|(n, v)| (&*n, v))),
+            Repr::Table(t) => Either::Right(t.iter_mut().map(|(n, v)| (&*n, v))),
         }
     }
 
@@ -323,14 +539,14 @@ impl<V> FieldMap<V> {
     pub fn retain(&mut self, mut keep: impl FnMut(&Bytes, &mut V) -> bool) {
         match &mut self.repr {
             Repr::Small(items) => items.retain_mut(|(n, v)| keep(n, v)),
-            Repr::Table(t) => t.table.retain(|(n, v)| keep(n, v)),
+            Repr::Table(t) => t.retain(keep),
         }
     }
 
     pub fn drain(&mut self) -> impl ExactSizeIterator<Item = (Bytes, V)> + '_ {
         match &mut self.repr {
             Repr::Small(items) => Either::Left(items.drain(..)),
-            Repr::Table(t) => Either::Right(t.table.drain()),
+            Repr::Table(t) => Either::Right(t.drain()),
         }
     }
 
@@ -344,7 +560,7 @@ impl<V> FieldMap<V> {
         }
         let drawn = match &self.repr {
             Repr::Small(items) => items.get(rng.random_range(0..items.len())),
-            Repr::Table(t) => draw_bucket(&t.table, rng),
+            Repr::Table(t) => t.random(rng),
         };
         match drawn {
             Some((n, v)) => Some((n, v)),
@@ -414,11 +630,11 @@ impl<V> FromIterator<(Bytes, V)> for FieldMap<V> {
 
 impl<V> IntoIterator for FieldMap<V> {
     type Item = (Bytes, V);
-    type IntoIter = Either<std::vec::IntoIter<(Bytes, V)>, hashbrown::hash_table::IntoIter<(Bytes, V)>>;
+    type IntoIter = Either<std::vec::IntoIter<(Bytes, V)>, TableIntoIter<V>>;
     fn into_iter(self) -> Self::IntoIter {
         match self.repr {
             Repr::Small(items) => Either::Left(items.into_iter()),
-            Repr::Table(t) => Either::Right(t.table.into_iter()),
+            Repr::Table(t) => Either::Right(t.into_elements()),
         }
     }
 }
@@ -495,14 +711,14 @@ mod tests {
         Drain,
     }
 
-    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    /// Ops on `names` names; `removes` weighs removals against 7 for the inserts.
+    fn op(names: u8, removes: u32) -> impl proptest::strategy::Strategy<Value = Op> {
         use proptest::prelude::*;
-        // 24 names, so maps cross `SMALL_MAX` both ways.
         prop_oneof![
-            4 => (0u8..24, any::<u32>()).prop_map(|(n, v)| Op::Insert(n, v)),
-            2 => (0u8..24, any::<u32>()).prop_map(|(n, v)| Op::InsertCopied(n, v)),
-            1 => (0u8..24, any::<u32>()).prop_map(|(n, v)| Op::GetOrInsert(n, v)),
-            4 => (0u8..24).prop_map(Op::Remove),
+            4 => (0..names, any::<u32>()).prop_map(|(n, v)| Op::Insert(n, v)),
+            2 => (0..names, any::<u32>()).prop_map(|(n, v)| Op::InsertCopied(n, v)),
+            1 => (0..names, any::<u32>()).prop_map(|(n, v)| Op::GetOrInsert(n, v)),
+            removes => (0..names).prop_map(Op::Remove),
             1 => (1u32..4).prop_map(Op::Retain),
             1 => Just(Op::Shrink),
             1 => Just(Op::Drain),
@@ -516,9 +732,23 @@ mod tests {
 
     proptest::proptest! {
         /// Every answer against `std::collections::HashMap`, through both representations and
-        /// the moves between them; a vector keeps insertion order, removals included.
+        /// the moves between them; a vector keeps insertion order, removals included. 24
+        /// names, so maps cross `SMALL_MAX` both ways.
         #[test]
-        fn a_field_map_answers_as_a_hash_map(ops in proptest::collection::vec(op(), 1..200)) {
+        fn a_field_map_answers_as_a_hash_map(ops in proptest::collection::vec(op(24, 4), 1..200)) {
+            answers_as_a_hash_map(ops)?;
+        }
+
+        /// The same with 120 names and fewer removals: tables fill and grow, and every op
+        /// meets maps half moved from their old table to the new one (`Table::step`).
+        #[test]
+        fn a_growing_field_map_answers_as_a_hash_map(ops in proptest::collection::vec(op(120, 1), 1..400)) {
+            answers_as_a_hash_map(ops)?;
+        }
+    }
+
+    fn answers_as_a_hash_map(ops: Vec<Op>) -> Result<(), proptest::test_runner::TestCaseError> {
+        {
             let mut map: FieldMap<u32> = FieldMap::default();
             let mut model: std::collections::HashMap<Bytes, u32> = std::collections::HashMap::new();
             let mut order: Vec<Bytes> = Vec::new();
@@ -580,8 +810,71 @@ mod tests {
                 let mut want: Vec<_> = model.iter().map(|(n, v)| (n.clone(), *v)).collect();
                 want.sort();
                 proptest::prop_assert_eq!(held, want);
+                proptest::prop_assert_eq!(map.iter().len(), model.len());
             }
         }
+        Ok(())
+    }
+
+    /// A full table grows a step per write: the next insert starts it, every element stays
+    /// found in one table or the other, each write empties `STEP_BUCKETS` of the old table's
+    /// buckets, the new table never grows meanwhile, and the old one is freed once empty.
+    #[test]
+    fn a_full_table_grows_a_step_per_write() {
+        let mut m: FieldMap<usize> = FieldMap::default();
+        let mut held = std::collections::BTreeSet::new();
+        let mut next = 0;
+        let mut add = |m: &mut FieldMap<usize>, held: &mut std::collections::BTreeSet<usize>| {
+            assert_eq!(m.insert(Bytes::from(next.to_string()), next), None);
+            held.insert(next);
+            next += 1;
+        };
+        while m.is_small() || m.len() < 1000 || m.len() < m.capacity() {
+            add(&mut m, &mut held);
+        }
+        let Repr::Table(t) = &m.repr else { unreachable!() };
+        let old_buckets = t.table.num_buckets();
+        assert!(t.old.is_none());
+        add(&mut m, &mut held);
+        let Repr::Table(t) = &m.repr else { unreachable!() };
+        let new_buckets = t.table.num_buckets();
+        assert!(t.old.is_some() && new_buckets >= 2 * old_buckets, "{new_buckets} buckets from {old_buckets}");
+        let (mut writes, mut picked) = (1, false);
+        loop {
+            let Repr::Table(t) = &m.repr else { unreachable!() };
+            let Some(old) = &t.old else { break };
+            // The write that started the growth moved nothing yet.
+            assert_eq!(old.next, (writes - 1) * STEP_BUCKETS);
+            assert_eq!(t.table.num_buckets(), new_buckets, "the new table grew while the old one moved");
+            // Adds, and removals of elements from either table.
+            if writes % 3 == 0 {
+                let gone = *held.iter().nth(writes % held.len()).unwrap();
+                assert_eq!(m.remove(gone.to_string().as_bytes()), Some(gone));
+                held.remove(&gone);
+            } else {
+                add(&mut m, &mut held);
+            }
+            writes += 1;
+            assert_eq!(m.len(), held.len());
+            assert_eq!(m.iter().len(), held.len());
+            if writes == old_buckets / STEP_BUCKETS / 2 {
+                // Half moved: picks at random come from both tables, as many from each as it holds.
+                let Repr::Table(t) = &m.repr else { unreachable!() };
+                let in_old = t.old.as_ref().map_or(0, |old| old.table.len());
+                let mut rng = rand::rng();
+                let from_old = (0..20_000)
+                    .map(|_| m.random(&mut rng).unwrap())
+                    .inspect(|(n, v)| assert!(held.contains(v) && n[..] == *v.to_string().as_bytes()))
+                    .filter(|(n, _)| t.old.as_ref().is_some_and(|old| old.table.iter().any(|(o, _)| o == *n)))
+                    .count();
+                let expected = 20_000 * in_old / held.len();
+                assert!(from_old.abs_diff(expected) < 600, "{from_old} picks from the old table, {expected} expected");
+                picked = true;
+            }
+        }
+        assert!(picked && writes <= old_buckets / STEP_BUCKETS + 2, "{writes} writes for {old_buckets} buckets");
+        assert!((0..next).all(|k| m.get(k.to_string().as_bytes()) == held.contains(&k).then_some(&k)));
+        assert_eq!(m.buckets(), new_buckets, "the old table is freed");
     }
 
     #[test]
