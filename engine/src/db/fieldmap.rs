@@ -112,8 +112,15 @@ impl<V> Table<V> {
         self.table.num_buckets() + self.old.as_ref().map_or(0, |old| old.table.num_buckets())
     }
 
-    fn hash<Q: Hash + ?Sized>(&self, name: &Q) -> u64 {
-        self.hasher.hash_one(name)
+    /// `name`'s hash and the test for the element it names, for a lookup in either table;
+    /// `None` when the map is empty (most collections' `removed` once they had tombstones),
+    /// which answers without hashing the name.
+    fn lookup<'q, Q>(&self, name: &'q Q) -> Option<(u64, impl Fn(&(Bytes, V)) -> bool + Copy + 'q)>
+    where
+        Bytes: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        (self.len() > 0).then(|| (self.hasher.hash_one(name), move |(n, _): &(Bytes, V)| n.borrow() == name))
     }
 
     fn find<Q>(&self, name: &Q) -> Option<&(Bytes, V)>
@@ -121,12 +128,7 @@ impl<V> Table<V> {
         Bytes: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        // An empty table (most collections' `removed` once they had tombstones) answers
-        // without hashing the name.
-        if self.len() == 0 {
-            return None;
-        }
-        let (hash, named) = (self.hash(name), |(n, _): &(Bytes, V)| n.borrow() == name);
+        let (hash, named) = self.lookup(name)?;
         self.table.find(hash, named).or_else(|| self.old.as_ref()?.table.find(hash, named))
     }
 
@@ -135,10 +137,7 @@ impl<V> Table<V> {
         Bytes: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if self.len() == 0 {
-            return None;
-        }
-        let (hash, named) = (self.hash(name), |(n, _): &(Bytes, V)| n.borrow() == name);
+        let (hash, named) = self.lookup(name)?;
         if let Some(old) = &mut self.old {
             if let Some(found) = old.table.find_mut(hash, named) {
                 return Some(found);
@@ -151,7 +150,7 @@ impl<V> Table<V> {
     /// comes back when it was not stored. A write: it moves a step of a growth first.
     fn slot<N: Name>(&mut self, name: N, value: V) -> (&mut V, Option<V>) {
         self.step();
-        let hash = self.hash(name.bytes());
+        let hash = self.hasher.hash_one(name.bytes());
         let named = |(n, _): &(Bytes, V)| n[..] == *name.bytes();
         match self.old.as_ref().map(|old| old.table.find(hash, named).is_some()) {
             // Not moved yet: it stays where it is until its bucket's turn.
@@ -221,11 +220,8 @@ impl<V> Table<V> {
         Bytes: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        if self.len() == 0 {
-            return None;
-        }
+        let (hash, named) = self.lookup(name)?;
         self.step();
-        let (hash, named) = (self.hash(name), |(n, _): &(Bytes, V)| n.borrow() == name);
         if let Some(old) = &mut self.old {
             if let Ok(found) = old.table.find_entry(hash, named) {
                 return Some(found.remove().0);
