@@ -70,6 +70,15 @@ struct Moving<V> {
 /// old table had buckets, before the new table fills (`Table::grow` sizes it for that).
 const STEP_BUCKETS: usize = 4;
 
+/// The test for the element called `name`, in either table.
+fn is_named<V, Q>(name: &Q) -> impl Fn(&(Bytes, V)) -> bool + Copy + '_
+where
+    Bytes: Borrow<Q>,
+    Q: Eq + ?Sized,
+{
+    move |(n, _)| n.borrow() == name
+}
+
 /// A table's elements and how many are left: two tables' chained are not an
 /// `ExactSizeIterator` by themselves.
 #[derive(Clone)]
@@ -112,15 +121,10 @@ impl<V> Table<V> {
         self.table.num_buckets() + self.old.as_ref().map_or(0, |old| old.table.num_buckets())
     }
 
-    /// `name`'s hash and the test for the element it names, for a lookup in either table;
-    /// `None` when the map is empty (most collections' `removed` once they had tombstones),
-    /// which answers without hashing the name.
-    fn lookup<'q, Q>(&self, name: &'q Q) -> Option<(u64, impl Fn(&(Bytes, V)) -> bool + Copy + 'q)>
-    where
-        Bytes: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
-        (self.len() > 0).then(|| (self.hasher.hash_one(name), move |(n, _): &(Bytes, V)| n.borrow() == name))
+    /// `name`'s hash, for a lookup in either table; `None` when the map is empty (most
+    /// collections' `removed` once they had tombstones), which answers without hashing it.
+    fn hash_if_any<Q: Hash + ?Sized>(&self, name: &Q) -> Option<u64> {
+        (self.len() > 0).then(|| self.hasher.hash_one(name))
     }
 
     fn find<Q>(&self, name: &Q) -> Option<&(Bytes, V)>
@@ -128,7 +132,7 @@ impl<V> Table<V> {
         Bytes: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let (hash, named) = self.lookup(name)?;
+        let (hash, named) = (self.hash_if_any(name)?, is_named(name));
         self.table.find(hash, named).or_else(|| self.old.as_ref()?.table.find(hash, named))
     }
 
@@ -137,7 +141,7 @@ impl<V> Table<V> {
         Bytes: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let (hash, named) = self.lookup(name)?;
+        let (hash, named) = (self.hash_if_any(name)?, is_named(name));
         if let Some(old) = &mut self.old {
             if let Some(found) = old.table.find_mut(hash, named) {
                 return Some(found);
@@ -220,7 +224,7 @@ impl<V> Table<V> {
         Bytes: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let (hash, named) = self.lookup(name)?;
+        let (hash, named) = (self.hash_if_any(name)?, is_named(name));
         self.step();
         if let Some(old) = &mut self.old {
             if let Ok(found) = old.table.find_entry(hash, named) {
