@@ -286,7 +286,7 @@ fn pods_reach_the_apiserver_through_the_kubernetes_service() {
     ready_pod_ip(&cp, "client");
     let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
     let script = format!(
-        r#"curl -sS --max-time 5 --cacert {sa}/ca.crt -H "Authorization: Bearer $(cat {sa}/token)" https://kubernetes.default.svc/api/v1/namespaces/$(cat {sa}/namespace)/pods/client"#
+        r#"ls -la {sa}/ >&2; curl -sS --max-time 5 --cacert {sa}/ca.crt -H "Authorization: Bearer $(cat {sa}/token)" https://kubernetes.default.svc/api/v1/namespaces/$(cat {sa}/namespace)/pods/client"#
     );
     let out = agent.pod_output("default", "client", Duration::from_secs(10), "sh", ["-c", &script]).unwrap();
     let body = String::from_utf8_lossy(&out.stdout);

@@ -356,7 +356,7 @@ impl Worker {
         let hostname = spec::hostname(pod);
         let log = self.shared.log_path(&self.namespace, &self.name, &run.spec.name);
         let start = Start { launch: &launch, netns: &net.ns, hostname: &hostname, mounts: &script, working_dir: run.spec.working_dir.as_deref(), log: &log };
-        match runtime::start(&self.shared.tools, &start) {
+        match runtime::start(&self.shared.tools, &start).await {
             Ok(child) => {
                 if run.has_run {
                     run.restarts += 1;

@@ -56,8 +56,40 @@ pub struct Start<'a> {
     pub log: &'a Path,
 }
 
-/// Starts the container; see the module docs.
-pub fn start(tools: &Tools, s: &Start<'_>) -> std::io::Result<Child> {
+/// A name in the set-up script and nowhere else: while a process's command line holds it, the
+/// process is still the script, not the container's program.
+const SET_UP_MARK: &[u8] = b"__km_path";
+
+/// How long `start` waits for the set-up script to hand over to the container's program.
+const SET_UP_LIMIT: Duration = Duration::from_secs(10);
+
+/// Starts the container (see the module docs) and returns once its program runs: once the
+/// set-up script has made its mounts and replaced itself, as a kubelet starts a container only
+/// once its volumes are mounted. Returned any earlier, its pid was recorded and reported
+/// running while it was still the script, so `nsenter` (an exec in the pod, a probe) could
+/// enter a mount namespace without the volumes yet.
+pub async fn start(tools: &Tools, s: &Start<'_>) -> std::io::Result<Child> {
+    let child = spawn(tools, s)?;
+    set_up(&child).await;
+    Ok(child)
+}
+
+/// Waits until `child` no longer runs the set-up script: its program replaced it, or it exited
+/// (a failed mount ends the script; the caller sees the exit), or `SET_UP_LIMIT` passed.
+async fn set_up(child: &Child) {
+    let Some(pid) = child.id() else { return };
+    let cmdline = format!("/proc/{pid}/cmdline");
+    let deadline = tokio::time::Instant::now() + SET_UP_LIMIT;
+    while tokio::time::Instant::now() < deadline {
+        match std::fs::read(&cmdline) {
+            // A zombie's command line is empty.
+            Ok(args) if args.windows(SET_UP_MARK.len()).any(|w| w == SET_UP_MARK) => tokio::time::sleep(Duration::from_millis(2)).await,
+            _ => return,
+        }
+    }
+}
+
+fn spawn(tools: &Tools, s: &Start<'_>) -> std::io::Result<Child> {
     let mut log = OpenOptions::new().create(true).append(true).open(s.log)?;
     writeln!(log, "--- keymesh node agent: starting {} {}", s.launch.binary.display(), s.launch.args.join(" "))?;
     let cd = s.working_dir.map(|d| format!("cd {}\n", quote(d))).unwrap_or_default();
