@@ -56,9 +56,10 @@ pub struct Start<'a> {
     pub log: &'a Path,
 }
 
-/// A name in the set-up script and nowhere else: while a process's command line holds it, the
-/// process is still the script, not the container's program.
-const SET_UP_MARK: &[u8] = b"__km_path";
+/// The set-up script's variable for the container's PATH, a name used nowhere else: while a
+/// process's command line holds it, the process is still the script, not the container's
+/// program (`set_up`).
+const SET_UP_MARK: &str = "__km_path";
 
 /// How long `start` waits for the set-up script to hand over to the container's program.
 const SET_UP_LIMIT: Duration = Duration::from_secs(10);
@@ -83,7 +84,7 @@ async fn set_up(child: &Child) {
     while tokio::time::Instant::now() < deadline {
         match std::fs::read(&cmdline) {
             // A zombie's command line is empty.
-            Ok(args) if args.windows(SET_UP_MARK.len()).any(|w| w == SET_UP_MARK) => tokio::time::sleep(Duration::from_millis(2)).await,
+            Ok(args) if args.windows(SET_UP_MARK.len()).any(|w| w == SET_UP_MARK.as_bytes()) => tokio::time::sleep(Duration::from_millis(2)).await,
             _ => return,
         }
     }
@@ -94,7 +95,7 @@ fn spawn(tools: &Tools, s: &Start<'_>) -> std::io::Result<Child> {
     writeln!(log, "--- keymesh node agent: starting {} {}", s.launch.binary.display(), s.launch.args.join(" "))?;
     let cd = s.working_dir.map(|d| format!("cd {}\n", quote(d))).unwrap_or_default();
     let script = format!(
-        "set -e\n__km_path=$PATH\nPATH={TOOLS_PATH}\n{mounts}hostname {host}\nPATH=$__km_path\nunset __km_path\n{cd}exec \"$@\"\n",
+        "set -e\n{SET_UP_MARK}=$PATH\nPATH={TOOLS_PATH}\n{mounts}hostname {host}\nPATH=${SET_UP_MARK}\nunset {SET_UP_MARK}\n{cd}exec \"$@\"\n",
         mounts = s.mounts,
         host = quote(s.hostname),
     );

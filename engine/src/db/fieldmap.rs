@@ -79,6 +79,12 @@ where
     move |(n, _)| n.borrow() == name
 }
 
+/// Puts `item`, whose name `table` does not hold, into `table` (an element moving in from a
+/// vector or from a growth's old table).
+fn place<V>(table: &mut HashTable<(Bytes, V)>, hasher: &RandomState, item: (Bytes, V)) {
+    table.insert_unique(hasher.hash_one(&item.0), item, |(n, _)| hasher.hash_one(n));
+}
+
 /// A table's elements and how many are left: two tables' chained are not an
 /// `ExactSizeIterator` by themselves.
 #[derive(Clone)]
@@ -154,8 +160,7 @@ impl<V> Table<V> {
     /// comes back when it was not stored. A write: it moves a step of a growth first.
     fn slot<N: Name>(&mut self, name: N, value: V) -> (&mut V, Option<V>) {
         self.step();
-        let hash = self.hasher.hash_one(name.bytes());
-        let named = |(n, _): &(Bytes, V)| n[..] == *name.bytes();
+        let (hash, named) = (self.hasher.hash_one(name.bytes()), is_named(name.bytes()));
         match self.old.as_ref().map(|old| old.table.find(hash, named).is_some()) {
             // Not moved yet: it stays where it is until its bucket's turn.
             Some(true) => {
@@ -201,8 +206,7 @@ impl<V> Table<V> {
         }
         for bucket in moving.next..end {
             if let Ok(full) = moving.table.get_bucket_entry(bucket) {
-                let (item, _) = full.remove();
-                table.insert_unique(hasher.hash_one(&item.0), item, |(n, _)| hasher.hash_one(n));
+                place(table, hasher, full.remove().0);
             }
         }
         moving.next = end;
@@ -215,7 +219,7 @@ impl<V> Table<V> {
     fn finish(&mut self) {
         let Table { table, old, hasher } = self;
         for item in old.take().into_iter().flat_map(|moving| moving.table) {
-            table.insert_unique(hasher.hash_one(&item.0), item, |(n, _)| hasher.hash_one(n));
+            place(table, hasher, item);
         }
     }
 
@@ -485,7 +489,7 @@ impl<V> FieldMap<V> {
         }
         let mut t = Table::with_capacity(2 * SMALL_MAX);
         for item in std::mem::take(items) {
-            t.table.insert_unique(t.hasher.hash_one(&item.0), item, |(n, _)| t.hasher.hash_one(n));
+            place(&mut t.table, &t.hasher, item);
         }
         self.repr = Repr::Table(Box::new(t));
         Err((name, value))
