@@ -222,7 +222,11 @@ impl<'a> Ctx<'a> {
             return None;
         }
         let stats = &self.store.stats;
-        let found = self.live_entry_in(self.db, key, touch).map(EntryMut::into_ref);
+        // A read moves a step of a collection's growth, as a write does (`Value::step_growth`).
+        let found = self.live_entry_in(self.db, key, touch).map(|mut entry| {
+            entry.value.step_growth();
+            entry.into_ref()
+        });
         let counter = if found.is_some() { &stats.keyspace_hits } else { &stats.keyspace_misses };
         counter.fetch_add(1, Ordering::Relaxed);
         found

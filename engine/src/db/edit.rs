@@ -339,6 +339,57 @@ mod tests {
         }
     }
 
+    /// A hash, a set and a sorted set whose maps began to grow and are then only read finish
+    /// growing on the reads (a step per read command's lookup, as per write), each answering
+    /// with every element meanwhile; lookups that are not a read command's (`peek`) move nothing.
+    #[test]
+    fn a_collection_read_but_no_longer_written_finishes_growing() {
+        let store = Store::new(1, Hlc::new(Arc::new(SystemClock), 500), 3);
+        let keys: [&[u8]; 3] = [b"h", b"s", b"z"];
+        let locks = store.lock_many(keys.iter().map(|k| (0, store.shard_of(k))).collect());
+        let mut ctx = Ctx::new(&store, 0, store.hlc.wall_ms(), locks);
+        let growing = |ctx: &mut Ctx<'_>| {
+            let h = ctx.hash(b"h".as_slice()).unwrap().unwrap().is_growing();
+            let s = ctx.set(b"s".as_slice()).unwrap().unwrap().is_growing();
+            let z = ctx.zset(b"z".as_slice()).unwrap().unwrap().members_growing();
+            [h, s, z]
+        };
+        let all = names(5000);
+        let mut added = 0;
+        // Past 1,000 elements, up to the write that starts a growth in all three.
+        while added < 1000 || growing(&mut ctx) != [true; 3] {
+            let name = &all[added];
+            ctx.edit_or_create(b"h", |h: &mut Collection<Field>, v| h.insert(name.clone(), Field { value: Bytes::from_static(b"x"), version: v })).unwrap();
+            ctx.edit_or_create(b"s", |s: &mut Collection<Version>, v| s.insert(name.clone(), v)).unwrap();
+            ctx.edit_or_create(b"z", |z: &mut SortedSet, v| z.insert(name.clone(), 1.0, v)).unwrap();
+            added += 1;
+            // The three take the same elements, so their maps grow at the same writes.
+            assert!(added < all.len(), "no growth under way in all three at once");
+        }
+        for key in keys {
+            assert!(ctx.peek(key).is_some());
+        }
+        assert_eq!(growing(&mut ctx), [true; 3], "peeks moved a growth");
+        let mut reads = 0;
+        while growing(&mut ctx) != [false; 3] {
+            for key in keys {
+                let entry = ctx.lookup_read(key).expect("the key is there");
+                let len = match &entry.value {
+                    Value::Hash(h) => h.len(),
+                    Value::Set(s) => s.len(),
+                    Value::ZSet(z) => z.len(),
+                    _ => unreachable!(),
+                };
+                assert_eq!(len, added);
+            }
+            reads += 1;
+            assert!(reads <= 2048, "still growing after {reads} reads");
+        }
+        let h = ctx.hash(b"h".as_slice()).unwrap().unwrap();
+        assert!(all[..added].iter().all(|name| h.get(&name[..]).is_some()));
+        assert!(h.buckets().is_power_of_two(), "the old table is freed: {} buckets", h.buckets());
+    }
+
     /// A peer's merged removals shrink a collection as the node's own edits do.
     #[test]
     fn a_collection_emptied_by_merged_removals_gives_its_memory_back() {

@@ -373,6 +373,12 @@ impl<V> Collection<V> {
     pub fn live_mut(&mut self) -> &mut FieldMap<V> {
         &mut self.live
     }
+
+    /// `FieldMap::step_growth` of its elements and of its tombstones.
+    pub fn step_growth(&mut self) {
+        self.live.step_growth();
+        self.removed.step_growth();
+    }
 }
 
 impl<V: Stamped> Collection<V> {
@@ -551,6 +557,19 @@ impl Value {
             }
         }
         Value::Str(data.into())
+    }
+
+    /// Moves a step of whatever growth is under way in a hash's, set's or sorted set's maps
+    /// (`FieldMap::step_growth`); a read command's lookup of the key does, as Redis's dict
+    /// moves a bucket on finds. A few instructions for any other value.
+    #[inline]
+    pub fn step_growth(&mut self) {
+        match self {
+            Value::Hash(h) => h.step_growth(),
+            Value::Set(s) => s.step_growth(),
+            Value::ZSet(z) => z.step_growth(),
+            Value::Str(_) | Value::Int(_) | Value::Counter(_) | Value::List(_) => {}
+        }
     }
 
     /// True for a collection that lost its last element: Redis deletes such keys.

@@ -12,9 +12,10 @@
 //! table twice the size takes the new elements and the old one's move into it a few buckets per
 //! write (`Table::step`), lookups seeing both meanwhile. Grown all at once, as hashbrown grows,
 //! a set of 2M members stalled its shard and its worker thread for ~200 ms (Redis's worst
-//! request: 4.7 ms; docs/benchmarks.md, "Big collections grow a step at a time"). Reads do not
-//! move elements (they hold the map shared), so a map left unwritten mid-growth keeps both
-//! tables until its next write.
+//! request: 4.7 ms; docs/benchmarks.md, "Big collections grow a step at a time"). A read
+//! command's lookup of the key moves a step too (`step_growth`, from `Ctx`'s read lookup), as
+//! Redis's dict moves a bucket on finds: a map read but no longer written still finishes its
+//! growth and frees the old table. One neither read nor written keeps both until it is.
 //!
 //! The methods are `HashMap`'s, with the same names and meaning, for those the engine uses.
 
@@ -392,6 +393,23 @@ impl<V> FieldMap<V> {
             Repr::Small(items) => items.capacity(),
             Repr::Table(t) => t.buckets(),
         }
+    }
+
+    /// Moves a step of a growth under way, as every write does first: what a read command's
+    /// lookup of the key does (`entry::Value::step_growth`), so that a map that is read but no
+    /// longer written still finishes growing. Nothing for a map that is not growing.
+    #[inline]
+    pub fn step_growth(&mut self) {
+        if let Repr::Table(t) = &mut self.repr {
+            if t.old.is_some() {
+                t.step();
+            }
+        }
+    }
+
+    /// Whether the map is growing: two tables, its elements moving from the old one.
+    pub fn is_growing(&self) -> bool {
+        matches!(&self.repr, Repr::Table(t) if t.old.is_some())
     }
 
     /// Gives back what the map does not use; a table left with at most `SMALL_MAX` elements

@@ -222,6 +222,12 @@ impl SortedSet {
         self.touched.set_naming(on);
     }
 
+    /// `FieldMap::step_growth` of its member map and of its tombstones.
+    pub fn step_growth(&mut self) {
+        self.members.step_growth();
+        self.removed.step_growth();
+    }
+
     /// A whole-value write: every member is as new as the key.
     pub fn restamp(&mut self, version: Version) {
         self.members.values_mut().for_each(|m| m.version = version);
@@ -247,6 +253,12 @@ impl SortedSet {
     #[cfg(test)]
     pub fn member_buckets(&self) -> usize {
         self.members.buckets()
+    }
+
+    /// Whether the member map is growing (tests of `step_growth`).
+    #[cfg(test)]
+    pub fn members_growing(&self) -> bool {
+        self.members.is_growing()
     }
 
     /// Members as `(name, member)` pairs, unordered.
