@@ -300,7 +300,7 @@ impl<'a> Ctx<'a> {
                 // the last flush, so the write supersedes them here as on every peer.
                 let ghost = shard.tombstones.get(key).map_or(Version::ZERO, super::Ghost::newest);
                 let orphan = shard.orphan_expiry.get(key).map_or(Version::ZERO, |e| e.version);
-                let version = store.stamp_at(now, Some(ghost.max(orphan).max(*dbref.flushed.lock())));
+                let version = store.stamp_at(now, Some(ghost.max(orphan).max(dbref.flushed.get())));
                 if encode_early {
                     effects.push_value(db, key, &value, version, &[]);
                 }
@@ -483,7 +483,7 @@ impl<'a> Ctx<'a> {
         let Some((n, v)) = existing else {
             // A missing key starts a counter after everything the key's ghost remembers, as
             // on replicas; it is made with its first increment, then stored (one probe).
-            let flushed = *store.db(db).flushed.lock();
+            let flushed = store.db(db).flushed.get();
             let (dbref, shard) = self.parts(db, &hashed);
             let ghost = shard.tombstones.remove(key);
             let cleared = ghost.map_or(Version::ZERO, |g| g.newest()).max(flushed);

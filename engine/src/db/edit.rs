@@ -124,7 +124,7 @@ impl<'a> Ctx<'a> {
         let db = self.db;
         let version = self.stamp_unseen(db, key);
         let mut fresh = T::default();
-        let flushed = *self.store.db(db).flushed.lock();
+        let flushed = self.store.db(db).flushed.get();
         // Everything older than the ghost, and than the database's last flush, is dead to it.
         let cleared = Ghost::revive(self.parts(db, key).1.tombstones.get(key), T::KIND, &mut fresh).max(flushed);
         fresh.set_cleared(cleared);
@@ -242,12 +242,7 @@ impl<'a> Ctx<'a> {
                 });
             }
         } else {
-            let version = {
-                let mut flushed = store.db(db).flushed.lock();
-                let version = store.stamp_at(now, Some(*flushed));
-                *flushed = version;
-                version
-            };
+            let version = store.db(db).flushed.update(|flushed| store.stamp_at(now, Some(flushed)));
             for shard in 0..shards {
                 self.with_shard(db, shard, |_, s| merge::flush_shard(store, db, s, version));
             }
@@ -263,7 +258,7 @@ impl<'a> Ctx<'a> {
     pub(super) fn stamp_unseen(&mut self, db: usize, key: &[u8]) -> Version {
         let now = self.now_ms;
         let store = self.store;
-        let flushed = *store.db(db).flushed.lock();
+        let flushed = store.db(db).flushed.get();
         let shard = self.parts(db, key).1;
         let ghost = shard.tombstones.get(key).map_or(Version::ZERO, Ghost::newest);
         let orphan = shard.orphan_expiry.get(key).map_or(Version::ZERO, |e| e.version);
@@ -274,7 +269,7 @@ impl<'a> Ctx<'a> {
     /// records it for the peers.
     fn apply_unseen(&mut self, db: usize, key: &[u8], op: Effect) {
         let store = self.store;
-        let flushed = *store.db(db).flushed.lock();
+        let flushed = store.db(db).flushed.get();
         let (_, shard) = self.parts(db, key);
         merge::merge_locked(store, db, shard, &op, key, flushed);
         self.push_effect(op);

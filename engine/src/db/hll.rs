@@ -149,7 +149,7 @@ impl Ctx<'_> {
             Some(Value::Int(_) | Value::Counter(_)) => return Err(HllError::NotHll.into()),
             Some(_) => return Err(CmdError::WrongType),
             None => {
-                let flushed = *store.db(db).flushed.lock();
+                let flushed = store.db(db).flushed.get();
                 let (dbref, shard) = self.parts(db, key);
                 let ghost = shard.tombstones.remove(key).map_or(Version::ZERO, |g| g.newest());
                 let orphan = shard.orphan_expiry.remove(key).map_or(Version::ZERO, |e| e.version);

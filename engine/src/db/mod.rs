@@ -14,6 +14,7 @@ pub mod entry;
 pub mod evict;
 pub mod expire;
 pub mod fieldmap;
+pub mod flush_point;
 pub mod functions;
 pub mod ghost;
 pub mod hashed;
@@ -133,7 +134,7 @@ pub struct Db {
     shards: OnceLock<Box<[Mutex<Shard>]>>,
     /// Replication: the version of the last FLUSHDB/FLUSHALL, which dominates every older
     /// entry and write in this database.
-    pub flushed: Mutex<Version>,
+    pub flushed: flush_point::FlushPoint,
     /// Keys with a deadline, so the expiry cycle skips databases without any.
     volatile_keys: AtomicUsize,
 }
@@ -196,7 +197,8 @@ impl Modified {
 
 impl Store {
     pub fn new(databases: usize, hlc: Hlc, node_id: crate::hlc::NodeId) -> Store {
-        let dbs = (0..databases).map(|_| Db { shards: OnceLock::new(), flushed: Mutex::new(Version::ZERO), volatile_keys: AtomicUsize::new(0) }).collect();
+        let dbs =
+            (0..databases).map(|_| Db { shards: OnceLock::new(), flushed: flush_point::FlushPoint::default(), volatile_keys: AtomicUsize::new(0) }).collect();
         Store {
             dbs,
             hlc,
@@ -342,7 +344,7 @@ impl Store {
             if self.in_use(i) {
                 keys += (0..SHARDS_PER_DB).map(|s| self.lock_shard(i, s).wipe(db)).sum::<usize>();
             }
-            *db.flushed.lock() = Version::ZERO;
+            db.flushed.reset();
         }
         *self.functions.lock() = functions::Registers::default();
         self.functions_generation.fetch_add(1, Ordering::AcqRel);

@@ -22,7 +22,7 @@ pub fn snapshot(store: &Store, sink: &mut dyn FnMut(Vec<Effect>)) -> (u64, u64) 
         sink(libraries);
     }
     for db in 0..store.databases() {
-        let flushed = *store.db(db).flushed.lock();
+        let flushed = store.db(db).flushed.get();
         if flushed > Version::ZERO {
             sink(vec![Effect::flush_db(db, flushed)]);
             ops += 1;

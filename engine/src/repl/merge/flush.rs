@@ -4,7 +4,6 @@
 use bytes::Bytes;
 
 use super::{bury, clear_older, ApplyOutcome};
-use crate::db::lattice::Merge;
 use crate::db::{Shard, Store, SHARDS_PER_DB};
 use crate::hlc::Version;
 
@@ -12,7 +11,7 @@ use crate::hlc::Version;
 pub(super) fn flush_db(store: &Store, db: usize, v: Version) -> ApplyOutcome {
     {
         // The database's flush point is a key tombstone for every key (`Merge for Version`).
-        if !store.db(db).flushed.lock().merge(&v) {
+        if !store.db(db).flushed.raise(v) {
             return ApplyOutcome::Superseded;
         }
     }

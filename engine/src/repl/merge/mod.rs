@@ -145,7 +145,7 @@ fn apply_string_set<K: KeyLike + ?Sized>(store: &Store, set: &StringSetRef<'_>, 
 /// older than that flush could land after it and outlive it on this node alone.
 fn lock_for_merge<'s, K: KeyLike + ?Sized>(store: &'s Store, db: usize, key: &K) -> (parking_lot::MutexGuard<'s, Shard>, Version) {
     let shard = store.lock_shard(db, key.shard());
-    let flushed = *store.db(db).flushed.lock();
+    let flushed = store.db(db).flushed.get();
     (shard, flushed)
 }
 
