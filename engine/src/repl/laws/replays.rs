@@ -208,3 +208,82 @@ fn two_types_at_one_version_replayed_change_nothing_and_end_alike_in_any_order()
     }
     assert_eq!(observe(&s), observe(&reversed));
 }
+
+#[test]
+fn a_member_removed_at_the_flush_version_stays_removed_through_replays() {
+    // Found by the mesh_message fuzz target (seed regression_member_tombstone_at_the_flush): a
+    // sorted set's member removed at the version a `FLUSHDB` then carried left a ghost holding
+    // that member's tombstone, which the flush dropped; the removal replayed made the ghost
+    // again. An element at the flush's own version survives it (only strictly older ones
+    // die), so the ghost stays. No correct peer stamps two writes with one version; a merge
+    // must stay idempotent all the same.
+    let at = v(10, 2);
+    let removal = |key: &[u8]| pb::Op {
+        db: 0,
+        key: key.to_vec().into(),
+        effect: Some(pb::op::Effect::Zset(pb::ZSetMembers { members: vec![pb::ZSetMember { name: b"m".to_vec().into(), score: None, version: version(at) }] })),
+    };
+    let hash_removal = pb::Op {
+        db: 0,
+        key: b"h".to_vec().into(),
+        effect: Some(pb::op::Effect::Hash(pb::HashFields { fields: vec![pb::FieldState { name: b"f".to_vec().into(), value: None, version: version(at) }] })),
+    };
+    let flush = effects::flush_db(0, at);
+    let s = store();
+    assert_eq!(apply_op(&s, &removal(b"z")), ApplyOutcome::Applied);
+    assert_eq!(apply_op(&s, &hash_removal), ApplyOutcome::Applied);
+    assert_eq!(apply_op(&s, &flush), ApplyOutcome::Applied);
+    let after_flush = observe(&s);
+    for op in [removal(b"z"), hash_removal.clone(), flush.clone()] {
+        assert_ne!(apply_op(&s, &op), ApplyOutcome::Applied, "replaying {op:?} changed the keyspace");
+    }
+    assert_eq!(observe(&s), after_flush);
+    // The flush first ends alike.
+    let other = store();
+    for op in [flush, removal(b"z"), hash_removal] {
+        apply_op(&other, &op);
+    }
+    assert_eq!(observe(&other), after_flush);
+    // The seed itself: replaying its batch changes nothing.
+    use prost::Message;
+    let seed = include_bytes!("../../../fuzz/corpus/mesh_message/regression_member_tombstone_at_the_flush");
+    let Some(pb::origin_message::Body::Batch(batch)) = pb::OriginMessage::decode(&seed[..]).expect("the seed decodes").body else {
+        panic!("the seed is a batch");
+    };
+    let ops: Vec<pb::Op> = batch.ops.into_iter().filter_map(|op| pb::Op::decode(op).ok()).collect();
+    let s = store();
+    for op in &ops {
+        apply_op(&s, op);
+    }
+    for op in &ops {
+        assert_ne!(apply_op(&s, op), ApplyOutcome::Applied, "replaying {op:?} changed the keyspace");
+    }
+}
+
+#[test]
+fn an_effect_without_elements_changes_nothing() {
+    // Found by the mesh_message fuzz target (seed regression_effect_without_elements): a set's
+    // member removed at version zero left a ghost of a set; a sorted set's effect naming no
+    // member replaced it with a ghost of a sorted set, reported as no change, and each replay
+    // of the removal brought the set's ghost back.
+    let removal = pb::Op {
+        db: 0,
+        key: b"s".to_vec().into(),
+        effect: Some(pb::op::Effect::Set(pb::SetMembers {
+            members: vec![pb::FieldState { name: b"m".to_vec().into(), value: None, version: version(Version::ZERO) }],
+        })),
+    };
+    let empty = |effect: pb::op::Effect| pb::Op { db: 0, key: b"s".to_vec().into(), effect: Some(effect) };
+    let s = store();
+    assert_eq!(apply_op(&s, &removal), ApplyOutcome::Applied);
+    let before = observe(&s);
+    for op in [
+        empty(pb::op::Effect::Zset(pb::ZSetMembers { members: vec![] })),
+        empty(pb::op::Effect::Hash(pb::HashFields { fields: vec![] })),
+        empty(pb::op::Effect::Set(pb::SetMembers { members: vec![] })),
+    ] {
+        assert_ne!(apply_op(&s, &op), ApplyOutcome::Applied, "{op:?}");
+        assert_eq!(observe(&s), before, "{op:?} changed the keyspace");
+        assert_ne!(apply_op(&s, &removal), ApplyOutcome::Applied, "the removal replayed after {op:?}");
+    }
+}

@@ -18,6 +18,14 @@ pub(super) enum FieldsOp<'a> {
 }
 
 impl FieldsOp<'_> {
+    fn is_empty(&self) -> bool {
+        match self {
+            FieldsOp::Hash(h) => h.is_empty(),
+            FieldsOp::Set(s) => s.is_empty(),
+            FieldsOp::ZSet(z) => z.is_empty(),
+        }
+    }
+
     fn newest(&self) -> Version {
         let versions: Vec<Version> = match self {
             FieldsOp::Hash(h) => h.iter().map(|f| f.version).collect(),
@@ -71,6 +79,14 @@ fn restore_removed(value: &mut Value, removed: crate::db::entry::FieldMap<Versio
 
 /// Per-field (or per-member) LWW with tombstones.
 pub(super) fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u8], flushed: Version, op: FieldsOp) -> bool {
+    // No element, no version: no write a node makes (an edit that changes nothing still
+    // names its elements). Merged, it would stand for a write of its type at version zero and
+    // could replace a ghost of another type without changing an element, reported as no
+    // change and undone by the next replay of that type's write (found by the mesh_message
+    // fuzz target).
+    if op.is_empty() {
+        return false;
+    }
     let dbref = store.db(db);
     let floor = flushed.max(tombstone(shard, key));
     let op_newest = op.newest();
