@@ -74,6 +74,25 @@ fn link_connected(conn: &mut Conn) -> bool {
 }
 
 #[test]
+fn a_write_to_a_database_a_peer_lacks_leaves_its_link_merging_the_rest() {
+    // A node configured with more `databases` than its peer writes to one the peer lacks.
+    // The peer's link used to fail on it (the batch's prefetch indexed the database before the
+    // merge refused it), so nothing after it arrived; now the op is skipped and the stream goes on.
+    let (wide, narrow) = (Node::new(), Node::new());
+    let wide_server = wide.start("wide", &[narrow], &["--databases", "32"]);
+    let narrow_server = narrow.start("narrow", &[wide], &[]);
+    let (mut on_wide, mut on_narrow) = (wide_server.connect(), narrow_server.connect());
+    wait_for("both links up", || link_connected(&mut on_wide) && link_connected(&mut on_narrow));
+    assert_eq!(on_wide.cmd(&["SELECT", "20"]).text(), "OK");
+    assert_eq!(on_wide.cmd(&["SET", "in-20", "x"]).text(), "OK");
+    assert_eq!(on_wide.cmd(&["SELECT", "0"]).text(), "OK");
+    assert_eq!(on_wide.cmd(&["SET", "after", "y"]).text(), "OK");
+    wait_for("the write after it on the narrow node", || get(&mut on_narrow, "after") == "y");
+    assert_eq!(on_narrow.cmd(&["SET", "back", "z"]).text(), "OK");
+    wait_for("the narrow node's write on the wide node", || get(&mut on_wide, "back") == "z");
+}
+
+#[test]
 fn a_write_on_any_of_three_nodes_reaches_all_of_them() {
     // Proves the full mesh: each node streams the writes it originated to both others, so a
     // SET, an HSET and a DEL issued on any node become visible on every node.

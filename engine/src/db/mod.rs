@@ -370,9 +370,11 @@ impl Store {
 
     /// Whether database `db` was ever used (its shards exist; locking one creates them). One
     /// that was not holds nothing, no ghosts and no pending registers, so a whole-keyspace
-    /// pass that only reads or clears may skip it (and should, or it allocates them).
+    /// pass that only reads or clears may skip it (and should, or it allocates them). A
+    /// database this node does not have is not in use: a peer configured with more
+    /// `databases` sends ops for it, and a link's prefetch asks before the merge refuses them.
     pub fn in_use(&self, db: usize) -> bool {
-        self.dbs[db].shards.get().is_some()
+        self.dbs.get(db).is_some_and(|d| d.shards.get().is_some())
     }
 
     /// The databases in use (`in_use`), for whole-keyspace passes.
@@ -716,9 +718,12 @@ mod tests {
             crate::repl::snapshot::snapshot(store, &mut |batch| ops += batch.len());
             crate::persist::rdb::export(store, "test", &mut Vec::new());
             evict::make_room(store, evict::Policy::AllKeysRandom, 0, 5);
-            // A pipelined batch's prefetch (a hint) neither allocates nor changes anything.
+            // A pipelined batch's prefetch (a hint) neither allocates nor changes anything,
+            // nor fails for a database this node does not have (a peer's op for one).
             store.prefetch(5, &[b"k".as_slice(), b"missing"]);
             store.prefetch(9, &[b"k".as_slice(), b"k"]);
+            store.prefetch(99, &[b"k".as_slice()]);
+            assert!(!store.in_use(99));
         };
         passes(&store);
         assert_eq!(store.dbs_in_use().count(), 0, "a pass over an empty keyspace allocated a database");
