@@ -407,7 +407,9 @@ impl<V> FieldMap<V> {
         }
     }
 
-    /// Whether the map is growing: two tables, its elements moving from the old one.
+    /// Whether the map is growing: two tables, its elements moving from the old one (tests of
+    /// `step_growth`).
+    #[cfg(test)]
     pub fn is_growing(&self) -> bool {
         matches!(&self.repr, Repr::Table(t) if t.old.is_some())
     }
