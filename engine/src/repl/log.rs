@@ -38,6 +38,10 @@ pub const ENTRY_OVERHEAD: usize = std::mem::size_of::<u64>();
 /// Appends go into buffers of this size (a larger op gets one of its own size).
 const OPEN_BUFFER: usize = 64 << 10;
 
+/// How far ahead of its end an append starts loading the open buffer's lines
+/// (`Inner::prefetch_ahead`): a few appends' worth, issued microseconds before they are written.
+const PREFETCH_AHEAD: usize = 512;
+
 /// Offsets are positions in the stream of every frame this backlog was given, from 0.
 struct Inner {
     /// Frozen frames, oldest first: (offset of the first byte, the bytes). Each chunk holds
@@ -61,6 +65,21 @@ impl Inner {
 
     fn held_bytes(&self) -> usize {
         (self.end() - self.start) as usize + self.ends.len() * ENTRY_OVERHEAD
+    }
+
+    /// Starts loading the cache lines of the open buffer that the next appends will write,
+    /// `len` bytes' worth (what one append wrote) from `PREFETCH_AHEAD` past its end. The
+    /// buffer is memory the backlog let go of long ago (its evicted chunks, a backlog's length
+    /// back), so every line of it is a cache miss; stores hide a miss only until the next
+    /// locked instruction, and one comes at once (the sequence's store, the unlock), so
+    /// without this an append waited for the lines it wrote (docs/benchmarks.md, "CPU per
+    /// replicated write", twenty-first pass).
+    fn prefetch_ahead(&self, len: usize) {
+        let from = (self.open.len() + PREFETCH_AHEAD) & !63;
+        let to = (self.open.len() + PREFETCH_AHEAD + len).min(self.open.capacity());
+        for line in (from..to).step_by(64) {
+            crate::db::node::prefetch(self.open.as_ptr().wrapping_add(line));
+        }
     }
 
     /// Makes the open buffer's frames a chunk.
@@ -142,6 +161,7 @@ impl ReplLog {
         }
         let base = inner.end();
         inner.open.extend_from_slice(framed);
+        inner.prefetch_ahead(framed.len());
         // One op per write, mostly: `push_back` in a loop, not `extend`'s general path.
         for &end in ops.ends() {
             inner.ends.push_back(base + u64::from(end));
