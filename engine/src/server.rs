@@ -191,6 +191,7 @@ impl Server {
     fn apply_settings(&self) {
         let s = self.settings();
         self.store.lfu_access.store(s.maxmemory_policy.lfu(), Ordering::Relaxed);
+        self.store.maxmemory.store(s.maxmemory, Ordering::Relaxed);
         self.store.hlc.set_max_skew_ms(s.max_clock_skew_ms);
         self.repl_log.set_capacity(s.repl_backlog_size);
         self.scripts.busy_threshold_ms.store(s.busy_reply_threshold_ms, Ordering::Relaxed);

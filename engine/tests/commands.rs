@@ -299,6 +299,24 @@ fn maxmemory_noeviction_refuses_and_allkeys_lru_evicts() {
 }
 
 #[test]
+fn a_maxmemory_set_or_lifted_live_applies_to_the_next_write() {
+    // Write commands check the store's copy of the limit (`Store::maxmemory`), which CONFIG SET
+    // keeps in step: set on a server started without one, it refuses the next write.
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    let value = "v".repeat(10_000);
+    for i in 0..200 {
+        assert_eq!(c.cmd(&["SET", &format!("key:{i}"), &value]), ok());
+    }
+    assert_eq!(c.cmd(&["CONFIG", "SET", "maxmemory", "1mb"]), ok());
+    let reply = c.cmd(&["SET", "over", &value]);
+    assert!(reply.text().starts_with("OOM command not allowed"), "a write over a limit set live went through: {reply:?}");
+    assert_eq!(c.cmd(&["GET", "key:1"]).text().len(), value.len(), "reads still work");
+    assert_eq!(c.cmd(&["CONFIG", "SET", "maxmemory", "0"]), ok());
+    assert_eq!(c.cmd(&["SET", "over", &value]), ok(), "a write was refused after the limit was lifted");
+}
+
+#[test]
 fn client_limits_maxclients_and_idle_timeout() {
     // Past maxclients new connections get Redis's error; idle clients are closed after timeout.
     let server = Server::start(&["--maxclients", "2", "--timeout", "1"]);

@@ -505,12 +505,15 @@ fn check(server: &Server, client: &ClientState, index: Option<usize>, argv: &[By
         return Err((Some(index), CmdError::Raw("READONLY You can't write against a node that is leaving the mesh".into())));
     }
     if spec.flags & flags::DENYOOM != 0 {
-        let settings = server.settings();
-        if settings.maxmemory > 0
-            && crate::memory::used_memory() > settings.maxmemory
-            && !crate::db::evict::make_room(&server.store, settings.maxmemory_policy, settings.maxmemory, settings.maxmemory_samples)
-        {
-            return Err((Some(index), CmdError::Oom));
+        // The store's copy of the limit (`Store::maxmemory`); the settings only when over it,
+        // whose limit decides (a `CONFIG SET` may have changed it since).
+        let maxmemory = server.store.maxmemory.load(Ordering::Relaxed);
+        if maxmemory > 0 && crate::memory::used_memory() > maxmemory {
+            let settings = server.settings();
+            if settings.maxmemory > 0 && !crate::db::evict::make_room(&server.store, settings.maxmemory_policy, settings.maxmemory, settings.maxmemory_samples)
+            {
+                return Err((Some(index), CmdError::Oom));
+            }
         }
     }
     Ok(index)

@@ -157,6 +157,10 @@ pub struct Store {
     /// Whether accesses count as LFU counters (`maxmemory-policy` is an LFU policy) rather
     /// than times. This keyspace's own: two servers in one process evict independently.
     pub lfu_access: AtomicBool,
+    /// `maxmemory` (0: no limit), which every write command that may grow memory checks
+    /// before it runs (`cmd::check`): a load here, where a settings snapshot is an `ArcSwap`
+    /// load and its guard, two atomic read-modify-writes per command.
+    pub maxmemory: AtomicU64,
     /// `notify-keyspace-events`: the switch, and where events are published.
     pub notify: crate::notify::Notifier,
     /// Client-side caching (`crate::tracking`) wants to hear which keys writes modify. One
@@ -210,6 +214,7 @@ impl Store {
             counter_origin: rand::random::<crate::hlc::NodeId>() | 1,
             hll_sparse_max_bytes: AtomicUsize::new(crate::hll::DEFAULT_SPARSE_MAX_BYTES),
             lfu_access: AtomicBool::new(false),
+            maxmemory: AtomicU64::new(0),
             notify: crate::notify::Notifier::default(),
             tracking: AtomicBool::new(false),
             removed: Mutex::new(Vec::new()),
