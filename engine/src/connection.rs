@@ -68,6 +68,7 @@ where
     let mut handoff = server.handoff.subscribe();
     // Set when a handoff begins while this connection is open: it closes once idle.
     let mut leaving = false;
+    let mut settings_cache = server.settings_cache();
     // Kill, shutdown, handoff and pushes are rare: between requests the connection waits on
     // its handle's atomic waker (`ClientHandle::wake_control`, `ClientHandle::push`), not on
     // three `Notify`-based futures and a channel that each wait would register and drop (at
@@ -80,13 +81,13 @@ where
             debug!(client = client.id, "handoff: closing idle client");
             break;
         }
-        // One settings load per read, not one per use (each is an `ArcSwap` load); a CONFIG
-        // SET applies from the next read on.
+        // The settings once per read, from this connection's cache (`SettingsCache`); a
+        // CONFIG SET applies from the next read on.
         let (idle, query_buffer_limit, limits) = {
-            let settings = server.settings();
+            let settings = settings_cache.load();
             // `timeout` applies to ordinary idle clients, not to subscribers or blocked ones.
             let idle = settings.idle_timeout.filter(|_| client.subscriptions() == 0);
-            (idle, settings.client_query_buffer_limit, Limits::of(&settings))
+            (idle, settings.client_query_buffer_limit, Limits::of(settings))
         };
         tokio::select! {
             biased;

@@ -187,6 +187,12 @@ impl Server {
         self.settings.load()
     }
 
+    /// The current settings for a reader that reads them over and over: `SettingsCache::load`
+    /// brings them up to date without `settings`'s atomic read-modify-writes.
+    pub fn settings_cache(&self) -> crate::config::settings::SettingsCache<'_> {
+        self.settings.cache()
+    }
+
     /// Pushes the current settings into the subsystems that keep their own copy.
     fn apply_settings(&self) {
         let s = self.settings();

@@ -338,6 +338,25 @@ fn client_limits_maxclients_and_idle_timeout() {
 }
 
 #[test]
+fn a_timeout_set_live_applies_to_open_connections_from_their_next_request() {
+    // A connection reads the settings once per read, from its own cache (`SettingsCache`):
+    // a CONFIG SET made after it opened reaches it with its next request.
+    let server = Server::start(&[]);
+    let mut a = server.connect();
+    assert_reply!(a, ["PING"], "PONG");
+    let mut admin = server.connect();
+    assert_eq!(admin.cmd(&["CONFIG", "SET", "timeout", "1"]), ok());
+    assert_reply!(a, ["PING"], "PONG");
+    // Closed about a second later: `admin` sees itself alone (it asks every 50 ms, so it is
+    // never idle for the timeout itself).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !admin.cmd(&["INFO", "clients"]).text().contains("connected_clients:1\r\n") {
+        assert!(std::time::Instant::now() < deadline, "an open client outlived a timeout set live");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
 fn http_endpoints_serve_metrics_health_and_readiness() {
     // /metrics has command counters and latency; /healthz and /readyz answer 200.
     let server = Server::start(&[]);
