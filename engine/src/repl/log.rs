@@ -72,8 +72,8 @@ impl Inner {
     /// buffer is memory the backlog let go of long ago (its evicted chunks, a backlog's length
     /// back), so every line of it is a cache miss; stores hide a miss only until the next
     /// locked instruction, and one comes at once (the sequence's store, the unlock), so
-    /// without this an append waited for the lines it wrote (docs/benchmarks.md, "CPU per
-    /// replicated write", twenty-first pass).
+    /// without this an append waited for the lines it wrote (docs/benchmarks.md, "Settings
+    /// reads per command; the backlog's cold lines").
     fn prefetch_ahead(&self, len: usize) {
         let from = (self.open.len() + PREFETCH_AHEAD) & !63;
         let to = (self.open.len() + PREFETCH_AHEAD + len).min(self.open.capacity());
