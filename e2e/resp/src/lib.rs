@@ -158,11 +158,17 @@ impl<S: Read + Write> Conn<S> {
         self.read_reply()
     }
 
-    /// Reads one reply; `None` if the connection closed or the read timed out. Panics on a
+    /// Reads one reply; `None` once the connection is closed (end of file, a reset: any
+    /// failure of the stream but a timeout). Panics when the read times out, so that a test
+    /// expecting the server to close a connection cannot pass because it merely stayed silent
+    /// (it did, for as long as the timeout, when a timeout read as `None` too). Panics on a
     /// malformed reply (a server bug the test should show, not a closed connection).
     pub fn read(&mut self) -> Option<Reply> {
         match self.read_reply() {
             Ok(reply) => Some(reply),
+            Err(RespError::Io(e)) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                panic!("no reply within the read timeout: the connection is open and silent ({e})")
+            }
             Err(RespError::Io(_)) => None,
             Err(RespError::Protocol(e)) => panic!("malformed reply: {e}"),
         }
@@ -329,6 +335,30 @@ mod tests {
         let mut conn = Conn::over(Canned(Cursor::new(b"+OK\r\n".to_vec())));
         assert_eq!(conn.read(), Some(Reply::Status("OK".into())));
         assert_eq!(conn.read(), None);
+    }
+
+    /// A stream that is open and has nothing to say: every read times out.
+    struct Silent;
+
+    impl Read for Silent {
+        fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+            Err(std::io::ErrorKind::WouldBlock.into())
+        }
+    }
+
+    impl Write for Silent {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "no reply within the read timeout")]
+    fn a_silent_open_connection_is_not_read_as_closed() {
+        Conn::over(Silent).read();
     }
 
     #[test]
