@@ -27,12 +27,12 @@ impl FieldsOp<'_> {
     }
 
     fn newest(&self) -> Version {
-        let versions: Vec<Version> = match self {
-            FieldsOp::Hash(h) => h.iter().map(|f| f.version).collect(),
-            FieldsOp::Set(s) => s.iter().map(|f| f.version).collect(),
-            FieldsOp::ZSet(z) => z.iter().map(|f| f.version).collect(),
+        let newest = match self {
+            FieldsOp::Hash(h) => h.iter().map(|f| f.version).max(),
+            FieldsOp::Set(s) => s.iter().map(|f| f.version).max(),
+            FieldsOp::ZSet(z) => z.iter().map(|f| f.version).max(),
         };
-        versions.into_iter().max().unwrap_or(Version::ZERO)
+        newest.unwrap_or(Version::ZERO)
     }
 
     fn empty_value(&self, cleared: Version) -> Value {
