@@ -208,10 +208,12 @@ fn reading_collections_does_not_grow_them() {
     // read-heavy workload grew a node by a third. Every read below, of every collection type,
     // touches each of N small elements at least once on average; with a header per element
     // read it would grow `used_memory` by N × 32 bytes (3.2 MB), and each must grow it by far
-    // less (what is left is the allocator's own caches moving: under 80 KB in each of the runs
-    // measured).
+    // less. The server runs without jemalloc's thread caches, so that `used_memory` counts
+    // live allocations exactly: with them, what a thread's cache holds is merged into the
+    // statistics late, and one read's growth swung by ±300–400 KB from run to run (SUNION read
+    // +305 KB once, the next read −300 KB), enough to fail a read that retained nothing.
     const N: usize = 100_000;
-    let server = Server::start(&[]);
+    let server = Server::start_with_env(&[], &[("_RJEM_MALLOC_CONF", "tcache:false")]);
     let mut conn = server.connect();
     let pipeline = |conn: &mut Conn, requests: &[Vec<String>]| {
         let mut batch = Vec::new();

@@ -70,10 +70,18 @@ impl Server {
     /// Starts the server with extra `--directive value` flags and waits until it accepts.
     /// The mesh port is a free port too (client port + 10000 may be taken or too large).
     pub fn start(extra: &[&str]) -> Server {
+        Server::start_with_env(extra, &[])
+    }
+
+    /// `start` with environment variables set for the server (`_RJEM_MALLOC_CONF`, read by
+    /// its allocator).
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mesh_port = free_port().to_string();
         let mut args = vec!["--mesh-port", mesh_port.as_str()];
         args.extend_from_slice(extra);
-        Server::start_on(free_port(), free_port(), &args)
+        let server = Server::spawn_with_env(free_port(), free_port(), &args, env);
+        server.wait_loaded();
+        server
     }
 
     /// Waits until the server has loaded its snapshot. It accepts connections while it loads
@@ -101,9 +109,14 @@ impl Server {
     /// Starts the server and waits only until its client port accepts: for tests that watch
     /// the load itself.
     pub fn spawn_on(port: u16, metrics_port: u16, extra: &[&str]) -> Server {
+        Server::spawn_with_env(port, metrics_port, extra, &[])
+    }
+
+    fn spawn_with_env(port: u16, metrics_port: u16, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let child = Command::new(env!("CARGO_BIN_EXE_keymesh-server"))
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--metrics-port", &metrics_port.to_string(), "--loglevel", "warning"])
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
