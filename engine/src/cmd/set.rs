@@ -6,10 +6,11 @@
 
 use bytes::Bytes;
 
-use super::args::{count, cursor, eq_ignore_case, int, own, scan_options};
+use super::args::{count, cursor, eq_ignore_case, int, scan_options};
 use super::flags::*;
 use super::{CommandSpec, Exec, Keys};
 use crate::db::entry::{Collection, FieldMap};
+use crate::db::fieldmap::Name;
 use crate::db::{Kind, Value};
 use crate::error::{CmdError, Reply};
 use crate::frame::Frame;
@@ -55,7 +56,7 @@ pub const COMMANDS: &[CommandSpec] = &[
 ];
 
 /// The result of set algebra, before it is replied or stored.
-type Members = std::collections::HashSet<Bytes, foldhash::fast::RandomState>;
+type Members = std::collections::HashSet<Name, foldhash::fast::RandomState>;
 
 /// The set at `key` for a read command. Unlike `Ctx::set` it counts a keyspace hit or miss,
 /// as Redis's `lookupKeyRead` does.
@@ -68,13 +69,13 @@ fn read<'e>(exec: &'e mut Exec<'_, '_>, key: &[u8]) -> Result<Option<&'e FieldMa
 }
 
 /// Stored members as bulk replies, each a copy (`args::own` says why).
-fn bulks<'a>(members: impl IntoIterator<Item = &'a Bytes>) -> Vec<Frame> {
+fn bulks<'a, N: AsRef<[u8]> + 'a>(members: impl IntoIterator<Item = &'a N>) -> Vec<Frame> {
     members.into_iter().map(Frame::bulk).collect()
 }
 
 /// Members this command owns (its copies, or popped ones) as bulk replies.
-fn owned_bulks(members: impl IntoIterator<Item = Bytes>) -> Vec<Frame> {
-    members.into_iter().map(Frame::Bulk).collect()
+fn owned_bulks(members: impl IntoIterator<Item = impl Into<Bytes>>) -> Vec<Frame> {
+    members.into_iter().map(|m| Frame::Bulk(m.into())).collect()
 }
 
 /// The count of `SRANDMEMBER`/`HRANDFIELD`: any long except LONG_MIN, whose negation
@@ -163,7 +164,7 @@ fn spop_one(exec: &mut Exec, key: &[u8]) -> Reply {
     if member.is_some() {
         exec.ctx.notify(class::SET, "spop", key);
     }
-    Ok(member.map_or(Frame::Null, Frame::Bulk))
+    Ok(member.map_or(Frame::Null, |m| Frame::Bulk(m.into())))
 }
 
 fn spop_many(exec: &mut Exec, key: &[u8], n: usize) -> Reply {
@@ -177,7 +178,7 @@ fn spop_many(exec: &mut Exec, key: &[u8], n: usize) -> Reply {
             set.drain().into_iter().map(|(m, _)| m).collect()
         } else {
             let count = i64::try_from(n).unwrap_or(i64::MAX);
-            let picks: Vec<Bytes> = set.sample(count, &mut rand::rng()).into_iter().map(|(m, _)| m.clone()).collect();
+            let picks: Vec<Name> = set.sample(count, &mut rand::rng()).into_iter().map(|(m, _)| m.clone()).collect();
             for m in &picks {
                 set.remove(m);
             }
@@ -252,7 +253,7 @@ fn lookup_all(exec: &mut Exec, keys: &[Bytes]) -> Result<Vec<Option<usize>>, Cmd
 
 /// The members of a set already type-checked by `lookup_all` (empty when missing).
 fn members(exec: &mut Exec, key: &[u8]) -> Result<Members, CmdError> {
-    Ok(exec.ctx.set(key)?.map(|s| s.keys().map(|m| own(m)).collect()).unwrap_or_default())
+    Ok(exec.ctx.set(key)?.map(|s| s.keys().cloned().collect()).unwrap_or_default())
 }
 
 /// The intersection: start from the smallest set and keep what every other set holds.
@@ -282,7 +283,7 @@ fn union(exec: &mut Exec, keys: &[Bytes]) -> Result<Members, CmdError> {
         if let Some(set) = exec.ctx.set(k)? {
             for m in set.keys() {
                 if !out.contains(m) {
-                    out.insert(own(m));
+                    out.insert(m.clone());
                 }
             }
         }

@@ -175,7 +175,7 @@ fn sort_generic(exec: &mut Exec, argv: &[Bytes], readonly: bool) -> Reply {
             start = 0;
             v
         }
-        Source::ZSet => ctx.zset(&argv[1])?.map_or_else(Vec::new, |z| z.iter().map(|(m, _)| m.clone()).collect()),
+        Source::ZSet => ctx.zset(&argv[1])?.map_or_else(Vec::new, |z| z.iter().map(|(m, _)| m.to_bytes()).collect()),
         Source::List(v) | Source::Set(v) => v,
     };
 

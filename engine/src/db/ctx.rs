@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 
 use super::effect::Effect;
-use super::entry::{Collection, Field, ListValue};
+use super::entry::{Collection, Field, ListValue, Name};
 use super::zset::SortedSet;
 use super::{Db, Entry, EntryMut, EntryRef, Expiry, HashedKey, Key, KeyLike, Kind, Locks, Lookup, Modified, Shard, Store, Value};
 use crate::error::CmdError;
@@ -616,9 +616,9 @@ collection_accessor!(list, List, ListValue);
 /// Every field or member name of a collection (for a whole-value effect).
 fn all_names(value: &Value) -> Vec<Bytes> {
     match value {
-        Value::Hash(h) => h.keys().cloned().collect(),
-        Value::Set(s) => s.keys().cloned().collect(),
-        Value::ZSet(z) => z.iter().map(|(m, _)| m.clone()).collect(),
+        Value::Hash(h) => h.keys().map(Name::to_bytes).collect(),
+        Value::Set(s) => s.keys().map(Name::to_bytes).collect(),
+        Value::ZSet(z) => z.iter().map(|(m, _)| m.to_bytes()).collect(),
         _ => Vec::new(),
     }
 }

@@ -11,8 +11,8 @@ use super::zset::SortedSet;
 use crate::hlc::Version;
 
 pub type Key = Box<[u8]>;
-pub use super::fieldmap::FieldMap;
 use super::fieldmap::SMALL_MAX;
+pub use super::fieldmap::{FieldMap, Name, NameArg};
 
 /// Gives a map's memory back once at most an eighth of its buckets are used, as Redis shrinks a
 /// dict under 10% full: a map never shrinks by itself, so a collection emptied down to a few
@@ -303,16 +303,16 @@ impl<V> std::ops::Deref for Collection<V> {
     }
 }
 
-impl<V> FromIterator<(Bytes, V)> for Collection<V> {
-    fn from_iter<I: IntoIterator<Item = (Bytes, V)>>(iter: I) -> Self {
+impl<N: NameArg, V> FromIterator<(N, V)> for Collection<V> {
+    fn from_iter<I: IntoIterator<Item = (N, V)>>(iter: I) -> Self {
         Collection { live: iter.into_iter().collect(), ..Collection::default() }
     }
 }
 
 impl<V> Collection<V> {
-    pub fn insert(&mut self, name: Bytes, value: V) -> Option<V> {
-        self.removed.remove(&name[..]);
-        self.touched.note(&name);
+    pub fn insert(&mut self, name: impl NameArg, value: V) -> Option<V> {
+        self.removed.remove(name.as_ref());
+        self.touched.note(name.as_ref());
         self.live.insert(name, value)
     }
 
@@ -326,12 +326,12 @@ impl<V> Collection<V> {
 
     pub fn remove(&mut self, name: &[u8]) -> Option<V> {
         let (name, old) = self.live.remove_entry(name)?;
-        self.touched.note_owned(name);
+        self.touched.note_owned(name.into());
         Some(old)
     }
 
-    pub fn drain(&mut self) -> Vec<(Bytes, V)> {
-        let all: Vec<(Bytes, V)> = self.live.drain().collect();
+    pub fn drain(&mut self) -> Vec<(Name, V)> {
+        let all: Vec<(Name, V)> = self.live.drain().collect();
         all.iter().for_each(|(k, _)| self.touched.note(k));
         all
     }
@@ -428,8 +428,8 @@ impl ElementMap for Collection<Field> {
     }
 
     fn states(&self) -> Vec<(Bytes, Option<Bytes>, Version)> {
-        let live = self.live.iter().map(|(n, f)| (n.clone(), Some(f.value.clone()), f.version));
-        live.chain(self.removed.iter().map(|(n, v)| (n.clone(), None, *v))).collect()
+        let live = self.live.iter().map(|(n, f)| (n.to_bytes(), Some(f.value.clone()), f.version));
+        live.chain(self.removed.iter().map(|(n, v)| (n.to_bytes(), None, *v))).collect()
     }
 
     fn clear_older(&mut self, v: Version) {
@@ -457,8 +457,8 @@ impl ElementMap for Collection<Version> {
     }
 
     fn states(&self) -> Vec<(Bytes, Option<()>, Version)> {
-        let live = self.live.iter().map(|(n, v)| (n.clone(), Some(()), *v));
-        live.chain(self.removed.iter().map(|(n, v)| (n.clone(), None, *v))).collect()
+        let live = self.live.iter().map(|(n, v)| (n.to_bytes(), Some(()), *v));
+        live.chain(self.removed.iter().map(|(n, v)| (n.to_bytes(), None, *v))).collect()
     }
 
     fn clear_older(&mut self, v: Version) {
@@ -648,7 +648,7 @@ mod tests {
             i += 1;
         }
         let buckets = map.buckets();
-        let names: Vec<Bytes> = map.keys().cloned().collect();
+        let names: Vec<Bytes> = map.keys().map(Name::to_bytes).collect();
         for name in &names[2..] {
             map.remove(&name[..]);
             shrink_if_sparse(&mut map);

@@ -17,16 +17,20 @@
 //! Redis's dict moves a bucket on finds: a map read but no longer written still finishes its
 //! growth and frees the old table. One neither read nor written keeps both until it is.
 //!
-//! The methods are `HashMap`'s, with the same names and meaning, for those the engine uses.
+//! Names are `Name`s (`db::name`): a short one lives in its slot of the vector or the table, so
+//! a lookup compares it where the slot is, and storing it allocates nothing.
+//!
+//! The methods are `HashMap`'s, with the same names and meaning, for those the engine uses;
+//! a lookup takes the name as a slice.
 
-use std::borrow::Borrow;
-use std::hash::{BuildHasher, Hash};
+use std::hash::BuildHasher;
 
-use bytes::Bytes;
 use either::Either;
 use foldhash::fast::RandomState;
 use hashbrown::hash_table::{Entry, HashTable};
 use rand::Rng;
+
+pub use super::name::Name;
 
 #[derive(Clone)]
 pub struct FieldMap<V> {
@@ -39,7 +43,7 @@ enum Repr<V> {
     /// order, as a listpack's does), each buffer exactly as long as it needs: most hashes,
     /// sets and sorted sets hold a few elements, and hashbrown's smallest table (4 buckets,
     /// 3 elements) cost a one-field hash 384 bytes where the vector costs 80.
-    Small(Vec<(Bytes, V)>),
+    Small(Vec<(Name, V)>),
     /// More: a table, behind a pointer so that the map is no bigger than the vector.
     Table(Box<Table<V>>),
 }
@@ -49,7 +53,7 @@ enum Repr<V> {
 /// grows, in `old`, never in both.
 #[derive(Clone)]
 struct Table<V> {
-    table: HashTable<(Bytes, V)>,
+    table: HashTable<(Name, V)>,
     /// While the map grows: the table it grows from, whose elements move into `table`.
     old: Option<Moving<V>>,
     hasher: RandomState,
@@ -57,7 +61,7 @@ struct Table<V> {
 
 #[derive(Clone)]
 struct Moving<V> {
-    table: HashTable<(Bytes, V)>,
+    table: HashTable<(Name, V)>,
     /// Its first bucket not emptied yet.
     next: usize,
 }
@@ -72,17 +76,13 @@ struct Moving<V> {
 const STEP_BUCKETS: usize = 4;
 
 /// The test for the element called `name`, in either table.
-fn is_named<V, Q>(name: &Q) -> impl Fn(&(Bytes, V)) -> bool + Copy + '_
-where
-    Bytes: Borrow<Q>,
-    Q: Eq + ?Sized,
-{
-    move |(n, _)| n.borrow() == name
+fn is_named<V>(name: &[u8]) -> impl Fn(&(Name, V)) -> bool + Copy + '_ {
+    move |(n, _)| n[..] == *name
 }
 
 /// Puts `item`, whose name `table` does not hold, into `table` (an element moving in from a
 /// vector or from a growth's old table).
-fn place<V>(table: &mut HashTable<(Bytes, V)>, hasher: &RandomState, item: (Bytes, V)) {
+fn place<V>(table: &mut HashTable<(Name, V)>, hasher: &RandomState, item: (Name, V)) {
     table.insert_unique(hasher.hash_one(&item.0), item, |(n, _)| hasher.hash_one(n));
 }
 
@@ -111,8 +111,7 @@ impl<I: Iterator> Iterator for Counted<I> {
 impl<I: Iterator> ExactSizeIterator for Counted<I> {}
 
 /// The elements of a table given up whole (`FieldMap`'s `IntoIterator`).
-type TableIntoIter<V> =
-    Counted<std::iter::Chain<hashbrown::hash_table::IntoIter<(Bytes, V)>, std::iter::Flatten<std::option::IntoIter<HashTable<(Bytes, V)>>>>>;
+type TableIntoIter<V> = Counted<std::iter::Chain<hashbrown::hash_table::IntoIter<(Name, V)>, std::iter::Flatten<std::option::IntoIter<HashTable<(Name, V)>>>>>;
 
 impl<V> Table<V> {
     fn with_capacity(capacity: usize) -> Table<V> {
@@ -130,24 +129,16 @@ impl<V> Table<V> {
 
     /// `name`'s hash, for a lookup in either table; `None` when the map is empty (most
     /// collections' `removed` once they had tombstones), which answers without hashing it.
-    fn hash_if_any<Q: Hash + ?Sized>(&self, name: &Q) -> Option<u64> {
+    fn hash_if_any(&self, name: &[u8]) -> Option<u64> {
         (self.len() > 0).then(|| self.hasher.hash_one(name))
     }
 
-    fn find<Q>(&self, name: &Q) -> Option<&(Bytes, V)>
-    where
-        Bytes: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
+    fn find(&self, name: &[u8]) -> Option<&(Name, V)> {
         let (hash, named) = (self.hash_if_any(name)?, is_named(name));
         self.table.find(hash, named).or_else(|| self.old.as_ref()?.table.find(hash, named))
     }
 
-    fn find_mut<Q>(&mut self, name: &Q) -> Option<&mut (Bytes, V)>
-    where
-        Bytes: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
+    fn find_mut(&mut self, name: &[u8]) -> Option<&mut (Name, V)> {
         let (hash, named) = (self.hash_if_any(name)?, is_named(name));
         if let Some(old) = &mut self.old {
             if let Some(found) = old.table.find_mut(hash, named) {
@@ -159,9 +150,9 @@ impl<V> Table<V> {
 
     /// The value at `name`, stored first with `value` if the map does not hold it; `value`
     /// comes back when it was not stored. A write: it moves a step of a growth first.
-    fn slot<N: Name>(&mut self, name: N, value: V) -> (&mut V, Option<V>) {
+    fn slot<N: NameArg>(&mut self, name: N, value: V) -> (&mut V, Option<V>) {
         self.step();
-        let (hash, named) = (self.hasher.hash_one(name.bytes()), is_named(name.bytes()));
+        let (hash, named) = (self.hasher.hash_one(name.as_ref()), is_named(name.as_ref()));
         match self.old.as_ref().map(|old| old.table.find(hash, named).is_some()) {
             // Not moved yet: it stays where it is until its bucket's turn.
             Some(true) => {
@@ -178,7 +169,7 @@ impl<V> Table<V> {
         let Table { table, hasher, .. } = self;
         match table.entry(hash, named, |(n, _)| hasher.hash_one(n)) {
             Entry::Occupied(held) => (&mut held.into_mut().1, Some(value)),
-            Entry::Vacant(free) => (&mut free.insert((name.stored(), value)).into_mut().1, None),
+            Entry::Vacant(free) => (&mut free.insert((name.into(), value)).into_mut().1, None),
         }
     }
 
@@ -198,10 +189,11 @@ impl<V> Table<V> {
         let Table { table, old, hasher } = self;
         let Some(moving) = old else { return };
         let end = (moving.next + STEP_BUCKETS).min(moving.table.num_buckets());
-        // Moving an element hashes its name, elsewhere in memory: start loading them all
-        // first, so that their cache misses overlap instead of queueing one after another.
+        // Moving an element hashes its name; a long one is elsewhere in memory: start loading
+        // them all first, so that their cache misses overlap instead of queueing one after
+        // another (a short one is in the bucket itself).
         for bucket in moving.next..end {
-            if let Some((name, _)) = moving.table.get_bucket(bucket) {
+            if let Some((name, _)) = moving.table.get_bucket(bucket).filter(|(name, _)| name.heap_size() > 0) {
                 super::node::prefetch(name.as_ptr());
             }
         }
@@ -224,11 +216,7 @@ impl<V> Table<V> {
         }
     }
 
-    fn remove<Q>(&mut self, name: &Q) -> Option<(Bytes, V)>
-    where
-        Bytes: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
+    fn remove(&mut self, name: &[u8]) -> Option<(Name, V)> {
         let (hash, named) = (self.hash_if_any(name)?, is_named(name));
         self.step();
         if let Some(old) = &mut self.old {
@@ -239,23 +227,23 @@ impl<V> Table<V> {
         self.table.find_entry(hash, named).ok().map(|found| found.remove().0)
     }
 
-    fn iter(&self) -> Counted<impl Iterator<Item = &(Bytes, V)> + Clone> {
+    fn iter(&self) -> Counted<impl Iterator<Item = &(Name, V)> + Clone> {
         Counted { inner: self.table.iter().chain(self.old.iter().flat_map(|old| old.table.iter())), left: self.len() }
     }
 
-    fn iter_mut(&mut self) -> Counted<impl Iterator<Item = &mut (Bytes, V)>> {
+    fn iter_mut(&mut self) -> Counted<impl Iterator<Item = &mut (Name, V)>> {
         let left = self.len();
         Counted { inner: self.table.iter_mut().chain(self.old.iter_mut().flat_map(|old| old.table.iter_mut())), left }
     }
 
-    fn retain(&mut self, mut keep: impl FnMut(&Bytes, &mut V) -> bool) {
+    fn retain(&mut self, mut keep: impl FnMut(&Name, &mut V) -> bool) {
         self.table.retain(|(n, v)| keep(n, v));
         if let Some(old) = &mut self.old {
             old.table.retain(|(n, v)| keep(n, v));
         }
     }
 
-    fn drain(&mut self) -> Counted<impl Iterator<Item = (Bytes, V)> + '_> {
+    fn drain(&mut self) -> Counted<impl Iterator<Item = (Name, V)> + '_> {
         let left = self.len();
         let old = self.old.take().map(|moving| moving.table);
         Counted { inner: self.table.drain().chain(old.into_iter().flatten()), left }
@@ -268,7 +256,7 @@ impl<V> Table<V> {
 
     /// An element at random (`draw_bucket`) from one of the two tables, picked by how many
     /// each holds, so that every element has the same chance.
-    fn random(&self, rng: &mut impl Rng) -> Option<&(Bytes, V)> {
+    fn random(&self, rng: &mut impl Rng) -> Option<&(Name, V)> {
         let table = match &self.old {
             Some(old) if rng.random_range(0..self.len().max(1)) < old.table.len() => &old.table,
             _ => &self.table,
@@ -315,39 +303,15 @@ pub(super) fn draw_bucket<'t, T>(table: &'t HashTable<T>, rng: &mut impl Rng) ->
     (0..RANDOM_DRAWS).find_map(|_| table.get_bucket(rng.random_range(0..buckets)))
 }
 
-/// A name to store: a `Bytes` the caller gives up, or a command's argument, copied only when
-/// it is stored (`FieldMap::insert_copied`). A clone of a `Bytes` would not do: the first
-/// clone of one built from a vector gives it a shared header (an allocation) for its life.
-trait Name {
-    fn bytes(&self) -> &[u8];
-    fn stored(self) -> Bytes;
-}
+/// A name to store: a command's argument or a name the caller holds, made a `Name` only when
+/// it is stored (`FieldMap::insert_copied`): an existing name keeps its stored bytes.
+pub trait NameArg: AsRef<[u8]> + Into<Name> {}
 
-impl Name for Bytes {
-    fn bytes(&self) -> &[u8] {
-        self
-    }
-    fn stored(self) -> Bytes {
-        self
-    }
-}
-
-impl Name for &[u8] {
-    fn bytes(&self) -> &[u8] {
-        self
-    }
-    fn stored(self) -> Bytes {
-        Bytes::copy_from_slice(self)
-    }
-}
+impl<N: AsRef<[u8]> + Into<Name>> NameArg for N {}
 
 /// Where `name` is in a small map's vector.
-fn position<V, Q>(items: &[(Bytes, V)], name: &Q) -> Option<usize>
-where
-    Bytes: Borrow<Q>,
-    Q: Eq + ?Sized,
-{
-    items.iter().position(|(n, _)| n.borrow() == name)
+fn position<V>(items: &[(Name, V)], name: &[u8]) -> Option<usize> {
+    items.iter().position(|(n, _)| n[..] == *name)
 }
 
 impl<V> Default for FieldMap<V> {
@@ -428,38 +392,26 @@ impl<V> FieldMap<V> {
         }
     }
 
-    pub fn get<Q>(&self, name: &Q) -> Option<&V>
-    where
-        Bytes: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
+    pub fn get(&self, name: &[u8]) -> Option<&V> {
         match &self.repr {
             Repr::Small(items) => position(items, name).map(|i| &items[i].1),
             Repr::Table(t) => t.find(name).map(|(_, v)| v),
         }
     }
 
-    pub fn get_mut<Q>(&mut self, name: &Q) -> Option<&mut V>
-    where
-        Bytes: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
+    pub fn get_mut(&mut self, name: &[u8]) -> Option<&mut V> {
         match &mut self.repr {
             Repr::Small(items) => position(items, name).map(|i| &mut items[i].1),
             Repr::Table(t) => t.find_mut(name).map(|(_, v)| v),
         }
     }
 
-    pub fn contains_key<Q>(&self, name: &Q) -> bool
-    where
-        Bytes: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
+    pub fn contains_key(&self, name: &[u8]) -> bool {
         self.get(name).is_some()
     }
 
     /// Sets `name` to `value`; returns the value it replaced (the stored name stays).
-    pub fn insert(&mut self, name: Bytes, value: V) -> Option<V> {
+    pub fn insert(&mut self, name: impl NameArg, value: V) -> Option<V> {
         let (held, unused) = self.slot(name, value);
         unused.map(|value| std::mem::replace(held, value))
     }
@@ -474,13 +426,13 @@ impl<V> FieldMap<V> {
 
     /// The value at `name`, inserted as `value` first if it has none
     /// (`HashMap::entry(name).or_insert(value)`).
-    pub fn get_or_insert(&mut self, name: Bytes, value: V) -> &mut V {
+    pub fn get_or_insert(&mut self, name: impl NameArg, value: V) -> &mut V {
         self.slot(name, value).0
     }
 
     /// The value at `name`, stored first with `value` if the map does not hold it; `value`
     /// comes back when it was not stored.
-    fn slot<N: Name>(&mut self, name: N, value: V) -> (&mut V, Option<V>) {
+    fn slot<N: NameArg>(&mut self, name: N, value: V) -> (&mut V, Option<V>) {
         match self.small_slot(name, value) {
             Ok((at, unused)) => match &mut self.repr {
                 Repr::Small(items) => (&mut items[at].1, unused),
@@ -495,16 +447,16 @@ impl<V> FieldMap<V> {
 
     /// `slot` in a vector: the index of `name`, pushed with `value` if absent and the vector
     /// has room. Hands both back for a table, and for a full vector, which becomes one.
-    fn small_slot<N: Name>(&mut self, name: N, value: V) -> Result<(usize, Option<V>), (N, V)> {
+    fn small_slot<N: NameArg>(&mut self, name: N, value: V) -> Result<(usize, Option<V>), (N, V)> {
         let Repr::Small(items) = &mut self.repr else { return Err((name, value)) };
-        if let Some(at) = position(items, name.bytes()) {
+        if let Some(at) = position(items, name.as_ref()) {
             return Ok((at, Some(value)));
         }
         if items.len() < SMALL_MAX {
             if items.len() == items.capacity() {
                 grow_by_one(items);
             }
-            items.push((name.stored(), value));
+            items.push((name.into(), value));
             return Ok((items.len() - 1, None));
         }
         let mut t = Table::with_capacity(2 * SMALL_MAX);
@@ -515,40 +467,32 @@ impl<V> FieldMap<V> {
         Err((name, value))
     }
 
-    pub fn remove<Q>(&mut self, name: &Q) -> Option<V>
-    where
-        Bytes: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
+    pub fn remove(&mut self, name: &[u8]) -> Option<V> {
         self.remove_entry(name).map(|(_, v)| v)
     }
 
-    pub fn remove_entry<Q>(&mut self, name: &Q) -> Option<(Bytes, V)>
-    where
-        Bytes: Borrow<Q>,
-        Q: Hash + Eq + ?Sized,
-    {
+    pub fn remove_entry(&mut self, name: &[u8]) -> Option<(Name, V)> {
         match &mut self.repr {
             Repr::Small(items) => position(items, name).map(|i| items.remove(i)),
             Repr::Table(t) => t.remove(name),
         }
     }
 
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&Bytes, &V)> + Clone {
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&Name, &V)> + Clone {
         match &self.repr {
             Repr::Small(items) => Either::Left(items.iter().map(|(n, v)| (n, v))),
             Repr::Table(t) => Either::Right(t.iter().map(|(n, v)| (n, v))),
         }
     }
 
-    pub fn iter_mut(&mut self) -> impl ExactSizeIterator<Item = (&Bytes, &mut V)> {
+    pub fn iter_mut(&mut self) -> impl ExactSizeIterator<Item = (&Name, &mut V)> {
         match &mut self.repr {
             Repr::Small(items) => Either::Left(items.iter_mut().map(|(n, v)| (&*n, v))),
             Repr::Table(t) => Either::Right(t.iter_mut().map(|(n, v)| (&*n, v))),
         }
     }
 
-    pub fn keys(&self) -> impl ExactSizeIterator<Item = &Bytes> + Clone {
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &Name> + Clone {
         self.iter().map(|(n, _)| n)
     }
 
@@ -560,14 +504,14 @@ impl<V> FieldMap<V> {
         self.iter_mut().map(|(_, v)| v)
     }
 
-    pub fn retain(&mut self, mut keep: impl FnMut(&Bytes, &mut V) -> bool) {
+    pub fn retain(&mut self, mut keep: impl FnMut(&Name, &mut V) -> bool) {
         match &mut self.repr {
             Repr::Small(items) => items.retain_mut(|(n, v)| keep(n, v)),
             Repr::Table(t) => t.retain(keep),
         }
     }
 
-    pub fn drain(&mut self) -> impl ExactSizeIterator<Item = (Bytes, V)> + '_ {
+    pub fn drain(&mut self) -> impl ExactSizeIterator<Item = (Name, V)> + '_ {
         match &mut self.repr {
             Repr::Small(items) => Either::Left(items.drain(..)),
             Repr::Table(t) => Either::Right(t.drain()),
@@ -578,7 +522,7 @@ impl<V> FieldMap<V> {
     /// vector, at a random position; in a table, buckets drawn at random until one is full,
     /// O(1) at the load the map keeps; if `RANDOM_DRAWS` draws all miss (a map far emptier
     /// than its table), the element at a random position of a walk, O(n) but as fair.
-    pub fn random(&self, rng: &mut impl Rng) -> Option<(&Bytes, &V)> {
+    pub fn random(&self, rng: &mut impl Rng) -> Option<(&Name, &V)> {
         if self.is_empty() {
             return None;
         }
@@ -598,7 +542,7 @@ impl<V> FieldMap<V> {
     /// Redis's is: a negative count, or a positive one under a third of the elements, draws
     /// (`random`); a bigger positive one takes a sample of a walk, O(n), no more than the
     /// reply itself.
-    pub fn sample(&self, count: i64, rng: &mut impl Rng) -> Vec<(&Bytes, &V)> {
+    pub fn sample(&self, count: i64, rng: &mut impl Rng) -> Vec<(&Name, &V)> {
         let Ok(count) = usize::try_from(count) else {
             return (0..count.unsigned_abs()).filter_map(|_| self.random(rng)).collect();
         };
@@ -613,7 +557,7 @@ impl<V> FieldMap<V> {
         let mut picks = Vec::with_capacity(count);
         while picks.len() < count {
             let Some((name, value)) = self.random(rng) else { break };
-            if seen.insert(name as *const Bytes) {
+            if seen.insert(name as *const Name) {
                 picks.push((name, value));
             }
         }
@@ -635,16 +579,16 @@ impl<V: PartialEq> PartialEq for FieldMap<V> {
 
 impl<V: Eq> Eq for FieldMap<V> {}
 
-impl<V> Extend<(Bytes, V)> for FieldMap<V> {
-    fn extend<I: IntoIterator<Item = (Bytes, V)>>(&mut self, items: I) {
+impl<N: NameArg, V> Extend<(N, V)> for FieldMap<V> {
+    fn extend<I: IntoIterator<Item = (N, V)>>(&mut self, items: I) {
         for (name, value) in items {
             self.insert(name, value);
         }
     }
 }
 
-impl<V> FromIterator<(Bytes, V)> for FieldMap<V> {
-    fn from_iter<I: IntoIterator<Item = (Bytes, V)>>(items: I) -> Self {
+impl<N: NameArg, V> FromIterator<(N, V)> for FieldMap<V> {
+    fn from_iter<I: IntoIterator<Item = (N, V)>>(items: I) -> Self {
         let items = items.into_iter();
         let mut map = FieldMap::with_capacity(items.size_hint().0);
         map.extend(items);
@@ -653,8 +597,8 @@ impl<V> FromIterator<(Bytes, V)> for FieldMap<V> {
 }
 
 impl<V> IntoIterator for FieldMap<V> {
-    type Item = (Bytes, V);
-    type IntoIter = Either<std::vec::IntoIter<(Bytes, V)>, TableIntoIter<V>>;
+    type Item = (Name, V);
+    type IntoIter = Either<std::vec::IntoIter<(Name, V)>, TableIntoIter<V>>;
     fn into_iter(self) -> Self::IntoIter {
         match self.repr {
             Repr::Small(items) => Either::Left(items.into_iter()),
@@ -665,6 +609,8 @@ impl<V> IntoIterator for FieldMap<V> {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
 
     #[test]
@@ -675,7 +621,7 @@ mod tests {
         assert_eq!(m.insert(Bytes::from_static(b"a"), 3), Some(1));
         assert_eq!((m.len(), m.get(&b"a"[..]), m.get(&Bytes::from_static(b"b"))), (2, Some(&3), Some(&2)));
         *m.get_mut(&b"b"[..]).unwrap() += 10;
-        assert_eq!(m.remove_entry(&b"b"[..]), Some((Bytes::from_static(b"b"), 12)));
+        assert_eq!(m.remove_entry(&b"b"[..]), Some((Name::from(&b"b"[..]), 12)));
         assert!(!m.contains_key(&b"b"[..]) && m.contains_key(&b"a"[..]));
         m.retain(|_, v| *v > 5);
         assert!(m.is_empty());
@@ -715,7 +661,7 @@ mod tests {
             let picks = m.sample(count, &mut rng);
             let distinct: std::collections::HashSet<_> = picks.iter().map(|(_, v)| **v).collect();
             assert_eq!((picks.len(), distinct.len()), (count.min(100) as usize, count.min(100) as usize), "count {count}");
-            assert!(picks.iter().all(|(n, v)| m.get(*n) == Some(*v)));
+            assert!(picks.iter().all(|(n, v)| m.get(n) == Some(*v)));
         }
         let repeated = m.sample(-1000, &mut rng);
         assert_eq!(repeated.len(), 1000);
@@ -796,7 +742,7 @@ mod tests {
                         *modelled = modelled.wrapping_add(1);
                     }
                     Op::Remove(n) => {
-                        proptest::prop_assert_eq!(map.remove_entry(&name(n)[..]), model.remove_entry(&name(n)));
+                        proptest::prop_assert_eq!(map.remove_entry(&name(n)[..]).map(|(n, v)| (n.to_bytes(), v)), model.remove_entry(&name(n)));
                     }
                     Op::Retain(k) => {
                         map.retain(|_, v| *v % (k + 1) != 0);
@@ -807,11 +753,11 @@ mod tests {
                         map.shrink_to_fit();
                         if was_table {
                             // A table that becomes a vector keeps the table's order.
-                            order = map.keys().cloned().collect();
+                            order = map.keys().map(Name::to_bytes).collect();
                         }
                     }
                     Op::Drain => {
-                        let mut drained: Vec<_> = map.drain().collect();
+                        let mut drained: Vec<_> = map.drain().map(|(n, v)| (n.to_bytes(), v)).collect();
                         let mut want: Vec<_> = model.drain().collect();
                         drained.sort();
                         want.sort();
@@ -824,7 +770,7 @@ mod tests {
                 for n in 0..24 {
                     proptest::prop_assert_eq!(map.get(&name(n)[..]), model.get(&name(n)));
                 }
-                let mut held: Vec<_> = map.iter().map(|(n, v)| (n.clone(), *v)).collect();
+                let mut held: Vec<_> = map.iter().map(|(n, v)| (n.to_bytes(), *v)).collect();
                 if matches!(map.repr, Repr::Small(_)) {
                     proptest::prop_assert!(map.len() <= SMALL_MAX);
                     let names: Vec<_> = held.iter().map(|(n, _)| n.clone()).collect();

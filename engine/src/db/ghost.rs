@@ -5,7 +5,7 @@
 //! `kills_below`, `outlived`), which the key layer (`repl::merge`) asks; the tie rule is the
 //! register's (`entry::Register::beats`), defined once there.
 
-use super::entry::FieldMap;
+use super::entry::{FieldMap, Name};
 use super::entry::{Kind, Register, TieRank};
 use super::lattice::Merge;
 use crate::hlc::Version;
@@ -120,7 +120,7 @@ impl Ghost {
     }
 
     /// The field or member tombstones of the emptied collection.
-    pub fn removed(&self) -> impl Iterator<Item = (&bytes::Bytes, &Version)> {
+    pub fn removed(&self) -> impl Iterator<Item = (&Name, &Version)> {
         self.removed.iter().flat_map(|m| m.iter())
     }
 
@@ -132,7 +132,7 @@ impl Ghost {
         self.removed.map(|m| *m).unwrap_or_default()
     }
 
-    pub(super) fn add_removed<'r>(&mut self, removed: impl Iterator<Item = (&'r bytes::Bytes, &'r Version)>) {
+    pub(super) fn add_removed<'r>(&mut self, removed: impl Iterator<Item = (&'r Name, &'r Version)>) {
         let mut removed = removed.peekable();
         if removed.peek().is_some() {
             self.removed.get_or_insert_with(Box::default).extend(removed.map(|(k, v)| (k.clone(), *v)));
@@ -222,6 +222,7 @@ mod tests {
             removed.sort();
             removed.reverse();
             removed.dedup_by(|a, b| a.0 == b.0);
+            let removed: Vec<(Name, Version)> = removed.into_iter().map(|(n, v)| (Name::from(n), v)).collect();
             ghost.add_removed(removed.iter().map(|(n, v)| (n, v)));
             ghost
         });

@@ -20,6 +20,7 @@ pub mod ghost;
 pub mod hashed;
 pub mod hll;
 pub mod lattice;
+pub mod name;
 pub mod node;
 pub mod pending;
 pub mod ranked;

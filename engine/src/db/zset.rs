@@ -9,7 +9,7 @@ use bytes::Bytes;
 use either::Either;
 
 use super::entry::{shrink_if_sparse, Changes, FieldMap};
-use super::fieldmap::SMALL_MAX;
+use super::fieldmap::{Name, SMALL_MAX};
 use super::lattice::{merge_elements, ElementMap, Merge};
 use super::ranked::RankedSet;
 use crate::hlc::Version;
@@ -43,10 +43,10 @@ pub struct SortedSet {
     members: FieldMap<Member>,
     /// The members in score order, counted; empty while the set has at most
     /// `fieldmap::SMALL_MAX` members (queries sort those on the spot, `ordered`): each name
-    /// held here is a second reference to it, whose shared header, with the pair itself, cost
-    /// a small set 72 bytes a member. Once built it stays until the member map shrinks back to
-    /// a vector (`shrink_if_sparse`).
-    order: RankedSet<(Score, Bytes)>,
+    /// held here is a second copy of it (inside its 24 bytes up to `name::INLINE` bytes), which
+    /// with the pair itself would cost a small set ~56 bytes a member. Once built it stays until
+    /// the member map shrinks back to a vector (`shrink_if_sparse`).
+    order: RankedSet<(Score, Name)>,
     /// Replication: removed members and the version that removed them.
     pub removed: FieldMap<Version>,
     /// Replication: the key-level tombstone; older members are dead.
@@ -80,12 +80,12 @@ impl ElementMap for SortedSet {
     }
 
     fn states(&self) -> Vec<(Bytes, Option<f64>, Version)> {
-        let live = self.members.iter().map(|(n, m)| (n.clone(), Some(m.score), m.version));
-        live.chain(self.removed.iter().map(|(n, v)| (n.clone(), None, *v))).collect()
+        let live = self.members.iter().map(|(n, m)| (n.to_bytes(), Some(m.score), m.version));
+        live.chain(self.removed.iter().map(|(n, v)| (n.to_bytes(), None, *v))).collect()
     }
 
     fn clear_older(&mut self, v: Version) {
-        let dead: Vec<Bytes> = self.members.iter().filter(|(_, m)| m.version < v).map(|(n, _)| n.clone()).collect();
+        let dead: Vec<Name> = self.members.iter().filter(|(_, m)| m.version < v).map(|(n, _)| n.clone()).collect();
         for n in dead {
             if let Some((key, old)) = self.members.remove_entry(&n[..]) {
                 self.unindex(old.score, key);
@@ -142,13 +142,13 @@ impl SortedSet {
     }
 
     /// A member picked at random, each with the same chance, in O(1) (`FieldMap::random`).
-    pub fn random_member(&self, rng: &mut impl rand::Rng) -> Option<&Bytes> {
+    pub fn random_member(&self, rng: &mut impl rand::Rng) -> Option<&Name> {
         self.members.random(rng).map(|(m, _)| m)
     }
 
     /// `count` members at random with their scores (`FieldMap::sample`: distinct for a
     /// positive count, repeating for a negative one).
-    pub fn sample_members(&self, count: i64, rng: &mut impl rand::Rng) -> Vec<(&Bytes, f64)> {
+    pub fn sample_members(&self, count: i64, rng: &mut impl rand::Rng) -> Vec<(&Name, f64)> {
         self.members.sample(count, rng).into_iter().map(|(m, member)| (m, member.score)).collect()
     }
 
@@ -156,10 +156,10 @@ impl SortedSet {
     pub fn insert(&mut self, member: Bytes, score: f64, version: Version) -> Option<f64> {
         self.removed.remove(&member[..]);
         self.touched.note(&member);
-        self.insert_quietly(member, score, version)
+        self.insert_quietly(Name::from(member), score, version)
     }
 
-    fn insert_quietly(&mut self, member: Bytes, score: f64, version: Version) -> Option<f64> {
+    fn insert_quietly(&mut self, member: Name, score: f64, version: Version) -> Option<f64> {
         let new = Member { score, version };
         if self.order.is_empty() {
             if self.members.len() < SMALL_MAX || self.members.contains_key(&member[..]) {
@@ -190,7 +190,7 @@ impl SortedSet {
     }
 
     /// Takes a removed member out of the score index, if the set keeps one.
-    fn unindex(&mut self, score: f64, member: Bytes) {
+    fn unindex(&mut self, score: f64, member: Name) {
         if !self.order.is_empty() {
             self.order.remove(&(Score(score), member));
         }
@@ -238,7 +238,7 @@ impl SortedSet {
     /// Replication: sets a member without noting a local change.
     pub fn merge_insert(&mut self, member: Bytes, score: f64, version: Version) {
         self.removed.remove(&member[..]);
-        self.insert_quietly(member, score, version);
+        self.insert_quietly(Name::from(member), score, version);
     }
 
     /// Replication: removes a member, recording its tombstone, without noting a local change.
@@ -262,7 +262,7 @@ impl SortedSet {
     }
 
     /// Members as `(name, member)` pairs, unordered.
-    pub fn members(&self) -> impl Iterator<Item = (&Bytes, &Member)> {
+    pub fn members(&self) -> impl Iterator<Item = (&Name, &Member)> {
         self.members.iter()
     }
 
@@ -271,13 +271,13 @@ impl SortedSet {
         if !self.order.is_empty() {
             return Ordered::Indexed(&self.order);
         }
-        let mut sorted: Vec<(Score, &Bytes)> = self.members.iter().map(|(name, m)| (Score(m.score), name)).collect();
+        let mut sorted: Vec<(Score, &Name)> = self.members.iter().map(|(name, m)| (Score(m.score), name)).collect();
         sorted.sort_unstable();
         Ordered::Sorted(sorted)
     }
 
     /// Members in ascending order.
-    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&Bytes, f64)> + '_ {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (&Name, f64)> + '_ {
         self.ordered().ranks(0..self.len())
     }
 
@@ -287,7 +287,7 @@ impl SortedSet {
     }
 
     /// Members whose score lies within `[min, max]` (honouring exclusive ends), ascending.
-    pub fn range_by_score(&self, min: ScoreBound, max: ScoreBound) -> impl DoubleEndedIterator<Item = (&Bytes, f64)> + '_ {
+    pub fn range_by_score(&self, min: ScoreBound, max: ScoreBound) -> impl DoubleEndedIterator<Item = (&Name, f64)> + '_ {
         let ordered = self.ordered();
         let ranks = score_ranks(&ordered, min, max);
         ordered.ranks(ranks)
@@ -314,9 +314,9 @@ fn score_ranks(ordered: &Ordered<'_>, min: ScoreBound, max: ScoreBound) -> Range
 impl SortedSet {
     /// Members within a lex range, ascending (meaningful when all scores are equal). When
     /// they are, the range is found in the index directly; otherwise every member is tested.
-    pub fn range_by_lex<'a>(&'a self, min: &'a LexBound, max: &'a LexBound) -> impl DoubleEndedIterator<Item = (&'a Bytes, f64)> + 'a {
+    pub fn range_by_lex<'a>(&'a self, min: &'a LexBound, max: &'a LexBound) -> impl DoubleEndedIterator<Item = (&'a Name, f64)> + 'a {
         let ordered = self.ordered();
-        let iter: Box<dyn DoubleEndedIterator<Item = (&'a Bytes, f64)> + 'a> = match lex_ranks(&ordered, min, max) {
+        let iter: Box<dyn DoubleEndedIterator<Item = (&'a Name, f64)> + 'a> = match lex_ranks(&ordered, min, max) {
             Some(ranks) => Box::new(ordered.ranks(ranks)),
             None => Box::new(ordered.ranks(0..self.len()).filter(move |(m, _)| lex_above_min(m, min) && lex_below_max(m, max))),
         };
@@ -338,7 +338,7 @@ impl SortedSet {
     pub fn first(&self, max: bool) -> Option<(Bytes, f64)> {
         let ordered = self.ordered();
         let rank = if max { self.len().checked_sub(1)? } else { 0 };
-        ordered.ranks(rank..rank + 1).next().map(|(m, s)| (m.clone(), s))
+        ordered.ranks(rank..rank + 1).next().map(|(m, s)| (m.to_bytes(), s))
     }
 
     /// The rank counted from the highest score (`ZREVRANK`).
@@ -356,7 +356,7 @@ impl SortedSet {
         let end = end.min(len - 1);
         // Ascending ranks lo..=hi hold the result.
         let (lo, hi) = if rev { (len - 1 - end, len - 1 - start) } else { (start, end) };
-        let ranks = self.ordered().ranks(lo..hi + 1).map(|(m, s)| (m.clone(), s));
+        let ranks = self.ordered().ranks(lo..hi + 1).map(|(m, s)| (m.to_bytes(), s));
         if rev {
             ranks.rev().collect()
         } else {
@@ -390,8 +390,8 @@ fn lex_ranks(ordered: &Ordered<'_>, min: &LexBound, max: &LexBound) -> Option<Ra
 /// A sorted set's members in score order: its counted index (`RankedSet`), or, for a set of
 /// at most `fieldmap::SMALL_MAX` members, which keeps none, its members sorted on the spot.
 enum Ordered<'z> {
-    Indexed(&'z RankedSet<(Score, Bytes)>),
-    Sorted(Vec<(Score, &'z Bytes)>),
+    Indexed(&'z RankedSet<(Score, Name)>),
+    Sorted(Vec<(Score, &'z Name)>),
 }
 
 impl<'z> Ordered<'z> {
@@ -426,7 +426,7 @@ impl<'z> Ordered<'z> {
     }
 
     /// The members at ranks `ranks` (clamped to the set), in order.
-    fn ranks(self, ranks: Range<usize>) -> impl DoubleEndedIterator<Item = (&'z Bytes, f64)> + 'z {
+    fn ranks(self, ranks: Range<usize>) -> impl DoubleEndedIterator<Item = (&'z Name, f64)> + 'z {
         match self {
             Ordered::Indexed(order) => Either::Left(order.ranks(ranks).map(|(s, m)| (m, s.0))),
             Ordered::Sorted(mut sorted) => {
@@ -493,14 +493,14 @@ mod tests {
     /// exactly the members.
     fn same(a: &SortedSet, b: &SortedSet) -> bool {
         let state = |z: &SortedSet| {
-            let index: Vec<(u64, Bytes)> = z.iter().map(|(n, s)| (s.to_bits(), n.clone())).collect();
+            let index: Vec<(u64, Bytes)> = z.iter().map(|(n, s)| (s.to_bits(), n.to_bytes())).collect();
             if z.order.is_empty() {
                 assert!(z.len() <= SMALL_MAX, "a set of {} members keeps no index", z.len());
             } else {
-                let indexed: Vec<(u64, Bytes)> = z.order.iter().map(|(s, n)| (s.0.to_bits(), n.clone())).collect();
+                let indexed: Vec<(u64, Bytes)> = z.order.iter().map(|(s, n)| (s.0.to_bits(), n.to_bytes())).collect();
                 assert_eq!(indexed, index);
             }
-            let mut members: Vec<(u64, Bytes)> = z.members.iter().map(|(n, m)| (m.score.to_bits(), n.clone())).collect();
+            let mut members: Vec<(u64, Bytes)> = z.members.iter().map(|(n, m)| (m.score.to_bits(), n.to_bytes())).collect();
             members.sort_by(|x, y| (f64::from_bits(x.0), &x.1).partial_cmp(&(f64::from_bits(y.0), &y.1)).expect("no NaN"));
             assert_eq!(index, members, "the score index is out of step with the members");
             let mut states: Vec<_> = z.states().into_iter().map(|(n, s, v)| (n, s.map(f64::to_bits), v)).collect();
@@ -561,7 +561,7 @@ mod tests {
     #[test]
     fn lex_ranges_with_equal_and_mixed_scores() {
         let b = |s: &str| Bytes::copy_from_slice(s.as_bytes());
-        let names = |z: &SortedSet, min: &LexBound, max: &LexBound| -> Vec<Bytes> { z.range_by_lex(min, max).map(|(m, _)| m.clone()).collect() };
+        let names = |z: &SortedSet, min: &LexBound, max: &LexBound| -> Vec<Bytes> { z.range_by_lex(min, max).map(|(m, _)| m.to_bytes()).collect() };
         for z in [set(&[("a", 0.0), ("b", 0.0), ("c", 0.0), ("d", 0.0)]), set(&[("a", 1.0), ("b", 2.0), ("c", 3.0), ("d", 4.0)])] {
             assert_eq!(names(&z, &LexBound::Inclusive(b("b")), &LexBound::Exclusive(b("d"))), vec![b("b"), b("c")]);
             assert_eq!(names(&z, &LexBound::Exclusive(b("a")), &LexBound::PosInf), vec![b("b"), b("c"), b("d")]);
@@ -633,7 +633,7 @@ mod tests {
                 }
                 let mut want: Vec<(Score, Bytes)> = model.iter().map(|(n, s)| (Score(*s), n.clone())).collect();
                 want.sort();
-                let got: Vec<(Score, Bytes)> = z.iter().map(|(n, s)| (Score(s), n.clone())).collect();
+                let got: Vec<(Score, Bytes)> = z.iter().map(|(n, s)| (Score(s), n.to_bytes())).collect();
                 prop_assert_eq!(&got, &want);
                 prop_assert!(z.order.is_empty() || z.order.len() == z.len());
                 prop_assert!(!z.order.is_empty() || z.len() <= SMALL_MAX);
@@ -648,12 +648,12 @@ mod tests {
                 let (lo, hi, lo_ex, hi_ex) = bounds;
                 let (min, max) = (ScoreBound { value: lo as f64, exclusive: lo_ex }, ScoreBound { value: hi as f64, exclusive: hi_ex });
                 let inside = |s: f64| (if lo_ex { s > lo as f64 } else { s >= lo as f64 }) && (if hi_ex { s < hi as f64 } else { s <= hi as f64 });
-                let by_score: Vec<Bytes> = z.range_by_score(min, max).map(|(n, _)| n.clone()).collect();
+                let by_score: Vec<Bytes> = z.range_by_score(min, max).map(|(n, _)| n.to_bytes()).collect();
                 let wanted: Vec<Bytes> = want.iter().filter(|(s, _)| inside(s.0)).map(|(_, n)| n.clone()).collect();
                 prop_assert_eq!(z.count_by_score(min, max), wanted.len());
                 prop_assert_eq!(by_score, wanted);
                 let lex = (LexBound::Inclusive(name(a as u8 * 7)), LexBound::Exclusive(name(b as u8 * 7)));
-                let by_lex: Vec<Bytes> = z.range_by_lex(&lex.0, &lex.1).map(|(n, _)| n.clone()).collect();
+                let by_lex: Vec<Bytes> = z.range_by_lex(&lex.0, &lex.1).map(|(n, _)| n.to_bytes()).collect();
                 let wanted: Vec<Bytes> = want.iter().filter(|(_, n)| lex_above_min(n, &lex.0) && lex_below_max(n, &lex.1)).map(|(_, n)| n.clone()).collect();
                 prop_assert_eq!(z.count_by_lex(&lex.0, &lex.1), wanted.len());
                 prop_assert_eq!(by_lex, wanted);

@@ -8,6 +8,7 @@
 use bytes::Bytes;
 
 use crate::db::effect::{Effect, EffectKind, FieldState, MemberState, ZSetMemberState};
+use crate::db::fieldmap::Name;
 use crate::db::{EntryRef, Store, Value, SHARDS_PER_DB};
 use crate::hlc::Version;
 
@@ -60,14 +61,12 @@ const ELEMENTS_PER_EFFECT: usize = if cfg!(test) { 2 } else { 256 };
 /// The effects that recreate `entry` exactly on a peer.
 pub fn key_state(db: usize, key: &[u8], entry: EntryRef<'_>, out: &mut Vec<Effect>) {
     let v = entry.version();
-    // Hash fields and set members are copied, not cloned: a stored element's first clone gives
-    // it a shared header for life (`cmd::args::own`), and a full sync would leave one on every
-    // element of the origin. Sorted-set members are shared already.
+    // Element names are stored as `Name`s (`db::name`): an effect carries copies.
     let names = |value: &Value| -> Vec<Bytes> {
         match value {
-            Value::Hash(h) => h.keys().chain(h.removed.keys()).map(|n| Bytes::copy_from_slice(n)).collect(),
-            Value::Set(s) => s.keys().chain(s.removed.keys()).map(|n| Bytes::copy_from_slice(n)).collect(),
-            Value::ZSet(z) => z.members().map(|(n, _)| n.clone()).chain(z.removed.keys().cloned()).collect(),
+            Value::Hash(h) => h.keys().chain(h.removed.keys()).map(Name::to_bytes).collect(),
+            Value::Set(s) => s.keys().chain(s.removed.keys()).map(Name::to_bytes).collect(),
+            Value::ZSet(z) => z.members().map(|(n, _)| n).chain(z.removed.keys()).map(Name::to_bytes).collect(),
             _ => Vec::new(),
         }
     };

@@ -267,7 +267,7 @@ fn points_in(z: &SortedSet, search: &Search, limit: usize) -> Vec<Found> {
         for (member, score) in range {
             if let Some((lon, lat)) = geohash::decode_score(score) {
                 if let Some(dist) = search.distance_if_within(lon, lat) {
-                    found.push(Found { member: member.clone(), score, lon, lat, dist });
+                    found.push(Found { member: member.to_bytes(), score, lon, lat, dist });
                 }
             }
             if limit > 0 && found.len() >= limit {

@@ -69,7 +69,7 @@ fn read_source(exec: &mut Exec, key: &[u8]) -> Result<Vec<(Bytes, f64)>, CmdErro
     match exec.ctx.lookup_read(key).map(|e| &e.value) {
         None => Ok(Vec::new()),
         Some(Value::ZSet(z)) => Ok(owned(z.iter())),
-        Some(Value::Set(s)) => Ok(s.keys().map(|m| (m.clone(), 1.0)).collect()),
+        Some(Value::Set(s)) => Ok(s.keys().map(|m| (m.to_bytes(), 1.0)).collect()),
         Some(_) => Err(CmdError::WrongType),
     }
 }
@@ -180,7 +180,7 @@ fn setop_generic(exec: &mut Exec, argv: &[Bytes], dst: Option<&Bytes>, numkeys_i
                 }
             }
             for (m, s) in acc {
-                result.insert(m, s, v);
+                result.insert(m.into(), s, v);
             }
         }
         SetOp::Diff => {

@@ -17,7 +17,7 @@ const MAX_RANDOM_REPLY: u64 = 1 << 24;
 pub(super) fn zrandmember(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     if argv.len() < 3 {
         let member = read(exec, &argv[1])?.and_then(|z| z.random_member(&mut rand::rng()));
-        return Ok(member.map_or(Frame::Null, |m| Frame::Bulk(m.clone())));
+        return Ok(member.map_or(Frame::Null, |m| Frame::Bulk(m.to_bytes())));
     }
     let l = match parse_i64(&argv[2]) {
         Some(i64::MIN) => return Err(CmdError::err(format!("value is out of range, value must between {} and {}", -i64::MAX, i64::MAX))),
@@ -65,7 +65,7 @@ pub(super) fn zscan(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         if opts.pattern.as_ref().is_some_and(|p| !glob_match(p, m, false)) {
             continue;
         }
-        out.push(Frame::Bulk(m.clone()));
+        out.push(Frame::Bulk(m.to_bytes()));
         out.push(Frame::bulk_f64(s));
     }
     Ok(Frame::Array(vec![Frame::bulk("0"), Frame::Array(out)]))

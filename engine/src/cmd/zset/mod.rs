@@ -23,6 +23,7 @@ use bytes::Bytes;
 use super::args::{numkeys_at_1, numkeys_positions};
 use super::flags::*;
 use super::{CommandSpec, Exec, Keys};
+use crate::db::fieldmap::Name;
 use crate::db::zset::SortedSet;
 use crate::db::Value;
 use crate::error::CmdError;
@@ -121,13 +122,13 @@ fn read<'e>(exec: &'e mut Exec<'_, '_>, key: &[u8]) -> Result<Option<&'e SortedS
     }
 }
 
-fn owned<'i>(items: impl Iterator<Item = (&'i Bytes, f64)>) -> Vec<(Bytes, f64)> {
-    items.map(|(m, s)| (m.clone(), s)).collect()
+fn owned<'i>(items: impl Iterator<Item = (&'i Name, f64)>) -> Vec<(Bytes, f64)> {
+    items.map(|(m, s)| (m.to_bytes(), s)).collect()
 }
 
 /// Applies `LIMIT offset count` as Redis does: a negative offset yields nothing, a negative
 /// count means no limit.
-fn window<'i>(items: impl Iterator<Item = (&'i Bytes, f64)>, offset: i64, count: i64) -> Vec<(Bytes, f64)> {
+fn window<'i>(items: impl Iterator<Item = (&'i Name, f64)>, offset: i64, count: i64) -> Vec<(Bytes, f64)> {
     if offset < 0 {
         return Vec::new();
     }

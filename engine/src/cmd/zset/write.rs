@@ -187,10 +187,10 @@ pub(super) fn zremrangebyrank(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 
 pub(super) fn zremrangebyscore(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let (min, max) = (score_bound(&argv[2])?, score_bound(&argv[3])?);
-    zremrange(exec, argv, "zremrangebyscore", |z| z.range_by_score(min, max).map(|(m, _)| m.clone()).collect())
+    zremrange(exec, argv, "zremrangebyscore", |z| z.range_by_score(min, max).map(|(m, _)| m.to_bytes()).collect())
 }
 
 pub(super) fn zremrangebylex(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let (min, max) = (lex_bound(&argv[2])?, lex_bound(&argv[3])?);
-    zremrange(exec, argv, "zremrangebylex", |z| z.range_by_lex(&min, &max).map(|(m, _)| m.clone()).collect())
+    zremrange(exec, argv, "zremrangebylex", |z| z.range_by_lex(&min, &max).map(|(m, _)| m.to_bytes()).collect())
 }
