@@ -158,6 +158,29 @@ impl Server {
     pub fn signal(&self, name: &str) {
         let status = Command::new("kill").args([&format!("-{name}"), &self.child.id().to_string()]).status().expect("kill runs");
         assert!(status.success(), "kill -{name} failed");
+        if name == "STOP" {
+            self.wait_stopped();
+        }
+    }
+
+    /// Waits until every thread of the process has stopped. `kill -STOP` returns once the
+    /// signal is sent, and a thread running on another core goes on until it takes it: a
+    /// write sent right after could still be merged and acknowledged by the "stopped" node
+    /// (`mesh_wait` once read 2 acks where the stopped peer's was not to come).
+    fn wait_stopped(&self) {
+        let tasks = format!("/proc/{}/task", self.child.id());
+        let stopped = || {
+            std::fs::read_dir(&tasks).into_iter().flatten().flatten().all(|task| {
+                let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+                // The state follows the command name, which is in parentheses and may hold any.
+                stat.rsplit_once(')').is_some_and(|(_, rest)| matches!(rest.trim_start().chars().next(), Some('T' | 't')))
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !stopped() {
+            assert!(Instant::now() < deadline, "keymesh-server on {} did not stop after SIGSTOP", self.port);
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// Kills the process at once (no shutdown) and waits for it.
