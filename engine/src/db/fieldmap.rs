@@ -416,7 +416,7 @@ impl<V> FieldMap<V> {
         unused.map(|value| std::mem::replace(held, value))
     }
 
-    /// `insert` of a name given as bytes, copied (`Bytes::copy_from_slice`) only when the map
+    /// `insert` of a name given as bytes, made a `Name` (a copy) only when the map
     /// does not hold it yet: an existing name keeps its stored bytes, and the command's
     /// argument is never what the map keeps (`cmd::args::own` says why).
     pub fn insert_copied(&mut self, name: &[u8], value: V) -> Option<V> {
