@@ -43,9 +43,9 @@ pub struct SortedSet {
     members: FieldMap<Member>,
     /// The members in score order, counted; empty while the set has at most
     /// `fieldmap::SMALL_MAX` members (queries sort those on the spot, `ordered`): each name
-    /// held here is a second copy of it (inside its 24 bytes up to `name::INLINE` bytes), which
-    /// with the pair itself would cost a small set ~56 bytes a member. Once built it stays until
-    /// the member map shrinks back to a vector (`shrink_if_sparse`).
+    /// held here is a second copy of it: a 32-byte pair with its score, and a second allocation
+    /// for a name longer than `name::INLINE` bytes. Once built it stays until the member map
+    /// shrinks back to a vector (`shrink_if_sparse`).
     order: RankedSet<(Score, Name)>,
     /// Replication: removed members and the version that removed them.
     pub removed: FieldMap<Version>,
