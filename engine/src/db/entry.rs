@@ -258,9 +258,10 @@ impl Changes {
         self.note_with(|| Bytes::copy_from_slice(name));
     }
 
-    /// `note` of a name the caller owns (a removed element's).
-    pub fn note_owned(&mut self, name: Bytes) {
-        self.note_with(|| name);
+    /// `note` of a name the caller owns (a removed element's): made a `Bytes` only when the
+    /// change is named (a long name's allocation moves into it; a short one is copied).
+    pub fn note_owned(&mut self, name: Name) {
+        self.note_with(|| name.into());
     }
 
     fn note_with(&mut self, name: impl FnOnce() -> Bytes) {
@@ -326,7 +327,7 @@ impl<V> Collection<V> {
 
     pub fn remove(&mut self, name: &[u8]) -> Option<V> {
         let (name, old) = self.live.remove_entry(name)?;
-        self.touched.note_owned(name.into());
+        self.touched.note_owned(name);
         Some(old)
     }
 

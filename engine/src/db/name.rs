@@ -60,21 +60,9 @@ impl From<&[u8]> for Name {
     }
 }
 
-impl From<&Bytes> for Name {
-    fn from(name: &Bytes) -> Name {
-        Name::from(&name[..])
-    }
-}
-
 impl From<Bytes> for Name {
     fn from(name: Bytes) -> Name {
         Name::from(&name[..])
-    }
-}
-
-impl From<&str> for Name {
-    fn from(name: &str) -> Name {
-        Name::from(name.as_bytes())
     }
 }
 
@@ -121,12 +109,6 @@ impl PartialEq for Name {
 }
 
 impl Eq for Name {}
-
-impl PartialEq<[u8]> for Name {
-    fn eq(&self, other: &[u8]) -> bool {
-        self.as_slice() == other
-    }
-}
 
 impl PartialEq<Bytes> for Name {
     fn eq(&self, other: &Bytes) -> bool {

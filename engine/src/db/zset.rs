@@ -9,7 +9,7 @@ use bytes::Bytes;
 use either::Either;
 
 use super::entry::{shrink_if_sparse, Changes, FieldMap};
-use super::fieldmap::{Name, SMALL_MAX};
+use super::fieldmap::{Name, NameArg, SMALL_MAX};
 use super::lattice::{merge_elements, ElementMap, Merge};
 use super::ranked::RankedSet;
 use crate::hlc::Version;
@@ -153,10 +153,10 @@ impl SortedSet {
     }
 
     /// Inserts or re-scores a member. Returns the previous score.
-    pub fn insert(&mut self, member: Bytes, score: f64, version: Version) -> Option<f64> {
-        self.removed.remove(&member[..]);
-        self.touched.note(&member);
-        self.insert_quietly(Name::from(member), score, version)
+    pub fn insert(&mut self, member: impl NameArg, score: f64, version: Version) -> Option<f64> {
+        self.removed.remove(member.as_ref());
+        self.touched.note(member.as_ref());
+        self.insert_quietly(member.into(), score, version)
     }
 
     fn insert_quietly(&mut self, member: Name, score: f64, version: Version) -> Option<f64> {
@@ -236,9 +236,9 @@ impl SortedSet {
     }
 
     /// Replication: sets a member without noting a local change.
-    pub fn merge_insert(&mut self, member: Bytes, score: f64, version: Version) {
-        self.removed.remove(&member[..]);
-        self.insert_quietly(Name::from(member), score, version);
+    pub fn merge_insert(&mut self, member: impl NameArg, score: f64, version: Version) {
+        self.removed.remove(member.as_ref());
+        self.insert_quietly(member.into(), score, version);
     }
 
     /// Replication: removes a member, recording its tombstone, without noting a local change.

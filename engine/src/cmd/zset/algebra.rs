@@ -180,7 +180,7 @@ fn setop_generic(exec: &mut Exec, argv: &[Bytes], dst: Option<&Bytes>, numkeys_i
                 }
             }
             for (m, s) in acc {
-                result.insert(m.into(), s, v);
+                result.insert(m, s, v);
             }
         }
         SetOp::Diff => {

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 
 use super::range::rank_range;
-use crate::cmd::args::{eq_ignore_case, float, int, lex_bound, own, score_bound};
+use crate::cmd::args::{eq_ignore_case, float, int, lex_bound, score_bound};
 use crate::cmd::Exec;
 use crate::db::zset::SortedSet;
 use crate::db::Kind;
@@ -56,17 +56,17 @@ fn add_one(z: &mut SortedSet, member: &Bytes, score: f64, f: AddFlags, v: Versio
                 return Ok((AddOutcome::Nop, current));
             }
             if next != current {
-                z.insert(own(member), next, v);
+                z.insert(&member[..], next, v);
                 Ok((AddOutcome::Updated, next))
             } else {
                 if restamp {
-                    z.insert(own(member), next, v);
+                    z.insert(&member[..], next, v);
                 }
                 Ok((AddOutcome::Same, next))
             }
         }
         None if !f.xx => {
-            z.insert(own(member), score, v);
+            z.insert(&member[..], score, v);
             Ok((AddOutcome::Added, score))
         }
         None => Ok((AddOutcome::Nop, score)),
