@@ -77,7 +77,7 @@ fn set_pairs(exec: &mut Exec, argv: &[Bytes], name: &str) -> Result<i64, CmdErro
     exec.ctx.edit_or_create(&argv[1], |hash: &mut Collection<Field>, v| {
         let mut created = 0;
         for pair in argv[2..].chunks(2) {
-            let field = Field { value: own(&pair[1]), version: v };
+            let field = Field::new(&pair[1], v);
             created += hash.insert_copied(&pair[0], field).is_none() as i64;
         }
         created
@@ -97,9 +97,9 @@ fn hmset(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 }
 
 /// Sets one field (the counters' write path).
-fn put_field(exec: &mut Exec, key: &[u8], field: &[u8], value: Bytes) -> Result<(), CmdError> {
+fn put_field(exec: &mut Exec, key: &[u8], field: &[u8], value: &[u8]) -> Result<(), CmdError> {
     exec.ctx.edit_or_create(key, |hash: &mut Collection<Field>, v| {
-        hash.insert_copied(field, Field { value, version: v });
+        hash.insert_copied(field, Field::new(value, v));
     })
 }
 
@@ -108,7 +108,7 @@ fn hsetnx(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     if exec.ctx.hash(&argv[1])?.is_some_and(|h| h.contains_key(&argv[2])) {
         return Ok(Frame::Integer(0));
     }
-    put_field(exec, &argv[1], &argv[2], own(&argv[3]))?;
+    put_field(exec, &argv[1], &argv[2], &argv[3])?;
     exec.ctx.notify(class::HASH, "hset", &argv[1]);
     Ok(Frame::Integer(1))
 }
@@ -160,7 +160,7 @@ fn hincrby(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         Some(text) => parse_i64(&text).ok_or_else(|| CmdError::err("hash value is not an integer"))?,
     };
     let next = current.checked_add(delta).ok_or(CmdError::Overflow)?;
-    put_field(exec, &argv[1], &argv[2], own(itoa::Buffer::new().format(next).as_bytes()))?;
+    put_field(exec, &argv[1], &argv[2], itoa::Buffer::new().format(next).as_bytes())?;
     exec.ctx.notify(class::HASH, "hincrby", &argv[1]);
     Ok(Frame::Integer(next))
 }
@@ -179,7 +179,7 @@ fn hincrbyfloat(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         return Err(CmdError::err("increment would produce NaN or Infinity"));
     }
     let text = Bytes::from(format_double_human(next));
-    put_field(exec, &argv[1], &argv[2], text.clone())?;
+    put_field(exec, &argv[1], &argv[2], &text)?;
     exec.ctx.notify(class::HASH, "hincrbyfloat", &argv[1]);
     Ok(Frame::Bulk(text))
 }

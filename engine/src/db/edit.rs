@@ -298,7 +298,7 @@ mod tests {
         let locks = store.lock_many(keys.iter().map(|k| (0, store.shard_of(k))).collect());
         let mut ctx = Ctx::new(store, 0, store.hlc.wall_ms(), locks);
         for name in &all {
-            ctx.edit_or_create(b"h", |h: &mut Collection<Field>, v| h.insert(name.clone(), Field { value: Bytes::from_static(b"x"), version: v })).unwrap();
+            ctx.edit_or_create(b"h", |h: &mut Collection<Field>, v| h.insert(name.clone(), Field::new(b"x", v))).unwrap();
             ctx.edit_or_create(b"s", |s: &mut Collection<Version>, v| s.insert(name.clone(), v)).unwrap();
             ctx.edit_or_create(b"z", |z: &mut SortedSet, v| z.insert(name.clone(), 1.0, v)).unwrap();
         }
@@ -354,7 +354,7 @@ mod tests {
         // Past 1,000 elements, up to the write that starts a growth in all three.
         while added < 1000 || growing(&mut ctx) != [true; 3] {
             let name = &all[added];
-            ctx.edit_or_create(b"h", |h: &mut Collection<Field>, v| h.insert(name.clone(), Field { value: Bytes::from_static(b"x"), version: v })).unwrap();
+            ctx.edit_or_create(b"h", |h: &mut Collection<Field>, v| h.insert(name.clone(), Field::new(b"x", v))).unwrap();
             ctx.edit_or_create(b"s", |s: &mut Collection<Version>, v| s.insert(name.clone(), v)).unwrap();
             ctx.edit_or_create(b"z", |z: &mut SortedSet, v| z.insert(name.clone(), 1.0, v)).unwrap();
             added += 1;

@@ -423,13 +423,13 @@ impl ElementMap for Collection<Field> {
 
     fn put(&mut self, name: Bytes, content: Option<Bytes>, version: Version) {
         match content {
-            Some(value) => self.merge_insert(name, Field { value, version }),
+            Some(value) => self.merge_insert(name, Field::new(&value, version)),
             None => self.merge_remove(name, version),
         }
     }
 
     fn states(&self) -> Vec<(Bytes, Option<Bytes>, Version)> {
-        let live = self.live.iter().map(|(n, f)| (n.to_bytes(), Some(f.value.clone()), f.version));
+        let live = self.live.iter().map(|(n, f)| (n.to_bytes(), Some(f.value.to_bytes()), f.version));
         live.chain(self.removed.iter().map(|(n, v)| (n.to_bytes(), None, *v))).collect()
     }
 
@@ -487,11 +487,21 @@ impl Merge for Collection<Version> {
     }
 }
 
-/// A hash field: its value and the version that wrote it.
+/// A hash field: its value and the version that wrote it. The value is kept as a name is
+/// (`Name`: up to 22 bytes inside the field's own slot, longer ones in an allocation of
+/// exactly their length), so a field is 64 bytes of its table with no allocation for a short
+/// value, where a `Bytes` took 32 bytes and an allocation of its own for every value
+/// (docs/benchmarks.md, "Hash values inside the table"). Replies copy it out, as they did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Field {
-    pub value: Bytes,
+    pub value: Name,
     pub version: Version,
+}
+
+impl Field {
+    pub fn new(value: &[u8], version: Version) -> Field {
+        Field { value: Name::from(value), version }
+    }
 }
 
 /// Redis's type names, as `TYPE` and `SCAN TYPE` use them.

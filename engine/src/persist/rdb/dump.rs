@@ -129,8 +129,7 @@ fn into_value(value: RdbValue) -> Option<Value> {
         }
         RdbValue::Hash(fields) => {
             let n = fields.len();
-            let hash: Collection<Field> =
-                fields.into_iter().map(|(name, value)| (bytes(name), Field { value: bytes(value), version: Version::ZERO })).collect();
+            let hash: Collection<Field> = fields.into_iter().map(|(name, value)| (bytes(name), Field::new(&value, Version::ZERO))).collect();
             (hash.len() == n).then_some(Value::Hash(Box::new(hash)))?
         }
         RdbValue::ZSet(members) => {
@@ -191,7 +190,7 @@ mod tests {
             Value::string(&b"x".repeat(20_000)),
             Value::List(Box::new(ListValue::new(["a", "", "7", "b"].into_iter().map(b).collect()))),
             Value::Set(Box::new(["x", "1", "-5"].into_iter().map(|m| (b(m), Version::ZERO)).collect())),
-            Value::Hash(Box::new([("f", "v"), ("n", "12")].into_iter().map(|(n, v)| (b(n), Field { value: b(v), version: Version::ZERO })).collect())),
+            Value::Hash(Box::new([("f", "v"), ("n", "12")].into_iter().map(|(n, v)| (b(n), Field::new(v.as_bytes(), Version::ZERO))).collect())),
             Value::ZSet(Box::new(z)),
         ]
     }

@@ -106,7 +106,7 @@ fn run(store: &Store, op: &Local) -> Vec<pb::Op> {
             ctx.delete(&key(*k));
         }
         Local::HSet(k, a) => {
-            let _ = ctx.edit_or_create(&key(*k), |h: &mut Collection<Field>, v| h.insert(name(*a), Field { value: Bytes::from_static(b"x"), version: v }));
+            let _ = ctx.edit_or_create(&key(*k), |h: &mut Collection<Field>, v| h.insert(name(*a), Field::new(b"x", v)));
         }
         Local::HDel(k, a) => {
             let _ = ctx.remove_elements::<Collection<Field>>(&key(*k), &[name(*a)]);
