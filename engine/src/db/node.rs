@@ -135,6 +135,12 @@ impl Node {
         prefetch(start.wrapping_add(TAG + 16));
     }
 
+    /// Starts loading the line where the node's tag and a short key's first bytes sit, for a
+    /// reader of the key alone (`KeyTable::grow`, which hashes it).
+    pub fn prefetch_key(&self) {
+        prefetch(self.0.as_ptr().wrapping_add(TAG));
+    }
+
     fn shape(&self) -> Shape {
         let tag = self.tag();
         let expiry = tag & HAS_EXPIRY != 0;
