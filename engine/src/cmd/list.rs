@@ -14,7 +14,7 @@ use bytes::Bytes;
 use super::args::{eq_ignore_case, int, int_at_least, mpop_args, numkeys_at_1, own, positive, resolve_range};
 use super::flags::*;
 use super::{wrong_arity, CommandSpec, Exec, Keys};
-use crate::db::entry::ListValue;
+use crate::db::entry::{ListValue, Name};
 use crate::db::{Kind, Value};
 use crate::error::{CmdError, Reply};
 use crate::frame::{Frame, OK};
@@ -70,7 +70,7 @@ pub const COMMANDS: &[CommandSpec] = &[
 ];
 
 /// The list at `key` for a read command (counts a keyspace hit or miss).
-fn read<'e>(exec: &'e mut Exec<'_, '_>, key: &[u8]) -> Result<Option<&'e VecDeque<Bytes>>, CmdError> {
+fn read<'e>(exec: &'e mut Exec<'_, '_>, key: &[u8]) -> Result<Option<&'e VecDeque<Name>>, CmdError> {
     match exec.ctx.lookup_read(key).map(|e| &e.value) {
         None => Ok(None),
         Some(Value::List(l)) => Ok(Some(l)),
@@ -115,9 +115,9 @@ fn push(exec: &mut Exec, argv: &[Bytes], left: bool, only_existing: bool) -> Rep
     let len = exec.ctx.edit_or_create(key, |list: &mut ListValue, _| {
         for element in &argv[2..] {
             if left {
-                list.push_front(own(element));
+                list.push_front(Name::from(&element[..]));
             } else {
-                list.push_back(own(element));
+                list.push_back(Name::from(&element[..]));
             }
         }
         list.len()
@@ -152,10 +152,10 @@ pub(crate) fn pop_from(exec: &mut Exec, key: &[u8], left: bool, count: usize) ->
     let popped = exec.ctx.edit(key, |list: &mut ListValue, _| {
         let n = count.min(list.len());
         if left {
-            list.drain(..n).collect()
+            list.drain(..n).map(Bytes::from).collect()
         } else {
             let len = list.len();
-            list.drain(len - n..).rev().collect()
+            list.drain(len - n..).rev().map(Bytes::from).collect()
         }
     })?;
     let popped: Vec<Bytes> = popped.unwrap_or_default();
@@ -249,14 +249,14 @@ fn lpos(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let element = &argv[2];
     let from_tail = rank < 0;
     let rank = rank.unsigned_abs();
-    let positions: Box<dyn Iterator<Item = (usize, &Bytes)> + '_> =
+    let positions: Box<dyn Iterator<Item = (usize, &Name)> + '_> =
         if from_tail { Box::new(list.iter().enumerate().rev()) } else { Box::new(list.iter().enumerate()) };
     let (mut matches, mut found) = (0u64, Vec::new());
     for (scanned, (index, e)) in positions.enumerate() {
         if maxlen != 0 && scanned as u64 >= maxlen {
             break;
         }
-        if e != element {
+        if e[..] != element[..] {
             continue;
         }
         matches += 1;
@@ -287,7 +287,7 @@ fn lset(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let index = int(&argv[2])?;
     let len = exec.ctx.list(key)?.map_or(0, |l| l.len());
     let i = index_in(index, len).ok_or(CmdError::IndexOutOfRange)?;
-    exec.ctx.edit(key, |list: &mut ListValue, _| list[i] = own(&argv[3]))?.ok_or(CmdError::NoSuchKey)?;
+    exec.ctx.edit(key, |list: &mut ListValue, _| list[i] = Name::from(&argv[3][..]))?.ok_or(CmdError::NoSuchKey)?;
     exec.ctx.notify(class::LIST, "lset", key);
     Ok(OK)
 }
@@ -319,7 +319,7 @@ fn lrem(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let (key, element) = (&argv[1], &argv[3]);
     let found = match exec.ctx.list(key)? {
         None => return Ok(Frame::Integer(0)),
-        Some(list) => list.contains(element),
+        Some(list) => list.iter().any(|item| item[..] == element[..]),
     };
     if !found {
         return Ok(Frame::Integer(0));
@@ -366,7 +366,7 @@ fn linsert(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         return Ok(Frame::Integer(-1));
     };
     let len = exec.ctx.edit(key, |list: &mut ListValue, _| {
-        list.insert(if after { pivot + 1 } else { pivot }, own(&argv[4]));
+        list.insert(if after { pivot + 1 } else { pivot }, Name::from(&argv[4][..]));
         list.len()
     })?;
     exec.ctx.notify(class::LIST, "linsert", key);
@@ -386,7 +386,7 @@ pub(crate) fn move_element(exec: &mut Exec, src: &[u8], dst: &[u8], from_left: b
         _ => return Ok(Frame::Null),
     }
     is_list(exec, dst)?;
-    let push = |list: &mut ListValue, value: Bytes| {
+    let push = |list: &mut ListValue, value: Name| {
         if to_left {
             list.push_front(value);
         } else {

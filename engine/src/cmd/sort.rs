@@ -14,6 +14,7 @@ use super::args::{eq_ignore_case, int, own};
 use super::flags::*;
 use super::{CommandSpec, Exec, Keys};
 use crate::db::ctx::Ctx;
+use crate::db::entry::Name;
 use crate::db::Value;
 use crate::error::{CmdError, Reply};
 use crate::frame::Frame;
@@ -204,10 +205,10 @@ fn sort_generic(exec: &mut Exec, argv: &[Bytes], readonly: bool) -> Reply {
     let mut list = VecDeque::with_capacity(outputlen);
     for ele in vector.drain(range) {
         for pattern in &gets {
-            list.push_back(lookup_by_pattern(ctx, pattern, &ele).unwrap_or_default());
+            list.push_back(Name::from(lookup_by_pattern(ctx, pattern, &ele).unwrap_or_default()));
         }
         if gets.is_empty() {
-            list.push_back(ele);
+            list.push_back(Name::from(ele));
         }
     }
     if outputlen > 0 {

@@ -170,19 +170,23 @@ pub enum Value {
     Counter(Box<super::counter::Counter>),
 }
 
-/// A list's items and its key-level tombstone (lists replicate as whole values).
+/// A list's items and its key-level tombstone (lists replicate as whole values). Items are
+/// kept as names are (`Name`: up to 22 bytes inside the list's own buffer, longer ones in an
+/// allocation of exactly their length), where a `Bytes` took 32 bytes of the buffer and an
+/// allocation of its own for every item (docs/benchmarks.md, "Hash values and list items
+/// inside their collections").
 ///
 /// Reads go through `Deref`; any mutable access (`DerefMut`) marks the list changed, so an
 /// edit that changes it is replicated (`Ctx::edit`). Commands check before they touch.
 #[derive(Debug, Clone, Default)]
 pub struct ListValue {
-    items: VecDeque<Bytes>,
+    items: VecDeque<Name>,
     pub cleared: Version,
     changed: bool,
 }
 
 impl ListValue {
-    pub fn new(items: VecDeque<Bytes>) -> ListValue {
+    pub fn new(items: VecDeque<Name>) -> ListValue {
         ListValue { items, cleared: Version::ZERO, changed: false }
     }
 
@@ -197,14 +201,14 @@ impl ListValue {
 }
 
 impl std::ops::Deref for ListValue {
-    type Target = VecDeque<Bytes>;
-    fn deref(&self) -> &VecDeque<Bytes> {
+    type Target = VecDeque<Name>;
+    fn deref(&self) -> &VecDeque<Name> {
         &self.items
     }
 }
 
 impl std::ops::DerefMut for ListValue {
-    fn deref_mut(&mut self) -> &mut VecDeque<Bytes> {
+    fn deref_mut(&mut self) -> &mut VecDeque<Name> {
         self.changed = true;
         &mut self.items
     }

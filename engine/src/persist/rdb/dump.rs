@@ -14,7 +14,7 @@ use bytes::Bytes;
 use super::export::{object, string, type_of};
 use super::read::{library_code, typed_value, RdbValue};
 use super::{CRC64, EXPORT_VERSION, MAX_VERSION};
-use crate::db::entry::{Collection, Field, ListValue};
+use crate::db::entry::{Collection, Field, ListValue, Name};
 use crate::db::zset::SortedSet;
 use crate::db::Value;
 use crate::hlc::Version;
@@ -120,7 +120,7 @@ fn into_value(value: RdbValue) -> Option<Value> {
     let bytes = |b: Vec<u8>| Bytes::from(b);
     Some(match value {
         RdbValue::Str(s) => Value::string(&s),
-        RdbValue::List(items) => Value::List(Box::new(ListValue::new(items.into_iter().map(bytes).collect()))),
+        RdbValue::List(items) => Value::List(Box::new(ListValue::new(items.iter().map(|item| Name::from(&item[..])).collect()))),
         // A repeated name would be collected once: the length tells.
         RdbValue::Set(members) => {
             let n = members.len();
@@ -188,7 +188,7 @@ mod tests {
             Value::string(b"-42"),
             Value::string(b"9223372036854775807"),
             Value::string(&b"x".repeat(20_000)),
-            Value::List(Box::new(ListValue::new(["a", "", "7", "b"].into_iter().map(b).collect()))),
+            Value::List(Box::new(ListValue::new(["a", "", "7", "b"].into_iter().map(|s| Name::from(s.as_bytes())).collect()))),
             Value::Set(Box::new(["x", "1", "-5"].into_iter().map(|m| (b(m), Version::ZERO)).collect())),
             Value::Hash(Box::new([("f", "v"), ("n", "12")].into_iter().map(|(n, v)| (b(n), Field::new(v.as_bytes(), Version::ZERO))).collect())),
             Value::ZSet(Box::new(z)),

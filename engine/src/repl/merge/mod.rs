@@ -71,7 +71,7 @@ use bytes::Bytes;
 
 pub use self::flush::flush_shard;
 use crate::db::effect::{Effect, EffectKind};
-use crate::db::entry::{Kind, ListValue, Register};
+use crate::db::entry::{Kind, ListValue, Name, Register};
 use crate::db::lattice::ElementMap;
 use crate::db::{Entry, Expiry, KeyLike, Shard, Store, Value};
 use crate::hlc::Version;
@@ -179,7 +179,7 @@ pub fn merge_locked<K: KeyLike + ?Sized>(store: &Store, db: usize, shard: &mut S
         // delete at `v` (both dominate everything older), never an empty key.
         EffectKind::List { items, version } if items.is_empty() => whole::delete(store, db, shard, key, *version, flushed),
         EffectKind::List { items, version } => {
-            let list = ListValue::new(items.iter().cloned().collect());
+            let list = ListValue::new(items.iter().map(|item| Name::from(&item[..])).collect());
             whole::whole_write(store, db, shard, hashed.table_key(), Value::List(Box::new(list)), *version, flushed)
         }
         EffectKind::Delete { version } => whole::delete(store, db, shard, key, *version, flushed),
