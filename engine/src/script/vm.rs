@@ -66,20 +66,10 @@ pub struct Vm {
     pub registrations: super::functions::Registrations,
     /// Raises Redis's "nonexistent global variable" error.
     pub missing: Function,
-    /// The names a run sets, made into Lua strings once: a `&str` key would be interned again
-    /// on every run (a protected call and an allocation each, about a seventh of a small
-    /// script's `EVALSHA`).
-    names: Names,
     /// `KEYS` and `ARGV` as `EVAL` scripts see them (`set_eval_arguments`).
     eval_keys: Table,
     eval_argv: Table,
     runs: u64,
-}
-
-/// Lua strings for the names every run sets.
-pub struct Names {
-    pub keys: mlua::LuaString,
-    pub argv: mlua::LuaString,
 }
 
 thread_local! {
@@ -266,12 +256,18 @@ impl Vm {
         }
         function_globals.set_metatable(Some(meta.clone()))?;
         function_globals.set_readonly(true);
-        let names = Names { keys: lua.create_string("KEYS")?, argv: lua.create_string("ARGV")? };
         let (eval_keys, eval_argv) = (lua.create_table()?, lua.create_table()?);
-        globals.raw_set(&names.keys, &eval_keys)?;
-        globals.raw_set(&names.argv, &eval_argv)?;
+        globals.raw_set("KEYS", &eval_keys)?;
+        globals.raw_set("ARGV", &eval_argv)?;
         globals.set_metatable(Some(meta))?;
         globals.set_readonly(true);
+        // Nothing in the globals changes from here on (the tables `KEYS` and `ARGV` name are
+        // refilled in place), so they are a `safeenv`: Luau resolves a script's global paths
+        // (`redis.call`, `KEYS`, `string.sub`) once, when it is compiled, instead of at every
+        // use, and calls its builtins (`tonumber`, `string.byte`, `math.floor`, ...) on their
+        // fast paths. None of those builtins is replaced here (`pcall` and the allocation
+        // guards are not among them), so the fast paths do what the globals say.
+        globals.set_safeenv(true);
         // `lua-memory-limit` is checked at every loop back-edge and call (`interrupt`), not set
         // as the allocator's limit (`Lua::set_memory_limit`): with a limit there, any
         // allocation may fail, so mlua makes every call that may allocate from Rust (a string,
@@ -308,7 +304,6 @@ impl Vm {
             load_redis,
             registrations,
             missing,
-            names,
             eval_keys,
             eval_argv,
             runs: 0,
@@ -336,33 +331,47 @@ impl Vm {
         if let Some(f) = self.scripts.get(&id) {
             return Ok(f.clone());
         }
-        let f = self
-            .lua
-            .load(super::eval_code(body).as_ref())
-            .set_name(EVAL_CHUNK)
-            .into_function()
-            .map_err(|e| CmdError::err(format!("Error compiling script (new function): {}", lua_message(&e))))?;
+        let f = self.compile_eval(body).map_err(|e| CmdError::err(format!("Error compiling script (new function): {}", lua_message(&e))))?;
         self.scripts.insert(id, f.clone());
         Ok(f)
     }
 
+    /// Compiles an `EVAL` script with `KEYS` and `ARGV` out of the globals for the moment.
+    /// Luau resolves a script's global paths when it loads it (the globals are a `safeenv`,
+    /// see `Vm::new`) and keeps what they named for every run: right for `redis.call` or
+    /// `string.sub`, wrong for `KEYS.x`, which the last script may have set. Absent then, the
+    /// two resolve to nothing, and the script looks them (and any path through them) up at
+    /// each use.
+    fn compile_eval(&self, body: &[u8]) -> mlua::Result<Function> {
+        let arguments = |keys: Value, argv: Value| -> mlua::Result<()> {
+            self.globals.set_readonly(false);
+            let set = self.globals.raw_set("KEYS", keys).and_then(|()| self.globals.raw_set("ARGV", argv));
+            self.globals.set_readonly(true);
+            // `set_readonly(false)` also turned the table's `safeenv` off.
+            self.globals.set_safeenv(true);
+            set
+        };
+        arguments(Value::Nil, Value::Nil)?;
+        let compiled = self.lua.load(super::eval_code(body).as_ref()).set_name(EVAL_CHUNK).into_function();
+        arguments(Value::Table(self.eval_keys.clone()), Value::Table(self.eval_argv.clone()))?;
+        compiled
+    }
+
     /// Fills `KEYS` and `ARGV` for an `EVAL` script. They are this VM's two global tables,
     /// emptied and refilled for each run: making two tables and writing two read-only globals
-    /// per run cost a small `EVALSHA` ~3,500 of its ~23,000 instructions. No state can pass
-    /// from one script to the next through them: a script cannot keep a reference past its
-    /// run (globals are read-only), and a table it froze or gave a metatable is replaced by a
-    /// new one rather than reused.
+    /// per run cost a small `EVALSHA` ~3,500 of its ~23,000 instructions. They stay the same
+    /// two tables for the VM's life: a compiled script holds them from when it was loaded (the
+    /// globals are a `safeenv`, see `Vm::new`). No state can pass from one script to the next
+    /// through them: a script cannot keep a reference past its run (globals are read-only),
+    /// and a table it froze or gave a metatable is thawed and stripped of it before it is
+    /// emptied (from Rust, neither `table.freeze` nor a `__metatable` field can refuse that).
     pub fn set_eval_arguments(&mut self, keys: &[Bytes], args: &[Bytes]) -> mlua::Result<()> {
-        for (table, name, items) in [(&mut self.eval_keys, &self.names.keys, keys), (&mut self.eval_argv, &self.names.argv, args)] {
+        for (table, items) in [(&self.eval_keys, keys), (&self.eval_argv, args)] {
             if table.is_readonly() || table.metatable().is_some() {
-                *table = self.lua.create_table()?;
-                self.globals.set_readonly(false);
-                let set = self.globals.raw_set(name, &*table);
-                self.globals.set_readonly(true);
-                set?;
-            } else {
-                table.clear()?;
+                table.set_readonly(false);
+                table.set_metatable(None)?;
             }
+            table.clear()?;
             for (i, item) in items.iter().enumerate() {
                 table.raw_set(i + 1, self.lua.create_string(item)?)?;
             }
