@@ -410,16 +410,19 @@ fn interrupt(lua: &Lua, watch: &Rc<RefCell<Watch>>) -> mlua::Result<VmState> {
     if w.memory_limit > 0 && lua.used_memory() > w.memory_limit {
         return Err(mlua::Error::MemoryError("not enough memory".into()));
     }
-    let Some(running) = w.running.clone() else {
-        return Ok(VmState::Continue);
-    };
-    if running.kill.load(Ordering::Acquire) {
-        return Err(mlua::Error::runtime("Script killed by user with SCRIPT KILL..."));
+    match &w.running {
+        None => return Ok(VmState::Continue),
+        Some(running) if running.kill.load(Ordering::Acquire) => return Err(mlua::Error::runtime("Script killed by user with SCRIPT KILL...")),
+        Some(_) => {}
     }
     w.ticks = w.ticks.wrapping_add(1);
     if !w.ticks.is_multiple_of(64) {
         return Ok(VmState::Continue);
     }
+    // Held past the borrow of `w`, which the hand-off below gives up.
+    let Some(running) = w.running.clone() else {
+        return Ok(VmState::Continue);
+    };
     let elapsed = running.started.elapsed();
     if w.threshold_ms > 0 && elapsed >= Duration::from_millis(w.threshold_ms) {
         if !running.busy.load(Ordering::Acquire) {
