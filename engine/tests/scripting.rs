@@ -268,6 +268,51 @@ fn a_busy_script_gets_busy_replies_and_script_kill_stops_it() {
 }
 
 #[test]
+fn function_stats_shows_the_running_function_and_function_kill_stops_it() {
+    // A running function is in FUNCTION STATS with its name and the command that called it
+    // (an EVAL script is not: FUNCTION STATS shows functions only); SCRIPT KILL refuses to
+    // stop a function, FUNCTION KILL stops it.
+    let server = Server::start(&[]);
+    let mut admin = server.connect();
+    assert_eq!(admin.cmd(&["CONFIG", "SET", "busy-reply-threshold", "100"]).text(), "OK");
+    let library = "#!lua name=spinner\nredis.register_function('spin', function(keys, args) while true do end end)";
+    assert_eq!(admin.cmd(&["FUNCTION", "LOAD", library]), bulk("spinner"));
+    let running_script = |admin: &mut Conn| match admin.cmd(&["FUNCTION", "STATS"]) {
+        Reply::Array(fields) => fields[1].clone(),
+        other => panic!("FUNCTION STATS: {other:?}"),
+    };
+    assert_eq!(running_script(&mut admin), Reply::Nil);
+    let mut runner = server.connect();
+    runner.send(&["FCALL", "spin", "1", "some-key", "an-arg"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let shown = loop {
+        if let Reply::Array(fields) = running_script(&mut admin) {
+            break fields;
+        }
+        assert!(Instant::now() < deadline, "no running function in FUNCTION STATS within 10 s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(shown[..2], [bulk("name"), bulk("spin")]);
+    assert_eq!(shown[2], bulk("command"));
+    assert_eq!(shown[3].texts(), ["FCALL", "spin", "1", "some-key", "an-arg"]);
+    assert!(err_text(&admin.cmd(&["SCRIPT", "KILL"])).starts_with("BUSY"));
+    assert_eq!(admin.cmd(&["FUNCTION", "KILL"]).text(), "OK");
+    let killed = runner.read().unwrap();
+    assert!(err_text(&killed).contains("killed"), "{killed:?}");
+    assert_eq!(running_script(&mut admin), Reply::Nil);
+
+    // An EVAL script running past the threshold is not a running function.
+    runner.send(&["EVAL", "while true do end", "0"]);
+    while !admin.cmd(&["PING"]).is_error() {
+        assert!(Instant::now() < deadline + Duration::from_secs(10), "no BUSY reply within 10 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(running_script(&mut admin), Reply::Nil);
+    assert_eq!(admin.cmd(&["SCRIPT", "KILL"]).text(), "OK");
+    assert!(runner.read().unwrap().is_error());
+}
+
+#[test]
 fn a_script_that_allocates_without_bound_hits_the_memory_limit() {
     // lua-memory-limit stops a script that allocates too much with a clear error; the server
     // and later scripts are fine.

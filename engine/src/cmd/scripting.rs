@@ -16,6 +16,7 @@ use crate::parse::parse_i64;
 use crate::persist::rdb::{dump_libraries, restore_libraries};
 use crate::script::functions::{parse_metadata, RestorePolicy};
 use crate::script::run::{check_library, invoke, Invocation, Target};
+use crate::script::Running;
 
 macro_rules! spec {
     ($name:literal, $arity:expr, $flags:expr, $keys:expr, $run:expr, $summary:literal) => {
@@ -348,13 +349,14 @@ fn function_list(exec: &mut Exec, options: &[Bytes]) -> Reply {
 
 fn function_stats(exec: &mut Exec) -> Frame {
     let scripts = &exec.server.scripts;
-    let running = match scripts.running_function() {
-        None => Frame::Null,
-        Some(r) => Frame::Map(vec![
-            (Frame::bulk("name"), Frame::bulk(&r.name)),
-            (Frame::bulk("command"), Frame::Array(r.command.iter().map(|a| Frame::Bulk(a.clone())).collect())),
+    let running = scripts.running_function();
+    let running = match running.as_deref() {
+        Some(r @ Running { function: Some(function), .. }) => Frame::Map(vec![
+            (Frame::bulk("name"), Frame::bulk(&function.name)),
+            (Frame::bulk("command"), Frame::Array(function.command.iter().map(|a| Frame::Bulk(a.clone())).collect())),
             (Frame::bulk("duration_ms"), Frame::Integer(r.started.elapsed().as_millis() as i64)),
         ]),
+        _ => Frame::Null,
     };
     let libraries = scripts.functions.read();
     let engines = Frame::Map(vec![(

@@ -54,8 +54,8 @@ struct CallState<'e, 'a, 'c> {
 pub fn invoke(exec: &mut Exec, inv: Invocation) -> Reply {
     let server = exec.server;
     let (script_flags, eval, name) = match &inv.target {
-        Target::Eval(s) => (s.flags, true, s.sha.clone()),
-        Target::Function { flags, name, .. } => (*flags, false, name.clone()),
+        Target::Eval(s) => (s.flags, true, s.sha.as_str()),
+        Target::Function { flags, name, .. } => (*flags, false, name.as_str()),
     };
     let compat = script_flags & flags::EVAL_COMPAT != 0;
     if inv.read_only_command && !compat && script_flags & flags::NO_WRITES == 0 {
@@ -71,12 +71,11 @@ pub fn invoke(exec: &mut Exec, inv: Invocation) -> Reply {
         return Err(CmdError::Oom);
     }
     let deny_oom = over_memory && script_flags & flags::ALLOW_OOM == 0;
+    let function = (!eval).then(|| super::RunningFunction { name: name.to_string(), command: inv.command.to_vec() });
     let running = Arc::new(Running {
         client_id: exec.client.id,
         started: Instant::now(),
-        eval,
-        name: name.clone(),
-        command: inv.command.to_vec(),
+        function,
         wrote: Default::default(),
         kill: Default::default(),
         busy: Default::default(),
@@ -88,7 +87,7 @@ pub fn invoke(exec: &mut Exec, inv: Invocation) -> Reply {
     let mut global = in_exec;
     let result = loop {
         let mut state = CallState { exec: &mut *exec, running: running.clone(), read_only, deny_oom, global, restart: false };
-        let outcome = with_vm(&server.scripts, |vm| run_once(vm, &mut state, &inv, &name));
+        let outcome = with_vm(&server.scripts, |vm| run_once(vm, &mut state, &inv, name));
         let restart = state.restart;
         // The script's SELECT does not outlive it.
         exec.client.db = db_before;
@@ -127,8 +126,7 @@ fn run_once(vm: &mut Vm, state: &mut CallState, inv: &Invocation, name: &str) ->
         let mut w = vm.watch.borrow_mut();
         w.running = Some(state.running.clone());
         w.threshold_ms = scripts.busy_threshold_ms.load(Ordering::Relaxed);
-        let counter = scripts.busy_counter();
-        w.on_busy = Some(Box::new(move |r: &Running| counter.mark(r)));
+        w.busy_counter = Some(scripts.busy_counter());
     }
     let client_resp = state.exec.client.resp;
     // The VM's `redis.call` runs commands through this closure while the script runs.
@@ -138,7 +136,7 @@ fn run_once(vm: &mut Vm, state: &mut CallState, inv: &Invocation, name: &str) ->
         Some((keys, args)) => vm.protected.call::<MultiValue>((function.clone(), keys, args)),
     });
     vm.watch.borrow_mut().running = None;
-    vm.watch.borrow_mut().on_busy = None;
+    vm.watch.borrow_mut().busy_counter = None;
     let memory_limit = vm.memory_limit();
     vm.after_run();
     let values: Vec<Value> = match outcome {
@@ -325,14 +323,15 @@ fn lock_keys(st: &mut CallState, spec: &cmd::CommandSpec, argv: &[Bytes], wrote:
     }
     let store = &st.exec.server.store;
     let db = st.exec.ctx.db;
-    let wanted: Option<Vec<(usize, usize)>> = match spec.keys {
-        Keys::None => Some(Vec::new()),
-        Keys::Whole | Keys::Database => None,
-        Keys::CrossDb(f) => Some(f(argv, db).into_iter().filter(|&(d, _)| d < store.databases()).map(|(d, p)| (d, store.shard_of(&argv[p]))).collect()),
-        Keys::Range(..) | Keys::Custom(_) => Some(spec.key_positions(argv).into_iter().map(|p| (db, store.shard_of(&argv[p]))).collect()),
+    let wait = if wrote { UNDECLARED_WAIT } else { Duration::ZERO };
+    let locks = &mut st.exec.ctx.locks;
+    let mut lock = |d: usize, p: usize| locks.try_add(store, d, store.shard_of(&argv[p]), wait);
+    let locked = match spec.keys {
+        Keys::None => true,
+        Keys::Whole | Keys::Database => false,
+        Keys::CrossDb(f) => f(argv, db).into_iter().filter(|&(d, _)| d < store.databases()).all(|(d, p)| lock(d, p)),
+        Keys::Range(..) | Keys::Custom(_) => spec.key_positions(argv).into_iter().all(|p| lock(db, p)),
     };
-    let locked = wanted
-        .is_some_and(|wanted| wanted.into_iter().all(|(d, s)| st.exec.ctx.locks.try_add(store, d, s, if wrote { UNDECLARED_WAIT } else { Duration::ZERO })));
     if locked {
         return Ok(());
     }

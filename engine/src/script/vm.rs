@@ -25,16 +25,13 @@ use crate::frame::Frame;
 pub const EVAL_CHUNK: &str = "@user_script";
 pub const FUNCTION_CHUNK: &str = "@user_function";
 
-/// Marks the running script busy server-wide.
-pub type OnBusy = Box<dyn Fn(&Running)>;
-
 /// What the interrupt callback watches: the script running now on this VM.
 #[derive(Default)]
 pub struct Watch {
     pub running: Option<Arc<Running>>,
     pub threshold_ms: u64,
-    /// Called when the script passes the threshold (marks it busy server-wide).
-    pub on_busy: Option<OnBusy>,
+    /// Where the script is counted busy, server-wide, when it passes the threshold.
+    pub busy_counter: Option<super::BusyCounter>,
     /// `FUNCTION LOAD` gives a library's code this long (Redis's 500 ms).
     pub deadline: Option<Instant>,
     /// `lua-memory-limit` (0: none), checked here rather than by Luau's allocator (see
@@ -426,8 +423,8 @@ fn interrupt(lua: &Lua, watch: &Rc<RefCell<Watch>>) -> mlua::Result<VmState> {
     let elapsed = running.started.elapsed();
     if w.threshold_ms > 0 && elapsed >= Duration::from_millis(w.threshold_ms) {
         if !running.busy.load(Ordering::Acquire) {
-            if let Some(on_busy) = &w.on_busy {
-                on_busy(&running);
+            if let Some(counter) = &w.busy_counter {
+                counter.mark(&running);
             }
         }
         // A busy script must not keep this thread's other connections (SCRIPT KILL among them)
