@@ -41,12 +41,13 @@ pub struct Member {
 #[derive(Debug, Clone, Default)]
 pub struct SortedSet {
     members: FieldMap<Member>,
-    /// The members in score order, counted; empty while the set has at most
+    /// The members in score order, counted; none (or empty) while the set has at most
     /// `fieldmap::SMALL_MAX` members (queries sort those on the spot, `ordered`): each name
     /// held here is a second copy of it: a 32-byte pair with its score, and a second allocation
     /// for a name longer than `name::INLINE` bytes. Once built it stays until the member map
-    /// shrinks back to a vector (`shrink_if_sparse`).
-    order: RankedSet<(Score, Name)>,
+    /// shrinks back to a vector (`shrink_if_sparse`). Boxed: in place its 80 bytes, unused by
+    /// most sets, kept every set's own part in the allocator's 160-byte class.
+    order: Option<Box<RankedSet<(Score, Name)>>>,
     /// Replication: removed members and the version that removed them.
     pub removed: FieldMap<Version>,
     /// Replication: the key-level tombstone; older members are dead.
@@ -56,8 +57,9 @@ pub struct SortedSet {
 }
 
 // Most sorted sets (every GEO key) are small: keep the set's own part in the allocator's
-// 160-byte class (208 bytes before small maps were vectors and the change list boxed).
-const _: () = assert!(std::mem::size_of::<SortedSet>() <= 160);
+// 96-byte class (208 bytes before small maps were vectors and the change list boxed, 160
+// before the score index was boxed).
+const _: () = assert!(std::mem::size_of::<SortedSet>() <= 96);
 
 /// A sorted set's members: per-member LWW of score and membership, with tombstones, under
 /// the key tombstone `cleared` (`ElementMap`). The content is the score.
@@ -161,24 +163,29 @@ impl SortedSet {
 
     fn insert_quietly(&mut self, member: Name, score: f64, version: Version) -> Option<f64> {
         let new = Member { score, version };
-        if self.order.is_empty() {
-            if self.members.len() < SMALL_MAX || self.members.contains_key(&member[..]) {
-                // Small it stays: the name is held once, by the member map.
-                return self.members.insert(member, new).map(|old| old.score);
+        let order = match &mut self.order {
+            Some(order) if !order.is_empty() => order,
+            _ => {
+                if self.members.len() < SMALL_MAX || self.members.contains_key(&member[..]) {
+                    // Small it stays: the name is held once, by the member map.
+                    return self.members.insert(member, new).map(|old| old.score);
+                }
+                // The member that makes the set too big for sorting on the spot.
+                let order = self.order.get_or_insert_default();
+                for (name, m) in self.members.iter() {
+                    order.insert((Score(m.score), name.clone()));
+                }
+                order
             }
-            // The member that makes the set too big for sorting on the spot.
-            for (name, m) in self.members.iter() {
-                self.order.insert((Score(m.score), name.clone()));
-            }
-        }
+        };
         let previous = self.members.insert(member.clone(), new);
         if let Some(old) = previous {
             if old.score.to_bits() == score.to_bits() {
                 return Some(old.score);
             }
-            self.order.remove(&(Score(old.score), member.clone()));
+            order.remove(&(Score(old.score), member.clone()));
         }
-        self.order.insert((Score(score), member));
+        order.insert((Score(score), member));
         previous.map(|m| m.score)
     }
 
@@ -191,9 +198,14 @@ impl SortedSet {
 
     /// Takes a removed member out of the score index, if the set keeps one.
     fn unindex(&mut self, score: f64, member: Name) {
-        if !self.order.is_empty() {
-            self.order.remove(&(Score(score), member));
+        if let Some(order) = self.order.as_mut().filter(|order| !order.is_empty()) {
+            order.remove(&(Score(score), member));
         }
+    }
+
+    /// The score index, while the set keeps one (more than `SMALL_MAX` members).
+    fn index(&self) -> Option<&RankedSet<(Score, Name)>> {
+        self.order.as_deref().filter(|order| !order.is_empty())
     }
 
     /// Whether a member changed since the last `take_touched`.
@@ -212,8 +224,8 @@ impl SortedSet {
     /// member map small enough to be a vector again takes the set back to sorting on the spot.
     pub fn shrink_if_sparse(&mut self) {
         shrink_if_sparse(&mut self.members);
-        if self.members.is_small() && !self.order.is_empty() {
-            self.order = RankedSet::default();
+        if self.members.is_small() {
+            self.order = None;
         }
     }
 
@@ -268,8 +280,8 @@ impl SortedSet {
 
     /// The members in score order, as the queries below read them.
     fn ordered(&self) -> Ordered<'_> {
-        if !self.order.is_empty() {
-            return Ordered::Indexed(&self.order);
+        if let Some(order) = self.index() {
+            return Ordered::Indexed(order);
         }
         let mut sorted: Vec<(Score, &Name)> = self.members.iter().map(|(name, m)| (Score(m.score), name)).collect();
         sorted.sort_unstable();
@@ -494,11 +506,12 @@ mod tests {
     fn same(a: &SortedSet, b: &SortedSet) -> bool {
         let state = |z: &SortedSet| {
             let index: Vec<(u64, Bytes)> = z.iter().map(|(n, s)| (s.to_bits(), n.to_bytes())).collect();
-            if z.order.is_empty() {
-                assert!(z.len() <= SMALL_MAX, "a set of {} members keeps no index", z.len());
-            } else {
-                let indexed: Vec<(u64, Bytes)> = z.order.iter().map(|(s, n)| (s.0.to_bits(), n.to_bytes())).collect();
-                assert_eq!(indexed, index);
+            match z.index() {
+                None => assert!(z.len() <= SMALL_MAX, "a set of {} members keeps no index", z.len()),
+                Some(order) => {
+                    let indexed: Vec<(u64, Bytes)> = order.iter().map(|(s, n)| (s.0.to_bits(), n.to_bytes())).collect();
+                    assert_eq!(indexed, index);
+                }
             }
             let mut members: Vec<(u64, Bytes)> = z.members.iter().map(|(n, m)| (m.score.to_bits(), n.to_bytes())).collect();
             members.sort_by(|x, y| (f64::from_bits(x.0), &x.1).partial_cmp(&(f64::from_bits(y.0), &y.1)).expect("no NaN"));
@@ -635,8 +648,8 @@ mod tests {
                 want.sort();
                 let got: Vec<(Score, Bytes)> = z.iter().map(|(n, s)| (Score(s), n.to_bytes())).collect();
                 prop_assert_eq!(&got, &want);
-                prop_assert!(z.order.is_empty() || z.order.len() == z.len());
-                prop_assert!(!z.order.is_empty() || z.len() <= SMALL_MAX);
+                prop_assert!(z.index().is_none_or(|o| o.len() == z.len()));
+                prop_assert!(z.index().is_some() || z.len() <= SMALL_MAX);
                 for (rank, (_, n)) in want.iter().enumerate() {
                     prop_assert_eq!(z.rank(n), Some(rank));
                     prop_assert_eq!(z.rev_rank(n), Some(want.len() - 1 - rank));
@@ -669,17 +682,17 @@ mod tests {
         for i in 0..SMALL_MAX {
             z.insert(Bytes::from(format!("m{i}")), -(i as f64), Version::ZERO);
         }
-        assert!(z.order.is_empty(), "{} members are sorted on the spot", SMALL_MAX);
+        assert!(z.index().is_none(), "{} members are sorted on the spot", SMALL_MAX);
         for i in SMALL_MAX..100 {
             z.insert(Bytes::from(format!("m{i}")), -(i as f64), Version::ZERO);
         }
-        assert_eq!(z.order.len(), 100);
+        assert_eq!(z.index().map_or(0, |o| o.len()), 100);
         for i in 5..100 {
             z.remove(format!("m{i}").as_bytes());
         }
-        assert_eq!(z.order.len(), 5, "the index stays until the member map shrinks");
+        assert_eq!(z.index().map_or(0, |o| o.len()), 5, "the index stays until the member map shrinks");
         z.shrink_if_sparse();
-        assert!(z.order.is_empty() && z.members.is_small(), "{} buckets", z.member_buckets());
+        assert!(z.index().is_none() && z.members.is_small(), "{} buckets", z.member_buckets());
         let names: Vec<_> = z.iter().map(|(n, _)| n.clone()).collect();
         assert_eq!(names, ["m4", "m3", "m2", "m1", "m0"].map(|n| Bytes::from_static(n.as_bytes())));
     }
