@@ -16,11 +16,9 @@ set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/lib.sh
 source "$repo_root/scripts/lib.sh"
-case "${1:-}" in
-  -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-esac
-binaries=("$@")
-((${#binaries[@]})) || binaries=("$repo_root/target/release/keymesh-server")
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { print_usage 14; exit 0; }
+# The binaries to measure, in turn; this checkout's release build when none is given.
+binaries=("${@:-$repo_root/target/release/keymesh-server}")
 for tool in valgrind callgrind_control redis-cli python3; do
   command -v "$tool" >/dev/null || { echo "bench-collections-instructions: $tool not found (apt-get install valgrind redis-tools)" >&2; exit 2; }
 done

@@ -18,11 +18,9 @@ set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=scripts/lib.sh
 source "$repo_root/scripts/lib.sh"
-case "${1:-}" in
-  -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-esac
-binaries=("$@")
-((${#binaries[@]})) || binaries=("$repo_root/target/release/keymesh-server")
+[[ "${1:-}" == -h || "${1:-}" == --help ]] && { print_usage 17; exit 0; }
+# The binaries to measure, in turn; this checkout's release build when none is given.
+binaries=("${@:-$repo_root/target/release/keymesh-server}")
 for tool in redis-server redis-cli redis-benchmark taskset python3; do
   command -v "$tool" >/dev/null || { echo "bench-scripting: $tool not found (run scripts/install-deps.sh)" >&2; exit 2; }
 done

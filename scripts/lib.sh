@@ -48,3 +48,9 @@ stop_pid() {
   kill -9 "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
 }
+
+# print_usage LAST: prints the calling script's header comment, lines 2 to LAST, without the
+# comment marks (its --help).
+print_usage() {
+  sed -n "2,$1p" "${BASH_SOURCE[1]}" | sed 's/^# \{0,1\}//'
+}
