@@ -502,6 +502,10 @@ pub struct Field {
     pub version: Version,
 }
 
+// A field and its name fill one 64-byte slot of a hash's table or vector (72 with a `Bytes`
+// value); a bigger `Field` would take every hash's memory with it.
+const _: () = assert!(std::mem::size_of::<(Name, Field)>() == 64);
+
 impl Field {
     pub fn new(value: &[u8], version: Version) -> Field {
         Field { value: Name::from(value), version }
