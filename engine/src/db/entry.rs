@@ -495,7 +495,8 @@ impl Merge for Collection<Version> {
 /// (`Name`: up to 22 bytes inside the field's own slot, longer ones in an allocation of
 /// exactly their length), so a field is 64 bytes of its table with no allocation for a short
 /// value, where a `Bytes` took 32 bytes and an allocation of its own for every value
-/// (docs/benchmarks.md, "Hash values inside the table"). Replies copy it out, as they did.
+/// (docs/benchmarks.md, "Hash values and list items inside their collections"). Replies copy it
+/// out, as they did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Field {
     pub value: Name,

@@ -1,7 +1,8 @@
 //! `Name`: an element's name as a collection stores it (a hash's field, a set's or a sorted
 //! set's member, a removed one's tombstone; `FieldMap`'s keys), in 24 bytes: up to
 //! `INLINE` bytes inside the handle itself, longer ones in a boxed slice of exactly their length.
-//! A hash field's value is kept the same way (`entry::Field`), for the same reasons.
+//! A hash field's value and a list's item are kept the same way (`entry::Field`,
+//! `entry::ListValue`), for the same reasons.
 //!
 //! Why not `Bytes` (32 bytes, and always an allocation of its own): most names are short (ids,
 //! words, `element:000000123456`), and a table bucket holds its element's name. Inline, a

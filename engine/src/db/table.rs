@@ -251,8 +251,10 @@ impl KeyTable {
     #[cold]
     fn grow(&mut self) {
         const AHEAD: usize = 16;
+        // A shard's first table: room for its first few keys, as hashbrown's smallest has.
+        const FIRST: usize = 3;
         let old = std::mem::take(&mut self.table);
-        let mut bigger = HashTable::with_capacity((old.len() * 2).max(AHEAD));
+        let mut bigger = HashTable::with_capacity((old.len() * 2).max(FIRST));
         let mut place = |node: Node| {
             bigger.insert_unique(hash_key(node.key()), node, |n| hash_key(n.key()));
         };

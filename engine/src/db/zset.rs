@@ -41,8 +41,8 @@ pub struct Member {
 #[derive(Debug, Clone, Default)]
 pub struct SortedSet {
     members: FieldMap<Member>,
-    /// The members in score order, counted; none (or empty) while the set has at most
-    /// `fieldmap::SMALL_MAX` members (queries sort those on the spot, `ordered`): each name
+    /// The members in score order, counted; `None` while the set has at most
+    /// `fieldmap::SMALL_MAX` members, and never empty (`unindex` drops an emptied one) (queries sort those on the spot, `ordered`): each name
     /// held here is a second copy of it: a 32-byte pair with its score, and a second allocation
     /// for a name longer than `name::INLINE` bytes. Once built it stays until the member map
     /// shrinks back to a vector (`shrink_if_sparse`). Boxed: in place its 80 bytes, unused by
@@ -164,8 +164,8 @@ impl SortedSet {
     fn insert_quietly(&mut self, member: Name, score: f64, version: Version) -> Option<f64> {
         let new = Member { score, version };
         let order = match &mut self.order {
-            Some(order) if !order.is_empty() => order,
-            _ => {
+            Some(order) => order,
+            None => {
                 if self.members.len() < SMALL_MAX || self.members.contains_key(&member[..]) {
                     // Small it stays: the name is held once, by the member map.
                     return self.members.insert(member, new).map(|old| old.score);
@@ -198,14 +198,17 @@ impl SortedSet {
 
     /// Takes a removed member out of the score index, if the set keeps one.
     fn unindex(&mut self, score: f64, member: Name) {
-        if let Some(order) = self.order.as_mut().filter(|order| !order.is_empty()) {
+        if let Some(order) = &mut self.order {
             order.remove(&(Score(score), member));
+            if order.is_empty() {
+                self.order = None;
+            }
         }
     }
 
     /// The score index, while the set keeps one (more than `SMALL_MAX` members).
     fn index(&self) -> Option<&RankedSet<(Score, Name)>> {
-        self.order.as_deref().filter(|order| !order.is_empty())
+        self.order.as_deref()
     }
 
     /// Whether a member changed since the last `take_touched`.

@@ -75,13 +75,6 @@ pub struct Script {
     pub flags: u32,
 }
 
-impl Running {
-    /// `EVAL` (true) or `FCALL` (false).
-    pub fn is_eval(&self) -> bool {
-        self.function.is_none()
-    }
-}
-
 /// A function's call as `FUNCTION STATS` shows it while it runs.
 #[derive(Debug)]
 pub struct RunningFunction {
@@ -97,14 +90,22 @@ pub struct Running {
     pub started: Instant,
     /// `None` for an `EVAL` script; for a function (`FCALL`), what `FUNCTION STATS` shows of
     /// it. Which `KILL` may stop it follows from it. An `EVAL` script's name and command are
-    /// not kept: nothing reads them, and copying the command's arguments was ~4% of a small
-    /// `EVALSHA`'s time (docs/benchmarks.md, "EVALSHA").
+    /// not kept: nothing reads them, and copying the command (an allocation, and a reference
+    /// count taken and dropped per argument) was where `perf` put most of `invoke`'s own time
+    /// in a small `EVALSHA` (docs/benchmarks.md, "EVALSHA").
     pub function: Option<RunningFunction>,
     /// It ran a write command: it can no longer be killed.
     pub wrote: AtomicBool,
     pub kill: AtomicBool,
     /// It ran longer than `busy-reply-threshold`: other clients get BUSY.
     pub busy: AtomicBool,
+}
+
+impl Running {
+    /// `EVAL` (true) or `FCALL` (false).
+    pub fn is_eval(&self) -> bool {
+        self.function.is_none()
+    }
 }
 
 /// Server-wide scripting state.

@@ -348,8 +348,8 @@ impl Vm {
             self.globals.set_safeenv(true);
             set
         };
-        arguments(Value::Nil, Value::Nil)?;
-        let compiled = self.lua.load(super::eval_code(body).as_ref()).set_name(EVAL_CHUNK).into_function();
+        let compiled = arguments(Value::Nil, Value::Nil).and_then(|()| self.lua.load(super::eval_code(body).as_ref()).set_name(EVAL_CHUNK).into_function());
+        // Put back whatever happened above.
         arguments(Value::Table(self.eval_keys.clone()), Value::Table(self.eval_argv.clone()))?;
         compiled
     }
