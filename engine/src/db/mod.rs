@@ -269,7 +269,8 @@ impl Store {
     }
 
     /// Starts loading what the lookups of `keys` in `db` will touch, for a pipelined batch
-    /// about to run: each key's shard lock, slot and node, then its string's bytes. Run one
+    /// about to run: each key's shard lock, its table's control bytes and slots (those a new
+    /// key's insert writes among them), its node, then its string's bytes. Run one
     /// after another, every lookup of a large keyspace waits for its cache misses in turn;
     /// started together, a batch's misses overlap. A hint only: nothing is read or changed
     /// that a command could see, and a key missing or changed before its command runs costs
@@ -293,8 +294,11 @@ impl Store {
         // Every lock is taken before any table is read: a locked instruction waits for the
         // loads before it, so locking key by key would queue the keys' misses again. With
         // `try_lock` there is no lock order to keep; a shard locked elsewhere, or twice in
-        // the batch, is skipped.
+        // the batch, is skipped. Then one pass per level, each loading what the next reads.
         let held: SmallVec<[(MutexGuard<'_, Shard>, HashedKey<'_>); 16]> = located.iter().filter_map(|&(shard, key)| Some((shard.try_lock()?, key))).collect();
+        for (shard, key) in &held {
+            shard.map.prefetch_slots(key.table_key());
+        }
         for (shard, key) in &held {
             shard.map.prefetch(key.table_key());
         }
