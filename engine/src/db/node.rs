@@ -94,6 +94,20 @@ pub(crate) fn prefetch(addr: *const u8) {
     let _ = addr;
 }
 
+/// Starts loading the lines just past a fresh allocation of `size` bytes at `ptr`: where the
+/// allocator's next allocation of the same size most likely lies, since jemalloc hands out a
+/// fresh slab's regions in address order. A key inserted into a growing keyspace writes its
+/// node and its value into lines no one has touched; the stores do not wait, but the next
+/// locked instruction (a shard's unlock, an atomic count) waits until they complete: a memory
+/// round trip per write, unless the lines were loaded while the write before ran. A hint
+/// only: where the next allocation lies elsewhere (reused memory, already in the cache),
+/// nothing but the prefetches is spent.
+pub(crate) fn prefetch_next_allocation(ptr: *const u8, size: usize) {
+    for offset in [size, size + 64, 2 * size - 1] {
+        prefetch(ptr.wrapping_add(offset));
+    }
+}
+
 /// An owning thin pointer to a node (see the module doc).
 pub struct Node(NonNull<u8>);
 
@@ -112,6 +126,7 @@ impl Node {
         // SAFETY: the layout's size is at least `TAG + 1`, never zero.
         let ptr = unsafe { alloc::alloc(layout) };
         let Some(ptr) = NonNull::new(ptr) else { alloc::handle_alloc_error(layout) };
+        prefetch_next_allocation(ptr.as_ptr(), layout.size());
         // SAFETY: `ptr` is a fresh allocation of `shape.size()` bytes aligned to `ALIGN` (at
         // least `Entry`'s alignment): the entry fits at 0, the tag at `TAG`, a long key's
         // length (unaligned) right after it and the key's bytes at `key_at`, all inside it

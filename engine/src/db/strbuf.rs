@@ -137,7 +137,11 @@ impl From<Vec<u8>> for StrBuf {
 
 impl From<&[u8]> for StrBuf {
     fn from(bytes: &[u8]) -> StrBuf {
-        Box::<[u8]>::from(bytes).into()
+        let copy = Box::<[u8]>::from(bytes);
+        if !copy.is_empty() {
+            super::node::prefetch_next_allocation(copy.as_ptr(), copy.len());
+        }
+        copy.into()
     }
 }
 
