@@ -101,9 +101,10 @@ pub(crate) fn prefetch(addr: *const u8) {
 /// locked instruction (a shard's unlock, an atomic count) waits until they complete: a memory
 /// round trip per write, unless the lines were loaded while the write before ran. A hint
 /// only: where the next allocation lies elsewhere (reused memory, already in the cache),
-/// nothing but the prefetches is spent.
+/// nothing but the prefetches is spent (docs/benchmarks.md, "A new key's slot, and the lines
+/// after a fresh allocation").
 pub(crate) fn prefetch_next_allocation(ptr: *const u8, size: usize) {
-    for offset in [size, size + 64, 2 * size - 1] {
+    for offset in [size, size + 64, (2 * size).saturating_sub(1)] {
         prefetch(ptr.wrapping_add(offset));
     }
 }

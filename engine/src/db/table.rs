@@ -209,7 +209,8 @@ impl KeyTable {
     /// one, a line no probe reads; the store does not wait, but the next locked instruction
     /// (the shard's unlock, the `dirty` counter) waits until it completes: one memory round
     /// trip per new key, ~5% of a node's CPU under a `SET` load that fills new keys, ~17% of a
-    /// peer's as it merges them (docs/benchmarks.md, "A new key's slot").
+    /// peer's as it merges them (docs/benchmarks.md, "A new key's slot, and the lines after a
+    /// fresh allocation").
     pub fn prefetch_slots(&self, key: TableKey<'_>) {
         if self.slots_end == 0 {
             return;
@@ -381,7 +382,7 @@ mod tests {
         assert!(t.get(hk(&long)).is_some() && t.get(hk(&long[..99])).is_none());
     }
 
-    /// `prefetch` finds a new key's slot by where hashbrown keeps slots (`slots_end`): for
+    /// `prefetch_slots` finds a new key's slot by where hashbrown keeps slots (`slots_end`): for
     /// every bucket, `slots_end - (bucket + 1) * size_of::<Node>()`. A hashbrown that laid
     /// them out otherwise would leave that prefetch pointing at the wrong lines; this says so.
     #[test]
