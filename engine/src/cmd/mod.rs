@@ -151,6 +151,9 @@ pub struct CommandTable {
     /// SipHash: the lookup runs for every command, and the names are ours, not an attacker's
     /// choice of keys.
     by_name: HashMap<NameKey, usize, foldhash::fast::FixedState>,
+    /// By index: a hash or set command with its key first, whose next argument is (most
+    /// often) an element's name: the batch prefetch's hint (`prefetch`).
+    pub names_element: Vec<bool>,
 }
 
 /// The longest command name (`client|...` subcommands are not looked up here).
@@ -212,7 +215,8 @@ pub static TABLE: LazyLock<CommandTable> = LazyLock::new(|| {
             names.iter().map(|&name| SubStats { name, full: format!("{}|{name}", spec.name), stats: CommandStats::default() }).collect()
         })
         .collect();
-    CommandTable { specs, stats, subs, by_name }
+    let names_element = specs.iter().map(|spec| matches!((spec.group, spec.keys), ("hash" | "set", Keys::Range(1, ..)))).collect();
+    CommandTable { specs, stats, subs, by_name, names_element }
 });
 
 impl CommandTable {
@@ -398,18 +402,45 @@ pub fn record(index: usize, argv: &[Bytes], duration_us: u64, reply: &Reply) {
 
 /// Starts loading the keys a pipelined batch of requests will look up (`Store::prefetch`):
 /// the first key of each command that has keys at fixed positions (GET, SET, INCR, HSET,
-/// ...), in the client's current database. A hint: a command the batch has not run yet (a
-/// `SELECT` before it, a key it renames) only makes a prefetch useless.
+/// ...), in the client's current database, and in a batch on one hash or set, the elements
+/// its commands name (`Store::prefetch_members`). A hint: a command the batch has not run yet
+/// (a `SELECT` before it, a key it renames) only makes a prefetch useless.
 pub fn prefetch(server: &Server, client: &ClientState, batch: &[Call]) {
+    let mut names_elements = false;
     let keys: SmallVec<[&[u8]; 16]> = batch
         .iter()
-        .filter_map(|call| match TABLE.specs[call.index?].keys {
-            Keys::Range(first, ..) => call.argv.get(first).map(|key| &key[..]),
-            _ => None,
+        .filter_map(|call| {
+            let index = call.index?;
+            names_elements |= TABLE.names_element[index];
+            match TABLE.specs[index].keys {
+                Keys::Range(first, ..) => call.argv.get(first).map(|key| &key[..]),
+                _ => None,
+            }
         })
         .collect();
     if keys.len() > 1 {
         server.store.prefetch(client.db, &keys);
+    }
+    if names_elements {
+        prefetch_elements(server, client, batch);
+    }
+}
+
+/// The elements a batch of hash and set commands names (the argument after the key, for most
+/// of them; where it is no element, a wasted load), when consecutive commands name the same
+/// collection: a batch on one big collection, whose elements' probes would each miss the
+/// cache in turn (`Store::prefetch_members`). Many small collections, each named once, are
+/// left alone: their elements sit in a vector the command reads anyway.
+fn prefetch_elements(server: &Server, client: &ClientState, batch: &[Call]) {
+    let elements: SmallVec<[(&[u8], &[u8]); 16]> = batch
+        .iter()
+        .filter_map(|call| match TABLE.names_element[call.index?] {
+            true => Some((&call.argv.get(1)?[..], &call.argv.get(2)?[..])),
+            false => None,
+        })
+        .collect();
+    if elements.windows(2).any(|pair| pair[0].0 == pair[1].0) {
+        server.store.prefetch_members(client.db, &elements);
     }
 }
 

@@ -559,6 +559,17 @@ impl Value {
         }
     }
 
+    /// Starts loading what a lookup or an insert of the element `name` reads in a hash, set
+    /// or sorted set (`FieldMap::prefetch`; `Store::prefetch_members`). A hint only.
+    pub fn prefetch_element(&self, name: &[u8]) {
+        match self {
+            Value::Hash(c) => c.live.prefetch(name),
+            Value::Set(c) => c.live.prefetch(name),
+            Value::ZSet(z) => z.prefetch(name),
+            _ => {}
+        }
+    }
+
     pub fn kind(&self) -> Kind {
         match self {
             Value::Str(_) | Value::Int(_) | Value::Counter(_) => Kind::String,

@@ -31,6 +31,7 @@ use hashbrown::hash_table::{Entry, HashTable};
 use rand::Rng;
 
 pub use super::name::Name;
+use super::slots::SlotsEnd;
 
 #[derive(Clone)]
 pub struct FieldMap<V> {
@@ -54,6 +55,8 @@ enum Repr<V> {
 #[derive(Clone)]
 struct Table<V> {
     table: HashTable<(Name, V)>,
+    /// Where `table` keeps its control bytes and slots (`FieldMap::prefetch`).
+    slots: SlotsEnd,
     /// While the map grows: the table it grows from, whose elements move into `table`.
     old: Option<Moving<V>>,
     hasher: RandomState,
@@ -62,6 +65,8 @@ struct Table<V> {
 #[derive(Clone)]
 struct Moving<V> {
     table: HashTable<(Name, V)>,
+    /// Where it keeps its control bytes and slots (its own, from before the growth).
+    slots: SlotsEnd,
     /// Its first bucket not emptied yet.
     next: usize,
 }
@@ -82,8 +87,8 @@ fn is_named<V>(name: &[u8]) -> impl Fn(&(Name, V)) -> bool + Copy + '_ {
 
 /// Puts `item`, whose name `table` does not hold, into `table` (an element moving in from a
 /// vector or from a growth's old table).
-fn place<V>(table: &mut HashTable<(Name, V)>, hasher: &RandomState, item: (Name, V)) {
-    table.insert_unique(hasher.hash_one(&item.0), item, |(n, _)| hasher.hash_one(n));
+fn place<V>(table: &mut HashTable<(Name, V)>, slots: &mut SlotsEnd, hasher: &RandomState, item: (Name, V)) {
+    slots.note(&table.insert_unique(hasher.hash_one(&item.0), item, |(n, _)| hasher.hash_one(n)));
 }
 
 /// A table's elements and how many are left: two tables' chained are not an
@@ -115,7 +120,7 @@ type TableIntoIter<V> = Counted<std::iter::Chain<hashbrown::hash_table::IntoIter
 
 impl<V> Table<V> {
     fn with_capacity(capacity: usize) -> Table<V> {
-        Table { table: HashTable::with_capacity(capacity), old: None, hasher: RandomState::default() }
+        Table { table: HashTable::with_capacity(capacity), slots: SlotsEnd::default(), old: None, hasher: RandomState::default() }
     }
 
     fn len(&self) -> usize {
@@ -166,10 +171,14 @@ impl<V> Table<V> {
                 }
             }
         }
-        let Table { table, hasher, .. } = self;
+        let Table { table, slots, hasher, .. } = self;
         match table.entry(hash, named, |(n, _)| hasher.hash_one(n)) {
             Entry::Occupied(held) => (&mut held.into_mut().1, Some(value)),
-            Entry::Vacant(free) => (&mut free.insert((name.into(), value)).into_mut().1, None),
+            Entry::Vacant(free) => {
+                let placed = free.insert((name.into(), value));
+                slots.note(&placed);
+                (&mut placed.into_mut().1, None)
+            }
         }
     }
 
@@ -180,13 +189,13 @@ impl<V> Table<V> {
         let (len, buckets) = (self.table.len(), self.table.num_buckets());
         let capacity = (2 * len).max(len + buckets / STEP_BUCKETS + 1);
         let full = std::mem::replace(&mut self.table, HashTable::with_capacity(capacity));
-        self.old = Some(Moving { table: full, next: 0 });
+        self.old = Some(Moving { table: full, slots: std::mem::take(&mut self.slots), next: 0 });
     }
 
     /// Moves the elements of the next `STEP_BUCKETS` buckets of a growth's old table; drops
     /// the old table once it is empty.
     fn step(&mut self) {
-        let Table { table, old, hasher } = self;
+        let Table { table, slots, old, hasher } = self;
         let Some(moving) = old else { return };
         let end = (moving.next + STEP_BUCKETS).min(moving.table.num_buckets());
         // Moving an element hashes its name; a long one is elsewhere in memory: start loading
@@ -199,7 +208,7 @@ impl<V> Table<V> {
         }
         for bucket in moving.next..end {
             if let Ok(full) = moving.table.get_bucket_entry(bucket) {
-                place(table, hasher, full.remove().0);
+                place(table, slots, hasher, full.remove().0);
             }
         }
         moving.next = end;
@@ -210,9 +219,9 @@ impl<V> Table<V> {
 
     /// Ends a growth at once (before the map is shrunk: a shrink rehashes every element anyway).
     fn finish(&mut self) {
-        let Table { table, old, hasher } = self;
+        let Table { table, slots, old, hasher } = self;
         for item in old.take().into_iter().flat_map(|moving| moving.table) {
-            place(table, hasher, item);
+            place(table, slots, hasher, item);
         }
     }
 
@@ -386,8 +395,24 @@ impl<V> FieldMap<V> {
             Repr::Table(t) if t.len() <= SMALL_MAX => self.repr = Repr::Small(t.drain().collect()),
             Repr::Table(t) => {
                 t.finish();
-                let Table { table, hasher, .. } = &mut **t;
+                let Table { table, slots, hasher, .. } = &mut **t;
                 table.shrink_to_fit(|(name, _)| hasher.hash_one(name));
+                slots.forget();
+            }
+        }
+    }
+
+    /// Starts loading the lines a lookup or an insert of `name` reads first, in both tables
+    /// while the map grows (`SlotsEnd::prefetch`): for a pipelined batch's commands on one big
+    /// collection, whose elements' probes would otherwise each wait for their cache misses in
+    /// turn (`Store::prefetch_members`). Nothing for a vector, whose few elements the command
+    /// reads anyway. A hint only.
+    pub fn prefetch(&self, name: &[u8]) {
+        if let Repr::Table(t) = &self.repr {
+            let hash = t.hasher.hash_one(name);
+            t.slots.prefetch(&t.table, hash, 2);
+            if let Some(old) = &t.old {
+                old.slots.prefetch(&old.table, hash, 2);
             }
         }
     }
@@ -461,7 +486,7 @@ impl<V> FieldMap<V> {
         }
         let mut t = Table::with_capacity(2 * SMALL_MAX);
         for item in std::mem::take(items) {
-            place(&mut t.table, &t.hasher, item);
+            place(&mut t.table, &mut t.slots, &t.hasher, item);
         }
         self.repr = Repr::Table(Box::new(t));
         Err((name, value))
@@ -727,6 +752,10 @@ mod tests {
                     Op::Insert(n, _) | Op::InsertCopied(n, _) | Op::GetOrInsert(n, _) => (!model.contains_key(&name(*n))).then(|| name(*n)),
                     _ => None,
                 };
+                // A prefetch, in whatever state the map is in, changes no answer.
+                if let Op::Insert(n, _) | Op::InsertCopied(n, _) | Op::GetOrInsert(n, _) | Op::Remove(n) = &op {
+                    map.prefetch(&name(*n));
+                }
                 match op {
                     Op::Insert(n, v) => {
                         proptest::prop_assert_eq!(map.insert(name(n), v), model.insert(name(n), v));

@@ -24,6 +24,7 @@ pub mod name;
 pub mod node;
 pub mod pending;
 pub mod ranked;
+pub mod slots;
 pub mod strbuf;
 pub mod table;
 pub mod zset;
@@ -304,6 +305,33 @@ impl Store {
         }
         for (shard, key) in &held {
             shard.map.prefetch_value(key.table_key());
+        }
+    }
+
+    /// Starts loading what the commands of a pipelined batch on collections will read inside
+    /// them: for each `(key, element name)`, the name's probe in the key's hash, set or sorted
+    /// set (`Value::prefetch_element`), once `prefetch` has loaded the keys. Into one big
+    /// collection, each command's probe is a cache miss of its own (`SADD` -P 16 into one
+    /// growing set spent 28% of its time in them), and a new element's insert stores into a
+    /// slot no probe loaded (docs/benchmarks.md, "Elements of one big collection"). Each
+    /// shard is try-locked, and kept for the pairs after it in the same shard; one locked
+    /// elsewhere is skipped. A hint only.
+    pub fn prefetch_members(&self, db: usize, pairs: &[(&[u8], &[u8])]) {
+        if !self.in_use(db) {
+            return;
+        }
+        let shards = self.dbs[db].shards();
+        let mut held: Option<(usize, MutexGuard<'_, Shard>)> = None;
+        for &(key, name) in pairs {
+            let key = HashedKey::new(key);
+            if held.as_ref().is_none_or(|(shard, _)| *shard != key.shard()) {
+                // One lock at a time: the last one is released before the next is tried.
+                drop(held.take());
+                held = shards[key.shard()].try_lock().map(|guard| (key.shard(), guard));
+            }
+            if let Some(found) = held.as_ref().and_then(|(_, shard)| shard.map.get(key.table_key())) {
+                found.entry().value.prefetch_element(name);
+            }
         }
     }
 

@@ -21,6 +21,7 @@ use super::entry::{Entry, Expiry};
 use super::fieldmap::draw_bucket;
 use super::hashed::{hash_key, TableKey};
 use super::node::Node;
+use super::slots::SlotsEnd;
 use crate::hlc::Version;
 
 /// A key's entry and its expiry register, borrowed from the table. The only way to read a
@@ -169,13 +170,8 @@ fn view_mut(n: &mut Node) -> EntryMut<'_> {
 #[derive(Default)]
 pub struct KeyTable {
     table: HashTable<Node>,
-    /// Where the table's slot array ends and its control bytes start, as of the last insert
-    /// of a new key (0 before the first): hashbrown keeps the slot of bucket `i` at
-    /// `slots_end - (i + 1) * size_of::<Node>()` (checked by
-    /// `slot_addresses_follow_hashbrowns_layout`) and the control byte of bucket `i` at
-    /// `slots_end + i`. Only `prefetch_slots` uses it; a value gone stale (the table moved by
-    /// a `grow` since) only points that hint at the wrong lines until the next insert.
-    slots_end: usize,
+    /// Where the table keeps its control bytes and slots, for `prefetch_slots`.
+    slots: SlotsEnd,
 }
 
 impl std::fmt::Debug for KeyTable {
@@ -199,32 +195,15 @@ impl KeyTable {
     }
 
     /// Starts loading the lines a lookup or an insert of `key` reads first, without reading
-    /// anything but the table's own header: the group of control bytes its probe starts at
-    /// and the slots of that group's first 8 buckets (the first of `Store::prefetch`'s three
-    /// passes; `prefetch`, then `prefetch_value`, follow). A hint only.
-    ///
-    /// The addresses come from where hashbrown keeps both arrays (`slots_end`): the control
-    /// bytes from `slots_end` up, the slot of bucket `i` at `slots_end - (i + 1) * size_of::<Node>()`.
-    /// Loading the slots matters for a new key: its insert stores the new node's pointer into
-    /// one, a line no probe reads; the store does not wait, but the next locked instruction
-    /// (the shard's unlock, the `dirty` counter) waits until it completes: one memory round
-    /// trip per new key, ~5% of a node's CPU under a `SET` load that fills new keys, ~17% of a
-    /// peer's as it merges them (docs/benchmarks.md, "A new key's slot, and the lines after a
-    /// fresh allocation").
+    /// anything but the table's size: the group of control bytes its probe starts at and the
+    /// slots of that group's first 8 buckets (`SlotsEnd::prefetch`; the first of
+    /// `Store::prefetch`'s three passes, `prefetch` then `prefetch_value` follow). For a new
+    /// key, its insert stores the node's pointer into one of those slots, a line no probe
+    /// reads; unloaded, the next locked instruction waited for that store: ~5% of a node's
+    /// CPU under a `SET` load that fills new keys, ~17% of a peer's as it merges them. A hint
+    /// only.
     pub fn prefetch_slots(&self, key: TableKey<'_>) {
-        if self.slots_end == 0 {
-            return;
-        }
-        const SLOT: usize = std::mem::size_of::<Node>();
-        let first = key.hash() as usize & (self.table.num_buckets() - 1);
-        let control = self.slots_end.wrapping_add(first);
-        // A group is 16 control bytes, which may cross into the next line. The insert takes
-        // the group's first free bucket, nearly always one of its first 8 (the table is at
-        // most 7/8 full): their slots span at most two lines, these two.
-        let slot = |bucket: usize| self.slots_end.wrapping_sub((bucket + 1) * SLOT);
-        for line in [control, control.wrapping_add(15), slot(first), slot(first + 7)] {
-            super::node::prefetch(line as *const u8);
-        }
+        self.slots.prefetch(&self.table, key.hash(), 8);
     }
 
     /// Starts loading the node `key` most likely has, without reading any node: the first
@@ -238,6 +217,7 @@ impl KeyTable {
 
     /// Starts loading the bytes of `key`'s string value, once its node is in the cache
     /// (`prefetch`, earlier). A hint only.
+    #[inline]
     pub fn prefetch_value(&self, key: TableKey<'_>) {
         if let Some(found) = self.get(key) {
             found.value.prefetch();
@@ -272,8 +252,7 @@ impl KeyTable {
                 Some(Removed { entry, expiry })
             }
             Slot::Vacant(slot) => {
-                let placed = slot.insert(Node::new(k, entry));
-                self.slots_end = std::ptr::from_ref(placed.get()) as usize + (placed.bucket_index() + 1) * std::mem::size_of::<Node>();
+                self.slots.note(&slot.insert(Node::new(k, entry)));
                 None
             }
         }
@@ -293,6 +272,9 @@ impl KeyTable {
         const FIRST: usize = 3;
         let old = std::mem::take(&mut self.table);
         let mut bigger = HashTable::with_capacity((old.len() * 2).max(FIRST));
+        // The new table's layout is learnt at the next insert of a new key (the one this
+        // growth is for, mostly).
+        self.slots.forget();
         let mut place = |node: Node| {
             bigger.insert_unique(hash_key(node.key()), node, |n| hash_key(n.key()));
         };
@@ -380,31 +362,6 @@ mod tests {
         let long = vec![b'k'; 100];
         t.insert(hk(&long), Entry::new(Value::Int(3), Version::ZERO));
         assert!(t.get(hk(&long)).is_some() && t.get(hk(&long[..99])).is_none());
-    }
-
-    /// `prefetch_slots` finds a new key's slot by where hashbrown keeps slots (`slots_end`): for
-    /// every bucket, `slots_end - (bucket + 1) * size_of::<Node>()`. A hashbrown that laid
-    /// them out otherwise would leave that prefetch pointing at the wrong lines; this says so.
-    #[test]
-    fn slot_addresses_follow_hashbrowns_layout() {
-        let mut t = KeyTable::default();
-        assert_eq!(t.slots_end, 0, "no slot is known before the first insert");
-        let keys: Vec<String> = (0..1000).map(|i| format!("key:{i}")).collect();
-        for (i, k) in keys.iter().enumerate() {
-            t.insert(hk(k.as_bytes()), Entry::new(Value::Int(i as i64), Version::ZERO));
-            if i % 3 == 0 {
-                t.remove(hk(keys[i / 2].as_bytes()));
-            }
-        }
-        let mut checked = 0;
-        for k in &keys {
-            let key = hk(k.as_bytes());
-            let Some(bucket) = t.table.find_bucket_index(key.hash(), |n| n.key() == k.as_bytes()) else { continue };
-            let node = t.table.get_bucket(bucket).expect("an occupied bucket");
-            assert_eq!(std::ptr::from_ref(node) as usize, t.slots_end - (bucket + 1) * std::mem::size_of::<Node>(), "{k}");
-            checked += 1;
-        }
-        assert_eq!(checked, t.len());
     }
 
     #[test]
