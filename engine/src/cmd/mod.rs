@@ -403,7 +403,7 @@ pub fn record(index: usize, argv: &[Bytes], duration_us: u64, reply: &Reply) {
 /// Starts loading the keys a pipelined batch of requests will look up (`Store::prefetch`):
 /// the first key of each command that has keys at fixed positions (GET, SET, INCR, HSET,
 /// ...), in the client's current database, and in a batch on one hash or set, the elements
-/// its commands name (`Store::prefetch_members`). A hint: a command the batch has not run yet
+/// its commands name (`Store::prefetch_elements`). A hint: a command the batch has not run yet
 /// (a `SELECT` before it, a key it renames) only makes a prefetch useless.
 pub fn prefetch(server: &Server, client: &ClientState, batch: &[Call]) {
     let mut names_elements = false;
@@ -429,7 +429,7 @@ pub fn prefetch(server: &Server, client: &ClientState, batch: &[Call]) {
 /// The elements a batch of hash and set commands names (the argument after the key, for most
 /// of them; where it is no element, a wasted load), when consecutive commands name the same
 /// collection: a batch on one big collection, whose elements' probes would each miss the
-/// cache in turn (`Store::prefetch_members`). Many small collections, each named once, are
+/// cache in turn (`Store::prefetch_elements`). Many small collections, each named once, are
 /// left alone: their elements sit in a vector the command reads anyway.
 fn prefetch_elements(server: &Server, client: &ClientState, batch: &[Call]) {
     let elements: SmallVec<[(&[u8], &[u8]); 16]> = batch
@@ -440,7 +440,7 @@ fn prefetch_elements(server: &Server, client: &ClientState, batch: &[Call]) {
         })
         .collect();
     if elements.windows(2).any(|pair| pair[0].0 == pair[1].0) {
-        server.store.prefetch_members(client.db, &elements);
+        server.store.prefetch_elements(client.db, &elements);
     }
 }
 

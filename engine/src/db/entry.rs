@@ -559,13 +559,12 @@ impl Value {
         }
     }
 
-    /// Starts loading what a lookup or an insert of the element `name` reads in a hash, set
-    /// or sorted set (`FieldMap::prefetch`; `Store::prefetch_members`). A hint only.
+    /// Starts loading what a lookup or an insert of the element `name` reads in a hash or a
+    /// set (`FieldMap::prefetch`; `Store::prefetch_elements`). A hint only.
     pub fn prefetch_element(&self, name: &[u8]) {
         match self {
             Value::Hash(c) => c.live.prefetch(name),
             Value::Set(c) => c.live.prefetch(name),
-            Value::ZSet(z) => z.prefetch(name),
             _ => {}
         }
     }

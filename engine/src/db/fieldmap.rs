@@ -405,7 +405,7 @@ impl<V> FieldMap<V> {
     /// Starts loading the lines a lookup or an insert of `name` reads first, in both tables
     /// while the map grows (`SlotsEnd::prefetch`): for a pipelined batch's commands on one big
     /// collection, whose elements' probes would otherwise each wait for their cache misses in
-    /// turn (`Store::prefetch_members`). Nothing for a vector, whose few elements the command
+    /// turn (`Store::prefetch_elements`). Nothing for a vector, whose few elements the command
     /// reads anyway. A hint only.
     pub fn prefetch(&self, name: &[u8]) {
         if let Repr::Table(t) = &self.repr {

@@ -309,14 +309,14 @@ impl Store {
     }
 
     /// Starts loading what the commands of a pipelined batch on collections will read inside
-    /// them: for each `(key, element name)`, the name's probe in the key's hash, set or sorted
-    /// set (`Value::prefetch_element`), once `prefetch` has loaded the keys. Into one big
+    /// them: for each `(key, element name)`, the name's probe in the key's hash or set
+    /// (`Value::prefetch_element`), once `prefetch` has loaded the keys. Into one big
     /// collection, each command's probe is a cache miss of its own (`SADD` -P 16 into one
     /// growing set spent 28% of its time in them), and a new element's insert stores into a
     /// slot no probe loaded (docs/benchmarks.md, "Elements of one big collection"). Each
     /// shard is try-locked, and kept for the pairs after it in the same shard; one locked
     /// elsewhere is skipped. A hint only.
-    pub fn prefetch_members(&self, db: usize, pairs: &[(&[u8], &[u8])]) {
+    pub fn prefetch_elements(&self, db: usize, pairs: &[(&[u8], &[u8])]) {
         if !self.in_use(db) {
             return;
         }

@@ -139,11 +139,6 @@ impl SortedSet {
         self.members.get(member).map(|m| m.score)
     }
 
-    /// Starts loading what a lookup or an insert of `member` reads (`FieldMap::prefetch`).
-    pub fn prefetch(&self, member: &[u8]) {
-        self.members.prefetch(member);
-    }
-
     pub fn member(&self, member: &[u8]) -> Option<Member> {
         self.members.get(member).copied()
     }
