@@ -314,23 +314,18 @@ impl Store {
     /// collection, each command's probe is a cache miss of its own (`SADD` -P 16 into one
     /// growing set spent 28% of its time in them), and a new element's insert stores into a
     /// slot no probe loaded (docs/benchmarks.md, "Elements of one big collection"). Each
-    /// shard is try-locked, and kept for the pairs after it in the same shard; one locked
-    /// elsewhere is skipped. A hint only.
+    /// shard is try-locked; one locked elsewhere is skipped. A hint only.
     pub fn prefetch_elements(&self, db: usize, pairs: &[(&[u8], &[u8])]) {
         if !self.in_use(db) {
             return;
         }
         let shards = self.dbs[db].shards();
-        let mut held: Option<(usize, MutexGuard<'_, Shard>)> = None;
-        for &(key, name) in pairs {
-            let key = HashedKey::new(key);
-            if held.as_ref().is_none_or(|(shard, _)| *shard != key.shard()) {
-                // One lock at a time: the last one is released before the next is tried.
-                drop(held.take());
-                held = shards[key.shard()].try_lock().map(|guard| (key.shard(), guard));
-            }
-            if let Some(found) = held.as_ref().and_then(|(_, shard)| shard.map.get(key.table_key())) {
-                found.entry().value.prefetch_element(name);
+        // A run of pairs naming one key: the key is looked up once, under one lock.
+        for run in pairs.chunk_by(|a, b| a.0 == b.0) {
+            let key = HashedKey::new(run[0].0);
+            let Some(shard) = shards[key.shard()].try_lock() else { continue };
+            if let Some(found) = shard.map.get(key.table_key()) {
+                run.iter().for_each(|&(_, name)| found.entry().value.prefetch_element(name));
             }
         }
     }

@@ -77,6 +77,16 @@ impl SlotsEnd {
     fn slot(&self, bucket: usize, size: usize) -> usize {
         self.0 - (bucket + 1) * size
     }
+
+    /// Whether the element `eq` finds in `table` lies where this end says (tests of the
+    /// tables that keep one: that they note it where they should).
+    #[cfg(test)]
+    pub fn locates<T>(&self, table: &HashTable<T>, hash: u64, eq: impl FnMut(&T) -> bool) -> bool {
+        table.find_bucket_index(hash, eq).is_some_and(|bucket| {
+            let at = std::ptr::from_ref(table.get_bucket(bucket).expect("an occupied bucket")) as usize;
+            self.0 != 0 && at == self.slot(bucket, std::mem::size_of::<T>())
+        })
+    }
 }
 
 #[cfg(test)]
