@@ -42,6 +42,11 @@ const OPEN_BUFFER: usize = 64 << 10;
 /// (`Inner::prefetch_ahead`): a few appends' worth, issued microseconds before they are written.
 const PREFETCH_AHEAD: usize = 512;
 
+/// How many ops ahead of its oldest and of its newest an append starts loading the `ends`
+/// ring's lines (`Inner::prefetch_ends`): two lines of eight ends, a few dozen microseconds
+/// before they are read or written under load.
+const ENDS_AHEAD: usize = 16;
+
 /// Offsets are positions in the stream of every frame this backlog was given, from 0.
 struct Inner {
     /// Frozen frames, oldest first: (offset of the first byte, the bytes). Each chunk holds
@@ -79,6 +84,24 @@ impl Inner {
         let to = (self.open.len() + PREFETCH_AHEAD + len).min(self.open.capacity());
         for line in (from..to).step_by(64) {
             crate::db::node::prefetch(self.open.as_ptr().wrapping_add(line));
+        }
+    }
+
+    /// Starts loading the lines of the `ends` ring that the appends after this one touch: the
+    /// oldest ends, which a full backlog's appends drop, and the free slots after the newest,
+    /// which they fill. Under the default 64 MB the ring holds ~460,000 ends (3.7 MB), so both
+    /// are lines no one has touched for a fraction of a second, a cache miss each per eight
+    /// appends: `perf annotate` put a quarter of `ReplLog::append`'s samples on reading the
+    /// oldest end, and the new end's store waited as the backlog's bytes once did
+    /// (`prefetch_ahead`; docs/benchmarks.md, "The backlog's ring of ends"). `VecDeque` keeps
+    /// its ends in one buffer, the free slots right after the newest unless the ring wraps
+    /// there; then the hint points past the buffer, which a prefetch allows (it never faults).
+    fn prefetch_ends(&self) {
+        if let Some(oldest) = self.ends.get(ENDS_AHEAD) {
+            crate::db::node::prefetch((oldest as *const u64).cast());
+        }
+        if let Some(newest) = self.ends.back() {
+            crate::db::node::prefetch((newest as *const u64).wrapping_add(ENDS_AHEAD).cast());
         }
     }
 
@@ -166,6 +189,7 @@ impl ReplLog {
         for &end in ops.ends() {
             inner.ends.push_back(base + u64::from(end));
         }
+        inner.prefetch_ends();
         let next = self.next_seq.load(Ordering::Acquire) + ops.len() as u64;
         // SeqCst, as `waiting` below and in `appended`: either this append sees a
         // stream waiting, or that stream sees this append's sequence.
