@@ -204,11 +204,10 @@ pub fn bucket_of(us: u64) -> usize {
 
 /// A command's histogram as Redis 7 replies it: `{calls, histogram_usec: {upper bound µs:
 /// cumulative count}}`, listing only the buckets where the count grows.
-pub fn histogram_reply(calls: u64, buckets: &[AtomicU64; BUCKETS]) -> Frame {
+pub fn histogram_reply(calls: u64, buckets: &[u64; BUCKETS]) -> Frame {
     let mut cumulative = 0;
     let mut cdf = Vec::new();
-    for (i, bucket) in buckets.iter().enumerate() {
-        let count = bucket.load(Ordering::Relaxed);
+    for (i, &count) in buckets.iter().enumerate() {
         if count > 0 {
             cumulative += count;
             cdf.push((Frame::Integer(1i64 << i), Frame::Integer(cumulative as i64)));
@@ -263,9 +262,9 @@ mod tests {
     fn histogram_buckets_are_powers_of_two_microseconds() {
         assert_eq!([0, 1, 2, 3, 4, 5, 1024, 1025].map(bucket_of), [0, 0, 1, 2, 2, 3, 10, 11]);
         assert_eq!(bucket_of(u64::MAX), BUCKETS - 1);
-        let buckets: [AtomicU64; BUCKETS] = std::array::from_fn(|_| AtomicU64::new(0));
+        let mut buckets = [0u64; BUCKETS];
         for us in [1, 3, 3, 1000] {
-            buckets[bucket_of(us)].fetch_add(1, Ordering::Relaxed);
+            buckets[bucket_of(us)] += 1;
         }
         let Frame::Map(reply) = histogram_reply(4, &buckets) else { panic!() };
         assert_eq!(reply[0], (Frame::bulk("calls"), Frame::Integer(4)));

@@ -38,5 +38,6 @@ pub mod repl;
 pub mod script;
 pub mod server;
 pub mod slowlog;
+pub mod tally;
 pub mod tls;
 pub mod tracking;

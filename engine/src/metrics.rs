@@ -163,9 +163,9 @@ impl Collector for CommandDurations {
         let mut counts = [0u64; crate::latency::BUCKETS];
         let mut sum_us = 0u64;
         for (_, stats) in TABLE.named_stats() {
-            sum_us += stats.usec.load(Ordering::Relaxed);
-            for (count, bucket) in counts.iter_mut().zip(&stats.histogram) {
-                *count += bucket.load(Ordering::Relaxed);
+            sum_us += stats.usec();
+            for (count, bucket) in counts.iter_mut().zip(stats.histogram()) {
+                *count += bucket;
             }
         }
         let mut cumulative = 0;

@@ -40,7 +40,8 @@ pub enum ServerError {
 pub struct ServerStats {
     pub connections_received: AtomicU64,
     pub rejected_connections: AtomicU64,
-    pub commands_processed: AtomicU64,
+    /// Counted per thread (`crate::tally`): every command adds to it.
+    pub commands_processed: crate::tally::Counter,
     pub net_input_bytes: AtomicU64,
     pub net_output_bytes: AtomicU64,
 }

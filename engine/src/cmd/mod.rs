@@ -31,7 +31,7 @@ pub mod zset;
 
 use crate::clock::Stopwatch;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::LazyLock;
 
 use bytes::Bytes;
@@ -44,6 +44,7 @@ use crate::error::{CmdError, Reply};
 use crate::frame::Frame;
 pub use crate::monitor::Source;
 use crate::server::Server;
+use crate::tally::Tally;
 
 /// Command flags (Redis's names, lowercase in `COMMAND INFO`).
 pub mod flags {
@@ -120,23 +121,59 @@ pub struct CommandSpec {
     pub summary: &'static str,
 }
 
-/// Per-command counters for `INFO commandstats` and `/metrics`.
+/// Per-command counters for `INFO commandstats`, `LATENCY HISTOGRAM` and `/metrics`, counted
+/// per thread (`crate::tally`).
 #[derive(Default)]
-pub struct CommandStats {
-    pub calls: AtomicU64,
-    pub usec: AtomicU64,
-    pub rejected: AtomicU64,
-    pub failed: AtomicU64,
-    /// Durations by power-of-two µs bucket (`LATENCY HISTOGRAM`, `crate::latency`).
-    pub histogram: [AtomicU64; crate::latency::BUCKETS],
+pub struct CommandStats(Tally<{ stat::FIELDS }>);
+
+/// Where each counter of a `CommandStats` lies.
+mod stat {
+    pub const CALLS: usize = 0;
+    pub const USEC: usize = 1;
+    pub const REJECTED: usize = 2;
+    pub const FAILED: usize = 3;
+    /// Durations by power-of-two µs bucket (`crate::latency`), from here on.
+    pub const HISTOGRAM: usize = 4;
+    pub const FIELDS: usize = HISTOGRAM + crate::latency::BUCKETS;
 }
 
 impl CommandStats {
-    /// Zeroes every counter (`CONFIG RESETSTAT`).
+    /// A call that ran for `duration_us`; `failed` if it answered an error.
+    #[inline]
+    pub fn record_call(&self, duration_us: u64, failed: bool) {
+        let bucket = stat::HISTOGRAM + crate::latency::bucket_of(duration_us);
+        self.0.add_each(&[(stat::CALLS, 1), (stat::USEC, duration_us), (bucket, 1), (stat::FAILED, u64::from(failed))]);
+    }
+
+    /// A call refused before it ran (Redis's rejected calls).
+    pub fn record_rejected(&self) {
+        self.0.add(stat::REJECTED, 1);
+    }
+
+    pub fn calls(&self) -> u64 {
+        self.0.get(stat::CALLS)
+    }
+
+    pub fn usec(&self) -> u64 {
+        self.0.get(stat::USEC)
+    }
+
+    pub fn rejected(&self) -> u64 {
+        self.0.get(stat::REJECTED)
+    }
+
+    pub fn failed(&self) -> u64 {
+        self.0.get(stat::FAILED)
+    }
+
+    /// Calls by duration, in power-of-two µs buckets (`crate::latency`).
+    pub fn histogram(&self) -> [u64; crate::latency::BUCKETS] {
+        std::array::from_fn(|bucket| self.0.get(stat::HISTOGRAM + bucket))
+    }
+
+    /// Starts every counter from zero again (`CONFIG RESETSTAT`).
     pub fn reset(&self) {
-        for counter in [&self.calls, &self.usec, &self.rejected, &self.failed].into_iter().chain(&self.histogram) {
-            counter.store(0, Ordering::Relaxed);
-        }
+        self.0.reset();
     }
 }
 
@@ -251,7 +288,7 @@ impl CommandTable {
     /// Calls of command `index` and all its subcommands (`/metrics` counts per command).
     pub fn total_calls(&self, index: usize) -> (u64, u64) {
         let all = std::iter::once(&self.stats[index]).chain(self.subs[index].iter().map(|s| &s.stats));
-        all.fold((0, 0), |(calls, failed), s| (calls + s.calls.load(Ordering::Relaxed), failed + s.failed.load(Ordering::Relaxed)))
+        all.fold((0, 0), |(calls, failed), s| (calls + s.calls(), failed + s.failed()))
     }
 }
 
@@ -389,15 +426,10 @@ pub fn record(index: usize, argv: &[Bytes], duration_us: u64, reply: &Reply) {
     // A subcommand's arity error (`client|setname`): Redis checks a subcommand's arity before
     // calling it (processCommand), so it is a rejected call, not a failed one.
     if matches!(reply, Err(CmdError::WrongArity(name)) if name.contains('|')) {
-        stats.rejected.fetch_add(1, Ordering::Relaxed);
+        stats.record_rejected();
         return;
     }
-    stats.calls.fetch_add(1, Ordering::Relaxed);
-    stats.usec.fetch_add(duration_us, Ordering::Relaxed);
-    stats.histogram[crate::latency::bucket_of(duration_us)].fetch_add(1, Ordering::Relaxed);
-    if matches!(reply, Err(_) | Ok(Frame::Error(_))) {
-        stats.failed.fetch_add(1, Ordering::Relaxed);
-    }
+    stats.record_call(duration_us, matches!(reply, Err(_) | Ok(Frame::Error(_))));
 }
 
 /// Starts loading the keys a pipelined batch of requests will look up (`Store::prefetch`):
@@ -468,7 +500,7 @@ pub fn dispatch(server: &Server, client: &mut ClientState, call: Call) -> Frame 
 }
 
 fn checked_run(server: &Server, client: &mut ClientState, Call { argv, index }: Call) -> Frame {
-    server.stats.commands_processed.fetch_add(1, Ordering::Relaxed);
+    server.stats.commands_processed.incr();
     match check(server, client, index, &argv) {
         Ok(index) => {
             let spec = TABLE.specs[index];
@@ -488,7 +520,7 @@ fn checked_run(server: &Server, client: &mut ClientState, Call { argv, index }: 
         }
         Err((index, e)) => {
             if let Some(i) = index {
-                TABLE.stats_for(i, &argv).rejected.fetch_add(1, Ordering::Relaxed);
+                TABLE.stats_for(i, &argv).record_rejected();
             }
             // A refused EXEC (a script is BUSY) ends the transaction, as Redis's rejectCommand.
             if client.multi.is_some() && index.is_some_and(|i| TABLE.specs[i].name == "exec") {

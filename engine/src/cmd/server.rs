@@ -485,8 +485,8 @@ fn latency_histogram(names: &[Bytes]) -> Frame {
     let mut seen = std::collections::HashSet::new();
     let pairs = wanted
         .into_iter()
-        .filter(|(name, stats)| stats.calls.load(Ordering::Relaxed) > 0 && seen.insert(*name))
-        .map(|(name, stats)| (Frame::bulk(name), crate::latency::histogram_reply(stats.calls.load(Ordering::Relaxed), &stats.histogram)))
+        .filter(|(name, stats)| stats.calls() > 0 && seen.insert(*name))
+        .map(|(name, stats)| (Frame::bulk(name), crate::latency::histogram_reply(stats.calls(), &stats.histogram())))
         .collect();
     Frame::Map(pairs)
 }
@@ -564,10 +564,12 @@ fn config(exec: &mut Exec, argv: &[Bytes]) -> Reply {
                 stats.reset();
             }
             let s = &exec.server.store.stats;
-            for c in [&s.expired_keys, &s.evicted_keys, &s.keyspace_hits, &s.keyspace_misses] {
+            for c in [&s.expired_keys, &s.evicted_keys] {
                 c.store(0, Ordering::Relaxed);
             }
-            exec.server.stats.commands_processed.store(0, Ordering::Relaxed);
+            s.keyspace_hits.reset();
+            s.keyspace_misses.reset();
+            exec.server.stats.commands_processed.reset();
             exec.server.errors.reset();
             Ok(OK)
         }
@@ -760,15 +762,15 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             out,
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\ntotal_error_replies:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\n\r\n",
             st.connections_received.load(Ordering::Relaxed),
-            st.commands_processed.load(Ordering::Relaxed),
+            st.commands_processed.value(),
             st.net_input_bytes.load(Ordering::Relaxed),
             st.net_output_bytes.load(Ordering::Relaxed),
             st.rejected_connections.load(Ordering::Relaxed),
             server.errors.total(),
             s.expired_keys.load(Ordering::Relaxed),
             s.evicted_keys.load(Ordering::Relaxed),
-            s.keyspace_hits.load(Ordering::Relaxed),
-            s.keyspace_misses.load(Ordering::Relaxed),
+            s.keyspace_hits.value(),
+            s.keyspace_misses.value(),
             server.pubsub.channels(None).len(),
             server.pubsub.numpat(),
             tracking.keys,
@@ -798,17 +800,16 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     if want("commandstats") {
         out.push_str("# Commandstats\r\n");
         for (name, stats) in TABLE.named_stats() {
-            let calls = stats.calls.load(Ordering::Relaxed);
-            let rejected = stats.rejected.load(Ordering::Relaxed);
+            let (calls, rejected) = (stats.calls(), stats.rejected());
             if calls == 0 && rejected == 0 {
                 continue;
             }
-            let usec = stats.usec.load(Ordering::Relaxed);
+            let usec = stats.usec();
             let _ = write!(
                 out,
                 "cmdstat_{name}:calls={calls},usec={usec},usec_per_call={:.2},rejected_calls={rejected},failed_calls={}\r\n",
                 if calls > 0 { usec as f64 / calls as f64 } else { 0.0 },
-                stats.failed.load(Ordering::Relaxed)
+                stats.failed()
             );
         }
         out.push_str("\r\n");

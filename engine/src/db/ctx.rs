@@ -217,7 +217,7 @@ impl<'a> Ctx<'a> {
     /// found entry would still borrow); otherwise one lookup.
     fn counted_lookup(&mut self, key: HashedKey<'_>, touch: bool) -> Option<EntryRef<'_>> {
         if self.store.notify.wants(class::KEY_MISS) && self.peek(&key).is_none() {
-            self.store.stats.keyspace_misses.fetch_add(1, Ordering::Relaxed);
+            self.store.stats.keyspace_misses.incr();
             self.notify(class::KEY_MISS, "keymiss", key.key());
             return None;
         }
@@ -228,7 +228,7 @@ impl<'a> Ctx<'a> {
             entry.into_ref()
         });
         let counter = if found.is_some() { &stats.keyspace_hits } else { &stats.keyspace_misses };
-        counter.fetch_add(1, Ordering::Relaxed);
+        counter.incr();
         found
     }
 

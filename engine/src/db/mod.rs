@@ -109,8 +109,9 @@ pub type WatchFlag = Arc<AtomicBool>;
 pub struct KeyspaceStats {
     pub expired_keys: AtomicU64,
     pub evicted_keys: AtomicU64,
-    pub keyspace_hits: AtomicU64,
-    pub keyspace_misses: AtomicU64,
+    /// Counted per thread (`crate::tally`): every read adds to one of them.
+    pub keyspace_hits: crate::tally::Counter,
+    pub keyspace_misses: crate::tally::Counter,
     /// Writes since start (Redis's `rdb_changes_since_last_save` analogue).
     pub dirty: AtomicU64,
 }

@@ -286,15 +286,15 @@ fn call(st: &mut CallState, argv: MultiValue) -> Frame {
     // Commands that may replicate count as writes for a read-only script, as in Redis (so a
     // read-only script may run during CLIENT PAUSE WRITE).
     if (writes || matches!(spec.name, "publish" | "spublish" | "pfcount")) && st.read_only {
-        TABLE.stats_for(index, &argv).rejected.fetch_add(1, Ordering::Relaxed);
+        TABLE.stats_for(index, &argv).record_rejected();
         return Frame::error("ERR Write commands are not allowed from read-only scripts.");
     }
     if writes && st.exec.server.mesh.draining() {
-        TABLE.stats_for(index, &argv).rejected.fetch_add(1, Ordering::Relaxed);
+        TABLE.stats_for(index, &argv).record_rejected();
         return Frame::error("READONLY You can't write against a node that is leaving the mesh");
     }
     if st.deny_oom && spec.flags & cmd_flags::DENYOOM != 0 && !wrote {
-        TABLE.stats_for(index, &argv).rejected.fetch_add(1, Ordering::Relaxed);
+        TABLE.stats_for(index, &argv).record_rejected();
         return Frame::from(CmdError::Oom);
     }
     if let Err(frame) = lock_keys(st, spec, &argv, wrote) {
