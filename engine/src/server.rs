@@ -42,8 +42,9 @@ pub struct ServerStats {
     pub rejected_connections: AtomicU64,
     /// Counted per thread (`crate::tally`): every command adds to it.
     pub commands_processed: crate::tally::Counter,
-    pub net_input_bytes: AtomicU64,
-    pub net_output_bytes: AtomicU64,
+    /// Counted per thread (`crate::tally`): every read and write of a connection adds to them.
+    pub net_input_bytes: crate::tally::Counter,
+    pub net_output_bytes: crate::tally::Counter,
 }
 
 pub struct Server {

@@ -1,6 +1,6 @@
-//! Counters that every command adds to (`INFO commandstats`, `LATENCY HISTOGRAM`, `INFO
-//! stats`'s commands processed and keyspace hits, `/metrics`), kept without a locked
-//! instruction on the command's path.
+//! Counters that every command, write or merged op adds to (`INFO commandstats`, `LATENCY
+//! HISTOGRAM`, `INFO stats`'s commands processed, keyspace hits and network bytes, the changes
+//! since the last save, `/metrics`), kept without a locked instruction on those paths.
 //!
 //! Each thread adds to counters of its own (`thread_local::ThreadLocal`), which only it writes,
 //! with a load and a store. A shared `AtomicU64::fetch_add` is a `lock`-prefixed add, which

@@ -753,7 +753,7 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         );
     }
     if want("persistence") {
-        out.push_str(&server.persist.info(store.stats.dirty.load(Ordering::Relaxed)));
+        out.push_str(&server.persist.info(store.stats.dirty.value()));
     }
     if want("stats") {
         let s = &store.stats;
@@ -763,8 +763,8 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
             "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\ntotal_error_replies:{}\r\nexpired_keys:{}\r\nevicted_keys:{}\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\n\r\n",
             st.connections_received.load(Ordering::Relaxed),
             st.commands_processed.value(),
-            st.net_input_bytes.load(Ordering::Relaxed),
-            st.net_output_bytes.load(Ordering::Relaxed),
+            st.net_input_bytes.value(),
+            st.net_output_bytes.value(),
             st.rejected_connections.load(Ordering::Relaxed),
             server.errors.total(),
             s.expired_keys.load(Ordering::Relaxed),

@@ -530,7 +530,7 @@ impl<'a> Ctx<'a> {
         let (_, shard) = self.parts(db, &hashed);
         shard.touch(key);
         self.modified.note(self.store, key);
-        self.store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+        self.store.stats.dirty.incr();
     }
 
     fn note_ready(&mut self, db: usize, key: &[u8], value: &Value) {

@@ -193,7 +193,7 @@ impl<'a> Ctx<'a> {
         shard.remove(dbref, key);
         shard.touch(key);
         self.modified.note(store, key);
-        store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+        store.stats.dirty.incr();
         if store.replicating() {
             let version = store.stamp_at(now, Some(stored));
             let (_, shard) = self.parts(db, key);
@@ -250,7 +250,7 @@ impl<'a> Ctx<'a> {
         }
         // Client-side caching drops every cached key on a flush, as Redis does.
         self.modified.flushed |= store.tracking.load(Ordering::Relaxed);
-        store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+        store.stats.dirty.incr();
     }
 
     /// A version for a write to a key this node holds no live value for: newer than what the

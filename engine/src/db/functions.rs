@@ -154,7 +154,7 @@ impl Store {
         };
         if changed {
             self.functions_generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-            self.stats.dirty.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.stats.dirty.incr();
         }
         changed
     }

@@ -12,8 +12,6 @@
 //! (`HllRegisters`). A later string write or delete stamps a newer version and so wins whole,
 //! as for any string.
 
-use std::sync::atomic::Ordering;
-
 use super::ctx::Ctx;
 use super::effect::Effect;
 use super::lattice::Merge;
@@ -177,7 +175,7 @@ impl Ctx<'_> {
         if created || !raised.is_empty() {
             shard.touch(key);
             self.modified.note(store, key);
-            store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+            store.stats.dirty.incr();
             self.emit(|| Effect::hll_registers(db, key, incarnation, &raised));
         }
         result?;

@@ -112,8 +112,9 @@ pub struct KeyspaceStats {
     /// Counted per thread (`crate::tally`): every read adds to one of them.
     pub keyspace_hits: crate::tally::Counter,
     pub keyspace_misses: crate::tally::Counter,
-    /// Writes since start (Redis's `rdb_changes_since_last_save` analogue).
-    pub dirty: AtomicU64,
+    /// Writes since start (Redis's `rdb_changes_since_last_save` analogue), counted per
+    /// thread (`crate::tally`): every write and every merged op adds to it.
+    pub dirty: crate::tally::Counter,
 }
 
 /// One shard of one database.

@@ -119,7 +119,7 @@ fn merge_file(server: &Server, path: &Path) -> Result<LoadOutcome, PersistError>
         server.persist.load_bytes.store(reader.offset, Ordering::Relaxed);
     }
     let keys: u64 = (0..store.databases()).map(|db| store.dbsize(db) as u64).sum();
-    server.persist.set_loaded(keys, store.stats.dirty.load(Ordering::Relaxed), header.stable_frontier);
+    server.persist.set_loaded(keys, store.stats.dirty.value(), header.stable_frontier);
     let age_ms = unix_ms().saturating_sub(header.last_contact_unix_ms);
     server.mesh.restore_silence(age_ms);
     let cap_ms = store.tombstone_gc_ms.load(Ordering::Relaxed);
@@ -159,7 +159,7 @@ fn import_rdb(server: &Server, path: &Path) -> Result<LoadOutcome, PersistError>
             warn!(error = %e, "could not keep a copy of the imported RDB file");
         }
     }
-    server.persist.set_loaded(imported.keys, server.store.stats.dirty.load(Ordering::Relaxed), 0);
+    server.persist.set_loaded(imported.keys, server.store.stats.dirty.value(), 0);
     server.persist.set_import_counts(imported.expired, imported.skipped.len() as u64);
     // Saved at once in KeyMesh's format: a restart must load these writes with the versions
     // they were given now, not import the RDB again with newer ones (which would override

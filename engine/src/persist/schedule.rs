@@ -62,7 +62,7 @@ pub async fn run(server: Arc<Server>) {
             continue;
         }
         let points = server.settings().save.clone();
-        let changes = persist.changes_since_save(server.store.stats.dirty.load(Ordering::Relaxed));
+        let changes = persist.changes_since_save(server.store.stats.dirty.value());
         let (since, failed, attempted) = persist.schedule_view();
         if failed && attempted.is_some_and(|a| a < RETRY_AFTER.as_secs()) {
             continue;

@@ -64,7 +64,7 @@ fn save_claimed(server: &Server) -> Result<SaveReport, PersistError> {
     // Noted before the scan: every write counted here, every write this node originated
     // through `seq` and every write it holds stamped at or below `frontier` is in the snapshot.
     let start = SaveStart {
-        dirty: server.store.stats.dirty.load(Ordering::Relaxed),
+        dirty: server.store.stats.dirty.value(),
         seq: server.mesh.last_seq(),
         draining: server.mesh.draining(),
         frontier: server.mesh.stable_frontier(),

@@ -65,8 +65,6 @@ mod fields;
 mod flush;
 mod whole;
 
-use std::sync::atomic::Ordering;
-
 use bytes::Bytes;
 
 pub use self::flush::flush_shard;
@@ -161,7 +159,7 @@ fn outcome(changed: bool) -> ApplyOutcome {
 fn note_change(store: &Store, shard: &mut Shard, key: &[u8], changed: bool) -> bool {
     if changed {
         shard.touch(key);
-        store.stats.dirty.fetch_add(1, Ordering::Relaxed);
+        store.stats.dirty.incr();
     }
     changed
 }
