@@ -94,7 +94,7 @@ where
             read = reader.read_buf(&mut input) => match read {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    server.stats.net_input_bytes.add(0, n as u64);
+                    server.stats.net_input_bytes.incr_by(n as u64);
                     // Activity is noted per read, as Redis's `lastinteraction`, not per
                     // pipelined command (a clock read each).
                     handle.touch();
@@ -335,7 +335,7 @@ async fn flush<W: AsyncWrite + Unpin>(server: &Server, writer: &mut W, output: &
         return Ok(());
     }
     writer.write_all(output).await?;
-    server.stats.net_output_bytes.add(0, output.len() as u64);
+    server.stats.net_output_bytes.incr_by(output.len() as u64);
     output.clear();
     Ok(())
 }

@@ -92,6 +92,11 @@ impl Tally<1> {
         self.add(0, 1);
     }
 
+    #[inline]
+    pub fn incr_by(&self, n: u64) {
+        self.add(0, n);
+    }
+
     pub fn value(&self) -> u64 {
         self.get(0)
     }

@@ -39,7 +39,7 @@ pub async fn send<W: AsyncWrite + Unpin>(server: &Arc<Server>, writer: &mut W) -
     writer.write_all(mark.as_bytes()).await?;
     writer.flush().await?;
     let written = producer.await.ok().flatten().unwrap_or_default();
-    server.stats.net_output_bytes.add(0, sent + 40);
+    server.stats.net_output_bytes.incr_by(sent + 40);
     tracing::info!(keys = written.keys, bytes = written.bytes, ms = started.elapsed().as_millis() as u64, "RDB file sent (SYNC)");
     Ok(written)
 }
