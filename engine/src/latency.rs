@@ -203,8 +203,9 @@ pub fn bucket_of(us: u64) -> usize {
 }
 
 /// A command's histogram as Redis 7 replies it: `{calls, histogram_usec: {upper bound µs:
-/// cumulative count}}`, listing only the buckets where the count grows.
-pub fn histogram_reply(calls: u64, buckets: &[u64; BUCKETS]) -> Frame {
+/// cumulative count}}`, listing only the buckets where the count grows (the calls are the
+/// last cumulative count: each call is counted in one bucket).
+pub fn histogram_reply(buckets: &[u64; BUCKETS]) -> Frame {
     let mut cumulative = 0;
     let mut cdf = Vec::new();
     for (i, &count) in buckets.iter().enumerate() {
@@ -213,7 +214,7 @@ pub fn histogram_reply(calls: u64, buckets: &[u64; BUCKETS]) -> Frame {
             cdf.push((Frame::Integer(1i64 << i), Frame::Integer(cumulative as i64)));
         }
     }
-    Frame::Map(vec![(Frame::bulk("calls"), Frame::Integer(calls as i64)), (Frame::bulk("histogram_usec"), Frame::Map(cdf))])
+    Frame::Map(vec![(Frame::bulk("calls"), Frame::Integer(cumulative as i64)), (Frame::bulk("histogram_usec"), Frame::Map(cdf))])
 }
 
 #[cfg(test)]
@@ -266,7 +267,7 @@ mod tests {
         for us in [1, 3, 3, 1000] {
             buckets[bucket_of(us)] += 1;
         }
-        let Frame::Map(reply) = histogram_reply(4, &buckets) else { panic!() };
+        let Frame::Map(reply) = histogram_reply(&buckets) else { panic!() };
         assert_eq!(reply[0], (Frame::bulk("calls"), Frame::Integer(4)));
         assert_eq!(
             reply[1].1,

@@ -126,14 +126,14 @@ pub struct CommandSpec {
 #[derive(Default)]
 pub struct CommandStats(Tally<{ stat::FIELDS }>);
 
-/// Where each counter of a `CommandStats` lies.
+/// Where each counter of a `CommandStats` lies. A call is counted once, in its duration's
+/// bucket: the calls are the histogram's sum.
 mod stat {
-    pub const CALLS: usize = 0;
-    pub const USEC: usize = 1;
-    pub const REJECTED: usize = 2;
-    pub const FAILED: usize = 3;
-    /// Durations by power-of-two µs bucket (`crate::latency`), from here on.
-    pub const HISTOGRAM: usize = 4;
+    pub const USEC: usize = 0;
+    pub const REJECTED: usize = 1;
+    pub const FAILED: usize = 2;
+    /// Calls by duration, in power-of-two µs buckets (`crate::latency`), from here on.
+    pub const HISTOGRAM: usize = 3;
     pub const FIELDS: usize = HISTOGRAM + crate::latency::BUCKETS;
 }
 
@@ -142,7 +142,7 @@ impl CommandStats {
     #[inline]
     pub fn record_call(&self, duration_us: u64, failed: bool) {
         let bucket = stat::HISTOGRAM + crate::latency::bucket_of(duration_us);
-        self.0.add_each(&[(stat::CALLS, 1), (stat::USEC, duration_us), (bucket, 1)]);
+        self.0.add_each(&[(stat::USEC, duration_us), (bucket, 1)]);
         if failed {
             self.0.add(stat::FAILED, 1);
         }
@@ -154,7 +154,7 @@ impl CommandStats {
     }
 
     pub fn calls(&self) -> u64 {
-        self.0.get(stat::CALLS)
+        self.histogram().iter().sum()
     }
 
     pub fn usec(&self) -> u64 {

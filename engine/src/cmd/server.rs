@@ -486,7 +486,7 @@ fn latency_histogram(names: &[Bytes]) -> Frame {
     let pairs = wanted
         .into_iter()
         .filter(|(name, stats)| stats.calls() > 0 && seen.insert(*name))
-        .map(|(name, stats)| (Frame::bulk(name), crate::latency::histogram_reply(stats.calls(), &stats.histogram())))
+        .map(|(name, stats)| (Frame::bulk(name), crate::latency::histogram_reply(&stats.histogram())))
         .collect();
     Frame::Map(pairs)
 }

@@ -43,10 +43,11 @@ pub struct SortedSet {
     members: FieldMap<Member>,
     /// The members in score order, counted; `None` while the set has at most
     /// `fieldmap::SMALL_MAX` members (queries sort those on the spot, `ordered`), and never
-    /// empty (`unindex` drops an emptied one). Each name held here is a second copy of it: a 32-byte pair with its score, and a second allocation
-    /// for a name longer than `name::INLINE` bytes. Once built it stays until the member map
-    /// shrinks back to a vector (`shrink_if_sparse`). Boxed: in place its 80 bytes, unused by
-    /// most sets, kept every set's own part in the allocator's 160-byte class.
+    /// empty (`unindex` drops an emptied one). Each name held here is a second copy of it: a
+    /// 32-byte pair with its score, and a second allocation for a name longer than
+    /// `name::INLINE` bytes. Once built it stays until the member map shrinks back to a vector
+    /// (`shrink_if_sparse`). Boxed: in place its 80 bytes, unused by most sets, kept every
+    /// set's own part in the allocator's 160-byte class.
     order: Option<Box<RankedSet<(Score, Name)>>>,
     /// Replication: removed members and the version that removed them.
     pub removed: FieldMap<Version>,
