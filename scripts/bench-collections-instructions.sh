@@ -59,7 +59,7 @@ echo "| --- |$(printf ' ---: |%.0s' "${phases[@]}")"
 for bin in "${binaries[@]}"; do
   port="$(free_port)"
   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/cg.%p" \
-    "$bin" --port "$port" --bind 127.0.0.1 --server-threads 1 --metrics-port 0 >"$work/server.log" 2>&1 &
+    "$bin" --port "$port" --bind 127.0.0.1 --server-threads 1 --metrics-port 0 --dir "$work" >"$work/server.log" 2>&1 &
   server_pid=$!
   # Under callgrind a node starts in seconds, not the 10 s await_ping allows.
   for _ in $(seq 600); do [[ "$(redis-cli -p "$port" ping 2>/dev/null)" == PONG ]] && break; sleep 0.1; done

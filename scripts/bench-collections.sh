@@ -53,7 +53,7 @@ trap cleanup EXIT
 start_server() {
   port="$(free_port)"
   case "$1" in
-    keymesh) taskset -c 0 "$keymesh_bin" --port "$port" --bind 127.0.0.1 --server-threads 1 --metrics-port 0 >"$work/server.log" 2>&1 & ;;
+    keymesh) taskset -c 0 "$keymesh_bin" --port "$port" --bind 127.0.0.1 --server-threads 1 --metrics-port 0 --dir "$work" >"$work/server.log" 2>&1 & ;;
     redis) taskset -c 0 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" >"$work/server.log" 2>&1 & ;;
   esac
   server_pid=$!

@@ -35,15 +35,18 @@ same_dbsize() {
   echo "bench-mesh-instructions: the nodes did not converge" >&2; exit 1
 }
 load() { redis-benchmark -p "$1" -t set -n "$2" -r 1000000 -d 100 -c 50 -P 16 -q >/dev/null; }
+# Each node in a directory of its own: one started where a dump.rdb lies would load it.
 native() { # name port [flags...]
   local name="$1" port="$2"; shift 2
-  "$bin" --bind 127.0.0.1 --port "$port" --metrics-port "$(free_port)" --node-name "$name" "$@" >"$work/$name.log" 2>&1 &
+  mkdir -p "$work/$name.dir"
+  "$bin" --dir "$work/$name.dir" --bind 127.0.0.1 --port "$port" --metrics-port "$(free_port)" --node-name "$name" "$@" >"$work/$name.log" 2>&1 &
   pids+=($!)
 }
 counted() { # name port [flags...]: under callgrind, instrumentation off until `count_from`
   local name="$1" port="$2"; shift 2
+  mkdir -p "$work/$name.dir"
   valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$work/$name.cg" \
-    "$bin" --bind 127.0.0.1 --port "$port" --metrics-port "$(free_port)" --node-name "$name" --server-threads 1 "$@" >"$work/$name.log" 2>&1 &
+    "$bin" --dir "$work/$name.dir" --bind 127.0.0.1 --port "$port" --metrics-port "$(free_port)" --node-name "$name" --server-threads 1 "$@" >"$work/$name.log" 2>&1 &
   pids+=($!)
   counted_pid=$!
 }

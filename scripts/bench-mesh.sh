@@ -17,7 +17,12 @@
 #      (`keymesh-mesh-bench wait`: the peers' Acks on request, docs/compatibility.md);
 #   3. a 1M-key full sync: node A holds BENCH_KEYS keys of 100 bytes, node B starts with
 #      `replicaof A`; prints the time until B is ready with every key, and the bytes received;
-#   4. catch-up after a 30 s partition at a steady write rate (network namespaces, root only):
+#   4. the reference, measured in this run under the same load and layout: Redis 7.0 standalone
+#      and a Redis master with two replicas (`replicaof`; writes go to the master, which
+#      propagates them), the master where node 0 runs and a replica where each of nodes 1 and 2
+#      runs: its throughput and CPU per write (until both replicas hold every key) as the mesh's
+#      are measured, and the mesh's CPU per write over the master and replicas';
+#   5. catch-up after a 30 s partition at a steady write rate (network namespaces, root only):
 #      `keymesh-mesh-bench partition` (e2e/src/bin), see its docs. BENCH_PARTITION=no skips it
 #      (it does not depend on the rest, and takes over a minute).
 #
@@ -37,10 +42,13 @@ mesh_bench="$(dirname "$bin")/keymesh-mesh-bench"
 for b in "$bin" "$mesh_bench"; do
   [[ -x "$b" ]] || { echo "bench-mesh: $b not found (cargo build --release -p keymesh-engine -p keymesh-e2e)" >&2; exit 2; }
 done
+for tool in redis-server redis-cli redis-benchmark; do
+  command -v "$tool" >/dev/null || { echo "bench-mesh: $tool not found (scripts/install-deps.sh installs it)" >&2; exit 2; }
+done
 n="${BENCH_N:-1000000}"
 keys="${BENCH_KEYS:-1000000}"
 pinned="${BENCH_PIN:-no}"
-declare -A cpu_of=([solo]=0 [mesh0]=0 [mesh1]=1 [mesh2]=2 [syncA]=0 [syncB]=1 [client]=3)
+declare -A cpu_of=([solo]=0 [mesh0]=0 [mesh1]=1 [mesh2]=2 [syncA]=0 [syncB]=1 [client]=3 [redis_solo]=0 [redis0]=0 [redis1]=1 [redis2]=2)
 node_flags=()
 if [[ "$pinned" == yes ]]; then
   (($(nproc) >= 4)) || { echo "bench-mesh: BENCH_PIN=yes needs 4 cores (a node or the client sharing one measures the sharing); this machine has $(nproc)" >&2; exit 2; }
@@ -58,11 +66,13 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap 'cleanup; rm -rf "$work"' EXIT
 
-# start NAME PORT METRICS [flags...]: starts a node; waits for PING.
+# start NAME PORT METRICS [flags...]: starts a node in a directory of its own (one started where
+# a dump.rdb lies would load it: a snapshot, or a Redis RDB it imports); waits for PING.
 start() {
   local name="$1" port="$2" metrics="$3"; shift 3
+  mkdir -p "$work/$name"
   pin_to "$name"
-  "${pin[@]}" "$bin" --bind 127.0.0.1 --port "$port" --metrics-port "$metrics" --node-name "$name" "${node_flags[@]}" "$@" >"$work/$name.log" 2>&1 &
+  "${pin[@]}" "$bin" --dir "$work/$name" --bind 127.0.0.1 --port "$port" --metrics-port "$metrics" --node-name "$name" "${node_flags[@]}" "$@" >"$work/$name.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 100); do [[ "$(redis-cli -p "$port" ping 2>/dev/null)" == PONG ]] && return 0; sleep 0.1; done
   echo "bench-mesh: $name did not start" >&2; exit 1
@@ -98,14 +108,17 @@ sleep 1
 # publish-to-receive times for each GROUP of subscribed ports (comma-separated), one line
 # each, for SECONDS or, with -, until the file $work/load-done appears.
 lag_probe() { pin_to client; "${pin[@]}" "$mesh_bench" lag "${ports[0]}" "${@:2}" "$1" "$work/load-done"; }
-# converged: waits until every node holds the same number of keys; fails after 30 s (a mesh
-# whose links never came up must not pass for a fast one: its peers would cost nothing).
+# converged [PORT PORT PORT]: waits until the three nodes (the mesh's by default) hold the same
+# number of keys; fails after 30 s (a mesh whose links never came up must not pass for a fast
+# one: its peers would cost nothing).
 converged() {
+  local on=("$@")
+  ((${#on[@]})) || on=("${ports[@]}")
   for _ in $(seq 300); do
-    a="$(redis-cli -p "${ports[0]}" dbsize)"; b="$(redis-cli -p "${ports[1]}" dbsize)"; c="$(redis-cli -p "${ports[2]}" dbsize)"
+    a="$(redis-cli -p "${on[0]}" dbsize)"; b="$(redis-cli -p "${on[1]}" dbsize)"; c="$(redis-cli -p "${on[2]}" dbsize)"
     [[ "$a" == "$b" && "$b" == "$c" ]] && return 0; sleep 0.1
   done
-  echo "bench-mesh: the mesh did not converge in 30 s (dbsize $a $b $c)" >&2; exit 1
+  echo "bench-mesh: the nodes on ports ${on[*]} did not converge in 30 s (dbsize $a $b $c)" >&2; exit 1
 }
 idle_lag="$(lag_probe 3 "${ports[1]},${ports[2]}")"
 # A write and the WAIT for both peers' Acks, one after the other (idle mesh).
@@ -142,6 +155,42 @@ niced_lag="$(loaded_lag 19)"
 echo "bench-mesh: after the load, dbsize per node: $a $b $c" >&2
 stop_all
 
+echo "bench-mesh: the reference: Redis standalone, then a master with two replicas ..." >&2
+# start_redis NAME PORT [flags...]: a redis-server as the benchmark's other servers run (no
+# persistence, its default single I/O thread) in a directory of its own (a replica writes the
+# RDB of its first sync there, and a server starting there would load it); waits for PING.
+start_redis() {
+  local name="$1" port="$2"; shift 2
+  mkdir -p "$work/$name"
+  pin_to "$name"
+  "${pin[@]}" redis-server --bind 127.0.0.1 --port "$port" --dir "$work/$name" --save '' --appendonly no "$@" >"$work/$name.log" 2>&1 &
+  pids+=($!)
+  await_ping "${pids[-1]}" "$port" "$work/$name.log" "bench-mesh: $name" || exit 1
+}
+rp="$(free_port)"
+start_redis redis_solo "$rp"
+redis_solo_t0="$(cpu_ticks "${pids[@]}")"
+redis_solo="$(set_rps "$rp")"
+redis_solo_cpu=$(( $(cpu_ticks "${pids[@]}") - redis_solo_t0 ))
+stop_all
+rports=("$(free_port)" "$(free_port)" "$(free_port)")
+# The load starts once both replicas finished their first sync: writes made before would reach
+# them in that sync's RDB, which costs a replica far less than the command stream (the mistake of
+# the reference docs/benchmarks.md quoted before the twenty-sixth pass). No diskless-sync delay:
+# the master would wait 5 s for more replicas before it sends the first.
+start_redis redis0 "${rports[0]}" --repl-diskless-sync-delay 0
+for i in 1 2; do start_redis "redis$i" "${rports[$i]}" --replicaof 127.0.0.1 "${rports[0]}"; done
+for i in 1 2; do
+  for _ in $(seq 100); do redis-cli -p "${rports[$i]}" info replication | grep -q '^master_link_status:up' && break; sleep 0.1; done
+  redis-cli -p "${rports[$i]}" info replication | grep -q '^master_link_status:up' || { echo "bench-mesh: Redis replica $i never linked to its master" >&2; exit 1; }
+done
+redis_t0=(); for p in "${pids[@]}"; do redis_t0+=("$(cpu_ticks "$p")"); done
+redis_repl="$(set_rps "${rports[0]}")"
+converged "${rports[@]}"
+redis_cpu=""; redis_repl_cpu=0
+for i in 0 1 2; do t=$(( $(cpu_ticks "${pids[$i]}") - redis_t0[i] )); redis_cpu+="$t "; redis_repl_cpu=$((redis_repl_cpu + t)); done
+stop_all
+
 echo "bench-mesh: full sync of $keys keys ..." >&2
 pa="$(free_port)"; ma="$(free_port)"; pb="$(free_port)"; mb="$(free_port)"
 start syncA "$pa" "$ma" --active-replica yes --multi-master yes
@@ -160,13 +209,17 @@ bytes="$(metric "$mb" 'keymesh_mesh_received_bytes_total{kind="full"')"
 
 stop_all
 
-awk -v s="$solo" -v m="$mesh" -v sc="$solo_cpu" -v mc="$mesh_cpu" -v n="$n" -v hz="$(getconf CLK_TCK)" -v t0="$t0" -v t1="$t1" -v b="$bytes" -v k="$keys" -v il="$idle_lag" -v ll="$(echo "$load_lag" | sed -n 1p)" -v pl="$(echo "$load_lag" | sed -n 2p)" -v nl="$(echo "$niced_lag" | sed -n 1p)" -v np="$(echo "$niced_lag" | sed -n 2p)" -v nc="$node_cpu" -v wr="$wait_rt" -v nb="$batches" -v no="$ops" -v layout="$layout" 'BEGIN {
+awk -v s="$solo" -v m="$mesh" -v sc="$solo_cpu" -v mc="$mesh_cpu" -v n="$n" -v hz="$(getconf CLK_TCK)" -v t0="$t0" -v t1="$t1" -v b="$bytes" -v k="$keys" -v il="$idle_lag" -v ll="$(echo "$load_lag" | sed -n 1p)" -v pl="$(echo "$load_lag" | sed -n 2p)" -v nl="$(echo "$niced_lag" | sed -n 1p)" -v np="$(echo "$niced_lag" | sed -n 2p)" -v nc="$node_cpu" -v wr="$wait_rt" -v nb="$batches" -v no="$ops" -v layout="$layout" -v rs="$redis_solo" -v rr="$redis_repl" -v rsc="$redis_solo_cpu" -v rrc="$redis_repl_cpu" -v rc="$redis_cpu" 'BEGIN {
   printf "\nlayout: %s\n", layout
   printf "SET -P 16 ops/s: standalone %.0f, 3-node mesh %.0f, ratio %.2f (target >= 0.80 where cores allow)\n", s, m, m / s
   printf "CPU per million writes: standalone %.2f s, 3-node mesh (all nodes, until converged) %.2f s, ratio %.2f (target <= 2.0)\n", sc / hz / n * 1e6, mc / hz / n * 1e6, mc / sc
   split(nc, c, " ")
   printf "  of which node 0 (takes the writes) %.2f s, nodes 1 and 2 (merge them) %.2f s and %.2f s\n", c[1] / hz / n * 1e6, c[2] / hz / n * 1e6, c[3] / hz / n * 1e6
   printf "  node 0 streamed it in %d batches to its two peers, %.1f ops per batch\n", nb, (nb > 0 ? no / nb : 0)
+  printf "Redis 7.0, same load and layout: standalone %.0f ops/s, master + 2 replicas %.0f ops/s, ratio %.2f; CPU per million writes: standalone %.2f s, master + 2 replicas %.2f s, ratio %.2f\n", rs, rr, rr / rs, rsc / hz / n * 1e6, rrc / hz / n * 1e6, rrc / rsc
+  split(rc, r, " ")
+  printf "  of which the master %.2f s, the replicas %.2f s and %.2f s\n", r[1] / hz / n * 1e6, r[2] / hz / n * 1e6, r[3] / hz / n * 1e6
+  printf "  KeyMesh over Redis, CPU per million writes: standalone %.2fx, 3-node mesh over master + 2 replicas %.2fx\n", sc / rsc, mc / rrc
   split(il, i, " "); split(ll, l, " ")
   printf "replication lag (publish on node 0 -> receive on nodes 1, 2): idle p50 %.2f ms p99 %.2f ms (%d samples); under that load p50 %.2f ms p99 %.2f ms (%d samples) (target p99 <= 5 ms)\n", i[1], i[2], i[3], l[1], l[2], l[3]
   split(pl, q, " "); split(nl, w, " "); split(np, x, " ")

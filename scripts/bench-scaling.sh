@@ -78,10 +78,11 @@ source "$repo_root/scripts/lib.sh"
 start_server() {
   local kind="$1" threads="$2" log="$work/$1-$2.$SECONDS.log" cpus="0-$(($2 - 1))"
   port="$(free_port)"
+  # Each server in an empty directory: one started where a dump.rdb lies would load it.
+  mkdir -p "$work/$kind-dir"
   case "$kind" in
-    keymesh) taskset -c "$cpus" "$keymesh_bin" --port "$port" --bind 127.0.0.1 --server-threads "$threads" --metrics-port 0 >"$log" 2>&1 & ;;
+    keymesh) taskset -c "$cpus" "$keymesh_bin" --port "$port" --bind 127.0.0.1 --server-threads "$threads" --metrics-port 0 --dir "$work/$kind-dir" >"$log" 2>&1 & ;;
     redis)
-      mkdir -p "$work/redis-dir"
       taskset -c "$cpus" redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work/redis-dir" \
         --io-threads "$threads" --io-threads-do-reads yes >"$log" 2>&1 & ;;
   esac

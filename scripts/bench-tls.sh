@@ -63,11 +63,12 @@ wait_ready() {
 
 tls_args=(--tls-cert-file "$work/server.crt" --tls-key-file "$work/server.key" --tls-ca-cert-file "$work/ca.crt" --tls-auth-clients no)
 
+# In the work directory, which holds no dump.rdb: one started where a dump.rdb lies would load it.
 start() { # kind plain-port tls-port
   case "$1" in
     # An explicit mesh port: the derived one (port + 10000) may pass 65535 for a free port.
-    keymesh) taskset -c 0 "$keymesh_bin" --port "$2" --tls-port "$3" "${tls_args[@]}" --bind 127.0.0.1 --server-threads 1 --metrics-port 0 --mesh-port "$(free_port)" >"$work/server.log" 2>&1 & ;;
-    redis) taskset -c 0 redis-server --port "$2" --tls-port "$3" "${tls_args[@]}" --bind 127.0.0.1 --save '' --appendonly no >"$work/server.log" 2>&1 & ;;
+    keymesh) taskset -c 0 "$keymesh_bin" --port "$2" --tls-port "$3" "${tls_args[@]}" --bind 127.0.0.1 --server-threads 1 --metrics-port 0 --mesh-port "$(free_port)" --dir "$work" >"$work/server.log" 2>&1 & ;;
+    redis) taskset -c 0 redis-server --port "$2" --tls-port "$3" "${tls_args[@]}" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" >"$work/server.log" 2>&1 & ;;
   esac
   server_pid=$!
   wait_ready "$2"

@@ -117,12 +117,13 @@ source "$repo_root/scripts/lib.sh"
 start_server() {
   local kind="$1" log="$work/$1-server.$SECONDS.log"
   port="$(free_port)"
-  mkdir -p "$work/redis-dir"
+  # Each server in an empty directory: one started where a dump.rdb lies would load it.
+  mkdir -p "$work/redis-dir" "$work/keymesh-dir"
   local redis=(redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work/redis-dir")
   case "$kind" in
-    keymesh-1core) taskset -c 0 "$keymesh_bin" --port "$port" --bind 127.0.0.1 --server-threads 1 --metrics-port 0 >"$log" 2>&1 & ;;
+    keymesh-1core) taskset -c 0 "$keymesh_bin" --port "$port" --bind 127.0.0.1 --server-threads 1 --metrics-port 0 --dir "$work/keymesh-dir" >"$log" 2>&1 & ;;
     redis-1core) taskset -c 0 "${redis[@]}" >"$log" 2>&1 & ;;
-    keymesh-2t) "$keymesh_bin" --port "$port" --bind 127.0.0.1 --server-threads 2 --metrics-port 0 >"$log" 2>&1 & ;;
+    keymesh-2t) "$keymesh_bin" --port "$port" --bind 127.0.0.1 --server-threads 2 --metrics-port 0 --dir "$work/keymesh-dir" >"$log" 2>&1 & ;;
     redis-2t) "${redis[@]}" --io-threads 2 >"$log" 2>&1 & ;;
     *) echo "bench: unknown server kind $kind" >&2; exit 2 ;;
   esac
