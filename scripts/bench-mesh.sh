@@ -74,8 +74,7 @@ start() {
   pin_to "$name"
   "${pin[@]}" "$bin" --dir "$work/$name" --bind 127.0.0.1 --port "$port" --metrics-port "$metrics" --node-name "$name" "${node_flags[@]}" "$@" >"$work/$name.log" 2>&1 &
   pids+=($!)
-  for _ in $(seq 100); do [[ "$(redis-cli -p "$port" ping 2>/dev/null)" == PONG ]] && return 0; sleep 0.1; done
-  echo "bench-mesh: $name did not start" >&2; exit 1
+  await_ping "${pids[-1]}" "$port" "$work/$name.log" "bench-mesh: $name" || exit 1
 }
 stop_all() { cleanup; pids=(); }
 # cpu_ticks PID...: user + system clock ticks the processes have used so far.
