@@ -356,10 +356,11 @@ pub fn lock_for<'a>(server: &'a Server, spec: &CommandSpec, argv: &[Bytes], db: 
             Some(key) => store.lock_one(db, store.shard_of(key)),
             None => Locks::none(),
         },
-        _ => {
-            let wanted = spec.key_positions(argv).into_iter().map(|i| (db, store.shard_of(&argv[i]))).collect();
-            store.lock_many(wanted)
-        }
+        _ => match spec.key_positions(argv)[..] {
+            // One key where its position depends on the arguments (`EVALSHA sha 1 key`).
+            [at] => store.lock_one(db, store.shard_of(&argv[at])),
+            ref positions => store.lock_many(positions.iter().map(|&i| (db, store.shard_of(&argv[i]))).collect()),
+        },
     }
 }
 
@@ -436,8 +437,8 @@ pub fn record(index: usize, argv: &[Bytes], duration_us: u64, reply: &Reply) {
 }
 
 /// Starts loading the keys a pipelined batch of requests will look up (`Store::prefetch`):
-/// the first key of each command that has keys at fixed positions (GET, SET, INCR, HSET,
-/// ...), in the client's current database, and in a batch on one hash or set, the elements
+/// the first key of each command (GET, SET, INCR, HSET, ..., and a script's first declared
+/// key), in the client's current database, and in a batch on one hash or set, the elements
 /// its commands name (`Store::prefetch_elements`). A hint: a command the batch has not run yet
 /// (a `SELECT` before it, a key it renames) only makes a prefetch useless.
 pub fn prefetch(server: &Server, client: &ClientState, batch: &[Call]) {
@@ -449,6 +450,9 @@ pub fn prefetch(server: &Server, client: &ClientState, batch: &[Call]) {
             names_elements |= TABLE.names_element[index];
             match TABLE.specs[index].keys {
                 Keys::Range(first, ..) => call.argv.get(first).map(|key| &key[..]),
+                // Positions read from the arguments (`EVALSHA sha numkeys key...`): a script's
+                // first key is looked up by the command it calls, a miss as any other.
+                Keys::Custom(positions) => positions(&call.argv).first().and_then(|&at| call.argv.get(at)).map(|key| &key[..]),
                 _ => None,
             }
         })
