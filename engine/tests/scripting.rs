@@ -91,6 +91,47 @@ fn writes_reads_and_read_only_scripts() {
 }
 
 #[test]
+fn redis_call_gets_its_arguments_as_redis_7_0_sends_them() {
+    // Numbers as Redis 7.0's `luaArgsToRedisArgv` writes them (`%.17g`), integral ones past
+    // 1e17 too; the same strings from redis-server 7.0.15.
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    for (lua, sent) in [
+        ("5", "5"),
+        ("-3.5", "-3.5"),
+        ("0.1", "0.10000000000000001"),
+        ("2^53", "9007199254740992"),
+        ("1e17", "1e+17"),
+        ("123456789012345678", "1.2345678901234568e+17"),
+        ("-0.0", "-0"),
+        ("1/0", "inf"),
+    ] {
+        let script = format!("redis.call('SET', KEYS[1], {lua}) return redis.call('GET', KEYS[1])");
+        assert_eq!(eval(&mut c, &script, &["n"], &[]), bulk(sent), "{lua}");
+    }
+    // Strings of any bytes, from KEYS and ARGV or made by the script, reach the command whole.
+    let mut binary = vec![b'k', 0, 0xff];
+    binary.extend_from_slice(&[b'x'; 300]);
+    let script = "redis.call('SET', KEYS[1], ARGV[1] .. '\\0' .. ARGV[2]) return {redis.call('GET', KEYS[1]), redis.call('STRLEN', KEYS[1]), #KEYS[1]}";
+    let reply = c.call(&[&b"EVAL"[..], script.as_bytes(), b"1", &binary, &binary, b""]).unwrap();
+    let mut stored = binary.clone();
+    stored.push(0);
+    assert_eq!(reply, Reply::Array(vec![Reply::Bulk(stored), int(binary.len() as i64 + 1), int(binary.len() as i64)]));
+    assert_eq!(c.call(&[&b"GET"[..], &binary]).unwrap(), Reply::Bulk([&binary[..], &[0]].concat()));
+    assert_eq!(eval(&mut c, "return redis.call('SET', KEYS[1], '')", &["empty"], &[]), Reply::Status("OK".into()));
+    assert_eq!(c.cmd(&["STRLEN", "empty"]), int(0));
+    // What is neither string nor number, or no command at all, is Redis's error.
+    assert!(err_text(&eval(&mut c, "return redis.call('SET', KEYS[1], true)", &["n"], &[])).contains("must be strings or integers"));
+    assert!(err_text(&eval(&mut c, "return redis.call()", &[], &[])).contains("Please specify at least one argument for this redis lib call"));
+    // A function's keys and args are tables of the same strings.
+    c.cmd(&["FUNCTION", "LOAD", "#!lua name=args\nredis.register_function('echo', function(keys, args) return {#keys, #args, keys[1], args[2]} end)"]);
+    assert_eq!(
+        c.call(&[&b"FCALL"[..], b"echo", b"1", &binary, b"a", &binary]).unwrap(),
+        Reply::Array(vec![int(1), int(2), Reply::Bulk(binary.clone()), Reply::Bulk(binary.clone())])
+    );
+}
+
+#[test]
 fn lua_values_become_replies_as_redis_documents() {
     // Lua → reply: numbers truncate to integers, strings are bulks, a table is an array up to
     // its first nil, true is 1 and false is nil (RESP2), {ok=} a status and {err=} an error.

@@ -15,8 +15,9 @@
 //! a key first gets one or loses it (`set_expiry`); the key and entry stay where they are
 //! in the allocation, so `realloc` moves them as bytes.
 //!
-//! The workspace's second `unsafe` module (beside `db::strbuf`; the third is `script::active`):
-//! no safe type stores a variable-length key and an optional tail behind one 8-byte pointer.
+//! The workspace's second `unsafe` module (beside `db::strbuf`; the others are `script::active`
+//! and `script::stack`): no safe type stores a variable-length key and an optional tail behind
+//! one 8-byte pointer.
 //! Each block says why it is sound; `db::table`'s `HashMap`-model proptest drives every
 //! operation (keys of many lengths, registers set, changed and removed, replacing, removing,
 //! iterating).

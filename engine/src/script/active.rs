@@ -6,20 +6,20 @@
 //! docs/benchmarks.md, "EVALSHA"). Here the run lends its `redis.call` to this thread for the
 //! length of the script (`lend`), and the registered callback calls it (`call`).
 //!
-//! The workspace's third module allowed `unsafe` (beside `db::strbuf` and `db::node`; the
-//! workspace denies it): a borrowed closure's lifetime is erased while it is lent. The blocks
-//! below say why that is sound.
+//! The workspace's third module allowed `unsafe` (beside `db::strbuf`, `db::node` and
+//! `script::stack`; the workspace denies it): a borrowed closure's lifetime is erased while it
+//! is lent. The blocks below say why that is sound.
 #![allow(unsafe_code)]
 
 use std::cell::Cell;
 use std::ptr::NonNull;
 
-use mlua::MultiValue;
-
 use crate::frame::Frame;
+use crate::script::stack::CommandArgs;
 
-/// A script's `redis.call`: the arguments as the script passed them, the reply.
-pub type Command<'a> = dyn FnMut(MultiValue) -> Frame + 'a;
+/// A script's `redis.call`: the arguments as the script passed them (`stack::CommandArgs`),
+/// the reply.
+pub type Command<'a> = dyn FnMut(CommandArgs) -> Frame + 'a;
 
 thread_local! {
     /// The command lent by the run on this thread, if any, its lifetime erased.
@@ -39,7 +39,7 @@ pub fn lend<R>(command: &mut Command<'_>, script: impl FnOnce() -> R) -> R {
 
 /// Calls the lent `redis.call`; `None` if nothing is lent (no script runs on this thread) or
 /// it is already being called (a call from inside a call, which no command makes).
-pub fn call(argv: MultiValue) -> Option<Frame> {
+pub fn call(argv: CommandArgs) -> Option<Frame> {
     let command = LENT.take()?;
     let _restore = Restore(Some(command));
     // SAFETY: `command` was in `LENT`, so `lend` is still running on this thread and its
@@ -62,21 +62,25 @@ impl Drop for Restore {
 mod tests {
     use super::*;
 
+    fn none() -> CommandArgs {
+        CommandArgs(Ok(Vec::new()))
+    }
+
     #[test]
     fn a_command_is_callable_only_while_lent_and_not_from_inside_itself() {
-        assert!(call(MultiValue::new()).is_none(), "nothing lent");
+        assert!(call(none()).is_none(), "nothing lent");
         let mut calls = 0;
-        let mut command = |_: MultiValue| {
+        let mut command = |_: CommandArgs| {
             calls += 1;
             // From inside the command, nothing is lent.
-            assert!(call(MultiValue::new()).is_none());
+            assert!(call(none()).is_none());
             Frame::Integer(calls)
         };
-        let replies = lend(&mut command, || (call(MultiValue::new()), call(MultiValue::new())));
+        let replies = lend(&mut command, || (call(none()), call(none())));
         assert_eq!(replies, (Some(Frame::Integer(1)), Some(Frame::Integer(2))));
-        assert!(call(MultiValue::new()).is_none(), "taken back");
+        assert!(call(none()).is_none(), "taken back");
         let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lend(&mut |_| Frame::Null, || panic!("script panicked"))));
         assert!(unwound.is_err());
-        assert!(call(MultiValue::new()).is_none(), "taken back on unwind too");
+        assert!(call(none()).is_none(), "taken back on unwind too");
     }
 }

@@ -10,16 +10,24 @@ use crate::cmd::TABLE;
 /// A `redis.call` argument list: strings and numbers (as `%.17g`), nothing else.
 pub fn script_argv(argv: MultiValue) -> Result<Vec<Bytes>, &'static str> {
     if argv.is_empty() {
-        return Err("Please specify at least one argument for this redis lib call");
+        return Err(NO_ARGUMENTS);
     }
-    argv.into_iter()
-        .map(|v| match v {
-            Value::String(s) => Ok(Bytes::copy_from_slice(&s.as_bytes())),
-            Value::Integer(n) => Ok(Bytes::from(n.to_string())),
-            Value::Number(n) => Ok(Bytes::from(super::libs::format_g(n, 17))),
-            _ => Err("Lua redis lib command arguments must be strings or integers"),
-        })
-        .collect()
+    argv.into_iter().map(script_arg).collect()
+}
+
+/// What `redis.call` answers when called without arguments.
+pub const NO_ARGUMENTS: &str = "Please specify at least one argument for this redis lib call";
+
+/// One argument of `redis.call` as the command gets it: a string as it is, a number as Redis
+/// 7.0 formats Lua's numbers (`%.17g`: `5`, `0.10000000000000001`, `1e+17`). mlua hands a
+/// number with no fraction over as an `Integer`; it is the same double, formatted alike.
+pub fn script_arg(value: Value) -> Result<Bytes, &'static str> {
+    match value {
+        Value::String(s) => Ok(Bytes::copy_from_slice(&s.as_bytes())),
+        Value::Integer(n) => Ok(Bytes::from(super::libs::format_g(n as f64, 17))),
+        Value::Number(n) => Ok(Bytes::from(super::libs::format_g(n, 17))),
+        _ => Err("Lua redis lib command arguments must be strings or integers"),
+    }
 }
 
 /// The `redis` table scripts see (`call` and `pcall` are added by the VM).

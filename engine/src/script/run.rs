@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mlua::{Lua, MultiValue, Table, Value};
+use mlua::{MultiValue, Value};
 
 use super::convert::lua_to_frame;
+use super::stack::CommandArgs;
 use super::vm::{with_vm, Vm};
 use super::{flags, Running, Script};
 use crate::cmd::{self, flags as cmd_flags, Exec, Keys, TABLE};
@@ -118,7 +119,7 @@ fn run_once(vm: &mut Vm, state: &mut CallState, inv: &Invocation, name: &str) ->
         vm.set_eval_arguments(inv.keys, inv.args).map_err(lua_err)?;
         None
     } else {
-        Some((array(&vm.lua, inv.keys).map_err(lua_err)?, array(&vm.lua, inv.args).map_err(lua_err)?))
+        Some((super::stack::new_array(&vm.lua, inv.keys).map_err(lua_err)?, super::stack::new_array(&vm.lua, inv.args).map_err(lua_err)?))
     };
     vm.resp.set(2);
     {
@@ -130,7 +131,7 @@ fn run_once(vm: &mut Vm, state: &mut CallState, inv: &Invocation, name: &str) ->
     }
     let client_resp = state.exec.client.resp;
     // The VM's `redis.call` runs commands through this closure while the script runs.
-    let mut command = |argv: MultiValue| call(state, argv);
+    let mut command = |argv: CommandArgs| call(state, argv);
     let outcome = super::active::lend(&mut command, || match arguments {
         None => vm.protected.call::<MultiValue>((function.clone(),)),
         Some((keys, args)) => vm.protected.call::<MultiValue>((function.clone(), keys, args)),
@@ -195,14 +196,6 @@ fn script_error(err: &Value, message: &str, name: &str) -> String {
     message
 }
 
-fn array(lua: &Lua, items: &[Bytes]) -> mlua::Result<Table> {
-    let t = lua.create_table_with_capacity(items.len(), 0)?;
-    for (i, item) in items.iter().enumerate() {
-        t.raw_set(i + 1, lua.create_string(item)?)?;
-    }
-    Ok(t)
-}
-
 /// Commands a script may not call (Redis's `noscript` flag).
 fn allowed_in_script(name: &str) -> bool {
     !matches!(
@@ -260,8 +253,8 @@ fn allowed_in_script(name: &str) -> bool {
 }
 
 /// `redis.call`/`redis.pcall`: one command from the script, as an error frame when it fails.
-fn call(st: &mut CallState, argv: MultiValue) -> Frame {
-    let argv = match super::api::script_argv(argv) {
+fn call(st: &mut CallState, argv: CommandArgs) -> Frame {
+    let argv = match argv.0 {
         Ok(argv) => argv,
         Err(e) => return Frame::error(format!("ERR {e}")),
     };

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value, VmState};
+use mlua::{Function, Lua, LuaOptions, StdLib, Table, Value, VmState};
 
 use super::convert::frame_to_lua;
 use super::{Running, Scripts};
@@ -278,7 +278,7 @@ impl Vm {
         // `redis.call`'s Rust side, made once: it runs the command the running script's run
         // lent (`active`), or answers an error when no script runs.
         let call_resp = resp.clone();
-        let command = lua.create_function(move |lua, argv: MultiValue| {
+        let command = lua.create_function(move |lua, argv: super::stack::CommandArgs| {
             let reply = super::active::call(argv).unwrap_or_else(|| Frame::error("ERR redis.call is available only while a script runs"));
             let failed = reply.is_error();
             Ok((frame_to_lua(lua, &reply, call_resp.get())?, failed))
@@ -363,17 +363,7 @@ impl Vm {
     /// and a table it froze or gave a metatable is thawed and stripped of it before it is
     /// emptied (from Rust, neither `table.freeze` nor a `__metatable` field can refuse that).
     pub fn set_eval_arguments(&mut self, keys: &[Bytes], args: &[Bytes]) -> mlua::Result<()> {
-        for (table, items) in [(&self.eval_keys, keys), (&self.eval_argv, args)] {
-            if table.is_readonly() || table.metatable().is_some() {
-                table.set_readonly(false);
-                table.set_metatable(None)?;
-            }
-            table.clear()?;
-            for (i, item) in items.iter().enumerate() {
-                table.raw_set(i + 1, self.lua.create_string(item)?)?;
-            }
-        }
-        Ok(())
+        super::stack::refill_arrays(&self.lua, [(&self.eval_keys, keys), (&self.eval_argv, args)])
     }
 
     pub fn memory_limit(&self) -> usize {
