@@ -10,7 +10,7 @@ use bytes::Bytes;
 use mlua::{MultiValue, Value};
 
 use super::convert::lua_to_frame;
-use super::stack::CommandArgs;
+use super::stack::{new_array, CommandArgs};
 use super::vm::{with_vm, Vm};
 use super::{flags, Running, Script};
 use crate::cmd::{self, flags as cmd_flags, Exec, Keys, TABLE};
@@ -119,7 +119,7 @@ fn run_once(vm: &mut Vm, state: &mut CallState, inv: &Invocation, name: &str) ->
         vm.set_eval_arguments(inv.keys, inv.args).map_err(lua_err)?;
         None
     } else {
-        Some((super::stack::new_array(&vm.lua, inv.keys).map_err(lua_err)?, super::stack::new_array(&vm.lua, inv.args).map_err(lua_err)?))
+        Some((new_array(&vm.lua, inv.keys).map_err(lua_err)?, new_array(&vm.lua, inv.args).map_err(lua_err)?))
     };
     vm.resp.set(2);
     {
