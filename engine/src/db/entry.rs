@@ -548,14 +548,19 @@ impl Kind {
 }
 
 impl Value {
-    /// Starts loading the first two cache lines of a string's bytes (`Store::prefetch`).
+    /// Starts loading the first two cache lines of a string's bytes, or a counter's
+    /// (`Store::prefetch`): what a pipelined command on the key reads first. An `INCR` of a
+    /// key that holds a counter reads its newest contribution (`Entry::newest`), which was a
+    /// cache miss of its own (4% of an `EVALSHA` calling `INCR`, perf).
     pub fn prefetch(&self) {
-        if let Value::Str(s) = self {
-            let start = s.as_ptr();
-            super::node::prefetch(start);
-            if s.len() > 64 {
-                super::node::prefetch(start.wrapping_add(64));
-            }
+        let (start, len) = match self {
+            Value::Str(s) => (s.as_ptr(), s.len()),
+            Value::Counter(c) => (std::ptr::from_ref::<super::counter::Counter>(c).cast::<u8>(), std::mem::size_of::<super::counter::Counter>()),
+            _ => return,
+        };
+        super::node::prefetch(start);
+        if len > 64 {
+            super::node::prefetch(start.wrapping_add(64));
         }
     }
 
