@@ -548,14 +548,20 @@ impl Kind {
 }
 
 impl Value {
-    /// Starts loading the first two cache lines of a string's bytes, or a counter's
-    /// (`Store::prefetch`): what a pipelined command on the key reads first. An `INCR` of a
-    /// key that holds a counter reads its newest contribution (`Entry::newest`), which was a
-    /// cache miss of its own (4% of an `EVALSHA` calling `INCR`, perf).
+    /// Starts loading what a pipelined command on the key reads first behind its node
+    /// (`Store::prefetch`): the first two cache lines of a string's bytes or of a counter,
+    /// the first line of a collection. Each is an allocation of its own, so each was a cache
+    /// miss of its own after the node's: an `INCR` of a key holding a counter reads its newest
+    /// contribution (`Entry::newest`), a write to a small hash, set, sorted set or list its
+    /// collection's header (docs/benchmarks.md, "A value's first lines loaded ahead").
     pub fn prefetch(&self) {
         let (start, len) = match self {
             Value::Str(s) => (s.as_ptr(), s.len()),
             Value::Counter(c) => (std::ptr::from_ref::<super::counter::Counter>(c).cast::<u8>(), std::mem::size_of::<super::counter::Counter>()),
+            Value::Hash(c) => (std::ptr::from_ref::<Collection<Field>>(c).cast::<u8>(), 64),
+            Value::Set(c) => (std::ptr::from_ref::<Collection<Version>>(c).cast::<u8>(), 64),
+            Value::ZSet(z) => (std::ptr::from_ref::<SortedSet>(z).cast::<u8>(), 64),
+            Value::List(l) => (std::ptr::from_ref::<ListValue>(l).cast::<u8>(), 64),
             _ => return,
         };
         super::node::prefetch(start);
