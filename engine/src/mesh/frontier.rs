@@ -88,7 +88,7 @@ mod tests {
     fn bounded_under_sustained_load() {
         let mut f = OriginFrontier::default();
         for i in 1..1000u64 {
-            f.heartbeat(i * 10, timestamp(100_000 + i, 0), i * 10 - 15);
+            f.heartbeat(i * 10, timestamp(100_000 + i, 0), (i * 10).saturating_sub(15));
             assert!(f.pending.len() <= MAX_PENDING);
         }
         assert!(f.applied(u64::MAX).is_some());
