@@ -331,6 +331,17 @@ impl<V> Default for FieldMap<V> {
 }
 
 impl<V> FieldMap<V> {
+    /// Starts loading a small map's first elements (its vector's buffer, an allocation of its
+    /// own), for a pipelined command about to look an element up (`Value::prefetch_items`).
+    /// A table's lines depend on the element's hash (`prefetch`). A hint only.
+    pub fn prefetch_items(&self) {
+        if let Repr::Small(items) = &self.repr {
+            if !items.is_empty() {
+                super::node::prefetch(items.as_ptr().cast());
+            }
+        }
+    }
+
     pub fn with_capacity(capacity: usize) -> FieldMap<V> {
         let repr = if capacity <= SMALL_MAX { Repr::Small(Vec::with_capacity(capacity)) } else { Repr::Table(Box::new(Table::with_capacity(capacity))) };
         FieldMap { repr }

@@ -305,8 +305,16 @@ impl Store {
         for (shard, key) in &held {
             shard.map.prefetch(key.table_key());
         }
+        let mut collections = false;
         for (shard, key) in &held {
-            shard.map.prefetch_value(key.table_key());
+            collections |= shard.map.prefetch_value(key.table_key());
+        }
+        // A fourth level only where there is one: a string's batch would look its keys up
+        // once more for nothing.
+        if collections {
+            for (shard, key) in &held {
+                shard.map.prefetch_items(key.table_key());
+            }
         }
     }
 

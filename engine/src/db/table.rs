@@ -215,10 +215,24 @@ impl KeyTable {
     /// Starts loading the bytes of `key`'s string value, once its node is in the cache
     /// (`prefetch`, earlier). A hint only. Inlined into `Store::prefetch`'s pass: left a
     /// call, it cost a `SET` ~20 instructions (callgrind).
+    /// Returns whether the value is a collection, whose first elements `prefetch_items` can
+    /// load once this has loaded its header.
     #[inline]
-    pub fn prefetch_value(&self, key: TableKey<'_>) {
+    pub fn prefetch_value(&self, key: TableKey<'_>) -> bool {
+        match self.get(key) {
+            Some(found) => {
+                found.value.prefetch();
+                found.value.is_collection()
+            }
+            None => false,
+        }
+    }
+
+    /// Starts loading a collection's first elements (`Value::prefetch_items`), once
+    /// `prefetch_value` loaded its header. A hint only.
+    pub fn prefetch_items(&self, key: TableKey<'_>) {
         if let Some(found) = self.get(key) {
-            found.value.prefetch();
+            found.value.prefetch_items();
         }
     }
 

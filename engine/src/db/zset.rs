@@ -128,6 +128,11 @@ pub enum LexBound {
 }
 
 impl SortedSet {
+    /// `FieldMap::prefetch_items` of the member map.
+    pub fn prefetch_items(&self) {
+        self.members.prefetch_items();
+    }
+
     pub fn len(&self) -> usize {
         self.members.len()
     }
