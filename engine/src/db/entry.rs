@@ -19,8 +19,9 @@ pub use super::fieldmap::{FieldMap, Name, NameArg};
 /// elements by deletes or pops kept the size of its peak. A table left with half of
 /// `SMALL_MAX` elements or fewer becomes a vector again (at half, so that a map at the edge
 /// does not switch at every insert and remove). Run after every edit (`Ctx::finish`) and every
-/// merge (`repl::merge::fields`) of a collection; each shrink rehashes what is left, at most an
-/// eighth of the buckets the deletes since the last one emptied. Buckets, not `capacity()`:
+/// merge (`repl::merge::fields`) of a collection. A big table shrinks a step per write, as it
+/// grows (`FieldMap::shrink_gradually`): what is left moves into a table about a quarter the
+/// size over the next writes, not in the one that found it sparse. Buckets, not `capacity()`:
 /// hashbrown's capacity is the elements plus the free slots a table can still fill, and a
 /// removal that leaves a tombstone frees none, so a full table emptied by removals reports a
 /// capacity near its length and was kept at its peak (a 2,048-bucket hash shrunk at 59
@@ -28,8 +29,10 @@ pub use super::fieldmap::{FieldMap, Name, NameArg};
 pub fn shrink_if_sparse<V>(map: &mut FieldMap<V>) {
     let sparse = map.buckets() > 64 && map.buckets() > 8 * map.len();
     let few = !map.is_small() && map.len() <= SMALL_MAX / 2;
-    if sparse || few {
+    if few {
         map.shrink_to_fit();
+    } else if sparse {
+        map.shrink_gradually();
     }
 }
 

@@ -66,10 +66,13 @@ struct Table<V> {
 #[derive(Clone)]
 struct Moving<V> {
     table: HashTable<(Name, V)>,
-    /// Where it keeps its control bytes and slots (its own, from before the growth).
+    /// Where it keeps its control bytes and slots (its own, from before the move).
     slots: SlotsEnd,
     /// Its first bucket not emptied yet.
     next: usize,
+    /// Its buckets emptied per write: `STEP_BUCKETS` for a growth, `SHRINK_STEP_BUCKETS` for
+    /// a shrink.
+    per_write: usize,
 }
 
 /// Buckets of the old table emptied into the new one per write while a map grows (at the load
@@ -80,6 +83,18 @@ struct Moving<V> {
 /// collections grow a step at a time"). A growth ends after a quarter as many writes as the
 /// old table had buckets, before the new table fills (`Table::grow` sizes it for that).
 const STEP_BUCKETS: usize = 4;
+
+/// Buckets of a sparse table emptied into a smaller one per write while a map shrinks: the
+/// table is at most an eighth full when a shrink starts (`entry::shrink_if_sparse`), so this
+/// moves about as many elements a write as a growth's step. Shrunk at once, a set emptied by
+/// `SPOP` -P 16 from 4.9M members stalled every client for 130 ms when it passed ~1M (its 8M
+/// buckets rehashed in one command; docs/benchmarks.md, "Big collections shrink a step at a
+/// time").
+pub(super) const SHRINK_STEP_BUCKETS: usize = 8 * STEP_BUCKETS;
+
+/// The most buckets of a table shrunk at once (`FieldMap::shrink_gradually`): at most an eighth
+/// full, it rehashes a few hundred elements, which a move would only spread over more writes.
+const SHRINK_AT_ONCE_BUCKETS: usize = 4096;
 
 /// The test for the element called `name`, in either table.
 fn is_named<V>(name: &[u8]) -> impl Fn(&(Name, V)) -> bool + Copy + '_ {
@@ -190,15 +205,26 @@ impl<V> Table<V> {
         let (len, buckets) = (self.table.len(), self.table.num_buckets());
         let capacity = (2 * len).max(len + buckets / STEP_BUCKETS + 1);
         let full = std::mem::replace(&mut self.table, HashTable::with_capacity(capacity));
-        self.old = Some(Moving { table: full, slots: std::mem::take(&mut self.slots), next: 0 });
+        self.old = Some(Moving { table: full, slots: std::mem::take(&mut self.slots), next: 0, per_write: STEP_BUCKETS });
     }
 
-    /// Moves the elements of the next `STEP_BUCKETS` buckets of a growth's old table; drops
-    /// the old table once it is empty.
+    /// Starts a shrink, moved as a growth is: the sparse table becomes the old one, and a
+    /// smaller one takes its elements (`SHRINK_STEP_BUCKETS` of its buckets per write) and
+    /// every element added until they have all moved, sized so that it never grows meanwhile.
+    fn shrink(&mut self) {
+        debug_assert!(self.old.is_none(), "a shrink starts once a move has ended");
+        let (len, buckets) = (self.table.len(), self.table.num_buckets());
+        let capacity = len + buckets.div_ceil(SHRINK_STEP_BUCKETS) + 1;
+        let sparse = std::mem::replace(&mut self.table, HashTable::with_capacity(capacity));
+        self.old = Some(Moving { table: sparse, slots: std::mem::take(&mut self.slots), next: 0, per_write: SHRINK_STEP_BUCKETS });
+    }
+
+    /// Moves the elements of the next few buckets of a move's old table (`Moving::per_write`);
+    /// drops the old table once it is empty.
     fn step(&mut self) {
         let Table { table, old, hasher, .. } = self;
         let Some(moving) = old else { return };
-        let end = (moving.next + STEP_BUCKETS).min(moving.table.num_buckets());
+        let end = (moving.next + moving.per_write).min(moving.table.num_buckets());
         // Moving an element hashes its name; a long one is elsewhere in memory: start loading
         // them all first, so that their cache misses overlap instead of queueing one after
         // another (a short one is in the bucket itself).
@@ -218,7 +244,7 @@ impl<V> Table<V> {
         }
     }
 
-    /// Ends a growth at once (before the map is shrunk: a shrink rehashes every element anyway).
+    /// Ends a move at once (before the map is shrunk at once: that rehashes every element anyway).
     fn finish(&mut self) {
         let Table { table, old, hasher, .. } = self;
         for item in old.take().into_iter().flat_map(|moving| moving.table) {
@@ -264,14 +290,25 @@ impl<V> Table<V> {
         Counted { inner: self.table.into_iter().chain(self.old.map(|moving| moving.table).into_iter().flatten()), left }
     }
 
-    /// An element at random (`draw_bucket`) from one of the two tables, picked by how many
-    /// each holds, so that every element has the same chance.
+    /// An element at random (`draw_bucket`), each with the same chance. While the map moves,
+    /// the draws are among the buckets of both tables that can hold an element: all of the new
+    /// one's, and the old one's not emptied yet. Each holds one element at most, so the first
+    /// full one drawn is any element with the same chance. Choosing a table first by how many
+    /// each holds, then drawing in it, met tables far emptier than the map: a growth's new
+    /// table and a shrink's old one (an eighth full, with its emptied buckets counted), whose
+    /// draws all missed often enough that `SPOP` walked the map (docs/benchmarks.md, "Big
+    /// collections shrink a step at a time"). Together they are at least a tenth full.
     fn random(&self, rng: &mut impl Rng) -> Option<&(Name, V)> {
-        let table = match &self.old {
-            Some(old) if rng.random_range(0..self.len().max(1)) < old.table.len() => &old.table,
-            _ => &self.table,
-        };
-        draw_bucket(table, rng)
+        let Some(old) = &self.old else { return draw_bucket(&self.table, rng) };
+        let new = self.table.num_buckets();
+        let candidates = new + old.table.num_buckets().saturating_sub(old.next);
+        if self.len() == 0 || candidates == 0 {
+            return None;
+        }
+        (0..MOVING_DRAWS).find_map(|_| match rng.random_range(0..candidates) {
+            bucket if bucket < new => self.table.get_bucket(bucket),
+            bucket => old.table.get_bucket(old.next + bucket - new),
+        })
     }
 }
 
@@ -300,6 +337,11 @@ fn grow_by_one<T>(items: &mut Vec<T>) {
 /// least one in eight buckets full, `entry::shrink_if_sparse`, for maps of more than 64
 /// buckets) 64 draws all miss with a chance under 0.02%.
 const RANDOM_DRAWS: usize = 64;
+
+/// How many buckets `Table::random` draws while the map moves between two tables, whose
+/// candidate buckets are at least a tenth full (a shrink's start: an eighth of the old table's
+/// buckets, plus the new one's quarter as many, empty): all miss with a chance of ~1e-12.
+const MOVING_DRAWS: usize = 4 * RANDOM_DRAWS;
 
 /// An entry of `table` at random, each with the same chance: up to `RANDOM_DRAWS` buckets drawn until
 /// one is full, as Redis's `dictGetFairRandomKey` does; O(1) unless the table is far emptier
@@ -399,8 +441,25 @@ impl<V> FieldMap<V> {
         matches!(&self.repr, Repr::Table(t) if t.old.is_some())
     }
 
-    /// Gives back what the map does not use; a table left with at most `SMALL_MAX` elements
-    /// becomes a vector again.
+    /// Gives back what a table does not use: a table of up to `SHRINK_AT_ONCE_BUCKETS`
+    /// buckets at once (`shrink_to_fit`), a bigger one a step per write (`Table::shrink`),
+    /// unless it is moving between two tables already (a growth or a shrink, which ends within
+    /// some thousands of writes; the caller asks again after its writes). A vector is left
+    /// alone.
+    pub fn shrink_gradually(&mut self) {
+        let Repr::Table(t) = &mut self.repr else { return };
+        if t.old.is_some() {
+            return;
+        }
+        if t.table.num_buckets() <= SHRINK_AT_ONCE_BUCKETS {
+            self.shrink_to_fit();
+        } else {
+            t.shrink();
+        }
+    }
+
+    /// Gives back what the map does not use, at once; a table left with at most `SMALL_MAX`
+    /// elements becomes a vector again.
     pub fn shrink_to_fit(&mut self) {
         match &mut self.repr {
             Repr::Small(items) => items.shrink_to_fit(),
@@ -715,6 +774,7 @@ mod tests {
         Remove(u8),
         Retain(u32),
         Shrink,
+        ShrinkStepwise,
         Drain,
     }
 
@@ -728,6 +788,7 @@ mod tests {
             removes => (0..names).prop_map(Op::Remove),
             1 => (1u32..4).prop_map(Op::Retain),
             1 => Just(Op::Shrink),
+            1 => Just(Op::ShrinkStepwise),
             1 => Just(Op::Drain),
         ]
     }
@@ -747,7 +808,8 @@ mod tests {
         }
 
         /// The same with 120 names and fewer removals: tables fill and grow, and every op
-        /// meets maps half moved from their old table to the new one (`Table::step`).
+        /// meets maps half moved from their old table to the new one (`Table::step`), by a
+        /// growth or a shrink.
         #[test]
         fn a_growing_field_map_answers_as_a_hash_map(ops in proptest::collection::vec(op(120, 1), 1..400)) {
             answers_as_a_hash_map(ops)?;
@@ -791,6 +853,16 @@ mod tests {
                         if was_table {
                             // A table that becomes a vector keeps the table's order.
                             order = map.keys().map(Name::to_bytes).collect();
+                        }
+                    }
+                    // A table starts moving into a smaller one, a step per write from here
+                    // (`Table::shrink`, which `shrink_gradually` starts only for tables bigger
+                    // than these).
+                    Op::ShrinkStepwise => {
+                        if let Repr::Table(t) = &mut map.repr {
+                            if t.old.is_none() {
+                                t.shrink();
+                            }
                         }
                     }
                     Op::Drain => {
@@ -900,6 +972,80 @@ mod tests {
         }
         assert!(picked && writes <= old_buckets / STEP_BUCKETS + 2, "{writes} writes for {old_buckets} buckets");
         assert!((0..next).all(|k| m.get(k.to_string().as_bytes()) == held.contains(&k).then_some(&k)));
+        assert_eq!(m.buckets(), new_buckets, "the old table is freed");
+    }
+
+    /// A big sparse table shrinks a step per write: `shrink_gradually` sets a table about a
+    /// quarter the size to take the elements, every element stays found in one table or the
+    /// other, each write empties `SHRINK_STEP_BUCKETS` of the old table's buckets, the new
+    /// table never grows meanwhile (inserts included), picks at random come from both tables as
+    /// many from each as it holds (none walking the table), and the old one is freed once empty.
+    #[test]
+    fn a_sparse_table_shrinks_a_step_per_write() {
+        let mut m: FieldMap<usize> = FieldMap::default();
+        let mut held = std::collections::BTreeSet::new();
+        for i in 0..20_000 {
+            assert_eq!(m.insert(Bytes::from(i.to_string()), i), None);
+            held.insert(i);
+        }
+        while m.is_growing() {
+            m.insert(Bytes::from("filler"), 0);
+            m.remove(b"filler");
+        }
+        let old_buckets = m.buckets();
+        for i in 0..20_000 {
+            if m.len() * 8 < old_buckets {
+                break;
+            }
+            assert_eq!(m.remove(i.to_string().as_bytes()), Some(i));
+            held.remove(&i);
+        }
+        m.shrink_gradually();
+        let Repr::Table(t) = &m.repr else { unreachable!() };
+        let new_buckets = t.table.num_buckets();
+        assert!(t.old.is_some() && 4 * new_buckets <= old_buckets, "{new_buckets} buckets from {old_buckets}");
+        let (mut writes, mut next, mut picked) = (0, 100_000, false);
+        loop {
+            let Repr::Table(t) = &m.repr else { unreachable!() };
+            let Some(old) = &t.old else { break };
+            assert_eq!(old.next, writes * SHRINK_STEP_BUCKETS);
+            assert_eq!(t.table.num_buckets(), new_buckets, "the new table grew while the old one moved");
+            m.shrink_gradually();
+            if writes % 2 == 0 {
+                let gone = *held.iter().nth(writes % held.len()).unwrap();
+                assert_eq!(m.remove(gone.to_string().as_bytes()), Some(gone));
+                held.remove(&gone);
+            } else {
+                assert_eq!(m.insert(Bytes::from(next.to_string()), next), None);
+                held.insert(next);
+                next += 1;
+            }
+            writes += 1;
+            assert_eq!(m.len(), held.len());
+            assert_eq!(m.iter().len(), held.len());
+            if writes == old_buckets / SHRINK_STEP_BUCKETS * 3 / 4 {
+                // Three quarters moved: picks draw among the new table's buckets and the old
+                // one's last quarter, none of them walking the map.
+                let Repr::Table(t) = &m.repr else { unreachable!() };
+                let old = t.old.as_ref().unwrap();
+                let mut rng = rand::rng();
+                let (mut from_old, mut walks) = (0, 0);
+                for _ in 0..20_000 {
+                    let Some((n, v)) = t.random(&mut rng) else {
+                        walks += 1;
+                        continue;
+                    };
+                    assert!(held.contains(v) && n[..] == *v.to_string().as_bytes());
+                    from_old += usize::from(old.table.iter().any(|(o, _)| o == n));
+                }
+                assert_eq!(walks, 0, "picks that fell back to a walk");
+                let expected = 20_000 * old.table.len() / held.len();
+                assert!(from_old.abs_diff(expected) < 600, "{from_old} picks from the old table, {expected} expected");
+                picked = true;
+            }
+        }
+        assert!(picked && writes <= old_buckets / SHRINK_STEP_BUCKETS + 1, "{writes} writes for {old_buckets} buckets");
+        assert!(held.iter().all(|k| m.get(k.to_string().as_bytes()) == Some(k)));
         assert_eq!(m.buckets(), new_buckets, "the old table is freed");
     }
 
