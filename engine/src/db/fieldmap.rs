@@ -447,11 +447,17 @@ impl<V> FieldMap<V> {
     /// some thousands of writes; the caller asks again after its writes). A vector is left
     /// alone.
     pub fn shrink_gradually(&mut self) {
+        self.shrink_beyond(SHRINK_AT_ONCE_BUCKETS);
+    }
+
+    /// `shrink_gradually` with its bound: a table of up to `at_once` buckets shrinks at once,
+    /// a bigger one a step per write (the tests start step-wise shrinks of small tables).
+    fn shrink_beyond(&mut self, at_once: usize) {
         let Repr::Table(t) = &mut self.repr else { return };
         if t.old.is_some() {
             return;
         }
-        if t.table.num_buckets() <= SHRINK_AT_ONCE_BUCKETS {
+        if t.table.num_buckets() <= at_once {
             self.shrink_to_fit();
         } else {
             t.shrink();
@@ -856,15 +862,8 @@ mod tests {
                         }
                     }
                     // A table starts moving into a smaller one, a step per write from here
-                    // (`Table::shrink`, which `shrink_gradually` starts only for tables bigger
-                    // than these).
-                    Op::ShrinkStepwise => {
-                        if let Repr::Table(t) = &mut map.repr {
-                            if t.old.is_none() {
-                                t.shrink();
-                            }
-                        }
-                    }
+                    // (`shrink_gradually` does so only for tables bigger than these).
+                    Op::ShrinkStepwise => map.shrink_beyond(0),
                     Op::Drain => {
                         let mut drained: Vec<_> = map.drain().map(|(n, v)| (n.to_bytes(), v)).collect();
                         let mut want: Vec<_> = model.drain().collect();
