@@ -13,7 +13,11 @@
 # (0.5 s) would read as 1.3-2M/s. N_PIPELINED (default 8 x N) keeps -P 16 runs seconds long.
 #
 # Prints per thread count and command: keymesh ops/s and p99, redis ops/s and p99, their ratio,
-# and each server's speed-up over its own one-thread figure (medians of BENCH_RUNS runs).
+# each server's speed-up over its own one-thread figure, and each server's CPU time per request
+# (user + system, from /proc/PID/stat around the command's run) with Redis's over KeyMesh's:
+# the CPU figures are exact where the quarter-second rounding above blurs ops/s, and, with the
+# server's cores saturated, say what its throughput would be without the client (medians of
+# BENCH_RUNS runs; SET and GET run as separate redis-benchmark calls, SET first).
 #
 #   scripts/bench-scaling.sh [--threads "1 2 4 8"] [--out DIR]
 #
@@ -90,6 +94,11 @@ start_server() {
   await_ping "$server_pid" "$port" "$log" "bench-scaling: $kind server" || { stop_server; exit 1; }
 }
 
+# The server's user + system CPU so far, in clock ticks (taskset execs the server: same PID).
+server_ticks() {
+  awk '{ print $14 + $15 }' "/proc/$server_pid/stat"
+}
+
 started=$SECONDS
 for threads in $thread_counts; do
   client="$threads-$((threads + client_cpus - 1))"
@@ -100,17 +109,24 @@ for threads in $thread_counts; do
         echo "bench-scaling: $kind threads=$threads -P $p run $run" >&2
         requests="$bench_n"
         ((p == 1)) || requests="$bench_n_pipelined"
-        taskset -c "$client" redis-benchmark -h 127.0.0.1 -p "$port" -t set,get -n "$requests" -r 1000000 -d 100 \
-          -c "$conns" --threads "$client_cpus" -P "$p" -q --csv >"$out/$kind-T$threads-P$p-$run.csv"
+        : >"$out/$kind-T$threads-P$p-$run.csv"
+        : >"$out/$kind-T$threads-P$p-$run.cpu"
+        for test in set get; do
+          ticks_before="$(server_ticks)"
+          taskset -c "$client" redis-benchmark -h 127.0.0.1 -p "$port" -t "$test" -n "$requests" -r 1000000 -d 100 \
+            -c "$conns" --threads "$client_cpus" -P "$p" -q --csv >>"$out/$kind-T$threads-P$p-$run.csv"
+          echo "${test^^} $(($(server_ticks) - ticks_before)) $requests" >>"$out/$kind-T$threads-P$p-$run.cpu"
+        done
       done
       stop_server
     done
   done
 done
 
-python3 - "$out" "$thread_counts" "$bench_runs" "$bench_n/$bench_n_pipelined" "$conns" "$client_cpus" <<'PY' | tee "$out/summary.txt"
+python3 - "$out" "$thread_counts" "$bench_runs" "$bench_n/$bench_n_pipelined" "$conns" "$client_cpus" "$(getconf CLK_TCK)" <<'PY' | tee "$out/summary.txt"
 import csv, statistics, sys
-out, counts, runs, n, conns, client = sys.argv[1], [int(t) for t in sys.argv[2].split()], int(sys.argv[3]), *sys.argv[4:]
+out, counts, runs, n, conns, client = sys.argv[1], [int(t) for t in sys.argv[2].split()], int(sys.argv[3]), *sys.argv[4:7]
+tick_us = 1e6 / int(sys.argv[7])
 
 def median(kind, t, p, test, column):
     values = []
@@ -119,15 +135,27 @@ def median(kind, t, p, test, column):
             values += [float(r[column]) for r in csv.DictReader(f) if r["test"] == test]
     return statistics.median(values) if values else float("nan")
 
+def cpu_us(kind, t, p, test):
+    """Median server CPU microseconds per request (user + system)."""
+    values = []
+    for run in range(1, runs + 1):
+        with open(f"{out}/{kind}-T{t}-P{p}-{run}.cpu") as f:
+            values += [int(ticks) * tick_us / int(requests) for name, ticks, requests in map(str.split, f) if name == test]
+    return statistics.median(values) if values else float("nan")
+
 print(f"\nScaling: redis-benchmark -t set,get -n {n} (-P 1/-P 16) -r 1000000 -d 100 -c {conns} --threads {client} on its own {client} cores;")
 print(f"servers pinned to T cores (keymesh --server-threads T, redis --io-threads T --io-threads-do-reads yes); median of {runs} runs")
-print(f"{'T':>3} {'-P':>3} {'command':<8}{'keymesh ops/s':>15}{'p99 ms':>8}{'redis ops/s':>15}{'p99 ms':>8}{'ratio':>8}{'keymesh xT1':>13}{'redis xT1':>11}")
+print("CPU: the server's user + system microseconds per request; CPU ratio: Redis's over KeyMesh's (above 1: KeyMesh uses less)")
+print(f"{'T':>3} {'-P':>3} {'command':<8}{'keymesh ops/s':>15}{'p99 ms':>8}{'redis ops/s':>15}{'p99 ms':>8}{'ratio':>8}{'keymesh xT1':>13}{'redis xT1':>11}"
+      f"{'keymesh CPU':>13}{'redis CPU':>11}{'CPU ratio':>11}")
 for p in (1, 16):
     for test in ("SET", "GET"):
         k1, r1 = median("keymesh", counts[0], p, test, "rps"), median("redis", counts[0], p, test, "rps")
         for t in counts:
             k, r = median("keymesh", t, p, test, "rps"), median("redis", t, p, test, "rps")
             k99, r99 = median("keymesh", t, p, test, "p99_latency_ms"), median("redis", t, p, test, "p99_latency_ms")
-            print(f"{t:>3} {p:>3} {test:<8}{k:>15,.0f}{k99:>8.3f}{r:>15,.0f}{r99:>8.3f}{k / r:>7.2f}x{k / k1:>12.2f}x{r / r1:>10.2f}x")
+            kc, rc = cpu_us("keymesh", t, p, test), cpu_us("redis", t, p, test)
+            print(f"{t:>3} {p:>3} {test:<8}{k:>15,.0f}{k99:>8.3f}{r:>15,.0f}{r99:>8.3f}{k / r:>7.2f}x{k / k1:>12.2f}x{r / r1:>10.2f}x"
+                  f"{kc:>11.2f}us{rc:>9.2f}us{rc / kc:>10.2f}x")
 PY
 echo "bench-scaling: done in $((SECONDS - started)) s; raw results in $out"
