@@ -19,7 +19,8 @@
 # puts them first on PATH and LD_LIBRARY_PATH, prints what the machine is (kernel, cores, and
 # whether `taskset` really pins: under gVisor the kernel reports 4.4.0 and its network stack is
 # not Linux's, so its -P 1 figures do not stand for a Linux host), then each stage's output and
-# time, as at most five files under OUT (the device tool returns eight). It takes about five
+# time, as at most six files under OUT (the device tool returns eight; each run's raw figures
+# come as one archive). It takes about five
 # minutes; each stage has a time limit (330 s, then 80 s a mesh run), so that the whole fits one
 # device command of 600 s. Environment: BENCH_RUNS (default 3), MESH_RUNS (default 3).
 set -euo pipefail
@@ -92,7 +93,9 @@ run() {
   } | tee "$out/machine.txt"
   t=$SECONDS
   BENCH_N="${BENCH_N:-1000000}" BENCH_N_PIPELINED="${BENCH_N_PIPELINED:-2400000}" BENCH_RUNS="${BENCH_RUNS:-3}" \
-    timeout 330 scripts/bench-scaling.sh --threads 1 2>&1 | tee "$out/scaling.txt" || echo "bench-device: one core each failed"
+    timeout 330 scripts/bench-scaling.sh --threads 1 --out "$out/scaling-raw" 2>&1 | tee "$out/scaling.txt" || echo "bench-device: one core each failed"
+  # Each run's CSV and CPU figures, as one file (the device tool returns at most eight).
+  tar -czf "$out/scaling-raw.tgz" -C "$out" scaling-raw && rm -rf "$out/scaling-raw"
   echo "bench-device: one core each took $((SECONDS - t)) s"
   for i in $(seq "${MESH_RUNS:-3}"); do
     t=$SECONDS

@@ -102,8 +102,10 @@ server_ticks() {
 started=$SECONDS
 for threads in $thread_counts; do
   client="$threads-$((threads + client_cpus - 1))"
-  for kind in keymesh redis; do
-    for run in $(seq "$bench_runs"); do
+  # The two servers' runs alternate (keymesh, redis, keymesh, ...), so that a change in the
+  # host's speed during the benchmark (a shared VM's neighbours) falls on both sides.
+  for run in $(seq "$bench_runs"); do
+    for kind in keymesh redis; do
       start_server "$kind" "$threads"
       for p in 1 16; do
         echo "bench-scaling: $kind threads=$threads -P $p run $run" >&2
