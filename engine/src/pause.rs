@@ -156,7 +156,7 @@ fn one_may_replicate(server: &Server, index: usize, argv: &[Bytes]) -> bool {
             // A library a peer replicated is compiled first (`Scripts::sync_functions`): its
             // flags decide. A client's command, never a script's: compiling here is allowed.
             server.scripts.sync_functions(&server.store);
-            server.scripts.functions.read().find(&String::from_utf8_lossy(name)).is_some_and(|(_, f)| !no_writes(f.flags))
+            server.scripts.functions.read().find(name).is_some_and(|c| !no_writes(c.info().flags))
         }),
         // Redis flags FUNCTION LOAD, DELETE and FLUSH `write`; they replicate (db::functions).
         "function" => argv.get(1).is_some_and(|sub| [&b"load"[..], b"delete", b"flush"].iter().any(|s| sub.eq_ignore_ascii_case(s))),

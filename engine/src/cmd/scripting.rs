@@ -105,14 +105,10 @@ fn evalsha_ro(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 
 fn run_fcall(exec: &mut Exec, argv: &[Bytes], read_only: bool) -> Reply {
     show_script_call(exec, argv);
-    let name = String::from_utf8_lossy(&argv[1]).into_owned();
     exec.server.scripts.sync_functions(&exec.server.store);
-    let (library, info) = exec.server.scripts.functions.read().find(&name).ok_or_else(|| CmdError::err("Function not found"))?;
+    let callable = exec.server.scripts.functions.read().find(&argv[1]).cloned().ok_or_else(|| CmdError::err("Function not found"))?;
     let (keys, args) = keys_and_args(argv, true)?;
-    invoke(
-        exec,
-        Invocation { target: Target::Function { library, name: info.name, flags: info.flags }, keys, args, read_only_command: read_only, command: argv },
-    )
+    invoke(exec, Invocation { target: Target::Function(callable), keys, args, read_only_command: read_only, command: argv })
 }
 
 fn fcall(exec: &mut Exec, argv: &[Bytes]) -> Reply {
@@ -324,7 +320,7 @@ fn function_list(exec: &mut Exec, options: &[Bytes]) -> Reply {
         }
         let functions = library
             .functions
-            .values()
+            .iter()
             .map(|f| {
                 let flags = crate::script::flags::NAMES.iter().filter(|(bit, _)| f.flags & bit != 0).map(|(_, n)| Frame::bulk(n)).collect();
                 Frame::Map(vec![

@@ -36,7 +36,9 @@ pub struct Library {
     pub engine: String,
     /// The whole `FUNCTION LOAD` payload, shebang included.
     pub code: Bytes,
-    pub functions: BTreeMap<String, FunctionInfo>,
+    /// Its functions, sorted by name (as `FUNCTION LIST` shows them); a `Callable` names one
+    /// by its place here.
+    pub functions: Vec<FunctionInfo>,
     /// Changes whenever a library of this name is (re)loaded.
     pub stamp: u64,
     /// The version of the replicated register this library was compiled from
@@ -45,9 +47,24 @@ pub struct Library {
 }
 
 impl Library {
-    fn new(name: String, code: Bytes, functions: Vec<FunctionInfo>, stamp: u64, version: Version) -> Library {
-        let functions = functions.into_iter().map(|f| (f.name.clone(), f)).collect();
+    fn new(name: String, code: Bytes, mut functions: Vec<FunctionInfo>, stamp: u64, version: Version) -> Library {
+        functions.sort_by(|a, b| a.name.cmp(&b.name));
         Library { name, engine: "LUA".into(), code, functions, stamp, version }
+    }
+}
+
+/// A function as `FCALL` finds it: its library and its place among the library's functions.
+/// Each VM keeps a library's compiled functions in that order (`Vm::function`), so a call
+/// finds its function with one lookup of its name here and none there.
+#[derive(Debug, Clone)]
+pub struct Callable {
+    pub library: Arc<Library>,
+    pub index: usize,
+}
+
+impl Callable {
+    pub fn info(&self) -> &FunctionInfo {
+        &self.library.functions[self.index]
     }
 }
 
@@ -65,8 +82,8 @@ pub enum RestorePolicy {
 #[derive(Debug, Default)]
 pub struct Libraries {
     pub libraries: BTreeMap<String, Arc<Library>>,
-    /// Lowercase function name → library name.
-    pub functions: HashMap<String, String>,
+    /// Lowercase function name → the function (`find`).
+    pub functions: HashMap<String, Callable, foldhash::fast::RandomState>,
     next_stamp: u64,
     /// The store's `functions_generation` this view was compiled from (`Scripts::sync_functions`).
     pub synced: Option<u64>,
@@ -104,7 +121,7 @@ impl Libraries {
             RestorePolicy::Replace => !names.contains(library),
             RestorePolicy::Append => true,
         };
-        let mut taken: HashSet<String> = self.functions.iter().filter(|(_, library)| stays(library)).map(|(f, _)| f.clone()).collect();
+        let mut taken: HashSet<String> = self.functions.iter().filter(|(_, c)| stays(&c.library.name)).map(|(f, _)| f.clone()).collect();
         for f in incoming.iter().flat_map(|(_, functions)| functions.iter()) {
             if !taken.insert(f.name.to_ascii_lowercase()) {
                 return Err(CmdError::err(format!("Function {} already exists", f.name)));
@@ -115,7 +132,15 @@ impl Libraries {
 
     /// A function of `functions` that another library than `name` registers already.
     fn clash<'a>(&self, name: &str, functions: &'a [FunctionInfo]) -> Option<&'a str> {
-        functions.iter().find(|f| self.functions.get(&f.name.to_ascii_lowercase()).is_some_and(|lib| lib != name)).map(|f| f.name.as_str())
+        functions.iter().find(|f| self.functions.get(&f.name.to_ascii_lowercase()).is_some_and(|c| c.library.name != name)).map(|f| f.name.as_str())
+    }
+
+    /// Makes `library`'s functions callable by name. Two of its names that differ only in
+    /// case (Redis 7.0 registers both) call the first in its order, as before.
+    fn index_functions(&mut self, library: &Arc<Library>) {
+        for (index, f) in library.functions.iter().enumerate() {
+            self.functions.entry(f.name.to_ascii_lowercase()).or_insert_with(|| Callable { library: library.clone(), index });
+        }
     }
 
     /// Adds a library whose functions were checked by `load` (`FUNCTION LOAD`), compiled
@@ -124,18 +149,16 @@ impl Libraries {
         self.check_add(&name, &functions, replace)?;
         self.remove(&name);
         self.next_stamp += 1;
-        for f in &functions {
-            self.functions.insert(f.name.to_ascii_lowercase(), name.clone());
-        }
         let library = Arc::new(Library::new(name.clone(), code, functions, self.next_stamp, version));
+        self.index_functions(&library);
         self.libraries.insert(name, library.clone());
         Ok(library)
     }
 
     pub fn remove(&mut self, name: &str) -> Option<Arc<Library>> {
         let library = self.libraries.remove(name)?;
-        for f in library.functions.keys() {
-            self.functions.remove(&f.to_ascii_lowercase());
+        for f in &library.functions {
+            self.functions.remove(&f.name.to_ascii_lowercase());
         }
         Some(library)
     }
@@ -165,7 +188,7 @@ impl Libraries {
         let mut errors = Vec::new();
         for (name, code, version) in live {
             let (functions, kept) = match old.get(&name).filter(|l| l.version == version) {
-                Some(l) => (l.functions.values().cloned().collect::<Vec<_>>(), Some(l.clone())),
+                Some(l) => (l.functions.clone(), Some(l.clone())),
                 None => match compile(&code) {
                     Ok(functions) => (functions, None),
                     Err(e) => {
@@ -177,20 +200,18 @@ impl Libraries {
                 },
             };
             if let Some(f) = self.clash(&name, &functions) {
-                let why = format!("function {f} is registered by the newer library {}", self.functions[&f.to_ascii_lowercase()]);
+                let why = format!("function {f} is registered by the newer library {}", self.functions[&f.to_ascii_lowercase()].library.name);
                 if self.failed.insert(name.clone(), version) != Some(version) {
                     errors.push((name, version, why));
                 }
                 continue;
             }
             self.failed.remove(&name);
-            for f in &functions {
-                self.functions.insert(f.name.to_ascii_lowercase(), name.clone());
-            }
             let library = kept.unwrap_or_else(|| {
                 self.next_stamp += 1;
                 Arc::new(Library::new(name.clone(), code, functions, self.next_stamp, version))
             });
+            self.index_functions(&library);
             self.libraries.insert(name, library);
         }
         let stamps = |m: &BTreeMap<String, Arc<Library>>| m.values().map(|l| l.stamp).collect::<Vec<_>>();
@@ -198,12 +219,13 @@ impl Libraries {
         (errors, changed)
     }
 
-    /// The library that holds function `name`, and the function's flags.
-    /// Function names are case-insensitive, as in Redis.
-    pub fn find(&self, name: &str) -> Option<(Arc<Library>, FunctionInfo)> {
-        let library = self.libraries.get(self.functions.get(&name.to_ascii_lowercase())?)?.clone();
-        let info = library.functions.values().find(|f| f.name.eq_ignore_ascii_case(name))?.clone();
-        Some((library, info))
+    /// Function `name`, case-insensitive as in Redis. `FCALL` asks once per call: the name
+    /// is lowercased on the stack (names are rarely longer than 64 bytes) and hashed once.
+    pub fn find(&self, name: &[u8]) -> Option<&Callable> {
+        let mut lower = smallvec::SmallVec::<[u8; 64]>::from_slice(name);
+        lower.make_ascii_lowercase();
+        // Registered names are ASCII letters, digits and '_': any other bytes name none.
+        self.functions.get(std::str::from_utf8(&lower).ok()?)
     }
 }
 
@@ -410,15 +432,18 @@ impl Vm {
         Ok(registered)
     }
 
-    /// The function `name` of `library`, loading the library into this VM if needed.
-    pub fn function(&mut self, library: &Library, name: &str) -> Result<Function, CmdError> {
+    /// The function `callable` names, loading its library into this VM if needed.
+    pub fn function(&mut self, callable: &Callable) -> Result<Function, CmdError> {
+        let library = &callable.library;
         let fresh = self.libraries.get(&library.name).is_some_and(|(stamp, _)| *stamp == library.stamp);
         if !fresh {
             let registered = self.load_library(&library.code)?;
-            let functions = registered.into_iter().map(|(info, f)| (info.name, f)).collect();
+            // In the library's order, by name: a library's code could register other names
+            // when it runs again (it is Lua), and a name it no longer registers is not found.
+            let functions = library.functions.iter().map(|info| registered.iter().find(|(r, _)| r.name == info.name).map(|(_, f)| f.clone())).collect();
             self.libraries.insert(library.name.clone(), (library.stamp, functions));
         }
-        self.libraries.get(&library.name).and_then(|(_, fs)| fs.get(name)).cloned().ok_or_else(|| CmdError::err("Function not found"))
+        self.libraries.get(&library.name).and_then(|(_, fs)| fs.get(callable.index)?.clone()).ok_or_else(|| CmdError::err("Function not found"))
     }
 }
 
@@ -450,7 +475,7 @@ mod tests {
         let (errors, changed) = l.rebuild(vec![lib("old", "f\ng", 1), lib("new", "F", 2), lib("broken", "bad", 3)], compile);
         assert!(changed);
         assert_eq!(l.libraries.keys().collect::<Vec<_>>(), ["new"], "the older library clashes on f (names are case-insensitive)");
-        assert_eq!(l.find("f").map(|(lib, _)| lib.name.clone()), Some("new".into()));
+        assert_eq!(l.find(b"f").map(|c| c.library.name.clone()), Some("new".into()));
         assert_eq!(errors.iter().map(|(n, _, _)| n.as_str()).collect::<Vec<_>>(), ["broken", "old"]);
         let stamp = l.libraries["new"].stamp;
 
@@ -467,7 +492,7 @@ mod tests {
         // The newer library is deleted: the older one loads.
         let (errors, changed) = l.rebuild(vec![lib("old", "f\ng", 1), lib("broken", "bad", 3)], compile);
         assert!(changed && errors.is_empty());
-        assert_eq!(l.find("g").map(|(lib, _)| lib.name.clone()), Some("old".into()));
+        assert_eq!(l.find(b"g").map(|c| c.library.name.clone()), Some("old".into()));
         assert_eq!(l.libraries.keys().collect::<Vec<_>>(), ["old"]);
     }
 }

@@ -24,7 +24,7 @@ const UNDECLARED_WAIT: Duration = Duration::from_millis(50);
 /// What a script invocation runs.
 pub enum Target {
     Eval(Arc<Script>),
-    Function { library: Arc<super::functions::Library>, name: String, flags: u32 },
+    Function(super::functions::Callable),
 }
 
 pub struct Invocation<'v> {
@@ -56,7 +56,7 @@ pub fn invoke(exec: &mut Exec, inv: Invocation) -> Reply {
     let server = exec.server;
     let (script_flags, eval, name) = match &inv.target {
         Target::Eval(s) => (s.flags, true, s.sha.as_str()),
-        Target::Function { flags, name, .. } => (*flags, false, name.as_str()),
+        Target::Function(callable) => (callable.info().flags, false, callable.info().name.as_str()),
     };
     let compat = script_flags & flags::EVAL_COMPAT != 0;
     if inv.read_only_command && !compat && script_flags & flags::NO_WRITES == 0 {
@@ -111,7 +111,7 @@ fn run_once(vm: &mut Vm, state: &mut CallState, inv: &Invocation, name: &str) ->
     let lua_err = |e: mlua::Error| CmdError::err(format!("Error running script {name}: {}", super::vm::lua_message(&e)));
     let function = match &inv.target {
         Target::Eval(script) => vm.script(script.id, &script.body)?,
-        Target::Function { library, name, .. } => vm.function(library, name)?,
+        Target::Function(callable) => vm.function(callable)?,
     };
     // An `EVAL` script reads `KEYS` and `ARGV` as globals; a function gets them as arguments.
     let eval = matches!(inv.target, Target::Eval(_));

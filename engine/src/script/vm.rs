@@ -54,8 +54,9 @@ pub struct Vm {
     pub protected: Function,
     pub watch: Rc<RefCell<Watch>>,
     scripts: HashMap<super::ScriptId, Function, foldhash::fast::FixedState>,
-    /// Library name → (library stamp, function name → function).
-    pub libraries: HashMap<String, (u64, HashMap<String, Function>)>,
+    /// Library name → (library stamp, its functions in the library's order: `Callable::index`;
+    /// `None` for a name the library's code did not register here).
+    pub libraries: HashMap<String, (u64, Vec<Option<Function>>), foldhash::fast::RandomState>,
     /// `redis.setresp` of the running script.
     pub resp: Rc<std::cell::Cell<u8>>,
     /// `redis` as a library's code sees it while it loads.
@@ -296,7 +297,7 @@ impl Vm {
             protected,
             watch,
             scripts: HashMap::default(),
-            libraries: HashMap::new(),
+            libraries: HashMap::default(),
             resp,
             load_redis,
             registrations,
