@@ -438,8 +438,9 @@ impl Vm {
         let fresh = self.libraries.get(&library.name).is_some_and(|(stamp, _)| *stamp == library.stamp);
         if !fresh {
             let registered = self.load_library(&library.code)?;
-            // In the library's order, by name: a library's code could register other names
-            // when it runs again (it is Lua), and a name it no longer registers is not found.
+            // In the library's order. Matched by name, not position: the same code registers
+            // the same functions (its loading environment holds nothing that could vary), but
+            // a mismatch then reads "Function not found", never runs another function.
             let functions = library.functions.iter().map(|info| registered.iter().find(|(r, _)| r.name == info.name).map(|(_, f)| f.clone())).collect();
             self.libraries.insert(library.name.clone(), (library.stamp, functions));
         }
