@@ -21,6 +21,7 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 
 use super::ctx::Ctx;
+use super::hashed::{HashedKey, KeyLike};
 use super::effect::Effect;
 use super::entry::{Collection, Field, ListValue};
 use super::zset::SortedSet;
@@ -95,17 +96,19 @@ impl Elements for SortedSet {
 impl<'a> Ctx<'a> {
     /// Edits the `T` at `key` if the key exists (`Ok(None)` if not; WRONGTYPE for another
     /// type). `f` gets the value and the write's version; whatever it changed is recorded.
-    pub fn edit<T: Editable, R>(&mut self, key: &[u8], f: impl FnOnce(&mut T, Version) -> R) -> Result<Option<R>, CmdError> {
+    pub fn edit<T: Editable, R>(&mut self, key: &(impl KeyLike + ?Sized), f: impl FnOnce(&mut T, Version) -> R) -> Result<Option<R>, CmdError> {
         let now = self.now_ms;
         let (db, store) = (self.db, self.store);
-        let Some(mut entry) = self.entry_mut_in(db, key) else {
+        // Hashed once for the lookup and `finish`'s.
+        let key = key.hashed();
+        let Some(mut entry) = self.entry_mut_in(db, &key) else {
             return Ok(None);
         };
         let version = store.stamp_at(now, Some(entry.last_write()));
         let value = T::of(&mut entry.value).ok_or(CmdError::WrongType)?;
         value.name_changes(store.replicating());
         let result = f(value, version);
-        self.finish(db, key, version, &[]);
+        self.finish(db, &key, version, &[]);
         Ok(Some(result))
     }
 
@@ -113,30 +116,33 @@ impl<'a> Ctx<'a> {
     /// merging this write would build it (from the key's ghost: older writes stay dead,
     /// removed elements keep their tombstones) and stored only if `f` put something in it.
     pub fn edit_or_create<T: Editable, R>(&mut self, key: &[u8], f: impl FnOnce(&mut T, Version) -> R) -> Result<R, CmdError> {
-        match self.kind(key) {
+        // Hashed once for its three lookups (`kind`, `edit`'s, `finish`'s), or a new key's
+        // stamp and insertion: a collection write hashed its key three times and more.
+        let hashed = HashedKey::new(key);
+        match self.kind(&hashed) {
             Some(kind) if kind == T::KIND => {
-                let edited = self.edit(key, f)?;
+                let edited = self.edit(&hashed, f)?;
                 return edited.ok_or(CmdError::WrongType);
             }
             Some(_) => return Err(CmdError::WrongType),
             None => {}
         }
         let db = self.db;
-        let version = self.stamp_unseen(db, key);
+        let version = self.stamp_unseen(db, &hashed);
         let mut fresh = T::default();
         let flushed = self.store.db(db).flushed.get();
         // Everything older than the ghost, and than the database's last flush, is dead to it.
-        let cleared = Ghost::revive(self.parts(db, key).1.tombstones.get(key), T::KIND, &mut fresh).max(flushed);
+        let cleared = Ghost::revive(self.parts(db, &hashed).1.tombstones.get(key), T::KIND, &mut fresh).max(flushed);
         fresh.set_cleared(cleared);
         fresh.name_changes(self.store.replicating());
         let result = f(&mut fresh, version);
         if fresh.changed() {
-            let (dbref, shard) = self.parts(db, key);
+            let (dbref, shard) = self.parts(db, &hashed);
             shard.tombstones.remove(key);
-            shard.insert(dbref, key, super::Entry::new(fresh.into_value(), version));
+            shard.insert(dbref, &hashed, super::Entry::new(fresh.into_value(), version));
             shard.adopt_orphan_expiry(dbref, key, cleared);
             self.notify_in(db, crate::notify::class::NEW, "new", key);
-            self.finish(db, key, version, &[]);
+            self.finish(db, &hashed, version, &[]);
         }
         Ok(result)
     }
@@ -148,9 +154,10 @@ impl<'a> Ctx<'a> {
         let now = self.now_ms;
         let (db, store) = (self.db, self.store);
         let replicating = store.replicating();
-        let Some(mut entry) = self.entry_mut_in(db, key) else {
+        let hashed = HashedKey::new(key);
+        let Some(mut entry) = self.entry_mut_in(db, &hashed) else {
             if replicating {
-                let version = self.stamp_unseen(db, key);
+                let version = self.stamp_unseen(db, &hashed);
                 let op = Effect::tombstones(db, key, T::KIND, names, version);
                 self.apply_unseen(db, key, op);
             }
@@ -169,7 +176,7 @@ impl<'a> Ctx<'a> {
                 unseen.push(Bytes::copy_from_slice(name));
             }
         }
-        self.finish(db, key, version, &unseen);
+        self.finish(db, &hashed, version, &unseen);
         Ok(removed)
     }
 
@@ -182,21 +189,22 @@ impl<'a> Ctx<'a> {
     pub fn delete_in(&mut self, db: usize, key: &[u8]) -> bool {
         let now = self.now_ms;
         let store = self.store;
-        let Some(stored) = self.get_ref_in(db, key).map(super::EntryRef::last_write) else {
+        let hashed = HashedKey::new(key);
+        let Some(stored) = self.get_ref_in(db, &hashed).map(super::EntryRef::last_write) else {
             if store.replicating() {
-                let version = self.stamp_unseen(db, key);
+                let version = self.stamp_unseen(db, &hashed);
                 self.apply_unseen(db, key, Effect::delete(db, key, version));
             }
             return false;
         };
-        let (dbref, shard) = self.parts(db, key);
-        shard.remove(dbref, key);
+        let (dbref, shard) = self.parts(db, &hashed);
+        shard.remove(dbref, &hashed);
         shard.touch(key);
         self.modified.note(store, key);
         store.stats.dirty.incr();
         if store.replicating() {
             let version = store.stamp_at(now, Some(stored));
-            let (_, shard) = self.parts(db, key);
+            let (_, shard) = self.parts(db, &hashed);
             shard.tombstones.insert(key.into(), Ghost::deleted(version));
             self.push_effect(Effect::delete(db, key, version));
         }
@@ -255,11 +263,12 @@ impl<'a> Ctx<'a> {
 
     /// A version for a write to a key this node holds no live value for: newer than what the
     /// key's ghost and pending expiry register remember and than the database's last flush.
-    pub(super) fn stamp_unseen(&mut self, db: usize, key: &[u8]) -> Version {
+    pub(super) fn stamp_unseen(&mut self, db: usize, key: &(impl KeyLike + ?Sized)) -> Version {
         let now = self.now_ms;
         let store = self.store;
         let flushed = store.db(db).flushed.get();
         let shard = self.parts(db, key).1;
+        let key = key.key_bytes();
         let ghost = shard.tombstones.get(key).map_or(Version::ZERO, Ghost::newest);
         let orphan = shard.orphan_expiry.get(key).map_or(Version::ZERO, |e| e.version);
         store.stamp_at(now, Some(flushed.max(ghost).max(orphan)))
