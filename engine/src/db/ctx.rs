@@ -387,20 +387,21 @@ impl<'a> Ctx<'a> {
         let Some(mut entry) = shard.raw_mut(&hashed) else {
             return;
         };
-        let changed = take_changes(&mut entry.value, version, replicating);
-        let mut names = changed.clone().unwrap_or_default();
+        let changes = take_changes(&mut entry.value, version, replicating);
+        let changed = changes.is_some();
+        let mut names = changes.unwrap_or_default();
         if replicating {
             names.extend(tombstones.iter().filter(|n| add_tombstone(&mut entry.value, n, version)).cloned());
             names.sort_unstable();
             names.dedup();
         }
         let whole = matches!(entry.value, Value::List(_));
-        if changed.is_none() && (names.is_empty() || whole) {
+        if !changed && (names.is_empty() || whole) {
             return;
         }
         entry.set_version(version);
         let op = replicating.then(|| OpBuffer::of_value(db, key, &entry.value, version, &names));
-        if changed.is_some() {
+        if changed {
             if entry.value.is_empty_collection() {
                 // Redis deletes an emptied collection. Replication keeps its field tombstones (a
                 // ghost), so a concurrent field added on another node survives, as per-field LWW
