@@ -96,12 +96,7 @@ fn sadd(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     let added = exec.ctx.edit_or_create(&argv[1], |set: &mut Collection<Version>, v| {
         let mut added = 0;
         for m in &argv[2..] {
-            if replicating {
-                added += set.insert_copied(m, v).is_none() as i64;
-            } else if !set.contains_key(m) {
-                set.insert_copied(m, v);
-                added += 1;
-            }
+            added += if replicating { set.insert_copied(m, v).is_none() } else { set.insert_if_absent(m, v) } as i64;
         }
         added
     })?;

@@ -339,6 +339,18 @@ impl<V> Collection<V> {
         self.live.insert_copied(name, value)
     }
 
+    /// Adds `name` with `value` if the collection does not hold it; returns whether it did.
+    /// A name it holds is left as it is and not noted: no change to replicate or count
+    /// (a standalone `SADD` of a member the set holds writes nothing, as in Redis).
+    pub fn insert_if_absent(&mut self, name: &[u8], value: V) -> bool {
+        let added = self.live.insert_if_absent(name, value);
+        if added {
+            self.removed.remove(name);
+            self.touched.note(name);
+        }
+        added
+    }
+
     pub fn remove(&mut self, name: &[u8]) -> Option<V> {
         let (name, old) = self.live.remove_entry(name)?;
         self.touched.note_owned(name);
@@ -725,6 +737,23 @@ mod tests {
         }
         assert_eq!(map.len(), 2);
         assert!(map.is_small(), "a table of {} buckets (of {buckets}) kept for 2 elements", map.buckets());
+    }
+
+    /// `insert_if_absent` adds a name once, for a table as for a small vector, and a held
+    /// name stays as it was: its value, and no change noted for replication or counting.
+    #[test]
+    fn insert_if_absent_adds_once_and_notes_only_the_add() {
+        let (v1, v2) = (Version { hlc: 1, node: 1 }, Version { hlc: 2, node: 1 });
+        for held in [3, 100] {
+            let mut set: Collection<Version> = (0..held).map(|i| (Bytes::from(format!("m{i}")), v1)).collect();
+            set.take_touched();
+            assert!(!set.insert_if_absent(b"m0", v2), "a held member");
+            assert_eq!(set.get(b"m0"), Some(&v1), "a held member keeps its version");
+            assert!(set.take_touched().is_empty(), "nothing noted for a held member");
+            assert!(set.insert_if_absent(b"new", v2), "a new member");
+            assert_eq!((set.get(b"new"), set.len()), (Some(&v2), held + 1));
+            assert_eq!(set.take_touched(), vec![Bytes::from_static(b"new")]);
+        }
     }
 
     /// A collection as a correct mesh makes them: every element's state is the one its
