@@ -21,9 +21,9 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 
 use super::ctx::Ctx;
-use super::hashed::{HashedKey, KeyLike};
 use super::effect::Effect;
 use super::entry::{Collection, Field, ListValue};
+use super::hashed::{HashedKey, KeyLike};
 use super::zset::SortedSet;
 use super::{Ghost, Kind, Tombstoned, Value, SHARDS_PER_DB};
 use crate::error::CmdError;
