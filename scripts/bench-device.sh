@@ -95,7 +95,9 @@ run() {
   BENCH_N="${BENCH_N:-1000000}" BENCH_N_PIPELINED="${BENCH_N_PIPELINED:-2400000}" BENCH_RUNS="${BENCH_RUNS:-3}" \
     timeout 330 scripts/bench-scaling.sh --threads 1 --out "$out/scaling-raw" 2>&1 | tee "$out/scaling.txt" || echo "bench-device: one core each failed"
   # Each run's CSV and CPU figures, as one file (the device tool returns at most eight).
-  tar -czf "$out/scaling-raw.tgz" -C "$out" scaling-raw && rm -rf "$out/scaling-raw"
+  if [[ -d "$out/scaling-raw" ]]; then
+    tar -czf "$out/scaling-raw.tgz" -C "$out" scaling-raw && rm -rf "$out/scaling-raw"
+  fi
   echo "bench-device: one core each took $((SECONDS - t)) s"
   for i in $(seq "${MESH_RUNS:-3}"); do
     t=$SECONDS
