@@ -496,4 +496,31 @@ mod tests {
         assert_eq!(l.find(b"g").map(|c| c.library.name.clone()), Some("old".into()));
         assert_eq!(l.libraries.keys().collect::<Vec<_>>(), ["old"]);
     }
+
+    /// `find` names a function by its library and its place in the library's sorted list,
+    /// case-insensitively; two names of one library that differ only in case (Redis 7.0.15
+    /// registers both) find the first in that order; a replaced library's functions are
+    /// found in the new one, a deleted one's not at all, and no other bytes name a function.
+    #[test]
+    fn find_names_a_function_by_library_and_place() {
+        let mut l = Libraries::default();
+        let code = |names: &str| Bytes::from(format!("#!lua name=lib\n{names}"));
+        let info = |names: &[&str]| names.iter().map(|n| FunctionInfo { name: n.to_string(), description: None, flags: 0 }).collect::<Vec<_>>();
+        l.add("lib".into(), code("zeta\nf\nF\nalpha"), info(&["zeta", "f", "F", "alpha"]), false, v(1)).unwrap();
+        let names = |l: &Libraries, find: &[u8]| l.find(find).map(|c| (c.index, c.info().name.clone()));
+        assert_eq!(names(&l, b"ALPHA"), Some((1, "alpha".into())), "sorted: F, alpha, f, zeta");
+        assert_eq!(names(&l, b"f"), Some((0, "F".into())), "the first of two names differing in case");
+        assert_eq!(names(&l, b"Zeta"), Some((3, "zeta".into())));
+        assert_eq!(names(&l, b"zeta\xff"), None);
+        assert_eq!(names(&l, b"missing"), None);
+
+        let old = l.find(b"zeta").unwrap().library.stamp;
+        l.add("lib".into(), code("zeta\nbeta"), info(&["zeta", "beta"]), true, v(2)).unwrap();
+        let zeta = l.find(b"zeta").unwrap();
+        assert_eq!((zeta.index, zeta.library.stamp != old), (1, true), "found in the replacing library");
+        assert_eq!(names(&l, b"alpha"), None, "a function the replacing library dropped");
+        l.remove("lib");
+        assert_eq!(names(&l, b"zeta"), None);
+        assert!(l.functions.is_empty());
+    }
 }
