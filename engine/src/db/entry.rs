@@ -607,7 +607,7 @@ impl Value {
 
     /// Whether the value is a collection (`prefetch_items` has something to load).
     pub fn is_collection(&self) -> bool {
-        matches!(self, Value::Hash(_) | Value::Set(_) | Value::ZSet(_) | Value::List(_))
+        self.kind() != Kind::String
     }
 
     /// Starts loading what a lookup or an insert of the element `name` reads in a hash or a

@@ -212,11 +212,11 @@ impl KeyTable {
         }
     }
 
-    /// Starts loading the bytes of `key`'s string value, once its node is in the cache
-    /// (`prefetch`, earlier). A hint only. Inlined into `Store::prefetch`'s pass: left a
-    /// call, it cost a `SET` ~20 instructions (callgrind).
-    /// Returns whether the value is a collection, whose first elements `prefetch_items` can
-    /// load once this has loaded its header.
+    /// Starts loading the first lines of `key`'s value (`Value::prefetch`: a string's bytes, a
+    /// counter, a collection's header), once its node is in the cache (`prefetch`, earlier).
+    /// A hint only. Inlined into `Store::prefetch`'s pass: left a call, it cost a `SET` ~20
+    /// instructions (callgrind). Returns whether the value is a collection, whose first
+    /// elements `prefetch_items` can load once this has loaded its header.
     #[inline]
     pub fn prefetch_value(&self, key: TableKey<'_>) -> bool {
         match self.get(key) {
