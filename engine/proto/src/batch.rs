@@ -1,8 +1,9 @@
 //! A mesh batch whose ops stay as they are on the wire (`EncodedBatch` in `keymesh.proto`;
 //! `build.rs` maps that message to this type). An origin keeps its backlog as framed ops, back
 //! to back (the engine's `repl::log`), so a live batch is one slice of it: nothing is copied,
-//! counted or encoded per op per subscriber, and the stream writes the slice with one copy. A
-//! link reads the ops as slices of the received frame (`codec::decode_batch`).
+//! counted or encoded per op per subscriber, and the stream hands the slice to h2 as it is
+//! (`codec::frame_origin_message`). A link reads the ops as slices of the received frame
+//! (`codec::decode_batch`).
 //!
 //! The bytes on the wire are those of a `Batch` of ops: `first_seq` (field 1), every op as an
 //! element of the repeated field 2 (its tag, its length, its `Op` encoding), then `hlc` (field

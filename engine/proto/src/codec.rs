@@ -14,12 +14,14 @@
 //! `EncodedBatch`'s own field-by-field decoding).
 //!
 //! Sending, tonic writes each message into its buffer, which grew (a copy each time) while a
-//! batch of tens of KiB went in; `FlatEncoder` reserves the message's length first.
+//! batch of tens of KiB went in; `FlatEncoder` reserves the message's length first. The
+//! origin's side of the mesh stream does not go through an encoder: it frames each message
+//! itself (`frame_origin_message`), a batch's ops as the shared bytes they are.
 
 use std::any::{Any, TypeId};
 use std::marker::PhantomData;
 
-use prost::bytes::{Buf, Bytes};
+use prost::bytes::{Buf, Bytes, BytesMut};
 use prost::Message;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
@@ -97,12 +99,15 @@ impl<U: Message + Default + 'static> Decoder for FlatDecoder<U> {
 }
 
 /// An `OriginMessage` that is one `EncodedBatch` as prost writes it (the batch's fields in
-/// order, `first_seq` and `hlc` absent when zero, nothing else), decoded with its ops as
+/// order, `first_seq` and `hlc` absent when zero, nothing else) or as an origin's stream
+/// frames a large one (`frame_origin_message`: `hlc` before the ops), decoded with its ops as
 /// slices of `whole`; `None` for anything else (another body, fields out of order, repeated
 /// or unknown, a field cut short), which prost then decodes or refuses.
 /// `decode_batch_reads_what_prost_reads` checks it against prost.
 pub fn decode_batch(whole: &Bytes) -> Option<EncodedBatch> {
     const OPS: u64 = OPS_TAG as u64;
+    const FIRST_SEQ: u64 = 1 << 3;
+    const HLC: u64 = 3 << 3;
     let mut r = Reader::new(whole);
     if r.tag()? != 2 << 3 | 2 || r.field_end()? != whole.len() {
         return None;
@@ -111,8 +116,14 @@ pub fn decode_batch(whole: &Bytes) -> Option<EncodedBatch> {
     let mut batch = EncodedBatch::default();
     let mut tag_at = r.at();
     let mut tag = next_tag(&mut r)?;
-    if tag == 1 << 3 {
+    if tag == FIRST_SEQ {
         batch.first_seq = r.varint()?;
+        tag_at = r.at();
+        tag = next_tag(&mut r)?;
+    }
+    let hlc_first = tag == HLC;
+    if hlc_first {
+        batch.hlc = r.varint()?;
         tag_at = r.at();
         tag = next_tag(&mut r)?;
     }
@@ -124,12 +135,70 @@ pub fn decode_batch(whole: &Bytes) -> Option<EncodedBatch> {
         (ops_end, count) = (end, count + 1);
         tag = next_tag(&mut r)?;
     }
-    if tag == 3 << 3 {
+    // A second `hlc` (prost keeps the last) is left to prost.
+    if tag == HLC && !hlc_first {
         batch.hlc = r.varint()?;
         tag = next_tag(&mut r)?;
     }
     batch.ops = FramedOps::framed(whole.slice(ops_start..ops_end), count);
     (tag == 0).then_some(batch)
+}
+
+/// The size of gRPC's prefix before each message on a stream: a compression flag, then the
+/// message's length (4 bytes, big-endian).
+pub const GRPC_PREFIX: usize = 5;
+
+/// A batch with at least this many bytes of ops goes out as two chunks, its head and its ops
+/// (`frame_origin_message`); a smaller one is copied whole into one (h2 copies a chunk under
+/// 256 bytes into its write buffer anyway, and one chunk is one HTTP/2 frame).
+pub const SHARED_OPS_MIN: usize = 1024;
+
+/// One `OriginMessage` framed for the `Subscribe` stream as tonic's encoder frames it (the
+/// gRPC prefix, uncompressed, then the message), in one chunk or, for a batch of at least
+/// `SHARED_OPS_MIN` bytes of ops, two: the head (the prefix, the batch's key and length,
+/// `first_seq` and `hlc`) and the ops, which are the batch's own `Bytes`, not a copy. An
+/// origin's live batch is a slice of its backlog (`FramedOps`); h2 writes a chunk that large
+/// with `writev` from where it lies, so no subscriber's stream copies the ops. Through tonic's
+/// encoder each stream copied every batch into its buffer: one copy of every write per
+/// subscriber (docs/benchmarks.md, "Twenty-ninth pass").
+///
+/// The head carries `hlc` before the ops so that the ops end the message: prost reads the
+/// fields in any order, as every protobuf reader does, and `decode_batch` reads this order on
+/// its fast path too. An error only for a message over gRPC's 4 GiB limit.
+pub fn frame_origin_message(message: &OriginMessage) -> Result<(Bytes, Option<Bytes>), Status> {
+    use prost::bytes::BufMut;
+    use prost::encoding::{encode_varint, encoded_len_varint, uint64};
+
+    let prefix = |out: &mut BytesMut, len: usize| -> Result<(), Status> {
+        let len = u32::try_from(len).map_err(|_| Status::resource_exhausted(format!("a mesh message of {len} bytes is over gRPC's 4 GiB limit")))?;
+        out.put_u8(0);
+        out.put_u32(len);
+        Ok(())
+    };
+    if let Some(Body::Batch(batch)) = &message.body {
+        let ops = batch.ops.as_bytes();
+        if ops.len() >= SHARED_OPS_MIN {
+            let varint = |tag: u32, value: u64| if value == 0 { 0 } else { uint64::encoded_len(tag, &value) };
+            let batch_len = varint(1, batch.first_seq) + varint(3, batch.hlc) + ops.len();
+            let message_len = 1 + encoded_len_varint(batch_len as u64) + batch_len;
+            let mut head = BytesMut::with_capacity(GRPC_PREFIX + message_len - ops.len());
+            prefix(&mut head, message_len)?;
+            head.put_u8(2 << 3 | 2);
+            encode_varint(batch_len as u64, &mut head);
+            if batch.first_seq != 0 {
+                uint64::encode(1, &batch.first_seq, &mut head);
+            }
+            if batch.hlc != 0 {
+                uint64::encode(3, &batch.hlc, &mut head);
+            }
+            return Ok((head.freeze(), Some(ops.clone())));
+        }
+    }
+    let len = message.encoded_len();
+    let mut out = BytesMut::with_capacity(GRPC_PREFIX + len);
+    prefix(&mut out, len)?;
+    message.encode_raw(&mut out);
+    Ok((out.freeze(), None))
 }
 
 #[cfg(test)]
@@ -220,13 +289,21 @@ mod tests {
         /// the fast path either declines or reads what prost reads.
         #[test]
         fn decode_batch_reads_what_prost_reads(batch in batch(), cut in any::<prop::sample::Index>(), extra in prop::collection::vec(any::<u8>(), 0..12), flip in any::<(prop::sample::Index, u8)>(), noise in prop::collection::vec(any::<u8>(), 0..64)) {
-            let wire = OriginMessage { body: Some(Body::Batch(batch)) }.encode_to_vec();
-            let cut_short = wire[..cut.index(wire.len() + 1)].to_vec();
-            let appended = [&wire[..], &extra[..]].concat();
-            let mut changed = wire.clone();
-            let at = flip.0.index(changed.len());
-            changed[at] ^= flip.1.max(1);
-            for bytes in [cut_short, appended, changed, noise] {
+            // As prost writes it, and with `hlc` before the ops (as an origin frames a large batch).
+            let message = OriginMessage { body: Some(Body::Batch(batch)) };
+            let prost_order = message.encode_to_vec();
+            let (head, ops) = frame_origin_message(&message).unwrap();
+            let hlc_first = [&head[GRPC_PREFIX..], ops.as_ref().map_or(&[][..], |ops| &ops[..])].concat();
+            let mut inputs = vec![noise];
+            for wire in [prost_order, hlc_first] {
+                let cut_short = wire[..cut.index(wire.len() + 1)].to_vec();
+                let appended = [&wire[..], &extra[..]].concat();
+                let mut changed = wire.clone();
+                let at = flip.0.index(changed.len());
+                changed[at] ^= flip.1.max(1);
+                inputs.extend([cut_short, appended, changed]);
+            }
+            for bytes in inputs {
                 if let Some(fast) = decode_batch(&Bytes::from(bytes.clone())) {
                     prop_assert_eq!(Some(as_list(&fast)), ListMessage::decode(&bytes[..]).ok().and_then(|m| m.batch), "{:02x?}", bytes);
                     prop_assert_eq!(Some(OriginMessage { body: Some(Body::Batch(fast)) }), prost_decode(&bytes), "{:02x?}", bytes);
@@ -239,6 +316,53 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// A message's chunks, joined: the gRPC prefix checked and taken off.
+    fn unframed(head: &Bytes, ops: Option<&Bytes>) -> Bytes {
+        let whole = [&head[..], ops.map_or(&[][..], |ops| &ops[..])].concat();
+        assert_eq!(whole[0], 0, "not compressed");
+        let len = u32::from_be_bytes(whole[1..GRPC_PREFIX].try_into().unwrap()) as usize;
+        assert_eq!(len, whole.len() - GRPC_PREFIX, "the prefix gives the message's length");
+        Bytes::copy_from_slice(&whole[GRPC_PREFIX..])
+    }
+
+    proptest! {
+        /// An origin's framing of a batch reads back as the batch, through prost and through
+        /// the fast path; a large batch's ops go out as the batch's own bytes, not a copy.
+        #[test]
+        fn a_framed_batch_reads_back_and_shares_its_ops(batch in batch(), filler in 0usize..3) {
+            // Some batches past `SHARED_OPS_MIN`, for the two-chunk form.
+            let ops: Vec<Bytes> = batch.ops.iter().chain((0..filler * 40).map(|i| Bytes::from(vec![i as u8; 100]))).collect();
+            let batch = EncodedBatch { ops: FramedOps::from_ops(ops.iter().map(|op| &op[..])), ..batch };
+            let message = OriginMessage { body: Some(Body::Batch(batch.clone())) };
+            let (head, ops) = frame_origin_message(&message).unwrap();
+            let shared = batch.ops.as_bytes();
+            match &ops {
+                Some(ops) => {
+                    prop_assert!(shared.len() >= SHARED_OPS_MIN);
+                    prop_assert_eq!((ops.as_ptr(), ops.len()), (shared.as_ptr(), shared.len()), "the ops chunk is the batch's bytes");
+                }
+                None => prop_assert!(shared.len() < SHARED_OPS_MIN),
+            }
+            let wire = unframed(&head, ops.as_ref());
+            prop_assert_eq!(prost_decode(&wire), Some(message.clone()));
+            prop_assert_eq!(ListMessage::decode(&wire[..]).ok().and_then(|m| m.batch), Some(as_list(&batch)));
+            prop_assert_eq!(decode_batch(&wire), Some(batch), "the fast path reads it");
+        }
+    }
+
+    /// Other messages are framed as tonic's encoder frames them: the prefix, then prost's bytes.
+    #[test]
+    fn other_messages_are_framed_as_prost_writes_them() {
+        let heartbeat = OriginMessage { body: Some(Body::Heartbeat(crate::Heartbeat { last_seq: 5, hlc: 9, wall_ms: 3, ack_now: true })) };
+        let welcome =
+            OriginMessage { body: Some(Body::Welcome(crate::Welcome { run_id: "r".into(), node_name: "n".into(), start_seq: 7, ..Default::default() })) };
+        for message in [heartbeat, welcome, OriginMessage::default()] {
+            let (head, ops) = frame_origin_message(&message).unwrap();
+            assert!(ops.is_none());
+            assert_eq!(unframed(&head, None), Bytes::from(message.encode_to_vec()));
         }
     }
 

@@ -222,7 +222,7 @@ impl Mesh {
     }
 
     /// The gRPC `Mesh` service peers subscribe to.
-    pub fn origin_service(self: &Arc<Self>) -> pb::mesh_server::MeshServer<origin::OriginService> {
+    pub fn origin_service(self: &Arc<Self>) -> origin::MeshService {
         origin::service(self.clone())
     }
 

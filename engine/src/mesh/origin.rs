@@ -15,23 +15,31 @@
 //!
 //! The backlog holds each write's op already encoded and framed (`repl::log`): a live batch is
 //! one slice of those shared bytes (`EncodedBatch`, the same bytes on the wire as a `Batch` of
-//! ops), so nothing is converted or encoded per subscriber. The snapshot scan yields
-//! `Effect`s, encoded here (`repl::wire::OpBuffer`) as they go into a batch.
+//! ops), so nothing is converted or encoded per subscriber, and the response body
+//! (`OriginBody`) hands those bytes to h2 as they are: no subscriber's stream copies them.
+//! The snapshot scan yields `Effect`s, encoded here (`repl::wire::OpBuffer`) as they go into a
+//! batch.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use http_body::Frame;
 use keymesh_proto as pb;
-use keymesh_proto::mesh_server::MeshServer;
+use keymesh_proto::codec::{frame_origin_message, FlatCodec};
 use keymesh_proto::origin_message::Body;
 use parking_lot::Mutex;
 use prost::Message;
 use tokio::sync::{mpsc, Notify};
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Request, Response, Status, Streaming};
+use tonic::codec::Codec;
+use tonic::codegen::{http, BoxFuture, Service};
+use tonic::server::NamedService;
+use tonic::{Request, Status, Streaming};
 use tracing::{debug, info};
 
 use super::Mesh;
@@ -98,8 +106,119 @@ impl SubscriberInfo {
     }
 }
 
-pub fn service(mesh: Arc<Mesh>) -> MeshServer<OriginService> {
-    MeshServer::new(OriginService { mesh }).max_decoding_message_size(4 << 20)
+/// The `Mesh` gRPC service: `Subscribe`, served by hand rather than by tonic's generated
+/// `MeshServer`, whose encoder copied every message into each stream's buffer (see
+/// `OriginBody`). The request side is tonic's: its `Streaming` decodes the subscriber's
+/// messages, with `FlatCodec`'s decoder as the generated server used.
+#[derive(Clone)]
+pub struct MeshService {
+    origin: Arc<OriginService>,
+}
+
+pub fn service(mesh: Arc<Mesh>) -> MeshService {
+    MeshService { origin: Arc::new(OriginService { mesh }) }
+}
+
+/// The one method's path.
+const SUBSCRIBE: &str = "/keymesh.v1.Mesh/Subscribe";
+/// The largest message a subscriber may send (its Hello and Acks are a few dozen bytes).
+const MAX_DECODING_MESSAGE: usize = 4 << 20;
+
+impl NamedService for MeshService {
+    const NAME: &'static str = pb::mesh_server::SERVICE_NAME;
+}
+
+impl Service<http::Request<tonic::body::Body>> for MeshService {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Infallible>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let origin = self.origin.clone();
+        Box::pin(async move {
+            if request.uri().path() != SUBSCRIBE {
+                return Ok(Status::unimplemented(format!("no method {} on the mesh service", request.uri().path())).into_http());
+            }
+            // A subscriber never compresses; a compressed message fails in `Streaming` (the
+            // generated server refused the header instead: both end the stream with a status).
+            let decoder = FlatCodec::<pb::OriginMessage, pb::SubscriberMessage>::default().decoder();
+            let request = Request::from_http(request.map(|body| Streaming::new_request(decoder, body, None, Some(MAX_DECODING_MESSAGE))));
+            Ok(match origin.subscribe(request).await {
+                Ok(messages) => {
+                    let mut response = http::Response::new(tonic::body::Body::new(OriginBody::new(messages)));
+                    response.headers_mut().insert(http::header::CONTENT_TYPE, tonic::metadata::GRPC_CONTENT_TYPE);
+                    response
+                }
+                Err(status) => status.into_http(),
+            })
+        })
+    }
+}
+
+/// `Subscribe`'s response body: each message the stream task sends, framed as tonic's encoder
+/// framed it (`keymesh_proto::codec::frame_origin_message`), a large batch's ops as a chunk of
+/// their own that is the backlog's bytes. h2 copies a chunk under 256 bytes into its write
+/// buffer and writes a larger one from where it lies (`writev`), so a batch goes out in one
+/// write, as before, without the copy per subscriber that tonic's encoder made (~285
+/// instructions per replicated SET on an origin with two subscribers: docs/benchmarks.md,
+/// "Twenty-ninth pass"). The stream ends with gRPC's trailers: OK when the task ends it, the
+/// task's status when it fails.
+struct OriginBody {
+    messages: mpsc::Receiver<Result<pb::OriginMessage, Status>>,
+    /// A batch's ops, to follow the head just returned.
+    ops: Option<Bytes>,
+    ended: bool,
+}
+
+impl OriginBody {
+    fn new(messages: mpsc::Receiver<Result<pb::OriginMessage, Status>>) -> OriginBody {
+        OriginBody { messages, ops: None, ended: false }
+    }
+
+    fn trailers(&mut self, status: &Status) -> Frame<Bytes> {
+        self.ended = true;
+        let mut trailers = http::HeaderMap::new();
+        if let Err(unsendable) = status.add_header(&mut trailers) {
+            // Only a message that is no header value; the code still goes out.
+            trailers.clear();
+            let _ = Status::new(status.code(), unsendable.message()).add_header(&mut trailers);
+        }
+        Frame::trailers(trailers)
+    }
+}
+
+impl http_body::Body for OriginBody {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
+        if let Some(ops) = self.ops.take() {
+            return Poll::Ready(Some(Ok(Frame::data(ops))));
+        }
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        let frame = match std::task::ready!(self.messages.poll_recv(cx)) {
+            Some(Ok(message)) => match frame_origin_message(&message) {
+                Ok((head, ops)) => {
+                    self.ops = ops;
+                    Frame::data(head)
+                }
+                Err(status) => self.trailers(&status),
+            },
+            Some(Err(status)) => self.trailers(&status),
+            None => self.trailers(&Status::ok("")),
+        };
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended && self.ops.is_none()
+    }
 }
 
 pub struct OriginService {
@@ -108,13 +227,13 @@ pub struct OriginService {
 
 static NEXT_SUBSCRIBER: AtomicU64 = AtomicU64::new(1);
 
-type OriginStream = ReceiverStream<Result<pb::OriginMessage, Status>>;
+/// What a stream sends its subscriber, in order (`OriginBody` frames it).
+type Outbound = mpsc::Receiver<Result<pb::OriginMessage, Status>>;
 
-#[tonic::async_trait]
-impl pb::mesh_server::Mesh for OriginService {
-    type SubscribeStream = OriginStream;
-
-    async fn subscribe(&self, request: Request<Streaming<pb::SubscriberMessage>>) -> Result<Response<OriginStream>, Status> {
+impl OriginService {
+    /// Checks the subscriber's `Hello` and starts its stream: the messages to send it, or the
+    /// status that refuses it.
+    async fn subscribe(&self, request: Request<Streaming<pb::SubscriberMessage>>) -> Result<Outbound, Status> {
         let peer = super::MeshPeer::of(&request);
         let addr = peer.remote;
         let mut inbound = request.into_inner();
@@ -201,7 +320,7 @@ impl pb::mesh_server::Mesh for OriginService {
             }
             info!(subscriber = %info.node_name, "mesh subscriber disconnected");
         });
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(rx)
     }
 }
 
@@ -348,4 +467,89 @@ async fn send_snapshot(mesh: &Arc<Mesh>, tx: mpsc::Sender<Result<pb::OriginMessa
         pb::SyncDone { keys, bytes }
     });
     scan.await.map_err(|e| Status::internal(format!("snapshot failed: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body::Body as _;
+    use keymesh_proto::codec::SHARED_OPS_MIN;
+    use keymesh_proto::{EncodedBatch, FramedOps};
+
+    fn batch(first_seq: u64, ops: usize) -> pb::OriginMessage {
+        let ops: Vec<Vec<u8>> = (0..ops).map(|i| vec![i as u8; 100]).collect();
+        message(Body::Batch(EncodedBatch { first_seq, ops: FramedOps::from_ops(ops.iter().map(Vec::as_slice)), hlc: 1 << 40 | first_seq }))
+    }
+
+    fn heartbeat() -> pb::OriginMessage {
+        message(Body::Heartbeat(pb::Heartbeat { hlc: 7, last_seq: 3, wall_ms: 9, ack_now: true }))
+    }
+
+    /// A body fed `sent`, then ended by `end` (`None`: the stream task finished).
+    fn body(sent: &[pb::OriginMessage], end: Option<Status>) -> OriginBody {
+        let (tx, rx) = mpsc::channel(sent.len() + 1);
+        for m in sent {
+            tx.try_send(Ok(m.clone())).unwrap();
+        }
+        if let Some(status) = end {
+            tx.try_send(Err(status)).unwrap();
+        }
+        OriginBody::new(rx)
+    }
+
+    /// What tonic's client reads from `body`: the messages, then how the stream ended.
+    async fn read(body: OriginBody) -> (Vec<pb::OriginMessage>, Result<(), Status>) {
+        let decoder = FlatCodec::<pb::SubscriberMessage, pb::OriginMessage>::default().decoder();
+        let mut stream = Streaming::new_response(decoder, body, http::StatusCode::OK, None, None);
+        let mut got = Vec::new();
+        loop {
+            match stream.message().await {
+                Ok(Some(m)) => got.push(m),
+                Ok(None) => {
+                    // A stream ended without trailers (no status) would be an error here.
+                    let trailers = stream.trailers().await.map_err(|s| Status::internal(s.to_string()));
+                    return (got, trailers.map(|_| ()));
+                }
+                Err(status) => return (got, Err(status)),
+            }
+        }
+    }
+
+    /// A subscriber's gRPC client reads every message the stream sends, in order, large and
+    /// small batches alike, then the stream's status: OK when the stream task finished, its
+    /// error otherwise (a subscriber that fell out of the backlog learns why).
+    #[tokio::test]
+    async fn a_subscriber_reads_the_messages_and_how_the_stream_ended() {
+        let sent = vec![batch(1, 40), heartbeat(), batch(41, 2), batch(43, 200), message(Body::SyncDone(pb::SyncDone { keys: 2, bytes: 3 }))];
+        let (got, ended) = read(body(&sent, None)).await;
+        assert_eq!(got, sent);
+        assert!(ended.is_ok(), "{ended:?}");
+
+        let (got, ended) = read(body(&sent[..2], Some(Status::out_of_range("sequence 9 fell out of the backlog")))).await;
+        assert_eq!(got, &sent[..2]);
+        let status = ended.expect_err("the stream's error reaches the subscriber");
+        assert_eq!((status.code(), status.message()), (tonic::Code::OutOfRange, "sequence 9 fell out of the backlog"));
+    }
+
+    /// A large batch's ops go to h2 as the batch's own bytes, after a head of their own; a
+    /// small one in one chunk. The trailers end the body.
+    #[tokio::test]
+    async fn a_large_batch_goes_out_as_its_own_bytes() {
+        let large = batch(1, 40);
+        let Some(Body::Batch(b)) = &large.body else { unreachable!() };
+        let shared = b.ops.as_bytes().clone();
+        assert!(shared.len() >= SHARED_OPS_MIN);
+        let mut body = body(&[large.clone(), batch(41, 2)], None);
+        let mut frames = Vec::new();
+        while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+            frames.push(frame.unwrap());
+        }
+        assert!(body.is_end_stream());
+        assert_eq!(frames.len(), 4, "head and ops, the small batch, the trailers");
+        let ops = frames[1].data_ref().expect("the ops chunk");
+        assert_eq!((ops.as_ptr(), ops.len()), (shared.as_ptr(), shared.len()), "not a copy");
+        assert!(frames[0].data_ref().is_some_and(|head| head.len() < 32));
+        assert!(frames[2].data_ref().is_some_and(|small| small.len() < SHARED_OPS_MIN + 32));
+        assert_eq!(frames[3].trailers_ref().and_then(|t| t.get("grpc-status")).map(|v| v.as_bytes()), Some(&b"0"[..]));
+    }
 }

@@ -5,12 +5,12 @@
 //! Each op is encoded once, by the write that makes it (`repl::wire::OpBuffer`, outside the
 //! backlog's lock), already framed as an element of a batch's `ops` field. The backlog keeps
 //! the frames back to back, as the wire carries them: a subscriber's live batch is one slice
-//! of them (`FramedOps`, a `Bytes` handle: no copy, and no work per op per subscriber; the
-//! stream's encoder copies the slice once). Appends go into an open buffer; a read freezes
-//! what was appended so far into a chunk (`Bytes`) that every subscriber's slices share. An
-//! op costs its frame plus `ENTRY_OVERHEAD` (where it ends). The memory held can exceed the
-//! bytes accounted by the chunk the oldest held op is in (a chunk is freed when no op of it is
-//! held and no stream still sends it).
+//! of them (`FramedOps`, a `Bytes` handle: no copy, and no work per op per subscriber; h2
+//! writes the slice from where it lies: `mesh::origin::OriginBody`). Appends go into an open
+//! buffer; a read freezes what was appended so far into a chunk (`Bytes`) that every
+//! subscriber's slices share. An op costs its frame plus `ENTRY_OVERHEAD` (where it ends).
+//! The memory held can exceed the bytes accounted by the chunk the oldest held op is in (a
+//! chunk is freed when no op of it is held and no stream still sends it).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
