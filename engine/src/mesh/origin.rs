@@ -119,8 +119,6 @@ pub fn service(mesh: Arc<Mesh>) -> MeshService {
     MeshService { origin: Arc::new(OriginService { mesh }) }
 }
 
-/// The one method's path.
-const SUBSCRIBE: &str = "/keymesh.v1.Mesh/Subscribe";
 /// The largest message a subscriber may send (its Hello and Acks are a few dozen bytes).
 const MAX_DECODING_MESSAGE: usize = 4 << 20;
 
@@ -140,7 +138,9 @@ impl Service<http::Request<tonic::body::Body>> for MeshService {
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
         let origin = self.origin.clone();
         Box::pin(async move {
-            if request.uri().path() != SUBSCRIBE {
+            // The service's one method: `/{SERVICE_NAME}/Subscribe`.
+            let method = request.uri().path().strip_prefix('/').and_then(|p| p.strip_prefix(pb::mesh_server::SERVICE_NAME));
+            if method != Some("/Subscribe") {
                 return Ok(Status::unimplemented(format!("no method {} on the mesh service", request.uri().path())).into_http());
             }
             // A subscriber never compresses; a compressed message fails in `Streaming` (the
