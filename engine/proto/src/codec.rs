@@ -98,6 +98,9 @@ impl<U: Message + Default + 'static> Decoder for FlatDecoder<U> {
     }
 }
 
+/// The key of `OriginMessage.batch` (field 2, length-delimited).
+const BATCH_TAG: u8 = 2 << 3 | 2;
+
 /// An `OriginMessage` that is one `EncodedBatch` as prost writes it (the batch's fields in
 /// order, `first_seq` and `hlc` absent when zero, nothing else) or as an origin's stream
 /// frames a large one (`frame_origin_message`: `hlc` before the ops), decoded with its ops as
@@ -109,7 +112,7 @@ pub fn decode_batch(whole: &Bytes) -> Option<EncodedBatch> {
     const FIRST_SEQ: u64 = 1 << 3;
     const HLC: u64 = 3 << 3;
     let mut r = Reader::new(whole);
-    if r.tag()? != 2 << 3 | 2 || r.field_end()? != whole.len() {
+    if r.tag()? != u64::from(BATCH_TAG) || r.field_end()? != whole.len() {
         return None;
     }
     let next_tag = |r: &mut Reader<'_>| if r.at() < whole.len() { r.tag() } else { Some(0) };
@@ -183,7 +186,7 @@ pub fn frame_origin_message(message: &OriginMessage) -> Result<(Bytes, Option<By
             let message_len = 1 + encoded_len_varint(batch_len as u64) + batch_len;
             let mut head = BytesMut::with_capacity(GRPC_PREFIX + message_len - ops.len());
             prefix(&mut head, message_len)?;
-            head.put_u8(2 << 3 | 2);
+            head.put_u8(BATCH_TAG);
             encode_varint(batch_len as u64, &mut head);
             if batch.first_seq != 0 {
                 uint64::encode(1, &batch.first_seq, &mut head);
