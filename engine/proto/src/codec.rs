@@ -181,8 +181,8 @@ pub fn frame_origin_message(message: &OriginMessage) -> Result<(Bytes, Option<By
     if let Some(Body::Batch(batch)) = &message.body {
         let ops = batch.ops.as_bytes();
         if ops.len() >= SHARED_OPS_MIN {
-            let varint = |tag: u32, value: u64| if value == 0 { 0 } else { uint64::encoded_len(tag, &value) };
-            let batch_len = varint(1, batch.first_seq) + varint(3, batch.hlc) + ops.len();
+            // The same fields as prost writes, in another order: the same length.
+            let batch_len = batch.encoded_len();
             let message_len = 1 + encoded_len_varint(batch_len as u64) + batch_len;
             let mut head = BytesMut::with_capacity(GRPC_PREFIX + message_len - ops.len());
             prefix(&mut head, message_len)?;

@@ -112,11 +112,11 @@ impl SubscriberInfo {
 /// messages, with `FlatCodec`'s decoder as the generated server used.
 #[derive(Clone)]
 pub struct MeshService {
-    origin: Arc<OriginService>,
+    mesh: Arc<Mesh>,
 }
 
 pub fn service(mesh: Arc<Mesh>) -> MeshService {
-    MeshService { origin: Arc::new(OriginService { mesh }) }
+    MeshService { mesh }
 }
 
 /// The largest message a subscriber may send (its Hello and Acks are a few dozen bytes).
@@ -136,7 +136,7 @@ impl Service<http::Request<tonic::body::Body>> for MeshService {
     }
 
     fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
-        let origin = self.origin.clone();
+        let service = self.clone();
         Box::pin(async move {
             // The service's one method: `/{SERVICE_NAME}/Subscribe`.
             let method = request.uri().path().strip_prefix('/').and_then(|p| p.strip_prefix(pb::mesh_server::SERVICE_NAME));
@@ -147,7 +147,7 @@ impl Service<http::Request<tonic::body::Body>> for MeshService {
             // generated server refused the header instead: both end the stream with a status).
             let decoder = FlatCodec::<pb::OriginMessage, pb::SubscriberMessage>::default().decoder();
             let request = Request::from_http(request.map(|body| Streaming::new_request(decoder, body, None, Some(MAX_DECODING_MESSAGE))));
-            Ok(match origin.subscribe(request).await {
+            Ok(match service.subscribe(request).await {
                 Ok(messages) => {
                     let mut response = http::Response::new(tonic::body::Body::new(OriginBody::new(messages)));
                     response.headers_mut().insert(http::header::CONTENT_TYPE, tonic::metadata::GRPC_CONTENT_TYPE);
@@ -168,14 +168,14 @@ impl Service<http::Request<tonic::body::Body>> for MeshService {
 /// "Twenty-ninth pass"). The stream ends with gRPC's trailers: OK when the task ends it, the
 /// task's status when it fails.
 struct OriginBody {
-    messages: mpsc::Receiver<Result<pb::OriginMessage, Status>>,
+    messages: Outbound,
     /// A batch's ops, to follow the head just returned.
     ops: Option<Bytes>,
     ended: bool,
 }
 
 impl OriginBody {
-    fn new(messages: mpsc::Receiver<Result<pb::OriginMessage, Status>>) -> OriginBody {
+    fn new(messages: Outbound) -> OriginBody {
         OriginBody { messages, ops: None, ended: false }
     }
 
@@ -221,16 +221,12 @@ impl http_body::Body for OriginBody {
     }
 }
 
-pub struct OriginService {
-    mesh: Arc<Mesh>,
-}
-
 static NEXT_SUBSCRIBER: AtomicU64 = AtomicU64::new(1);
 
 /// What a stream sends its subscriber, in order (`OriginBody` frames it).
 type Outbound = mpsc::Receiver<Result<pb::OriginMessage, Status>>;
 
-impl OriginService {
+impl MeshService {
     /// Checks the subscriber's `Hello` and starts its stream: the messages to send it, or the
     /// status that refuses it.
     async fn subscribe(&self, request: Request<Streaming<pb::SubscriberMessage>>) -> Result<Outbound, Status> {
