@@ -35,10 +35,12 @@ impl<'a> Reader<'a> {
         self.varint().filter(|&t| t != 0)
     }
 
-    /// A varint, as prost reads it. Tags, lengths and the database take one or two bytes, read
-    /// here inline; a longer one (an HLC takes nine bytes, a node id up to five) in `long_varint`,
+    /// A varint, as prost reads it. Tags, lengths and the database take one or two bytes; a
+    /// longer one (an HLC takes nine bytes, a node id up to five) is read by `long_varint`,
     /// eight bytes at a time: a loop over their bytes cost ~140 and ~85 instructions
-    /// (callgrind, docs/benchmarks.md, "Sixth pass").
+    /// (callgrind, docs/benchmarks.md, "Sixth pass"). All of it inline, in the engine's
+    /// decoder too: as calls, `long_varint` and `varint_from` cost ~90 instructions more per
+    /// string op merged (saving and restoring registers, returning through memory).
     #[inline(always)]
     pub fn varint(&mut self) -> Option<u64> {
         let &first = self.buf.get(self.at)?;
@@ -54,7 +56,7 @@ impl<'a> Reader<'a> {
         self.long_varint()
     }
 
-    #[inline(never)]
+    #[inline(always)]
     fn long_varint(&mut self) -> Option<u64> {
         let rest = &self.buf[self.at..];
         let (value, len) = match rest.split_first_chunk::<8>() {
@@ -103,7 +105,7 @@ impl<'a> Reader<'a> {
 /// seven-bit groups before it are packed by `seven_bit_groups`. `None` when it runs past the
 /// bytes given or past ten bytes, or when its tenth byte carries more than the one bit a
 /// `u64` has left (prost refuses those too).
-#[inline]
+#[inline(always)]
 fn varint_from(word: u64, after: &[u8]) -> Option<(u64, usize)> {
     let ends = !word & 0x8080_8080_8080_8080;
     if ends != 0 {
@@ -122,7 +124,7 @@ fn varint_from(word: u64, after: &[u8]) -> Option<(u64, usize)> {
 
 /// The low seven bits of each of `word`'s eight bytes, packed (byte `i`'s at bit `7 * i`):
 /// neighbours joined in pairs, then pairs of pairs, then the two halves.
-#[inline]
+#[inline(always)]
 fn seven_bit_groups(word: u64) -> u64 {
     let x = word & 0x7f7f_7f7f_7f7f_7f7f;
     let x = (x & 0x007f_007f_007f_007f) | (x & 0x7f00_7f00_7f00_7f00) >> 1;

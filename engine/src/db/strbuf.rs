@@ -9,7 +9,8 @@
 //! says `u32::MAX` and the pointer is a `Box<Box<[u8]>>`.
 //!
 //! One of the four modules allowed `unsafe` (the workspace denies it; the others are
-//! `db::node`, `script::active` and `script::stack`): no safe type stores a slice's length
+//! `db::node`, `script::active` and `script::stack`, and beside them one function,
+//! `repl::wire`'s `StringSetOp::write_framed`): no safe type stores a slice's length
 //! outside its allocation in 12 bytes. Each block says why it is sound; the tests check every
 //! operation against a `Vec` model, and `db::table`'s against a `HashMap`.
 #![allow(unsafe_code)]

@@ -7,7 +7,7 @@
 //! length of the script (`lend`), and the registered callback calls it (`call`).
 //!
 //! The workspace's third module allowed `unsafe` (beside `db::strbuf`, `db::node` and
-//! `script::stack`; the workspace denies it): a borrowed closure's lifetime is erased while it
+//! `script::stack`, and one function of `repl::wire`; the workspace denies it): a borrowed closure's lifetime is erased while it
 //! is lent. The blocks below say why that is sound.
 #![allow(unsafe_code)]
 

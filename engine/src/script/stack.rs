@@ -9,7 +9,7 @@
 //! mlua release may change them, and the build then fails here.
 //!
 //! The workspace's fourth module allowed `unsafe` (beside `db::strbuf`, `db::node` and
-//! `script::active`); each block says why it is sound. What they share: none of the calls
+//! `script::active`, and one function of `repl::wire`); each block says why it is sound. What they share: none of the calls
 //! made here raises a Lua error, which would unwind through these Rust frames outside any
 //! protected call. The tables written are thawed first (a write to a frozen table raises);
 //! a string is pushed only under Luau's limit (`MAX_STRING`); and a failed allocation does
