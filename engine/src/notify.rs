@@ -123,6 +123,7 @@ impl Notifier {
 
     /// Whether an event of `class` is published (one relaxed load: the hot-path check).
     #[inline]
+    #[inline]
     pub fn wants(&self, class: u32) -> bool {
         let flags = self.flags.load(Ordering::Relaxed);
         flags & class != 0 && flags & (class::KEYSPACE | class::KEYEVENT) != 0
@@ -152,11 +153,20 @@ impl Notifier {
         }
     }
 
-    /// Publishes one event at once (background work that holds no lock).
+    /// Publishes one event at once (background work that holds no lock). Inline, the
+    /// publishing apart: a link fires one per merged write, and with notifications off (the
+    /// default) the call cost ~20 instructions of a merge's ~1,900 (callgrind).
+    #[inline]
     pub fn fire(&self, class: u32, name: &'static str, db: usize, key: &[u8]) {
         if self.wants(class) {
-            self.publish([Event { class, name, db, key: Bytes::copy_from_slice(key) }]);
+            self.fire_wanted(class, name, db, key);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn fire_wanted(&self, class: u32, name: &'static str, db: usize, key: &[u8]) {
+        self.publish([Event { class, name, db, key: Bytes::copy_from_slice(key) }]);
     }
 
     /// Publishes what a write merged from a peer did here (`mesh::link::apply_all`): the
@@ -173,6 +183,7 @@ impl Notifier {
 
     /// `merged_write` of a string's write read where it lies in a batch
     /// (`repl::wire::StringSetRef`): the `set` event `merged_events` gives a `StringSet`.
+    #[inline]
     pub fn merged_string_set(&self, db: usize, key: &[u8]) {
         self.fire(class::STRING, MERGED_STRING_SET, db, key);
     }

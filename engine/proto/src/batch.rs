@@ -178,7 +178,7 @@ pub struct Spans<'a> {
 impl Iterator for Spans<'_> {
     type Item = Range<usize>;
 
-    #[inline]
+    #[inline(always)]
     fn next(&mut self) -> Option<Range<usize>> {
         next_span(self.bytes, &mut self.at, &mut self.left)
     }
@@ -192,7 +192,7 @@ impl ExactSizeIterator for Spans<'_> {}
 
 /// The next op's place after the frame at `at`, `left` ops to go. Bytes that are no frame
 /// (only a `FramedOps::framed` built wrongly) end the ops.
-#[inline]
+#[inline(always)]
 fn next_span(bytes: &[u8], at: &mut usize, left: &mut usize) -> Option<Range<usize>> {
     if *left == 0 {
         return None;
