@@ -123,7 +123,6 @@ impl Notifier {
 
     /// Whether an event of `class` is published (one relaxed load: the hot-path check).
     #[inline]
-    #[inline]
     pub fn wants(&self, class: u32) -> bool {
         let flags = self.flags.load(Ordering::Relaxed);
         flags & class != 0 && flags & (class::KEYSPACE | class::KEYEVENT) != 0
