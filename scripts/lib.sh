@@ -1,25 +1,42 @@
 # Shell helpers shared by the scripts; source it, do not run it.
 
 # free_port: prints a loopback port whose +10000 neighbour (an engine's default mesh port) is
-# free too.
+# free too. Both lie below the kernel's ephemeral range (32768-60999 by default), as the Rust
+# tests' ports do (engine/tests/support/mod.rs, `TEST_PORTS`): no outgoing connection can take
+# one between the moment it is chosen and the moment a server binds it (one of ten
+# `bench-mesh.sh` runs once failed so, its mesh port taken by a client's connection). A port a
+# running Rust test holds (its lock file in /tmp/keymesh-test-ports) is skipped, and so is one
+# this script was given already (listed there under the script's PID).
 free_port() {
-  python3 - <<'PY'
-import socket
-for _ in range(200):
-    with socket.socket() as a:
-        a.bind(("127.0.0.1", 0))
-        port = a.getsockname()[1]
-        if port + 10000 > 65535:
-            continue
-        try:
-            with socket.socket() as b:
-                b.bind(("127.0.0.1", port + 10000))
-        except OSError:
-            continue
-    print(port)
-    break
+  python3 - "$$" <<'PY'
+import fcntl, os, random, socket, sys
+
+locks = "/tmp/keymesh-test-ports"
+os.makedirs(locks, exist_ok=True)
+given_path = os.path.join(locks, f"shell-{sys.argv[1]}")
+given = set(open(given_path).read().split()) if os.path.exists(given_path) else set()
+
+def free(port):
+    if str(port) in given:
+        return False
+    try:
+        with open(os.path.join(locks, str(port)), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+    except OSError:
+        return False
+    return True
+
+for _ in range(1000):
+    port = random.randrange(2000, 22000)
+    if free(port) and free(port + 10000):
+        with open(given_path, "a") as f:
+            f.write(f"{port} {port + 10000}\n")
+        print(port)
+        break
 else:
-    raise SystemExit("no free port pair")
+    raise SystemExit("free_port: no free port pair below the ephemeral range")
 PY
 }
 
