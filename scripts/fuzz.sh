@@ -15,8 +15,10 @@
 # (-Zsanitizer) and -Zbuild-std; with `--sanitizer none` it passes rustc nothing but stable
 # codegen flags (-Cpasses=sancov-module and LLVM's coverage options), so no nightly toolchain
 # is needed — and none could be fetched here (rustup's servers are not reachable; crates.io
-# is). Sanitizers are not needed either: the engine forbids `unsafe`, so what a fuzzer can
-# find is a panic, an abort, a hang or unbounded memory, which libFuzzer catches on its own.
+# is). Sanitizers are not needed either: the workspace denies `unsafe` outside the few places
+# Cargo.toml lists, each argued sound and checked against a safe model or prost by its tests,
+# so what a fuzzer can find is a panic, an abort, a hang or unbounded memory, which libFuzzer
+# catches on its own (`mesh_message` also checks the hand-written op encoder against prost).
 # cargo-fuzz itself is installed from crates.io when missing (once per machine, ~35 s here).
 set -euo pipefail
 

@@ -1,8 +1,9 @@
 //! The mesh stream's messages as a peer could send them: arbitrary bytes decoded as the
 //! protobuf messages of both directions (a batch also by `keymesh_proto::codec::decode_batch`,
 //! which must agree with prost), and every effect an origin's batch carries decoded where it
-//! lies (`repl::wire::decode_in`, which must agree with decoding the op alone) and merged into
-//! a replicating keyspace, as a peer link does. Decoding may fail; nothing may panic, and
+//! lies (`repl::wire::decode_in`, which must agree with decoding the op alone), encoded again
+//! by the node's own encoder (`repl::wire::OpBuffer`, which must write prost's bytes: a string's
+//! op is written by hand) and merged into a replicating keyspace, as a peer link does. Decoding may fail; nothing may panic, and
 //! merging the same batch a second time changes nothing (the merge is idempotent).
 //!
 //! Two typed effects of different types for one key at one version (which no correct peer
@@ -50,6 +51,12 @@ fuzz_target!(|data: &[u8]| {
         let in_place = wire::decode_in(batch.ops.as_bytes(), span);
         let as_effect = in_place.as_ref().map(Decoded::to_effect);
         assert_eq!(format!("{as_effect:?}"), format!("{alone:?}"), "decode_in and decode disagree");
+        if let Ok(effect) = as_effect {
+            let mut encoded = wire::OpBuffer::default();
+            encoded.push(effect.clone());
+            let by_prost = pb::Op::from(effect).encode_to_vec();
+            assert_eq!(encoded.into_framed().iter().next().as_deref(), Some(&by_prost[..]), "OpBuffer and prost encode an effect differently");
+        }
         match in_place {
             Ok(op) => ops.push(op),
             Err(WireError::Malformed(_)) => break,
