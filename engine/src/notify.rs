@@ -162,6 +162,7 @@ impl Notifier {
         }
     }
 
+    /// `fire`'s publishing, out of line: taken only with notifications on.
     #[cold]
     #[inline(never)]
     fn fire_wanted(&self, class: u32, name: &'static str, db: usize, key: &[u8]) {

@@ -210,8 +210,8 @@ impl<'a> StringSetOp<'a> {
         const VARINT: u8 = 0; // the protobuf wire types
         const LEN: u8 = 2;
         let len = self.framed_len();
-        // Written into the vector's spare room, not zeroed first (zeroing it cost ~65
-        // instructions per op), with room for `long_varint`'s eight-byte writes past the end.
+        // Written into the vector's spare room, not zeroed first (see above), with room for
+        // `long_varint`'s eight-byte writes past the end.
         out.reserve(len + VARINT_ROOM);
         let start = out.len();
         let mut w = OpWriter { buf: UninitSlice::uninit(&mut out.spare_capacity_mut()[..len + VARINT_ROOM]), at: 0 };
@@ -297,10 +297,10 @@ impl OpWriter<'_> {
     }
 
     /// A varint of three bytes or more (an HLC takes nine, a node id up to five), spread into
-    /// seven-bit groups eight bytes at a time (`spread_seven_bit_groups`): a loop over its
-    /// bytes cost ~70 instructions for an HLC (callgrind). The eight bytes fit, as
-    /// `VARINT_ROOM` leaves room after the op's last field; those past the varint's end are
-    /// overwritten by the fields after it, or left past the op's end.
+    /// seven-bit groups eight bytes at a time (`spread_seven_bit_groups`): a loop over their
+    /// bytes cost ~110 instructions per op for the HLC and the node id (callgrind). The eight
+    /// bytes fit, as `VARINT_ROOM` leaves room after the op's last field; those past the
+    /// varint's end are overwritten by the fields after it, or left past the op's end.
     #[inline(always)]
     fn long_varint(&mut self, value: u64) {
         let n = encoded_len_varint(value);
