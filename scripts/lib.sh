@@ -14,6 +14,13 @@ import fcntl, os, random, socket, sys
 locks = "/tmp/keymesh-test-ports"
 os.makedirs(locks, exist_ok=True)
 given_path = os.path.join(locks, f"shell-{sys.argv[1]}")
+# The lists of scripts that have exited go (a later script could otherwise reuse a PID's list).
+for name in os.listdir(locks):
+    if name.startswith("shell-") and not os.path.exists(f"/proc/{name[6:]}"):
+        try:
+            os.remove(os.path.join(locks, name))
+        except OSError:
+            pass
 given = set(open(given_path).read().split()) if os.path.exists(given_path) else set()
 
 def free(port):
