@@ -89,6 +89,13 @@ impl<'a> Reader<'a> {
         self.at = end;
     }
 
+    /// Moves past the next byte if it is `byte` (a field's one-byte key, where a decoder
+    /// expects one field and no other): `None` otherwise, the cursor unmoved.
+    #[inline(always)]
+    pub fn expect(&mut self, byte: u8) -> Option<()> {
+        (*self.buf.get(self.at)? == byte).then(|| self.at += 1)
+    }
+
     /// A length-delimited field's bytes, borrowed (no copy, and no `Bytes` handle with its
     /// reference count: a caller that keeps them slices its `Bytes` with `Bytes::slice_ref`).
     #[inline(always)]

@@ -402,6 +402,9 @@ pub fn decode_in(frame: &Bytes, span: std::ops::Range<usize>) -> Result<Decoded<
 /// the span leaves the cursor past its end, which the last check refuses (reads only move
 /// forward, and never past `whole`).
 fn read_string_set(whole: &Bytes, span: std::ops::Range<usize>) -> Option<StringSetRef<'_>> {
+    if let Some(set) = read_usual_string_set(whole, span.clone()) {
+        return Some(set);
+    }
     let mut r = Reader::starting_at(whole, span.start);
     let mut db = 0;
     let mut key: &[u8] = &[];
@@ -452,6 +455,32 @@ fn read_string_set(whole: &Bytes, span: std::ops::Range<usize>) -> Option<String
         return None;
     }
     Some(StringSetRef { db: db as usize, key, value, version })
+}
+
+/// `read_string_set`'s first try: the one layout `StringSetOp::write_framed` writes for a
+/// write in database 0 with a key, a value and both halves of its version set (every string
+/// write a node stamps there), each field's key one expected byte and the two messages ending
+/// where the op ends. `None` for anything else, which `read_string_set` reads field by field.
+/// The cursor runs over the whole frame, as there: a read that passes the op's end leaves the
+/// cursor past it, which the checks against `span.end` refuse; and the node id, the op's last
+/// field, is read eight bytes at a time from the bytes after it (a cursor over the op alone
+/// read it through a padded copy).
+#[inline(always)]
+fn read_usual_string_set(whole: &[u8], span: std::ops::Range<usize>) -> Option<StringSetRef<'_>> {
+    let mut r = Reader::starting_at(whole, span.start);
+    r.expect(2 << 3 | 2)?;
+    let key = r.slice()?;
+    r.expect(3 << 3 | 2)?;
+    (r.field_end()? == span.end).then_some(())?;
+    r.expect(1 << 3 | 2)?;
+    let value = r.slice()?;
+    r.expect(2 << 3 | 2)?;
+    (r.field_end()? == span.end).then_some(())?;
+    r.expect(1 << 3)?;
+    let hlc = r.varint()?;
+    r.expect(2 << 3)?;
+    let node = u32::try_from(r.varint()?).ok()?;
+    (r.at() == span.end).then_some(StringSetRef { db: 0, key, value, version: Version { hlc, node } })
 }
 
 pub fn version(v: Version) -> Option<pb::Version> {
@@ -774,6 +803,49 @@ mod tests {
         fn decode_reads_arbitrary_bytes_as_prost(bytes in prop::collection::vec(any::<u8>(), 0..64)) {
             let by_prost = format!("{:?}", pb::Op::decode(&bytes[..]).map_err(WireError::Malformed).and_then(Effect::try_from));
             prop_assert_eq!(format!("{:?}", decode(Bytes::from(bytes))), by_prost);
+        }
+    }
+
+    proptest! {
+        /// A string's op with one byte changed, at every position and to several values (a
+        /// key, a length, a varint's byte, a value's byte), decodes as prost decodes it: both
+        /// readers (`read_usual_string_set` first, then field by field) take only what prost
+        /// takes, and read it as prost does.
+        #[test]
+        fn a_string_op_with_a_byte_changed_decodes_as_prost_decodes_it(db in prop_oneof![3 => Just(0usize), 1 => 0..3usize], key in prop::collection::vec(any::<u8>(), 0..4), value in prop::collection::vec(any::<u8>(), 0..20), hlc in prop_oneof![1 => Just(0u64), 3 => any::<u64>()], node in prop_oneof![1 => Just(0u32), 3 => any::<u32>()]) {
+            let e = Effect::new(db, &key, EffectKind::StringSet { value: Bytes::from(value), version: Version { hlc, node } });
+            let encoded = encode(e).to_vec();
+            for at in 0..encoded.len() {
+                let was = encoded[at];
+                for byte in [0, 1, 2, was.wrapping_sub(1), was.wrapping_add(1), 0x7f, 0x80, 0xff] {
+                    let mut changed = encoded.clone();
+                    changed[at] = byte;
+                    let by_prost = format!("{:?}", pb::Op::decode(&changed[..]).map_err(WireError::Malformed).and_then(Effect::try_from));
+                    prop_assert_eq!(format!("{:?}", decode(Bytes::from(changed))), by_prost);
+                }
+            }
+        }
+    }
+
+    /// The layout a node writes for its string writes in database 0 is read by
+    /// `read_usual_string_set`; another database, an empty key or value, or a version without
+    /// an HLC or a node id by `read_string_set`'s field-by-field reader, to the same op.
+    #[test]
+    fn a_usual_string_op_is_read_in_one_go_and_the_others_field_by_field() {
+        for (db, key, value, hlc, node, usual) in [
+            (0, "k", "v", 1, 1, true),
+            (0, "key", "value", u64::MAX, u32::MAX, true),
+            (1, "k", "v", 1, 1, false),
+            (0, "", "v", 1, 1, false),
+            (0, "k", "", 1, 1, false),
+            (0, "k", "v", 0, 1, false),
+            (0, "k", "v", 1, 0, false),
+        ] {
+            let e = Effect::new(db, key.as_bytes(), EffectKind::StringSet { value: Bytes::copy_from_slice(value.as_bytes()), version: Version { hlc, node } });
+            let encoded = encode(e.clone());
+            assert_eq!(read_usual_string_set(&encoded, 0..encoded.len()).is_some(), usual, "{e:?}");
+            let set = read_string_set(&encoded, 0..encoded.len()).expect("a string op");
+            assert_eq!((set.db, set.key, set.value, set.version), (db, key.as_bytes(), value.as_bytes(), Version { hlc, node }));
         }
     }
 
