@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
+use super::field_tombstones::FieldTombstones;
 use super::lattice::{merge_elements, ElementMap, Merge};
 use super::zset::SortedSet;
 use crate::hlc::Version;
@@ -234,14 +235,14 @@ impl std::ops::DerefMut for ListValue {
 #[derive(Debug, Clone)]
 pub struct Collection<V> {
     live: FieldMap<V>,
-    pub removed: FieldMap<Version>,
+    pub removed: FieldTombstones,
     touched: Changes,
     pub cleared: Version,
 }
 
 impl<V> Default for Collection<V> {
     fn default() -> Self {
-        Collection { live: FieldMap::default(), removed: FieldMap::default(), touched: Changes::default(), cleared: Version::ZERO }
+        Collection { live: FieldMap::default(), removed: FieldTombstones::default(), touched: Changes::default(), cleared: Version::ZERO }
     }
 }
 

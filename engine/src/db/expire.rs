@@ -72,11 +72,14 @@ pub const FIELD_TOMBSTONE_PASSES: usize = 8;
 /// walking every key: each pass walks only the shards of one `FIELD_TOMBSTONE_PASSES`-th of the
 /// shard range (`field_pass`, rotated by the caller), so a full walk takes that many passes.
 /// Walking every key every second cost 8% of a 3-node mesh's CPU under a SET load (perf,
-/// issue 16) and held each shard's lock for a walk of its keys.
+/// issue 16) and held each shard's lock for a walk of its keys. While no collection in the
+/// process holds a tombstone (`field_tombstones::any_held`), there is no walk at all.
 pub fn collect_tombstones(store: &Store, now_ms: u64, horizon: crate::hlc::Timestamp, field_pass: usize) -> usize {
     let cap = now_ms.saturating_sub(store.tombstone_gc_ms.load(Ordering::Relaxed));
     let keep = |v: &crate::hlc::Version| v.hlc > horizon && crate::hlc::physical_ms(v.hlc) >= cap;
     let mut dropped = 0;
+    // Read once, before the walk: a tombstone made after this read waits for the next pass.
+    let walk_fields = super::field_tombstones::any_held();
     for db in store.dbs_in_use() {
         for s in 0..SHARDS_PER_DB {
             let mut shard = store.lock_shard(db, s);
@@ -91,7 +94,7 @@ pub fn collect_tombstones(store: &Store, now_ms: u64, horizon: crate::hlc::Times
             if shard.orphan_expiry.capacity() > 4 * shard.orphan_expiry.len().max(8) {
                 shard.orphan_expiry.shrink_to_fit();
             }
-            if s % FIELD_TOMBSTONE_PASSES == field_pass % FIELD_TOMBSTONE_PASSES {
+            if walk_fields && s % FIELD_TOMBSTONE_PASSES == field_pass % FIELD_TOMBSTONE_PASSES {
                 dropped += shard.retain_field_tombstones(&keep);
             }
         }

@@ -173,7 +173,7 @@ impl<V> Tombstoned for super::entry::Collection<V> {
         self.cleared = cleared;
     }
     fn set_removed(&mut self, removed: FieldMap<Version>) {
-        self.removed = removed;
+        self.removed = removed.into();
     }
 }
 
@@ -182,7 +182,7 @@ impl Tombstoned for super::zset::SortedSet {
         self.cleared = cleared;
     }
     fn set_removed(&mut self, removed: FieldMap<Version>) {
-        self.removed = removed;
+        self.removed = removed.into();
     }
 }
 

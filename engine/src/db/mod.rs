@@ -13,6 +13,7 @@ pub mod effect;
 pub mod entry;
 pub mod evict;
 pub mod expire;
+pub mod field_tombstones;
 pub mod fieldmap;
 pub mod flush_point;
 pub mod functions;

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use either::Either;
 
 use super::entry::{shrink_if_sparse, Changes, FieldMap};
+use super::field_tombstones::FieldTombstones;
 use super::fieldmap::{Name, NameArg, SMALL_MAX};
 use super::lattice::{merge_elements, ElementMap, Merge};
 use super::ranked::RankedSet;
@@ -50,7 +51,7 @@ pub struct SortedSet {
     /// set's own part in the allocator's 160-byte class.
     order: Option<Box<RankedSet<(Score, Name)>>>,
     /// Replication: removed members and the version that removed them.
-    pub removed: FieldMap<Version>,
+    pub removed: FieldTombstones,
     /// Replication: the key-level tombstone; older members are dead.
     pub cleared: Version,
     /// Members changed since the last effect was emitted.

@@ -453,3 +453,38 @@ fn concurrent_pfadds_on_three_nodes_all_count_and_a_newer_delete_wins() {
     assert_eq!(observe(&a), observe(&b));
     assert_eq!(count(&a), 1, "{:?}", observe(&a));
 }
+
+/// A member's tombstone inside a live set is kept while a peer may not have seen it, and
+/// collected by the pass that walks its shard once every peer is past it: the collector walks
+/// collections only while one in the process holds a tombstone (`db::field_tombstones`), so
+/// this fails if a merged removal were not counted.
+#[test]
+fn a_members_tombstone_inside_a_live_set_is_collected_once_every_peer_is_past_it() {
+    let s = store();
+    let members =
+        |states: Vec<pb::FieldState>| pb::Op { db: 0, key: b"s".to_vec().into(), effect: Some(pb::op::Effect::Set(pb::SetMembers { members: states })) };
+    // A member with a value is present; without one, removed.
+    let member =
+        |name: &[u8], present: bool, at: Version| pb::FieldState { name: name.to_vec().into(), value: present.then(bytes::Bytes::new), version: version(at) };
+    // Versions of now: the one-day cap (`tombstone-gc-seconds`) keeps them, so only the
+    // horizon (what every peer has merged) decides.
+    let removed_at = s.hlc.now();
+    assert_eq!(apply_op(&s, &members(vec![member(b"kept", true, v(removed_at - 1, 1)), member(b"gone", false, v(removed_at, 1))])), ApplyOutcome::Applied);
+    let tombstones = |s: &Store| {
+        let shard = s.lock_shard(0, s.shard_of(b"s"));
+        match shard.raw(b"s").map(|e| &e.entry().value) {
+            Some(Value::Set(set)) => set.removed.len(),
+            other => panic!("not a set: {}", other.is_some()),
+        }
+    };
+    assert_eq!(tombstones(&s), 1);
+    assert!(crate::db::field_tombstones::any_held());
+    let now = s.hlc.wall_ms();
+    let passes = crate::db::expire::FIELD_TOMBSTONE_PASSES;
+    let collected_below = |horizon: u64| (0..passes).map(|pass| crate::db::expire::collect_tombstones(&s, now, horizon, pass)).sum::<usize>();
+    assert_eq!(collected_below(removed_at - 1), 0, "a peer may not have seen the removal");
+    assert_eq!(tombstones(&s), 1);
+    assert_eq!(collected_below(removed_at), 1, "every peer is past it");
+    assert_eq!(tombstones(&s), 0);
+    assert!(observe(&s)[&(0, b"s".to_vec())].contains("kept"));
+}

@@ -70,9 +70,9 @@ impl FieldsOp<'_> {
 
 fn restore_removed(value: &mut Value, removed: crate::db::entry::FieldMap<Version>) {
     match value {
-        Value::Hash(h) => h.removed = removed,
-        Value::Set(s) => s.removed = removed,
-        Value::ZSet(z) => z.removed = removed,
+        Value::Hash(h) => h.removed = removed.into(),
+        Value::Set(s) => s.removed = removed.into(),
+        Value::ZSet(z) => z.removed = removed.into(),
         _ => {}
     }
 }
