@@ -88,10 +88,8 @@ impl<U: Message + Default + 'static> Decoder for FlatDecoder<U> {
         let whole = buf.copy_to_bytes(buf.remaining());
         // `U` is known when this is compiled: only the mesh stream's decoder has this branch.
         if TypeId::of::<U>() == TypeId::of::<OriginMessage>() {
-            if let Some(batch) = decode_batch(&whole) {
-                let mut message = Some(OriginMessage { body: Some(Body::Batch(batch)) });
-                return Ok((&mut message as &mut dyn Any).downcast_mut::<Option<U>>().and_then(Option::take));
-            }
+            let mut message = Some(decode_origin_message(vec![whole])?);
+            return Ok((&mut message as &mut dyn Any).downcast_mut::<Option<U>>().and_then(Option::take));
         }
         // As tonic_prost's decoder maps it: a message that does not parse is INTERNAL.
         U::decode(whole).map(Some).map_err(|e| Status::internal(e.to_string()))
@@ -145,6 +143,65 @@ pub fn decode_batch(whole: &Bytes) -> Option<EncodedBatch> {
     }
     batch.ops = FramedOps::framed(whole.slice(ops_start..ops_end), count);
     (tag == 0).then_some(batch)
+}
+
+/// An `OriginMessage` received as the pieces of the chunks it arrived in
+/// (`deframe::Deframer`): a batch whose head and ops came as two pieces, as an origin sends a
+/// large one (`frame_origin_message`), keeps the second piece as its ops without a copy
+/// (`decode_split_batch`); any other message is read from one piece, or from a copy of its
+/// pieces joined, as `FlatDecoder` reads a message.
+pub fn decode_origin_message(pieces: Vec<Bytes>) -> Result<OriginMessage, Status> {
+    if let [head, ops] = &pieces[..] {
+        if let Some(batch) = decode_split_batch(head, ops) {
+            return Ok(OriginMessage { body: Some(Body::Batch(batch)) });
+        }
+    }
+    let whole = crate::deframe::joined(pieces);
+    if let Some(batch) = decode_batch(&whole) {
+        return Ok(OriginMessage { body: Some(Body::Batch(batch)) });
+    }
+    // As tonic_prost's decoder maps it: a message that does not parse is INTERNAL.
+    OriginMessage::decode(whole).map_err(|e| Status::internal(e.to_string()))
+}
+
+/// A batch whose message is `head` followed by `ops`, where `head` holds the batch's key and
+/// length and its `first_seq` and `hlc` (each absent when zero) and nothing else, and `ops` is
+/// nothing but whole elements of the batch's `ops` field: the batch with `ops` as its ops, not
+/// a copy. `None` for any other split, which the caller joins and reads whole.
+/// `a_batch_split_anywhere_decodes_as_prost_decodes_it` checks it against prost.
+pub fn decode_split_batch(head: &Bytes, ops: &Bytes) -> Option<EncodedBatch> {
+    const FIRST_SEQ: u64 = 1 << 3;
+    const HLC: u64 = 3 << 3;
+    let mut r = Reader::new(head);
+    if r.tag()? != u64::from(BATCH_TAG) || usize::try_from(r.varint()?).ok()? != head.len() - r.at() + ops.len() {
+        return None;
+    }
+    let mut batch = EncodedBatch::default();
+    let next_tag = |r: &mut Reader<'_>| if r.at() < head.len() { r.tag() } else { Some(0) };
+    let mut tag = next_tag(&mut r)?;
+    if tag == FIRST_SEQ {
+        batch.first_seq = r.varint()?;
+        tag = next_tag(&mut r)?;
+    }
+    if tag == HLC {
+        batch.hlc = r.varint()?;
+        tag = next_tag(&mut r)?;
+    }
+    if tag != 0 {
+        return None;
+    }
+    let mut r = Reader::new(ops);
+    let mut count = 0;
+    while r.at() < ops.len() {
+        if r.tag()? != u64::from(OPS_TAG) {
+            return None;
+        }
+        let end = r.field_end()?;
+        r.skip_to(end);
+        count += 1;
+    }
+    batch.ops = FramedOps::framed(ops.clone(), count);
+    Some(batch)
 }
 
 /// The size of gRPC's prefix before each message on a stream: a compression flag, then the
@@ -317,6 +374,56 @@ mod tests {
                     if let Ok(OriginMessage { body: Some(Body::Batch(ours)) }) = OriginMessage::decode(&bytes[..]) {
                         prop_assert_eq!(as_list(&ours), list, "{:02x?}", bytes);
                     }
+                }
+            }
+        }
+    }
+
+    /// `bytes` cut at `cuts` (indexes into it, sorted, deduplicated, empty pieces dropped).
+    fn pieces_of(bytes: &[u8], cuts: &[prop::sample::Index]) -> Vec<Bytes> {
+        let mut at: Vec<usize> = cuts.iter().map(|c| c.index(bytes.len() + 1)).collect();
+        at.extend([0, bytes.len()]);
+        at.sort_unstable();
+        at.dedup();
+        at.windows(2).map(|w| Bytes::copy_from_slice(&bytes[w[0]..w[1]])).filter(|p| !p.is_empty()).collect()
+    }
+
+    proptest! {
+        /// A batch's message received in pieces cut anywhere (as HTTP/2 may deliver it) decodes
+        /// as prost decodes it whole, as prost writes it and as an origin frames it, and with a
+        /// byte changed; cut where an origin cuts it (its head, then its ops), its ops are the
+        /// ops piece itself, not a copy.
+        #[test]
+        fn a_batch_in_pieces_decodes_as_prost_decodes_it_whole(batch in batch(), cuts in prop::collection::vec(any::<prop::sample::Index>(), 1..3), flip in any::<(prop::sample::Index, u8)>()) {
+            let message = OriginMessage { body: Some(Body::Batch(batch)) };
+            let (head, ops) = frame_origin_message(&message).unwrap();
+            let hlc_first = [&head[GRPC_PREFIX..], ops.as_ref().map_or(&[][..], |ops| &ops[..])].concat();
+            for wire in [message.encode_to_vec(), hlc_first] {
+                let mut changed = wire.clone();
+                if !changed.is_empty() {
+                    let at = flip.0.index(changed.len());
+                    changed[at] ^= flip.1.max(1);
+                }
+                for bytes in [wire, changed] {
+                    prop_assert_eq!(decode_origin_message(pieces_of(&bytes, &cuts)).ok(), prost_decode(&bytes), "{:02x?}", bytes);
+                }
+            }
+            if let Some(ops) = ops {
+                let decoded = decode_origin_message(vec![head.slice(GRPC_PREFIX..), ops.clone()]).unwrap();
+                prop_assert_eq!(&decoded, &message);
+                let Some(Body::Batch(batch)) = decoded.body else { panic!("a batch") };
+                prop_assert_eq!(batch.ops.as_bytes().as_ptr(), ops.as_ptr(), "the ops piece itself");
+                // The head's batch length one off either way: read as prost reads the whole.
+                let mut r = Reader::new(&head[GRPC_PREFIX..]);
+                r.tag().unwrap();
+                let (len_at, len) = (GRPC_PREFIX + r.at(), r.varint().unwrap());
+                let after = GRPC_PREFIX + r.at();
+                for wrong in [len + 1, len - 1] {
+                    let mut changed = head[GRPC_PREFIX..len_at].to_vec();
+                    prost::encoding::encode_varint(wrong, &mut changed);
+                    changed.extend_from_slice(&head[after..]);
+                    let whole = [&changed[..], &ops[..]].concat();
+                    prop_assert_eq!(decode_origin_message(vec![Bytes::from(changed), ops.clone()]).ok(), prost_decode(&whole));
                 }
             }
         }

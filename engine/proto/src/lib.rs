@@ -4,6 +4,7 @@
 
 pub mod batch;
 pub mod codec;
+pub mod deframe;
 pub mod reader;
 pub mod size;
 
