@@ -1,10 +1,11 @@
 //! The mesh stream's messages as a peer could send them: arbitrary bytes decoded as the
-//! protobuf messages of both directions (a batch also by `keymesh_proto::codec::decode_batch`,
-//! which must agree with prost), and every effect an origin's batch carries decoded where it
-//! lies (`repl::wire::decode_in`, which must agree with decoding the op alone), encoded again
-//! by the node's own encoder (`repl::wire::OpBuffer`, which must write prost's bytes: a string's
-//! op is written by hand) and merged into a replicating keyspace, as a peer link does. Decoding may fail; nothing may panic, and
-//! merging the same batch a second time changes nothing (the merge is idempotent).
+//! protobuf messages of both directions (a batch also by `keymesh_proto::codec::decode_batch`
+//! and, cut in two pieces, by `decode_origin_message`, which must agree with prost), and every
+//! effect an origin's batch carries decoded where it lies (`repl::wire::decode_in`, which must
+//! agree with decoding the op alone), encoded again by the node's own encoder
+//! (`repl::wire::OpBuffer`, which must write prost's bytes: a string's op is written by hand)
+//! and merged into a replicating keyspace, as a peer link does. Decoding may fail; nothing may
+//! panic, and merging the same batch a second time changes nothing (the merge is idempotent).
 //!
 //! Two typed effects of different types for one key at one version (which no correct peer
 //! sends) are checked like any other batch: the merge orders them by type (`repl::merge`,
@@ -37,6 +38,14 @@ fuzz_target!(|data: &[u8]| {
     if let Some(fast) = pb::codec::decode_batch(&prost::bytes::Bytes::copy_from_slice(data)) {
         let fast = pb::OriginMessage { body: Some(pb::origin_message::Body::Batch(fast)) };
         assert_eq!(decoded.as_ref().ok(), Some(&fast), "decode_batch and prost disagree");
+    }
+    // A link receives a message in the pieces HTTP/2 delivers (`deframe::Deframer`; a large
+    // batch as its head and its ops): cut in two anywhere in its first 32 bytes, where a
+    // batch's head ends, the link's decoder reads what prost reads, or fails as prost does.
+    let whole = prost::bytes::Bytes::copy_from_slice(data);
+    for cut in 1..data.len().min(32) {
+        let pieces = vec![whole.slice(..cut), whole.slice(cut..)];
+        assert_eq!(pb::codec::decode_origin_message(pieces).ok().as_ref(), decoded.as_ref().ok(), "decode_origin_message and prost disagree (cut at {cut})");
     }
     let Ok(message) = decoded else { return };
     let Some(pb::origin_message::Body::Batch(batch)) = message.body else { return };

@@ -24,14 +24,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use keymesh_proto as pb;
-use keymesh_proto::mesh_client::MeshClient;
 use keymesh_proto::origin_message::Body;
 use parking_lot::Mutex;
 use prost::Message;
 use smallvec::SmallVec;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 use tracing::{debug, info, warn};
 
@@ -259,7 +257,7 @@ impl LinkCtx {
         }
     }
 
-    async fn connect(&self) -> Result<MeshClient<Channel>, LinkError> {
+    async fn connect(&self) -> Result<Channel, LinkError> {
         let label = self.peer.label();
         // Resolved at every connect: a restarted pod comes back with a new IP.
         let addrs = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::lookup_host((self.peer.host.as_str(), self.peer.mesh_port)))
@@ -284,7 +282,7 @@ impl LinkCtx {
                 endpoint = endpoint.tls_config(config).map_err(|e| LinkError::Connect(label.clone(), error_chain(&e)))?;
             }
             match endpoint.connect().await {
-                Ok(channel) => return Ok(MeshClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES)),
+                Ok(channel) => return Ok(channel),
                 Err(e) => last = LinkError::Connect(format!("{label} ({addr})"), error_chain(&e)),
             }
         }
@@ -330,13 +328,12 @@ impl LinkCtx {
         let (up, up_rx) = mpsc::channel(8);
         let _ = up.try_send(pb::SubscriberMessage { body: Some(pb::subscriber_message::Body::Hello(hello)) });
         let handshake = async {
-            let mut client = self.connect().await?;
-            let response = client.subscribe(ReceiverStream::new(up_rx)).await.map_err(|status| match status.code() {
+            let mut channel = self.connect().await?;
+            let mut down = super::subscribe::subscribe(&mut channel, up_rx, MAX_MESSAGE_BYTES).await.map_err(|status| match status.code() {
                 tonic::Code::Unauthenticated => LinkError::Auth(status.message().to_string()),
                 tonic::Code::Unavailable | tonic::Code::Unknown => LinkError::Connect(self.peer.label(), status.message().to_string()),
                 _ => LinkError::Refused(status.message().to_string()),
             })?;
-            let mut down = response.into_inner();
             match down.message().await {
                 Ok(Some(pb::OriginMessage { body: Some(Body::Welcome(w)) })) => Ok((down, w)),
                 Ok(_) => Err(LinkError::Protocol("expected Welcome first")),

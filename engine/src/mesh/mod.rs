@@ -21,6 +21,7 @@ pub mod link;
 mod metrics;
 pub mod origin;
 mod peer;
+mod subscribe;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
