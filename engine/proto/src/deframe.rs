@@ -2,7 +2,7 @@
 //! them: a peer's link reads its `Subscribe` stream through this (`mesh::subscribe` in the
 //! engine), not through tonic's `Streaming`, which copies every chunk it receives into one
 //! buffer first (tonic's `decode.rs`: `self.buf.put(data)`), a copy of every replicated write
-//! on every peer (~143 of a peer's ~1,830 instructions per merged SET, callgrind).
+//! on every peer (a peer merging a SET: 1,827 instructions with it, 1,672 without; callgrind).
 //!
 //! A message is returned as the pieces of the chunks it spans: one piece when it lies in one
 //! chunk; a large batch is two, its head and its ops, as the origin sends them

@@ -1,7 +1,7 @@
 //! A link's `Subscribe` call, made on the channel without tonic's generated client, whose
 //! `Streaming` copies every chunk of the response into one buffer before it decodes a message
-//! (tonic's `decode.rs`: `self.buf.put(data)`): on a peer that was a copy of every replicated
-//! write, ~143 of the ~1,830 instructions it spends merging a SET (callgrind,
+//! (tonic's `decode.rs`: `self.buf.put(data)`): on a peer, a copy of every replicated write.
+//! A peer merging a SET spent 1,827 instructions with it and spends 1,672 without (callgrind,
 //! docs/benchmarks.md, "Thirty-first pass"). The response's chunks go to a
 //! `keymesh_proto::deframe::Deframer` instead, and a batch keeps the chunk its ops arrived in
 //! as its ops (`keymesh_proto::codec::decode_origin_message`). The origin's side of the same
