@@ -168,7 +168,7 @@ pub fn decode_origin_message(pieces: Vec<Bytes>) -> Result<OriginMessage, Status
 /// length and its `first_seq` and `hlc` (each absent when zero) and nothing else, and `ops` is
 /// nothing but whole elements of the batch's `ops` field: the batch with `ops` as its ops, not
 /// a copy. `None` for any other split, which the caller joins and reads whole.
-/// `a_batch_split_anywhere_decodes_as_prost_decodes_it` checks it against prost.
+/// `a_batch_in_pieces_decodes_as_prost_decodes_it_whole` checks it against prost.
 pub fn decode_split_batch(head: &Bytes, ops: &Bytes) -> Option<EncodedBatch> {
     const FIRST_SEQ: u64 = 1 << 3;
     const HLC: u64 = 3 << 3;
@@ -190,17 +190,7 @@ pub fn decode_split_batch(head: &Bytes, ops: &Bytes) -> Option<EncodedBatch> {
     if tag != 0 {
         return None;
     }
-    let mut r = Reader::new(ops);
-    let mut count = 0;
-    while r.at() < ops.len() {
-        if r.tag()? != u64::from(OPS_TAG) {
-            return None;
-        }
-        let end = r.field_end()?;
-        r.skip_to(end);
-        count += 1;
-    }
-    batch.ops = FramedOps::framed(ops.clone(), count);
+    batch.ops = FramedOps::parse(ops.clone())?;
     Some(batch)
 }
 
@@ -229,12 +219,6 @@ pub fn frame_origin_message(message: &OriginMessage) -> Result<(Bytes, Option<By
     use prost::bytes::BufMut;
     use prost::encoding::{encode_varint, encoded_len_varint, uint64};
 
-    let prefix = |out: &mut BytesMut, len: usize| -> Result<(), Status> {
-        let len = u32::try_from(len).map_err(|_| Status::resource_exhausted(format!("a mesh message of {len} bytes is over gRPC's 4 GiB limit")))?;
-        out.put_u8(0);
-        out.put_u32(len);
-        Ok(())
-    };
     if let Some(Body::Batch(batch)) = &message.body {
         let ops = batch.ops.as_bytes();
         if ops.len() >= SHARED_OPS_MIN {
@@ -242,7 +226,7 @@ pub fn frame_origin_message(message: &OriginMessage) -> Result<(Bytes, Option<By
             let batch_len = batch.encoded_len();
             let message_len = 1 + encoded_len_varint(batch_len as u64) + batch_len;
             let mut head = BytesMut::with_capacity(GRPC_PREFIX + message_len - ops.len());
-            prefix(&mut head, message_len)?;
+            put_prefix(&mut head, message_len)?;
             head.put_u8(BATCH_TAG);
             encode_varint(batch_len as u64, &mut head);
             if batch.first_seq != 0 {
@@ -254,11 +238,27 @@ pub fn frame_origin_message(message: &OriginMessage) -> Result<(Bytes, Option<By
             return Ok((head.freeze(), Some(ops.clone())));
         }
     }
+    Ok((frame_message(message)?, None))
+}
+
+/// A message framed as tonic's encoder frames one on a stream: gRPC's prefix (uncompressed),
+/// then the message. The mesh's hand-made stream ends use it (`frame_origin_message`, a link's
+/// Hello and Acks); an error only for a message over gRPC's 4 GiB limit.
+pub fn frame_message(message: &impl Message) -> Result<Bytes, Status> {
     let len = message.encoded_len();
     let mut out = BytesMut::with_capacity(GRPC_PREFIX + len);
-    prefix(&mut out, len)?;
+    put_prefix(&mut out, len)?;
     message.encode_raw(&mut out);
-    Ok((out.freeze(), None))
+    Ok(out.freeze())
+}
+
+/// gRPC's prefix for a message of `len` bytes: not compressed, then the length.
+fn put_prefix(out: &mut BytesMut, len: usize) -> Result<(), Status> {
+    use prost::bytes::BufMut;
+    let len = u32::try_from(len).map_err(|_| Status::resource_exhausted(format!("a mesh message of {len} bytes is over gRPC's 4 GiB limit")))?;
+    out.put_u8(0);
+    out.put_u32(len);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -65,8 +65,10 @@ impl Deframer {
         if self.buffered < GRPC_PREFIX + len {
             return Ok(None);
         }
-        self.take(GRPC_PREFIX);
-        Ok(Some(self.take(len)))
+        self.cut(GRPC_PREFIX, drop);
+        let mut pieces = Vec::with_capacity(2);
+        self.cut(len, |piece| pieces.push(piece));
+        Ok(Some(pieces))
     }
 
     /// The first `GRPC_PREFIX` bytes, wherever the chunks split them.
@@ -87,18 +89,17 @@ impl Deframer {
         Some(prefix)
     }
 
-    /// The next `len` bytes (all received) as pieces of the chunks: whole chunks where they
-    /// fit, the last one split (`Bytes::split_to` shares the chunk's memory).
-    fn take(&mut self, mut len: usize) -> Vec<Bytes> {
-        let mut pieces = Vec::with_capacity(2);
+    /// Cuts the next `len` bytes (all received) off the chunks and gives them to `each` as
+    /// pieces: whole chunks where they fit, the last one split (`Bytes::split_to` shares the
+    /// chunk's memory).
+    fn cut(&mut self, mut len: usize, mut each: impl FnMut(Bytes)) {
         while len > 0 {
             let front = self.chunks.front_mut().expect("the bytes asked for were received");
             let piece = if front.len() <= len { self.chunks.pop_front().expect("a front chunk") } else { front.split_to(len) };
             len -= piece.len();
             self.buffered -= piece.len();
-            pieces.push(piece);
+            each(piece);
         }
-        pieces
     }
 }
 

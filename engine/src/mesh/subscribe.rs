@@ -18,9 +18,8 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body as _, Frame};
 use keymesh_proto as pb;
-use keymesh_proto::codec::{decode_origin_message, GRPC_PREFIX};
+use keymesh_proto::codec::{decode_origin_message, frame_message};
 use keymesh_proto::deframe::Deframer;
-use prost::Message;
 use tokio::sync::mpsc;
 use tonic::codegen::{http, Service};
 use tonic::transport::Channel;
@@ -131,16 +130,6 @@ impl http_body::Body for SubscriberBody {
     type Error = Status;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Status>>> {
-        self.up.poll_recv(cx).map(|message| message.map(|m| Ok(Frame::data(framed(&m)))))
+        self.up.poll_recv(cx).map(|message| message.map(|m| frame_message(&m).map(Frame::data)))
     }
-}
-
-/// A message with gRPC's prefix: not compressed, then its length.
-fn framed(message: &pb::SubscriberMessage) -> Bytes {
-    let len = message.encoded_len();
-    let mut out = Vec::with_capacity(GRPC_PREFIX + len);
-    out.push(0);
-    out.extend_from_slice(&u32::try_from(len).expect("a Hello or an Ack is far below 4 GiB").to_be_bytes());
-    message.encode_raw(&mut out);
-    Bytes::from(out)
 }
