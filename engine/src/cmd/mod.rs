@@ -30,7 +30,6 @@ pub mod tracking;
 pub mod zset;
 
 use crate::clock::Stopwatch;
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::LazyLock;
 
@@ -187,10 +186,13 @@ pub struct CommandTable {
     /// Redis 7 counts `client|id`, by the container's index. `stats` keeps what ran under the
     /// container itself: an unknown subcommand.
     pub subs: Vec<Vec<SubStats>>,
-    /// Lower-case name, zero-padded to a fixed width (`NameKey`) → index. foldhash, not
-    /// SipHash: the lookup runs for every command, and the names are ours, not an attacker's
-    /// choice of keys.
-    by_name: HashMap<NameKey, usize, foldhash::fast::FixedState>,
+    /// Command indexes grouped by their names' shape (`name_shape`), the group of shape `s`
+    /// at `by_shape[shape_starts[s]..shape_starts[s + 1]]`: a lookup compares the name with
+    /// the one to four commands of its shape, with no hash and no lowered copy of the name
+    /// (through a hash map of lowered, zero-padded names it was ~170 instructions of every
+    /// request, a `SET` at -P 1 ~5,400 in all; issue 16).
+    by_shape: Vec<u16>,
+    shape_starts: Vec<u16>,
     /// By index: a hash or set command with its key first, whose next argument is (most
     /// often) an element's name: the batch prefetch's hint (`prefetch`).
     pub names_element: Vec<bool>,
@@ -199,20 +201,17 @@ pub struct CommandTable {
 /// The longest command name (`client|...` subcommands are not looked up here).
 const MAX_NAME: usize = 32;
 
-/// A command name lowered into a fixed-width key: hashing and comparing 32 bytes is a few word
-/// operations, cheaper per command than a byte-slice key (a copy, a length and a `memcmp`).
-/// Zero padding alone would let `GET\0` find `get`, so `find` also checks the length.
-type NameKey = [u8; MAX_NAME];
+/// Shapes per name length: six bits of a name's first and last bytes.
+const SHAPES_PER_LENGTH: usize = 64;
 
-fn name_key(name: &[u8]) -> Option<NameKey> {
-    if name.len() > MAX_NAME {
-        return None;
-    }
-    let mut key = [0u8; MAX_NAME];
-    for (k, &b) in key.iter_mut().zip(name) {
-        *k = b.to_ascii_lowercase();
-    }
-    Some(key)
+/// A name's shape, its group in `CommandTable::by_shape`: its length, and its first and last
+/// bytes' low five bits, which are the same for a letter in either case (`S` 0x53, `s` 0x73),
+/// mixed into six bits. Other bytes share shapes with letters; `find`'s comparison tells them
+/// apart.
+fn name_shape(name: &[u8]) -> Option<usize> {
+    let (&first, &last) = (name.first()?, name.last()?);
+    let mixed = usize::from(first & 31) ^ (usize::from(last & 31) << 1);
+    (name.len() <= MAX_NAME).then_some(name.len() * SHAPES_PER_LENGTH + mixed)
 }
 
 /// One subcommand's counters.
@@ -246,7 +245,10 @@ pub static TABLE: LazyLock<CommandTable> = LazyLock::new(|| {
         scripting::COMMANDS,
     ];
     let specs: Vec<&'static CommandSpec> = families.iter().flat_map(|f| f.iter()).collect();
-    let by_name = specs.iter().enumerate().map(|(i, s)| (name_key(s.name.as_bytes()).expect("command names fit MAX_NAME"), i)).collect();
+    let shape_of = |i: usize| name_shape(specs[i].name.as_bytes()).expect("command names fit MAX_NAME");
+    let mut by_shape: Vec<u16> = (0..specs.len()).map(|i| u16::try_from(i).expect("fewer than 65,536 commands")).collect();
+    by_shape.sort_by_key(|&i| shape_of(usize::from(i)));
+    let shape_starts = (0..=(MAX_NAME + 1) * SHAPES_PER_LENGTH).map(|shape| by_shape.partition_point(|&i| shape_of(usize::from(i)) < shape) as u16).collect();
     let stats = specs.iter().map(|_| CommandStats::default()).collect();
     let subs = specs
         .iter()
@@ -256,14 +258,15 @@ pub static TABLE: LazyLock<CommandTable> = LazyLock::new(|| {
         })
         .collect();
     let names_element = specs.iter().map(|spec| matches!((spec.group, spec.keys), ("hash" | "set", Keys::Range(1, ..)))).collect();
-    CommandTable { specs, stats, subs, by_name, names_element }
+    CommandTable { specs, stats, subs, by_shape, shape_starts, names_element }
 });
 
 impl CommandTable {
     /// Looks a command up by name, case-insensitively, without allocating for short names.
     pub fn find(&self, name: &[u8]) -> Option<usize> {
-        let index = *self.by_name.get(&name_key(name)?)?;
-        (self.specs[index].name.len() == name.len()).then_some(index)
+        let shape = name_shape(name)?;
+        let group = &self.by_shape[usize::from(self.shape_starts[shape])..usize::from(self.shape_starts[shape + 1])];
+        group.iter().map(|&i| usize::from(i)).find(|&i| self.specs[i].name.as_bytes().eq_ignore_ascii_case(name))
     }
 
     /// The counters a call of command `index` with `argv` counts in: its subcommand's for a
@@ -613,13 +616,19 @@ mod tests {
         let get = TABLE.find(b"get").expect("GET is a command");
         assert_eq!(TABLE.specs[get].name, "get");
         assert_eq!(TABLE.find(b"GeT"), Some(get));
-        // The key is zero-padded: a name with a NUL after it, or a prefix, is another name.
+        // A name with a NUL after it, or a prefix, is another name; so is one whose first byte
+        // has a letter's low five bits (0x13 and `s` both end in 10011).
         assert_eq!(TABLE.find(b"get\0"), None);
+        assert_eq!(TABLE.find(b"\x13et"), None);
+        assert_eq!(TABLE.find(b"sEt").map(|i| TABLE.specs[i].name), Some("set"));
         assert_eq!(TABLE.find(b"ge"), None);
         assert_eq!(TABLE.find(b""), None);
         assert_eq!(TABLE.find(&[b'a'; 40]), None);
         for spec in &TABLE.specs {
             assert_eq!(TABLE.find(spec.name.to_ascii_uppercase().as_bytes()).map(|i| TABLE.specs[i].name), Some(spec.name));
         }
+        // The buckets stay small, so a lookup compares the name with a few commands at most.
+        let fullest = TABLE.shape_starts.windows(2).map(|w| w[1] - w[0]).max();
+        assert!(fullest.is_some_and(|n| (1..=4).contains(&n)), "{fullest:?}");
     }
 }
