@@ -140,9 +140,9 @@ fn read_length_line(buf: &[u8], start: usize, too_long: ProtocolError) -> Result
 /// Most digits `read_usual_length_line` takes: 18 cannot overflow an `i64`.
 const USUAL_LENGTH_DIGITS: usize = 18;
 
-/// The length line nearly every request's lines are, read byte by byte: a number without a
-/// sign or a leading zero (or a lone `0`) of at most 18 digits, then a CR with a byte after
-/// it. `None` for anything else (a sign, another byte, a longer number, a line not all in
+/// A length line in the form nearly every request's lines take, read byte by byte: a number
+/// without a sign or a leading zero (or a lone `0`) of at most 18 digits, then a CR with a
+/// byte after it. `None` for anything else (a sign, another byte, a longer number, a line not all in
 /// `buf` yet), which `read_length_line_searching` reads instead, so both give the same answer
 /// on every input (`tests::the_usual_length_line_reads_as_the_search_reads_it`). A search for
 /// the CR costs more than reading the two or three digits of a usual line: memchr's setup was
