@@ -88,6 +88,19 @@ struct Conn {
     out: Vec<u8>,
 }
 
+/// An accepted socket's descriptor, with Nagle off as the servers compared set it.
+fn accepted(fd: RawFd) -> std::io::Result<RawFd> {
+    let s = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+    s.set_nodelay(true)?;
+    Ok(s.into_raw_fd())
+}
+
+fn close(conns: &mut [Option<Conn>], i: usize) {
+    if let Some(c) = conns[i].take() {
+        unsafe { libc::close(c.fd) };
+    }
+}
+
 fn uring(port: u16, fixed: bool) -> std::io::Result<()> {
     use io_uring::{opcode, squeue, types, IoUring};
     let listener = TcpListener::bind(("127.0.0.1", port))?;
@@ -115,9 +128,7 @@ fn uring(port: u16, fixed: bool) -> std::io::Result<()> {
             match data & 3 {
                 ACCEPT => {
                     if res >= 0 {
-                        let s = unsafe { std::net::TcpStream::from_raw_fd(res) };
-                        s.set_nodelay(true)?;
-                        let fd = s.into_raw_fd();
+                        let fd = accepted(res)?;
                         let i = conns.len();
                         if fixed {
                             ring.submitter().register_files_update(i as u32, &[fd])?;
@@ -132,9 +143,7 @@ fn uring(port: u16, fixed: bool) -> std::io::Result<()> {
                 RECV => {
                     let i = (data >> 2) as usize;
                     if res <= 0 {
-                        if let Some(c) = conns[i].take() {
-                            unsafe { libc::close(c.fd) };
-                        }
+                        close(&mut conns, i);
                         continue;
                     }
                     let c = conns[i].as_mut().unwrap();
@@ -158,9 +167,7 @@ fn uring(port: u16, fixed: bool) -> std::io::Result<()> {
                 _ => {
                     // A send failed (SKIP_SUCCESS hides the rest): its linked recv is cancelled.
                     let i = (data >> 2) as usize;
-                    if let Some(c) = conns[i].take() {
-                        unsafe { libc::close(c.fd) };
-                    }
+                    close(&mut conns, i);
                 }
             }
         }
@@ -203,9 +210,7 @@ fn uring_multi(port: u16) -> std::io::Result<()> {
             match data & 3 {
                 ACCEPT => {
                     if res >= 0 {
-                        let s = unsafe { std::net::TcpStream::from_raw_fd(res) };
-                        s.set_nodelay(true)?;
-                        let fd = s.into_raw_fd();
+                        let fd = accepted(res)?;
                         let i = conns.len();
                         conns.push(Some(Conn { fd, buf: Vec::new(), out: Vec::with_capacity(BSZ) }));
                         unsafe { ring.submission().push(&recv(fd, i)).unwrap() };
@@ -215,9 +220,7 @@ fn uring_multi(port: u16) -> std::io::Result<()> {
                 RECV => {
                     let i = (data >> 2) as usize;
                     if res == 0 || (res < 0 && res != -libc::ENOBUFS) {
-                        if let Some(c) = conns[i].take() {
-                            unsafe { libc::close(c.fd) };
-                        }
+                        close(&mut conns, i);
                         continue;
                     }
                     let Some(c) = conns[i].as_mut() else { continue };
@@ -243,9 +246,7 @@ fn uring_multi(port: u16) -> std::io::Result<()> {
                 }
                 _ => {
                     let i = (data >> 2) as usize;
-                    if let Some(c) = conns[i].take() {
-                        unsafe { libc::close(c.fd) };
-                    }
+                    close(&mut conns, i);
                 }
             }
         }
