@@ -19,6 +19,8 @@ use tokio::sync::{mpsc, Notify};
 
 use crate::db::{Key, WatchFlag};
 use crate::frame::Frame;
+use crate::repl::log::ReplLog;
+use crate::repl::wire::OpBuffer;
 
 /// A key this client `WATCH`es, and whether it was live when watched.
 #[derive(Debug, Clone)]
@@ -86,9 +88,8 @@ pub struct ClientState {
     pub tracking_reads: Vec<Bytes>,
     /// `CLIENT TRACKING ON` is in effect (the full state is in `crate::tracking`).
     pub tracking: bool,
-    /// The backlog sequence of this client's last write (`WAIT` counts the peers that merged
-    /// it); 0 before its first.
-    pub woff: u64,
+    /// This client's writes on their way to the backlog.
+    pub writes: ClientWrites,
     pub handle: Arc<ClientHandle>,
 }
 
@@ -115,7 +116,7 @@ impl ClientState {
             script_read: false,
             tracking_reads: Vec::new(),
             tracking: false,
-            woff: 0,
+            writes: ClientWrites::default(),
             handle,
         }
     }
@@ -127,6 +128,69 @@ impl ClientState {
     /// In RESP2 a subscribed client may only run (un)subscribe commands, PING, QUIT, RESET.
     pub fn in_subscribe_mode(&self) -> bool {
         self.resp < 3 && self.subscriptions() > 0
+    }
+}
+
+/// A client's writes on their way to the backlog (`ReplLog`). Each command adds its ops to
+/// the ops of the commands before it that are not yet published (`cmd::run_command` lends
+/// them to the command's context and takes them back), and one `ReplLog::append` publishes
+/// them all: a connection's client after each pipelined batch of up to 16 requests, and
+/// always before any of their replies is written (`connection::serve_split`), so no reply
+/// acknowledges a write its peers cannot get; any other client (a blocked client's command
+/// re-run by a wake) after each command. One append per batch instead of one per command:
+/// an append is a lock, its bookkeeping and a buffer's round trip, ~200 instructions of an
+/// origin's SET at -P 16 (docs/benchmarks.md, "One append per pipelined batch").
+#[derive(Debug, Default)]
+pub struct ClientWrites {
+    /// Ops of this client's commands that are not in the backlog yet.
+    pending: OpBuffer,
+    /// The backlog sequence of this client's last published op (`WAIT` counts the peers that
+    /// merged it); 0 before its first.
+    last_seq: u64,
+    /// A connection's client: ops wait for `publish` (see above).
+    batched: bool,
+}
+
+impl ClientWrites {
+    /// Ops wait for `publish` from now on: for a connection, which publishes after each batch
+    /// and before it writes replies.
+    pub fn batch(&mut self) {
+        self.batched = true;
+    }
+
+    /// The ops not yet published, for a command to add its own to (`hold` takes them back).
+    #[inline]
+    pub fn take_pending(&mut self) -> OpBuffer {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// Takes back the ops `take_pending` lent, with the command's own added; publishes them at
+    /// once unless this client batches.
+    #[inline]
+    pub fn hold(&mut self, ops: OpBuffer, log: &ReplLog) {
+        let lent = std::mem::replace(&mut self.pending, ops);
+        debug_assert!(lent.is_empty(), "the pending ops were lent out");
+        drop(lent);
+        if !self.batched {
+            self.publish(log);
+        }
+    }
+
+    /// Appends the pending ops to the backlog; returns the sequence of this client's last
+    /// published op.
+    #[inline]
+    pub fn publish(&mut self, log: &ReplLog) -> u64 {
+        if !self.pending.is_empty() {
+            self.append_pending(log);
+        }
+        self.last_seq
+    }
+
+    #[inline(never)]
+    fn append_pending(&mut self, log: &ReplLog) {
+        let ops = std::mem::take(&mut self.pending);
+        self.last_seq = log.append(&ops);
+        ops.recycle();
     }
 }
 

@@ -59,6 +59,9 @@ where
     }
     let (handle, mut pushes) = server.clients.register(addr, laddr);
     let mut client = ClientState::new(handle.clone(), !server.settings().has_password());
+    // Its writes' ops are published once per batch (below) and before replies are written
+    // (`flush`), not once per command.
+    client.writes.batch();
     let mut input = BytesMut::with_capacity(READ_CHUNK);
     let mut output = BytesMut::with_capacity(READ_CHUNK);
     // Reused for every batch (`take_batch`): moving an inline array of 16 requests around
@@ -109,7 +112,7 @@ where
                 }
                 // A push (a pub/sub message, an invalidation, a MONITOR line) wakes it too.
                 drain_pushes(&client, &mut pushes, &mut output);
-                if flush(&server, &mut writer, &mut output).await.is_err() { break; }
+                if flush(&server, &mut client, &mut writer, &mut output).await.is_err() { break; }
                 continue;
             }
             _ = sleep_or_forever(idle) => { debug!(client = client.id, "closing idle client"); break }
@@ -142,7 +145,7 @@ where
                 // CLIENT PAUSE: a command the pause covers waits here, after the replies before it.
                 if server.pause.current().is_some()
                     && crate::pause::holds(&server, &client, &call.argv)
-                    && (flush(&server, &mut writer, &mut output).await.is_err() || !server.pause.wait(&server, &client, &call.argv).await)
+                    && (flush(&server, &mut client, &mut writer, &mut output).await.is_err() || !server.pause.wait(&server, &client, &call.argv).await)
                 {
                     break 'connection;
                 }
@@ -159,7 +162,7 @@ where
                 };
                 if let Some(block) = client.block.take() {
                     // Everything before the blocking command is answered first.
-                    if flush(&server, &mut writer, &mut output).await.is_err() {
+                    if flush(&server, &mut client, &mut writer, &mut output).await.is_err() {
                         cancel_block(&server, &block);
                         break 'connection;
                     }
@@ -173,18 +176,21 @@ where
                     reply.encode(client.resp, &mut output);
                 }
                 if client.closing {
-                    if flush(&server, &mut writer, &mut output).await.is_ok() && client.send_rdb {
+                    if flush(&server, &mut client, &mut writer, &mut output).await.is_ok() && client.send_rdb {
                         let _ = crate::persist::rdb::send_sync(&server, &mut writer).await;
                     }
                     break 'connection;
                 }
-                if output.len() >= FLUSH_THRESHOLD && flush(&server, &mut writer, &mut output).await.is_err() {
+                if output.len() >= FLUSH_THRESHOLD && flush(&server, &mut client, &mut writer, &mut output).await.is_err() {
                     break 'connection;
                 }
             }
+            // The batch's writes reach the backlog together, at most `BATCH` commands after
+            // the first of them ran.
+            client.writes.publish(&server.repl_log);
             if let Some(e) = protocol_error {
                 Frame::error(format!("ERR {e}")).encode(client.resp, &mut output);
-                let _ = flush(&server, &mut writer, &mut output).await;
+                let _ = flush(&server, &mut client, &mut writer, &mut output).await;
                 break 'connection;
             }
             // Everything read was run (the usual case): nothing to parse until the next read.
@@ -206,7 +212,7 @@ where
         if !output.is_empty() && requests > 1 {
             tokio::task::yield_now().await;
         }
-        if flush(&server, &mut writer, &mut output).await.is_err() {
+        if flush(&server, &mut client, &mut writer, &mut output).await.is_err() {
             break;
         }
         if input.capacity() - input.len() < READ_CHUNK / 4 {
@@ -330,7 +336,10 @@ fn drain_pushes(client: &ClientState, pushes: &mut tokio::sync::mpsc::UnboundedR
     }
 }
 
-async fn flush<W: AsyncWrite + Unpin>(server: &Server, writer: &mut W, output: &mut BytesMut) -> std::io::Result<()> {
+/// Writes the replies in `output`, after publishing the client's writes (`ClientWrites`): a
+/// reply goes out only once the ops of the writes it acknowledges are in the backlog.
+async fn flush<W: AsyncWrite + Unpin>(server: &Server, client: &mut ClientState, writer: &mut W, output: &mut BytesMut) -> std::io::Result<()> {
+    client.writes.publish(&server.repl_log);
     if output.is_empty() {
         return Ok(());
     }

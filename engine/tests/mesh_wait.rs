@@ -1,6 +1,7 @@
-//! `WAIT` and `CLIENT PAUSE` on a mesh node (docs/compatibility.md, "Introspection"): WAIT
-//! counts the peers whose Acks cover the client's last write, and a paused node keeps merging
-//! its peers' writes.
+//! `WAIT`, `CLIENT PAUSE` and blocking commands on a mesh node (docs/compatibility.md,
+//! "Introspection"): WAIT counts the peers whose Acks cover the client's last write, a paused
+//! node keeps merging its peers' writes, and a write answered before a command that blocks
+//! reaches the peers while that command waits.
 
 #![allow(clippy::unwrap_used)]
 
@@ -9,7 +10,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::data_node::{info_field, wait_for, DataNode};
-use support::{Reply, Server};
+use support::{encode, Reply, Server};
 
 /// Three nodes, each a peer of the other two, every link up.
 fn mesh(names: [&str; 3]) -> (Vec<DataNode>, Vec<Server>) {
@@ -48,9 +49,37 @@ fn wait_counts_the_peers_that_merged_the_last_write() {
         assert_eq!(a.cmd(&["WAIT", "2", "5000"]), Reply::Int(2));
     }
     assert!(started.elapsed() < Duration::from_millis(800), "20 writes, each waited for: {:?}", started.elapsed());
-
+    // A pipeline's replies come once its writes are in the backlog: by then another client
+    // sees every one of them in the node's offset.
+    let mut other = servers[0].connect();
+    // This node's own offset: the `master_repl_offset` after `master_replid` (a link's lines,
+    // before it, carry their applied offset under the same name).
+    let offset = |c: &mut support::Conn| {
+        let info = c.cmd(&["INFO", "replication"]).text();
+        let own = info.lines().skip_while(|l| !l.starts_with("master_replid:")).nth(1).unwrap_or_default().to_string();
+        own.strip_prefix("master_repl_offset:").unwrap_or_else(|| panic!("no own offset in {info}")).trim().parse::<u64>().unwrap()
+    };
+    let before = offset(&mut other);
+    let burst: Vec<u8> = (0..40).flat_map(|i| encode(&["SET", &format!("burst{i}"), "x"])).collect();
+    a.send_raw(&burst).unwrap();
+    for _ in 0..40 {
+        assert_eq!(a.read(), Some(Reply::Status("OK".into())));
+    }
+    assert_eq!(offset(&mut other) - before, 40);
     // A stopped peer does not ack: WAIT gives up after its timeout with the one that did.
+    // Stopped once both peers acked the last write, so that only a WAIT that covers the writes
+    // pipelined before it (a transaction's among them) counts one peer, not two: a connection
+    // publishes a batch's writes to the backlog together, after the batch, and a WAIT in the
+    // batch publishes what its client wrote before it first.
+    assert_eq!(a.cmd(&["WAIT", "2", "5000"]), Reply::Int(2));
     servers[2].signal("STOP");
+    let pipeline: Vec<u8> =
+        [&["SET", "p1", "a"][..], &["MULTI"], &["SET", "p2", "b"], &["EXEC"], &["WAIT", "2", "100"]].iter().flat_map(|c| encode(c)).collect();
+    a.send_raw(&pipeline).unwrap();
+    let replies: Vec<Reply> = (0..5).map(|_| a.read().unwrap()).collect();
+    assert_eq!(replies[4], Reply::Int(1), "{replies:?}");
+    let mut b = servers[1].connect();
+    assert_eq!((b.cmd(&["GET", "p1"]), b.cmd(&["GET", "p2"])), (Reply::Bulk(b"a".to_vec()), Reply::Bulk(b"b".to_vec())), "acked means merged");
     assert_eq!(a.cmd(&["SET", "k", "2"]), Reply::Status("OK".into()));
     let started = Instant::now();
     assert_eq!(a.cmd(&["WAIT", "2", "100"]), Reply::Int(1));
@@ -89,4 +118,20 @@ fn a_paused_node_keeps_merging_its_peers_writes() {
     assert_eq!(a.cmd(&["CLIENT", "UNPAUSE"]), Reply::Status("OK".into()));
     assert_eq!(writer.read(), Some(Reply::Status("OK".into())));
     wait_for("a's write reached b", || b.cmd(&["GET", "from-a"]) == Reply::Bulk(b"1".to_vec()));
+}
+
+/// A connection publishes its writes to the backlog after each pipelined batch, and before it
+/// writes any reply (`client::ClientWrites`): a write answered before a blocking command in the
+/// same pipeline reaches the peers while that command waits, not once it returns.
+#[test]
+fn a_write_answered_before_a_blocking_command_reaches_the_peers_while_it_waits() {
+    let (_nodes, servers) = mesh(["block-a", "block-b", "block-c"]);
+    let mut a = servers[0].connect();
+    let pipeline: Vec<u8> = [&["SET", "before-block", "1"][..], &["BLPOP", "block-list", "0"]].iter().flat_map(|c| encode(c)).collect();
+    a.send_raw(&pipeline).unwrap();
+    assert_eq!(a.read(), Some(Reply::Status("OK".into())));
+    let mut b = servers[1].connect();
+    wait_for("the answered write merged on a peer", || b.cmd(&["GET", "before-block"]) == Reply::Bulk(b"1".to_vec()));
+    assert_eq!(servers[0].connect().cmd(&["LPUSH", "block-list", "x"]), Reply::Int(1));
+    assert_eq!(a.read(), Some(Reply::Array(vec![Reply::Bulk(b"block-list".to_vec()), Reply::Bulk(b"x".to_vec())])));
 }

@@ -164,6 +164,7 @@ fn reset(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
 
 /// Releases everything a closing connection holds.
 pub fn disconnect(server: &Server, client: &mut ClientState) {
+    client.writes.publish(&server.repl_log);
     super::multi::unwatch_all(server, client);
     super::pubsub::unsubscribe_all(server, client);
     server.monitors.remove(client.id);

@@ -333,6 +333,17 @@ pub struct Exec<'a, 'c> {
     pub client: &'c mut ClientState,
 }
 
+impl Exec<'_, '_> {
+    /// Publishes this client's writes so far, this command's included (`ClientWrites`), and
+    /// returns the backlog sequence of the last: for a command that waits on its client's
+    /// writes (`WAIT`).
+    pub fn publish_writes(&mut self) -> u64 {
+        let ops = std::mem::take(&mut self.ctx.effects);
+        self.client.writes.hold(ops, &self.server.repl_log);
+        self.client.writes.publish(&self.server.repl_log)
+    }
+}
+
 /// The wrong-arity error with Redis's wording (`'client|setname'` for subcommands).
 pub fn wrong_arity(name: &str) -> CmdError {
     CmdError::WrongArity(name.to_ascii_lowercase())
@@ -376,6 +387,8 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
     let timer = Stopwatch::start();
     let mut ctx = Ctx::new(&server.store, client.db, server.store.hlc.wall_ms_at(timer.started_ms()), locks);
     ctx.no_touch = no_touch(client, spec);
+    // The command's ops go after the client's unpublished ones (`ClientWrites`).
+    ctx.effects = client.writes.take_pending();
     let mut exec = Exec { ctx, server, client };
     let reply = (spec.run)(&mut exec, argv);
     let ready = std::mem::take(&mut exec.ctx.ready_keys);
@@ -383,10 +396,7 @@ pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv
     let events = exec.ctx.take_events();
     let modified = std::mem::take(&mut exec.ctx.modified);
     drop(exec);
-    if !effects.is_empty() {
-        client.woff = server.repl_log.append(&effects);
-        effects.recycle();
-    }
+    client.writes.hold(effects, &server.repl_log);
     if !events.is_empty() {
         server.store.notify.publish(events);
     }

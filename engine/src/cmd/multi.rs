@@ -130,10 +130,8 @@ fn exec_queue(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
     // EXEC's own `run_command` invalidates what the transaction modified.
     exec.ctx.modified = std::mem::take(&mut inner.ctx.modified);
     drop(inner);
-    if !effects.is_empty() {
-        exec.client.woff = server.repl_log.append(&effects);
-        effects.recycle();
-    }
+    // Published with the client's other writes, by EXEC's own `run_command`.
+    exec.ctx.effects.append(effects);
     if !events.is_empty() {
         server.store.notify.publish(events);
     }

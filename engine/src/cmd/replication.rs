@@ -66,7 +66,7 @@ fn wait(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         return Err(CmdError::err("timeout is negative"));
     }
     let server = exec.server;
-    let seq = exec.client.woff;
+    let seq = exec.publish_writes();
     let acked = acked_through(server, seq);
     if acked >= wanted || exec.client.in_exec || exec.client.serving_wakeup {
         return Ok(Frame::Integer(acked));

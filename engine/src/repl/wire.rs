@@ -20,7 +20,6 @@ use pb::op::Effect as PbEffect;
 use pb::reader::Reader;
 use prost::encoding::{encoded_len_varint, key_len};
 use prost::Message;
-use smallvec::SmallVec;
 
 use crate::db::counter::CounterDelta;
 use crate::db::effect::{Effect, EffectKind, FieldState, MemberState, ZSetMemberState};
@@ -42,14 +41,16 @@ pub enum WireError {
 /// Ops encoded and framed as elements of a batch's `ops` field (`keymesh_proto::batch`),
 /// back to back: a command's writes on their way to the backlog (`Ctx::effects`,
 /// `ReplLog::append`, which copies them in one piece), or a snapshot batch's ops. Each op is
-/// encoded once, here. Its buffer is this thread's spare one when there is one (`SPARE`,
-/// `recycle`): a write command would otherwise allocate and free one (~80 instructions of an
-/// origin's ~5,750 per SET, callgrind).
+/// encoded once, here. Its buffers are this thread's spare ones when there are some (`SPARE`,
+/// `recycle`): a write command would otherwise allocate and free them (~80 instructions of an
+/// origin's ~5,750 per SET, callgrind), and a pipelined batch's ops, published together
+/// (`client::ClientWrites`), would grow `ends` past any inline room, three times per batch
+/// of 16 (~75 instructions per SET at -P 16).
 #[derive(Debug, Default)]
 pub struct OpBuffer {
     bytes: Vec<u8>,
     /// Where each op's frame ends in `bytes`.
-    ends: SmallVec<[u32; 2]>,
+    ends: Vec<u32>,
 }
 
 impl OpBuffer {
@@ -81,11 +82,17 @@ impl OpBuffer {
         }
     }
 
-    /// Appends `other`'s ops after these.
+    /// Appends `other`'s ops after these; `other`'s buffer is left as this thread's spare
+    /// (`recycle`). Into an empty buffer nothing is copied: `other` takes its place.
     pub fn append(&mut self, other: OpBuffer) {
+        if self.is_empty() {
+            std::mem::replace(self, other).recycle();
+            return;
+        }
         let base = self.bytes.len() as u32;
         self.bytes.extend_from_slice(&other.bytes);
         self.ends.extend(other.ends.iter().map(|end| base + end));
+        other.recycle();
     }
 
     /// Frames an op of `len` bytes, which `write` writes.
@@ -103,10 +110,12 @@ impl OpBuffer {
         self.ends.push(self.bytes.len() as u32);
     }
 
-    /// Room for `additional` more bytes, in this thread's spare buffer if this one has none.
+    /// Room for `additional` more bytes, in this thread's spare buffers if this one has none
+    /// (then it holds no op: every op reserves its bytes first).
     fn reserve(&mut self, additional: usize) {
         if self.bytes.capacity() == 0 {
-            self.bytes = SPARE.take();
+            debug_assert!(self.ends.is_empty());
+            (self.bytes, self.ends) = SPARE.take();
         }
         self.bytes.reserve(additional);
     }
@@ -135,16 +144,17 @@ impl OpBuffer {
         FramedOps::framed(self.bytes.into(), self.ends.len())
     }
 
-    /// Leaves this buffer's bytes, emptied, as its thread's spare (for the next command's
-    /// writes: `cmd::run_command` calls it once the backlog has copied them). A buffer not
+    /// Leaves this buffer's bytes and ends, emptied, as its thread's spares (for the next
+    /// command's writes: `ClientWrites::publish` calls it once the backlog has copied them). A buffer not
     /// recycled is freed: an allocation, not a mistake. No `Drop` does it: every command's
     /// context holds an `OpBuffer`, most never written, and a `Drop` cost each of them ~40
     /// instructions.
     pub fn recycle(mut self) {
         if self.bytes.capacity() <= SPARE_MAX {
             self.bytes.clear();
-            // Whatever spare buffer there was is freed.
-            drop(SPARE.replace(self.bytes));
+            self.ends.clear();
+            // Whatever spare buffers there were are freed.
+            drop(SPARE.replace((self.bytes, self.ends)));
         }
     }
 }
@@ -153,9 +163,9 @@ impl OpBuffer {
 const SPARE_MAX: usize = 64 << 10;
 
 thread_local! {
-    /// This thread's spare `OpBuffer` bytes: a recycled buffer leaves them here, emptied, and
-    /// the next buffer this thread fills takes them.
-    static SPARE: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+    /// This thread's spare `OpBuffer` bytes and ends: a recycled buffer leaves them here,
+    /// emptied, and the next buffer this thread fills takes them.
+    static SPARE: std::cell::Cell<(Vec<u8>, Vec<u32>)> = const { std::cell::Cell::new((Vec::new(), Vec::new())) };
 }
 
 /// `e`'s protobuf encoding (one `Op`, unframed), as a buffer of ops holds it.
