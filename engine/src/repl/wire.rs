@@ -398,8 +398,19 @@ impl Decoded<'_> {
 
 /// Decodes the op at `span` of `frame` (a received batch's ops, `FramedOps::spans`): a
 /// string's write borrowed from the frame, any other as `decode` decodes it.
+#[inline]
 pub fn decode_in(frame: &Bytes, span: std::ops::Range<usize>) -> Result<Decoded<'_>, WireError> {
-    if let Some(set) = read_string_set(frame, span.clone()) {
+    if let Some(set) = read_usual_string_set(frame, span.clone()) {
+        return Ok(Decoded::StringSet(set));
+    }
+    decode_unusual_in(frame, span)
+}
+
+/// `decode_in` of an op that is not a usual string write, out of line: the usual one's reader
+/// stays small where it is inlined.
+#[inline(never)]
+fn decode_unusual_in(frame: &Bytes, span: std::ops::Range<usize>) -> Result<Decoded<'_>, WireError> {
+    if let Some(set) = read_string_set_by_field(frame, span.clone()) {
         return Ok(Decoded::StringSet(set));
     }
     decode(frame.slice(span)).map(Decoded::Effect)
@@ -412,9 +423,11 @@ pub fn decode_in(frame: &Bytes, span: std::ops::Range<usize>) -> Result<Decoded<
 /// the span leaves the cursor past its end, which the last check refuses (reads only move
 /// forward, and never past `whole`).
 fn read_string_set(whole: &Bytes, span: std::ops::Range<usize>) -> Option<StringSetRef<'_>> {
-    if let Some(set) = read_usual_string_set(whole, span.clone()) {
-        return Some(set);
-    }
+    read_usual_string_set(whole, span.clone()).or_else(|| read_string_set_by_field(whole, span))
+}
+
+/// `read_string_set` of any layout, field by field.
+fn read_string_set_by_field(whole: &Bytes, span: std::ops::Range<usize>) -> Option<StringSetRef<'_>> {
     let mut r = Reader::starting_at(whole, span.start);
     let mut db = 0;
     let mut key: &[u8] = &[];
@@ -469,28 +482,51 @@ fn read_string_set(whole: &Bytes, span: std::ops::Range<usize>) -> Option<String
 
 /// `read_string_set`'s first try: the one layout `StringSetOp::write_framed` writes for a
 /// write in database 0 with a key, a value and both halves of its version set (every string
-/// write a node stamps there), each field's key one expected byte and the two messages ending
-/// where the op ends. `None` for anything else, which `read_string_set` reads field by field.
-/// The cursor runs over the whole frame, as there: a read that passes the op's end leaves the
-/// cursor past it, which the checks against `span.end` refuse; and the node id, the op's last
-/// field, is read eight bytes at a time from the bytes after it (a cursor over the op alone
-/// read it through a padded copy).
+/// write a node stamps there), each field's key one expected byte, the key's, the value's and
+/// the messages' lengths one or two bytes, and the two messages ending where the op ends.
+/// `None` for anything else, which `read_string_set` reads field by field. Each length moves
+/// the position, and a position is checked only where a byte is read there (`get`); the two
+/// messages' ends are compared with the span's, which bounds everything after the first.
+/// The node id, the op's last field, is read eight bytes at a time from the bytes after it
+/// (`Reader::varint`): the frame's, as a cursor over the op alone read it through a padded copy.
 #[inline(always)]
 fn read_usual_string_set(whole: &[u8], span: std::ops::Range<usize>) -> Option<StringSetRef<'_>> {
-    let mut r = Reader::starting_at(whole, span.start);
-    r.expect(2 << 3 | 2)?;
-    let key = r.slice()?;
-    r.expect(3 << 3 | 2)?;
-    (r.field_end()? == span.end).then_some(())?;
-    r.expect(1 << 3 | 2)?;
-    let value = r.slice()?;
-    r.expect(2 << 3 | 2)?;
-    (r.field_end()? == span.end).then_some(())?;
-    r.expect(1 << 3)?;
+    let end = span.end;
+    let at = expect_tag(whole, span.start, 2 << 3 | 2)?;
+    let (key_len, at) = short_length(whole, at)?;
+    let key = whole.get(at..at + key_len)?;
+    let at = expect_tag(whole, at + key_len, 3 << 3 | 2)?;
+    let (set_len, at) = short_length(whole, at)?;
+    (at + set_len == end).then_some(())?;
+    let at = expect_tag(whole, at, 1 << 3 | 2)?;
+    let (value_len, at) = short_length(whole, at)?;
+    let value = whole.get(at..at + value_len)?;
+    let at = expect_tag(whole, at + value_len, 2 << 3 | 2)?;
+    let (version_len, at) = short_length(whole, at)?;
+    (at + version_len == end).then_some(())?;
+    let mut r = Reader::starting_at(whole, expect_tag(whole, at, 1 << 3)?);
     let hlc = r.varint()?;
     r.expect(2 << 3)?;
     let node = u32::try_from(r.varint()?).ok()?;
-    (r.at() == span.end).then_some(StringSetRef { db: 0, key, value, version: Version { hlc, node } })
+    (r.at() == end).then_some(StringSetRef { db: 0, key, value, version: Version { hlc, node } })
+}
+
+/// The position after the byte at `at` if it is `tag` (a field's one-byte key).
+#[inline(always)]
+fn expect_tag(bytes: &[u8], at: usize, tag: u8) -> Option<usize> {
+    (*bytes.get(at)? == tag).then_some(at + 1)
+}
+
+/// A length of one or two bytes at `at` (up to 16 KiB), as prost reads it, and the position
+/// after it; `None` for a longer one (read field by field).
+#[inline(always)]
+fn short_length(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
+    let first = *bytes.get(at)?;
+    if first < 0x80 {
+        return Some((usize::from(first), at + 1));
+    }
+    let second = *bytes.get(at + 1)?;
+    (second < 0x80).then_some((usize::from(first & 0x7f) | usize::from(second) << 7, at + 2))
 }
 
 pub fn version(v: Version) -> Option<pb::Version> {
@@ -818,11 +854,12 @@ mod tests {
 
     proptest! {
         /// A string's op with one byte changed, at every position and to several values (a
-        /// key, a length, a varint's byte, a value's byte), decodes as prost decodes it: both
+        /// key, a length of one or two bytes, a varint's byte, a value's byte), decodes as
+        /// prost decodes it: both
         /// readers (`read_usual_string_set` first, then field by field) take only what prost
         /// takes, and read it as prost does.
         #[test]
-        fn a_string_op_with_a_byte_changed_decodes_as_prost_decodes_it(db in prop_oneof![3 => Just(0usize), 1 => 0..3usize], key in prop::collection::vec(any::<u8>(), 0..4), value in prop::collection::vec(any::<u8>(), 0..20), hlc in prop_oneof![1 => Just(0u64), 3 => any::<u64>()], node in prop_oneof![1 => Just(0u32), 3 => any::<u32>()]) {
+        fn a_string_op_with_a_byte_changed_decodes_as_prost_decodes_it(db in prop_oneof![3 => Just(0usize), 1 => 0..3usize], key in prop::collection::vec(any::<u8>(), 0..4), value in prop_oneof![3 => prop::collection::vec(any::<u8>(), 0..20), 1 => prop::collection::vec(any::<u8>(), 120..140)], hlc in prop_oneof![1 => Just(0u64), 3 => any::<u64>()], node in prop_oneof![1 => Just(0u32), 3 => any::<u32>()]) {
             let e = Effect::new(db, &key, EffectKind::StringSet { value: Bytes::from(value), version: Version { hlc, node } });
             let encoded = encode(e).to_vec();
             for at in 0..encoded.len() {
@@ -838,18 +875,24 @@ mod tests {
     }
 
     /// The layout a node writes for its string writes in database 0 is read by
-    /// `read_usual_string_set`; another database, an empty key or value, or a version without
-    /// an HLC or a node id by `read_string_set`'s field-by-field reader, to the same op.
+    /// `read_usual_string_set`, with key and value lengths of one or two bytes (up to 16 KiB);
+    /// another database, an empty key or value, a version without an HLC or a node id, or a
+    /// length of three bytes by `read_string_set`'s field-by-field reader, to the same op.
     #[test]
     fn a_usual_string_op_is_read_in_one_go_and_the_others_field_by_field() {
+        let long = |n: usize| "x".repeat(n);
         for (db, key, value, hlc, node, usual) in [
-            (0, "k", "v", 1, 1, true),
-            (0, "key", "value", u64::MAX, u32::MAX, true),
-            (1, "k", "v", 1, 1, false),
-            (0, "", "v", 1, 1, false),
-            (0, "k", "", 1, 1, false),
-            (0, "k", "v", 0, 1, false),
-            (0, "k", "v", 1, 0, false),
+            (0, "k".to_string(), "v".to_string(), 1, 1, true),
+            (0, "key".to_string(), "value".to_string(), u64::MAX, u32::MAX, true),
+            (0, long(127), long(128), 1, 1, true),
+            (0, long(300), long(16_000), 1 << 60, 3, true),
+            (0, "k".to_string(), long(16_384), 1, 1, false),
+            (0, long(16_384), "v".to_string(), 1, 1, false),
+            (1, "k".to_string(), "v".to_string(), 1, 1, false),
+            (0, String::new(), "v".to_string(), 1, 1, false),
+            (0, "k".to_string(), String::new(), 1, 1, false),
+            (0, "k".to_string(), "v".to_string(), 0, 1, false),
+            (0, "k".to_string(), "v".to_string(), 1, 0, false),
         ] {
             let e = Effect::new(db, key.as_bytes(), EffectKind::StringSet { value: Bytes::copy_from_slice(value.as_bytes()), version: Version { hlc, node } });
             let encoded = encode(e.clone());
