@@ -139,7 +139,7 @@ impl ClientState {
 /// acknowledges a write its peers cannot get; any other client (a blocked client's command
 /// re-run by a wake) after each command. One append per batch instead of one per command:
 /// an append is a lock, its bookkeeping and a buffer's round trip, ~200 instructions of an
-/// origin's SET at -P 16 (docs/benchmarks.md, "One append per pipelined batch").
+/// origin's SET at -P 16 (docs/benchmarks.md, "One backlog append per pipelined batch").
 #[derive(Debug, Default)]
 pub struct ClientWrites {
     /// Ops of this client's commands that are not in the backlog yet.
