@@ -145,10 +145,10 @@ impl OpBuffer {
     }
 
     /// Leaves this buffer's bytes and ends, emptied, as its thread's spares (for the next
-    /// command's writes: `ClientWrites::publish` calls it once the backlog has copied them). A buffer not
-    /// recycled is freed: an allocation, not a mistake. No `Drop` does it: every command's
-    /// context holds an `OpBuffer`, most never written, and a `Drop` cost each of them ~40
-    /// instructions.
+    /// command's writes: `ClientWrites::publish` calls it once the backlog has copied them).
+    /// A buffer not recycled is freed: an allocation, not a mistake. No `Drop` does it: every
+    /// command's context holds an `OpBuffer`, most never written, and a `Drop` cost each of
+    /// them ~40 instructions.
     pub fn recycle(mut self) {
         if self.bytes.capacity() <= SPARE_MAX {
             self.bytes.clear();
@@ -855,9 +855,8 @@ mod tests {
     proptest! {
         /// A string's op with one byte changed, at every position and to several values (a
         /// key, a length of one or two bytes, a varint's byte, a value's byte), decodes as
-        /// prost decodes it: both
-        /// readers (`read_usual_string_set` first, then field by field) take only what prost
-        /// takes, and read it as prost does.
+        /// prost decodes it: both readers (`read_usual_string_set` first, then field by field)
+        /// take only what prost takes, and read it as prost does.
         #[test]
         fn a_string_op_with_a_byte_changed_decodes_as_prost_decodes_it(db in prop_oneof![3 => Just(0usize), 1 => 0..3usize], key in prop::collection::vec(any::<u8>(), 0..4), value in prop_oneof![3 => prop::collection::vec(any::<u8>(), 0..20), 1 => prop::collection::vec(any::<u8>(), 120..140)], hlc in prop_oneof![1 => Just(0u64), 3 => any::<u64>()], node in prop_oneof![1 => Just(0u32), 3 => any::<u32>()]) {
             let e = Effect::new(db, &key, EffectKind::StringSet { value: Bytes::from(value), version: Version { hlc, node } });
