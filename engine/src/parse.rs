@@ -144,9 +144,9 @@ const USUAL_LENGTH_DIGITS: usize = 18;
 /// without a sign or a leading zero (or a lone `0`) of at most 18 digits, then a CR with a
 /// byte after it. `None` for anything else (a sign, another byte, a longer number, a line not
 /// all in `buf` yet), which `read_length_line_searching` reads instead, so both give the same
-/// answer on every input (`tests::the_usual_length_line_reads_as_the_search_reads_it`). A search for
-/// the CR costs more than reading the two or three digits of a usual line: memchr's setup was
-/// ~70 instructions a call, and a `SET` has four such lines (issue 16).
+/// answer on every input (`tests::the_usual_length_line_reads_as_the_search_reads_it`). A
+/// search for the CR costs more than reading the two or three digits of a usual line: memchr's
+/// setup was ~70 instructions a call, and a `SET` has four such lines (issue 16).
 #[inline]
 fn read_usual_length_line(buf: &[u8], start: usize) -> Option<(Option<i64>, usize)> {
     let rest = buf.get(start..)?;
