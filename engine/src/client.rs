@@ -116,7 +116,7 @@ impl ClientState {
             script_read: false,
             tracking_reads: Vec::new(),
             tracking: false,
-            writes: ClientWrites::default(),
+            writes: ClientWrites::new(handle.clone()),
             handle,
         }
     }
@@ -140,7 +140,10 @@ impl ClientState {
 /// re-run by a wake) after each command. One append per batch instead of one per command:
 /// an append is a lock, its bookkeeping and a buffer's round trip, ~200 instructions of an
 /// origin's SET at -P 16 (docs/benchmarks.md, "One backlog append per pipelined batch").
-#[derive(Debug, Default)]
+///
+/// A write command is admitted (`admit`) before it runs: from then until the next `publish`
+/// the client's handle says it holds writes on their way (`ClientHandle::writes_in_flight`),
+/// so that a handoff can tell when the last writes it admitted are in the backlog.
 pub struct ClientWrites {
     /// Ops of this client's commands that are not in the backlog yet.
     pending: OpBuffer,
@@ -149,9 +152,36 @@ pub struct ClientWrites {
     last_seq: u64,
     /// A connection's client: ops wait for `publish` (see above).
     batched: bool,
+    /// Whose writes these are: its `writes_in_flight` is set by `admit`, cleared by `publish`.
+    handle: Arc<ClientHandle>,
 }
 
 impl ClientWrites {
+    pub fn new(handle: Arc<ClientHandle>) -> ClientWrites {
+        ClientWrites { pending: OpBuffer::default(), last_seq: 0, batched: false, handle }
+    }
+
+    /// Before a write command runs (or is queued in `MULTI`, or runs from a script): answers
+    /// whether the node takes writes (`false` once a handoff refuses them, `Mesh::draining`),
+    /// having noted that this client holds writes on their way to the backlog. The note comes
+    /// before the last look at the refusal, and both are sequentially consistent, as are the
+    /// refusal and the handoff's look at the notes (`ClientRegistry::writes_in_flight`):
+    /// either the handoff sees this write on its way and waits for its `publish`, or this
+    /// write sees the refusal. A write refused at the first look leaves no note, so clients
+    /// that keep writing cannot keep the handoff waiting.
+    #[inline]
+    pub fn admit(&self, mesh: &crate::mesh::Mesh) -> bool {
+        if mesh.draining() {
+            return false;
+        }
+        let in_flight = &self.handle.writes_in_flight;
+        if !in_flight.load(Ordering::Relaxed) {
+            in_flight.store(true, Ordering::SeqCst);
+            return !mesh.draining();
+        }
+        true
+    }
+
     /// Ops wait for `publish` from now on: for a connection, which publishes after each batch
     /// and before it writes replies.
     pub fn batch(&mut self) {
@@ -183,6 +213,11 @@ impl ClientWrites {
         if !self.pending.is_empty() {
             self.append_pending(log);
         }
+        // After the append (`Release`): a handoff that sees the note cleared sees the ops.
+        let in_flight = &self.handle.writes_in_flight;
+        if in_flight.load(Ordering::Relaxed) {
+            in_flight.store(false, Ordering::Release);
+        }
         self.last_seq
     }
 
@@ -191,6 +226,16 @@ impl ClientWrites {
         let ops = std::mem::take(&mut self.pending);
         self.last_seq = log.append(&ops);
         ops.recycle();
+    }
+}
+
+impl Drop for ClientWrites {
+    /// A client that ends without publishing (its task panicked) leaves no note behind for a
+    /// handoff to wait on forever; its ops were never acknowledged (replies follow `publish`).
+    fn drop(&mut self) {
+        if self.handle.writes_in_flight.load(Ordering::Relaxed) {
+            self.handle.writes_in_flight.store(false, Ordering::Release);
+        }
     }
 }
 
@@ -237,6 +282,10 @@ pub struct ClientHandle {
     /// `CLIENT NO-EVICT ON`: shown as flag `e`; KeyMesh evicts no clients for memory
     /// (Redis's `maxmemory-clients`), so there is nothing more to exempt it from.
     pub no_evict: AtomicBool,
+    /// Set while the client holds writes the node admitted that are not in the backlog yet
+    /// (`ClientWrites::admit` to `ClientWrites::publish`): a handoff's `last_seq` is final
+    /// only once no client's is set.
+    writes_in_flight: AtomicBool,
 }
 
 impl ClientHandle {
@@ -369,6 +418,7 @@ impl ClientRegistry {
             pending_push: AtomicU64::new(0),
             no_touch: AtomicBool::new(false),
             no_evict: AtomicBool::new(false),
+            writes_in_flight: AtomicBool::new(false),
         });
         self.clients.lock().insert(id, handle.clone());
         (handle, rx)
@@ -390,6 +440,12 @@ impl ClientRegistry {
 
     pub fn count(&self) -> usize {
         self.clients.lock().len()
+    }
+
+    /// Whether any client holds writes the node admitted that are not in the backlog yet
+    /// (`ClientWrites::admit`).
+    pub fn writes_in_flight(&self) -> bool {
+        self.clients.lock().values().any(|c| c.writes_in_flight.load(Ordering::SeqCst))
     }
 
     /// Wakes every connection to look at the server's shutdown and handoff signals.

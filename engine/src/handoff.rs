@@ -10,8 +10,10 @@
 //!    acknowledged write is cut off; a request still in flight on the wire is unanswered and
 //!    the client retries it elsewhere.
 //! 2. **Done**, once no client is connected or the grace period ran out: the node refuses
-//!    writes (`READONLY`, see `Mesh::draining`) and closes every connection that was open
-//!    before. From here on it originates nothing, so the sequence of its last write
+//!    writes (`READONLY`, see `Mesh::draining`), waits for the writes it admitted before to
+//!    reach the backlog (a connection publishes a pipelined batch's writes when the batch
+//!    ends: `client::ClientWrites`), and closes every connection that was open before. From
+//!    here on it originates nothing, so the sequence of its last write
 //!    (`NodeStatus.last_seq`) is final: its peers confirm they merged through it (the
 //!    operator's handshake) before the pod is deleted or removed from the peer lists.
 //!
@@ -31,6 +33,9 @@ use crate::server::Server;
 
 /// How often the closing phase checks whether every client has gone.
 const POLL: Duration = Duration::from_millis(20);
+/// How often the end of the closing phase checks for writes still on their way to the backlog
+/// (a batch of pipelined commands publishes them within microseconds; a script, when it ends).
+const IN_FLIGHT_POLL: Duration = Duration::from_millis(1);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
@@ -89,6 +94,12 @@ impl Handoff {
             // Writes are refused before the busy connections go, so nothing is acknowledged
             // after `last_seq` is final.
             server.mesh.set_draining(true);
+            // A write admitted just before the refusal may not be in the backlog yet (a
+            // connection publishes its batch's writes when the batch ends, and before any
+            // reply: `client::ClientWrites`); `last_seq` is final once none is on its way.
+            while server.clients.writes_in_flight() {
+                tokio::time::sleep(IN_FLIGHT_POLL).await;
+            }
             server.handoff.set_phase(&server, Phase::Done);
             info!(clients_left = server.clients.count(), "handoff: done; writes are refused");
         }));
@@ -112,5 +123,61 @@ impl Handoff {
     fn set_phase(&self, server: &Server, phase: Phase) {
         self.phase.send_replace(phase);
         server.clients.wake_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::client::ClientState;
+    use crate::cmd::{dispatch, Call};
+    use crate::config::Config;
+    use crate::frame::Frame;
+
+    fn call(args: &[&str]) -> Call {
+        Call::new(args.iter().map(|a| Bytes::copy_from_slice(a.as_bytes())).collect())
+    }
+
+    async fn until(what: &str, done: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out waiting until {what}");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// A connection publishes its pipelined batch's writes when the batch ends: a refusal that
+    /// lands in the middle of a batch must not make the handoff Done (its `last_seq` final)
+    /// before the writes the batch ran before it are in the backlog, or the node would
+    /// acknowledge a write after its peers confirmed everything through `last_seq`.
+    #[tokio::test]
+    async fn done_waits_for_the_writes_admitted_before_the_refusal() {
+        let server = Server::new(Config::from_args(&[]).expect("no arguments"), "test").expect("a server");
+        // Its writes recorded for peers, as a node's in a mesh.
+        server.store.enable_replication();
+        let addr = "127.0.0.1:1".parse().expect("an address");
+        let (handle, _pushes) = server.clients.register(addr, addr);
+        let mut client = ClientState::new(handle, true);
+        client.writes.batch();
+        let before = server.mesh.last_seq();
+        assert_eq!(dispatch(&server, &mut client, call(&["SET", "k", "v"])), Frame::Simple("OK"));
+
+        // No grace: the refusal comes at once, with the SET still unpublished.
+        server.handoff.start(&server, Duration::ZERO);
+        until("writes are refused", || server.mesh.draining()).await;
+        match dispatch(&server, &mut client, call(&["SET", "k2", "v"])) {
+            Frame::Error(e) => assert!(e.starts_with("READONLY"), "{e}"),
+            other => panic!("a write after the refusal ran: {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(server.handoff.phase(), Phase::Closing, "done while an admitted write was not in the backlog");
+        assert_eq!(server.mesh.last_seq(), before);
+
+        // The batch ends: its write is published, and only now is the handoff done.
+        client.writes.publish(&server.repl_log);
+        until("the handoff is done", || server.handoff.phase() == Phase::Done).await;
+        assert_eq!(server.mesh.last_seq(), before + 1, "last_seq covers the write");
     }
 }

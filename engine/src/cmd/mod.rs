@@ -584,7 +584,7 @@ fn check(server: &Server, client: &ClientState, index: Option<usize>, argv: &[By
     if spec.flags & flags::LOADING == 0 && server.persist.loading() {
         return Err((Some(index), CmdError::Raw("LOADING KeyMesh is loading the dataset in memory".into())));
     }
-    if spec.flags & flags::WRITE != 0 && server.mesh.draining() {
+    if spec.flags & flags::WRITE != 0 && !client.writes.admit(&server.mesh) {
         return Err((Some(index), CmdError::Raw("READONLY You can't write against a node that is leaving the mesh".into())));
     }
     if spec.flags & flags::DENYOOM != 0 {

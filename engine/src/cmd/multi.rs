@@ -96,7 +96,7 @@ fn exec_queue(exec: &mut Exec, _argv: &[Bytes]) -> Reply {
         return Err(CmdError::Raw("EXECABORT Transaction discarded because of previous errors.".into()));
     }
     // Writes queued before the node started leaving the mesh must not run after it did.
-    if server.mesh.draining() && multi.queue.iter().any(|(index, _)| TABLE.specs[*index].flags & WRITE != 0) {
+    if multi.queue.iter().any(|(index, _)| TABLE.specs[*index].flags & WRITE != 0) && !exec.client.writes.admit(&server.mesh) {
         unwatch_all(server, exec.client);
         return Err(CmdError::Raw("EXECABORT Transaction discarded because this node is leaving the mesh (READONLY).".into()));
     }

@@ -510,14 +510,16 @@ impl Mesh {
     /// The end of a handoff (`crate::handoff`): the node stops taking writes, so that nothing
     /// is acknowledged here that its peers will never merge; reads still work, and `/readyz`
     /// answers 503.
+    /// Sequentially consistent, as `draining` and the notes of writes on their way
+    /// (`client::ClientWrites::admit`): see `crate::handoff`.
     pub fn set_draining(&self, draining: bool) {
-        if self.draining.swap(draining, Ordering::Relaxed) != draining {
+        if self.draining.swap(draining, Ordering::SeqCst) != draining {
             info!(draining, "mesh draining changed");
         }
     }
 
     pub fn draining(&self) -> bool {
-        self.draining.load(Ordering::Relaxed)
+        self.draining.load(Ordering::SeqCst)
     }
 
     /// Has the node finished an initial sync from some peer (or needs none)?

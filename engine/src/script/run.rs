@@ -282,7 +282,7 @@ fn call(st: &mut CallState, argv: CommandArgs) -> Frame {
         TABLE.stats_for(index, &argv).record_rejected();
         return Frame::error("ERR Write commands are not allowed from read-only scripts.");
     }
-    if writes && st.exec.server.mesh.draining() {
+    if writes && !st.exec.client.writes.admit(&st.exec.server.mesh) {
         TABLE.stats_for(index, &argv).record_rejected();
         return Frame::error("READONLY You can't write against a node that is leaving the mesh");
     }
