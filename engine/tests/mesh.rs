@@ -125,6 +125,15 @@ fn a_write_on_any_of_three_nodes_reaches_all_of_them() {
     assert_eq!(info_field(&info, "role").as_deref(), Some("active-replica"), "{info}");
     assert_eq!(info_field(&info, "connected_slaves").as_deref(), Some("2"), "{info}");
     assert!(info_field(&info, "master_1_host").is_some(), "second master block missing: {info}");
+    // Each field once: the first master's merged offset is Redis's `slave_repl_offset`, and
+    // `master_repl_offset` is the node's own (its SET and HSET).
+    let mut names: Vec<&str> = info.lines().filter_map(|l| l.split_once(':').map(|(name, _)| name)).collect();
+    names.sort_unstable();
+    let before = names.len();
+    names.dedup();
+    assert_eq!(names.len(), before, "a field named twice: {info}");
+    assert!(info_field(&info, "slave_repl_offset").is_some(), "{info}");
+    assert_eq!(info_field(&info, "master_repl_offset").as_deref(), Some("2"), "{info}");
     // Node 0 originated a SET and an HSET, each streamed to two subscribers, in at least one
     // batch per subscriber and at most one per op.
     assert_eq!(metric(&servers[0], "keymesh_mesh_sent_ops_total"), 4);

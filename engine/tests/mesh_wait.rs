@@ -52,12 +52,11 @@ fn wait_counts_the_peers_that_merged_the_last_write() {
     // A pipeline's replies come once its writes are in the backlog: by then another client
     // sees every one of them in the node's offset.
     let mut other = servers[0].connect();
-    // This node's own offset: the `master_repl_offset` after `master_replid` (a link's lines,
-    // before it, carry their applied offset under the same name).
+    // This node's own offset.
     let offset = |c: &mut support::Conn| {
         let info = c.cmd(&["INFO", "replication"]).text();
-        let own = info.lines().skip_while(|l| !l.starts_with("master_replid:")).nth(1).unwrap_or_default().to_string();
-        own.strip_prefix("master_repl_offset:").unwrap_or_else(|| panic!("no own offset in {info}")).trim().parse::<u64>().unwrap()
+        let own = info.lines().find_map(|l| l.strip_prefix("master_repl_offset:"));
+        own.unwrap_or_else(|| panic!("no own offset in {info}")).trim().parse::<u64>().unwrap()
     };
     let before = offset(&mut other);
     let burst: Vec<u8> = (0..40).flat_map(|i| encode(&["SET", &format!("burst{i}"), "x"])).collect();

@@ -4,7 +4,9 @@
 //! the next ones' are `master_1_host`, `master_2_host`, ... (tools written for one master keep
 //! working). Each master block adds `master[_N]_lag_ops`, `_last_ack_age_ms`,
 //! `_clock_skew_ms`, `_link_state`, `_node_name`, `_initial_sync_done`, `_partial_resyncs`,
-//! `_full_resyncs` and `_last_error`. Subscribers are listed as Redis lists replicas:
+//! `_full_resyncs` and `_last_error`. The offset merged from a master is Redis's
+//! `slave_repl_offset` for the first, `master_N_repl_offset` for the next ones: `master_repl_offset`
+//! is the node's own, once. Subscribers are listed as Redis lists replicas:
 //! `slaveN:ip=..,port=..,state=online|wait_bgsave,offset=<acked seq>,lag=<s since ack>`.
 
 use std::fmt::Write;
@@ -28,6 +30,8 @@ pub fn replication(mesh: &Mesh) -> String {
     }
     for (i, (peer, s)) in links.iter().enumerate() {
         let p = if i == 0 { "master".to_string() } else { format!("master_{i}") };
+        // Not `master_repl_offset` for the first: that name is the node's own offset (below).
+        let offset = if i == 0 { "slave_repl_offset".to_string() } else { format!("{p}_repl_offset") };
         let link = if s.phase == LinkPhase::Connected { "up" } else { "down" };
         let io = s.last_io.map_or(-1, |t| t.elapsed().as_secs() as i64);
         let _ = write!(
@@ -42,7 +46,7 @@ pub fn replication(mesh: &Mesh) -> String {
         }
         let _ = write!(
             out,
-            "{p}_mesh_port:{}\r\n{p}_node_name:{}\r\n{p}_link_state:{}\r\n{p}_initial_sync_done:{}\r\n{p}_repl_offset:{}\r\n{p}_lag_ops:{}\r\n{p}_last_ack_age_ms:{}\r\n{p}_clock_skew_ms:{}\r\n{p}_partial_resyncs:{}\r\n{p}_full_resyncs:{}\r\n{p}_last_error:{}\r\n",
+            "{p}_mesh_port:{}\r\n{p}_node_name:{}\r\n{p}_link_state:{}\r\n{p}_initial_sync_done:{}\r\n{offset}:{}\r\n{p}_lag_ops:{}\r\n{p}_last_ack_age_ms:{}\r\n{p}_clock_skew_ms:{}\r\n{p}_partial_resyncs:{}\r\n{p}_full_resyncs:{}\r\n{p}_last_error:{}\r\n",
             peer.mesh_port,
             s.node_name,
             s.phase.as_str(),
