@@ -230,10 +230,13 @@ impl ClientWrites {
 }
 
 impl Drop for ClientWrites {
-    /// A client that ends without publishing (its task panicked) leaves no note behind for a
-    /// handoff to wait on forever; its ops were never acknowledged (replies follow `publish`).
+    /// A connection that ends without publishing (its task panicked) leaves no note behind for
+    /// a handoff to wait on forever; its ops were never acknowledged (replies follow
+    /// `publish`). Only a connection's own client: a wake's proxy shares the blocked client's
+    /// handle, publishes after each command, and is dropped after its reply went out, when the
+    /// connection may already be running a batch whose note is its own.
     fn drop(&mut self) {
-        if self.handle.writes_in_flight.load(Ordering::Relaxed) {
+        if self.batched && self.handle.writes_in_flight.load(Ordering::Relaxed) {
             self.handle.writes_in_flight.store(false, Ordering::Release);
         }
     }
