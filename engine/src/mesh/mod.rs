@@ -510,6 +510,7 @@ impl Mesh {
     /// The end of a handoff (`crate::handoff`): the node stops taking writes, so that nothing
     /// is acknowledged here that its peers will never merge; reads still work, and `/readyz`
     /// answers 503.
+    ///
     /// Sequentially consistent, as `draining` and the notes of writes on their way
     /// (`client::ClientWrites::admit`): see `crate::handoff`.
     pub fn set_draining(&self, draining: bool) {
