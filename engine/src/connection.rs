@@ -138,7 +138,7 @@ where
                 break;
             }
             if batch.len() > 1 {
-                crate::cmd::prefetch(&server, &client, &batch);
+                crate::cmd::prefetch(&server, &client, &mut batch);
             }
             requests += batch.len();
             for call in batch.drain(..) {

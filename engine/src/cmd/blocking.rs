@@ -17,8 +17,8 @@ use super::zset::{min_max, zmpop_reply, zpop};
 use super::{CommandSpec, Exec, Keys, TABLE};
 use crate::blocking::Waiter;
 use crate::client::BlockRequest;
-use crate::db::Key;
 use crate::db::Kind;
+use crate::db::{Key, KeyHint};
 use crate::error::{CmdError, Reply};
 use crate::frame::Frame;
 use crate::server::Server;
@@ -199,5 +199,5 @@ fn bzmpop(exec: &mut Exec, argv: &[Bytes]) -> Reply {
 /// Serves clients blocked on keys that became ready (after a command, a transaction or a merge
 /// from a peer), re-running each waiter's command through the command layer.
 pub fn wake_ready(server: &Server, ready: Vec<(usize, Key)>) {
-    server.blocking.wake(&server.store, ready, |client, command, argv| super::run_command(server, client, command, argv));
+    server.blocking.wake(&server.store, ready, |client, command, argv| super::run_command(server, client, command, argv, KeyHint::NONE));
 }

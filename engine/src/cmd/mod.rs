@@ -38,7 +38,7 @@ use smallvec::SmallVec;
 
 use crate::client::ClientState;
 use crate::db::ctx::Ctx;
-use crate::db::Locks;
+use crate::db::{HashedKey, KeyHint, Locks};
 use crate::error::{CmdError, Reply};
 use crate::frame::Frame;
 pub use crate::monitor::Source;
@@ -353,49 +353,61 @@ pub fn unknown_subcommand(sub: &[u8], command: &str) -> CmdError {
     CmdError::err(format!("unknown subcommand '{}'. Try {} HELP.", String::from_utf8_lossy(sub), command.to_ascii_uppercase()))
 }
 
-/// Locks the shards of `argv`'s keys in `db`.
-pub fn lock_for<'a>(server: &'a Server, spec: &CommandSpec, argv: &[Bytes], db: usize) -> Locks<'a> {
+/// Locks the shards of `argv`'s keys in `db`, and returns the hint for the command's own
+/// lookups (`Ctx::key_hint`): a command with one key gets it hashed, its hashes taken from
+/// `key_hint` where the batch's prefetch hashed it already; one with several keys keeps the
+/// prefetch's hint of its first.
+pub fn lock_for<'a>(server: &'a Server, spec: &CommandSpec, argv: &[Bytes], db: usize, key_hint: KeyHint) -> (Locks<'a>, KeyHint) {
     let store = &server.store;
+    let one_key = |key: &[u8]| {
+        let hashed = key_hint.hashed(key);
+        (store.lock_one(db, hashed.shard()), hashed.hint())
+    };
     match spec.keys {
-        Keys::None | Keys::Whole => Locks::none(),
-        Keys::Database => store.lock_many((0..crate::db::SHARDS_PER_DB).map(|s| (db, s)).collect()),
+        Keys::None | Keys::Whole => (Locks::none(), KeyHint::NONE),
+        Keys::Database => (store.lock_many((0..crate::db::SHARDS_PER_DB).map(|s| (db, s)).collect()), KeyHint::NONE),
         Keys::CrossDb(f) => {
             // An invalid target database is reported by the handler; lock only real ones.
             let wanted = f(argv, db).into_iter().filter(|&(d, _)| d < store.databases()).map(|(d, p)| (d, store.shard_of(&argv[p]))).collect();
-            store.lock_many(wanted)
+            (store.lock_many(wanted), KeyHint::NONE)
         }
         // The common case, one key at a fixed position (GET, SET, INCR, LPUSH, HSET, ...): no
         // list of positions to build, sort and deduplicate.
         Keys::Range(first, last, _) if last == first as isize || (last == -1 && argv.len() == first + 1) => match argv.get(first) {
-            Some(key) => store.lock_one(db, store.shard_of(key)),
-            None => Locks::none(),
+            Some(key) => one_key(key),
+            None => (Locks::none(), KeyHint::NONE),
         },
         _ => match spec.key_positions(argv)[..] {
             // One key where its position depends on the arguments (`EVALSHA sha 1 key`).
-            [at] => store.lock_one(db, store.shard_of(&argv[at])),
-            ref positions => store.lock_many(positions.iter().map(|&i| (db, store.shard_of(&argv[i]))).collect()),
+            [at] => one_key(&argv[at]),
+            ref positions => (store.lock_many(positions.iter().map(|&i| (db, key_hint.shard_of(&argv[i]))).collect()), key_hint),
         },
     }
 }
 
 /// Runs one command outside a transaction: lock, run, unlock, count.
-pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv: &[Bytes]) -> Frame {
+///
+/// `key_hint`: the command's first key as the batch's prefetch hashed it (`KeyHint::NONE`
+/// where none did).
+pub fn run_command(server: &Server, client: &mut ClientState, index: usize, argv: &[Bytes], key_hint: KeyHint) -> Frame {
     let spec = TABLE.specs[index];
-    let locks = lock_for(server, spec, argv, client.db);
+    let (locks, key_hint) = lock_for(server, spec, argv, client.db, key_hint);
     // One clock read gives the command its wall time and starts its timer (once it holds
     // its locks: the duration is the run's, as Redis times `c->cmd->proc`).
     let timer = Stopwatch::start();
     let mut ctx = Ctx::new(&server.store, client.db, server.store.hlc.wall_ms_at(timer.started_ms()), locks);
     ctx.no_touch = no_touch(client, spec);
+    ctx.key_hint = key_hint;
     // The command's ops go after the client's unpublished ones (`ClientWrites`).
     ctx.effects = client.writes.take_pending();
-    let mut exec = Exec { ctx, server, client };
-    let reply = (spec.run)(&mut exec, argv);
-    let ready = std::mem::take(&mut exec.ctx.ready_keys);
-    let effects = std::mem::take(&mut exec.ctx.effects);
-    let events = exec.ctx.take_events();
-    let modified = std::mem::take(&mut exec.ctx.modified);
-    drop(exec);
+    // The context (and with it the locks) ends with this block, dropped where it lies:
+    // `drop(exec)` moved it, a copy of its few hundred bytes per command.
+    let (reply, ready, effects, events, modified) = {
+        let mut exec = Exec { ctx, server, client: &mut *client };
+        let reply = (spec.run)(&mut exec, argv);
+        let ctx = &mut exec.ctx;
+        (reply, std::mem::take(&mut ctx.ready_keys), std::mem::take(&mut ctx.effects), ctx.take_events(), std::mem::take(&mut ctx.modified))
+    };
     client.writes.hold(effects, &server.repl_log);
     if !events.is_empty() {
         server.store.notify.publish(events);
@@ -454,25 +466,36 @@ pub fn record(index: usize, argv: &[Bytes], duration_us: u64, reply: &Reply) {
 /// key), in the client's current database, and in a batch on one hash or set, the elements
 /// its commands name (`Store::prefetch_elements`). A hint: a command the batch has not run yet
 /// (a `SELECT` before it, a key it renames) only makes a prefetch useless.
-pub fn prefetch(server: &Server, client: &ClientState, batch: &[Call]) {
-    let mut names_elements = false;
-    let keys: SmallVec<[&[u8]; 16]> = batch
-        .iter()
-        .filter_map(|call| {
-            let index = call.index?;
+///
+/// Each key is hashed here once, and the command takes its hashes from its `Call`
+/// (`Call::key_hint`) instead of hashing the key again for its lock and its lookups.
+pub fn prefetch(server: &Server, client: &ClientState, batch: &mut [Call]) {
+    // The keys borrow `batch` mutably (each call's hint is written as its key is hashed)
+    // until this block ends.
+    let names_elements = {
+        let mut names_elements = false;
+        let mut keys: SmallVec<[HashedKey<'_>; 16]> = SmallVec::new();
+        for Call { argv, index, key_hint } in batch.iter_mut() {
+            let Some(index) = *index else { continue };
             names_elements |= TABLE.names_element[index];
-            match TABLE.specs[index].keys {
-                Keys::Range(first, ..) => call.argv.get(first).map(|key| &key[..]),
+            let key = match TABLE.specs[index].keys {
+                Keys::Range(first, ..) => argv.get(first),
                 // Positions read from the arguments (`EVALSHA sha numkeys key...`): a script's
                 // first key is looked up by the command it calls, a miss as any other.
-                Keys::Custom(positions) => positions(&call.argv).first().and_then(|&at| call.argv.get(at)).map(|key| &key[..]),
+                Keys::Custom(positions) => positions(argv).first().and_then(|&at| argv.get(at)),
                 _ => None,
+            };
+            if let Some(key) = key {
+                let hashed = HashedKey::new(key);
+                *key_hint = hashed.hint();
+                keys.push(hashed);
             }
-        })
-        .collect();
-    if keys.len() > 1 {
-        server.store.prefetch(client.db, &keys);
-    }
+        }
+        if keys.len() > 1 {
+            server.store.prefetch_hashed(client.db, keys.iter().copied());
+        }
+        names_elements
+    };
     if names_elements {
         prefetch_elements(server, client, batch);
     }
@@ -501,13 +524,15 @@ fn prefetch_elements(server: &Server, client: &ClientState, batch: &[Call]) {
 pub struct Call {
     pub argv: Vec<Bytes>,
     index: Option<usize>,
+    /// The command's first key as the batch's prefetch hashed it (`prefetch`).
+    key_hint: KeyHint,
 }
 
 impl Call {
     /// `argv` must not be empty (the connection skips empty requests).
     pub fn new(argv: Vec<Bytes>) -> Call {
         let index = TABLE.find(&argv[0]);
-        Call { argv, index }
+        Call { argv, index, key_hint: KeyHint::NONE }
     }
 }
 
@@ -519,7 +544,7 @@ pub fn dispatch(server: &Server, client: &mut ClientState, call: Call) -> Frame 
     reply
 }
 
-fn checked_run(server: &Server, client: &mut ClientState, Call { argv, index }: Call) -> Frame {
+fn checked_run(server: &Server, client: &mut ClientState, Call { argv, index, key_hint }: Call) -> Frame {
     server.stats.commands_processed.incr();
     match check(server, client, index, &argv) {
         Ok(index) => {
@@ -535,7 +560,7 @@ fn checked_run(server: &Server, client: &mut ClientState, Call { argv, index }: 
             // Keys evicted to make room for this command: their invalidations go first.
             let evicted =
                 if server.store.tracking.load(Ordering::Relaxed) { server.tracking.evicted(&server.clients, &server.store, client.id) } else { Vec::new() };
-            let reply = run_command(server, client, index, &argv);
+            let reply = run_command(server, client, index, &argv, key_hint);
             tracking::with_pushes(evicted, reply, Vec::new())
         }
         Err((index, e)) => {

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use super::effect::Effect;
 use super::entry::{Collection, Field, ListValue, Name};
 use super::zset::SortedSet;
-use super::{Db, Entry, EntryMut, EntryRef, Expiry, HashedKey, Key, KeyLike, Kind, Locks, Lookup, Modified, Shard, Store, Value};
+use super::{Db, Entry, EntryMut, EntryRef, Expiry, HashedKey, Key, KeyHint, KeyLike, Kind, Locks, Lookup, Modified, Shard, Store, Value};
 use crate::error::CmdError;
 use crate::hlc::Version;
 use crate::notify::{class, Event};
@@ -45,6 +45,9 @@ pub struct Ctx<'a> {
     /// The client is `CLIENT NO-TOUCH` and the command is not `TOUCH`: lookups leave the
     /// access time alone.
     pub no_touch: bool,
+    /// The command's first key as its lock hashed it: a lookup of those bytes takes its
+    /// hashes from here (`KeyHint`). `KeyHint::NONE` where nobody hashed one ahead.
+    pub key_hint: KeyHint,
 }
 
 impl<'a> Ctx<'a> {
@@ -60,6 +63,7 @@ impl<'a> Ctx<'a> {
             emptied_at: None,
             modified: Modified::default(),
             no_touch: false,
+            key_hint: KeyHint::NONE,
         }
     }
 
@@ -122,7 +126,7 @@ impl<'a> Ctx<'a> {
     /// The database and the locked shard of `key`. Pass a `HashedKey` where the key is used
     /// more than once: a byte string is hashed on each call.
     pub(super) fn parts<K: KeyLike + ?Sized>(&mut self, db: usize, key: &K) -> (&'a Db, &mut Shard) {
-        let shard = key.shard();
+        let shard = key.shard_with(self.key_hint);
         (self.store.db(db), self.locks.get(db, shard))
     }
 
@@ -144,7 +148,7 @@ impl<'a> Ctx<'a> {
 
     /// The live entry in database `db`; an expired one is deleted on the way (lazy expiry).
     pub(super) fn entry_mut_in<K: KeyLike + ?Sized>(&mut self, db: usize, key: &K) -> Option<EntryMut<'_>> {
-        self.live_entry_in(db, key.hashed(), true)
+        self.live_entry_in(db, key.hashed_with(self.key_hint), true)
     }
 
     /// `entry_mut_in`, updating the key's access time (LRU clock or LFU counter) only if
@@ -182,12 +186,12 @@ impl<'a> Ctx<'a> {
 
     /// `peek` with the key's expiry register (`deadline`, `last_write`).
     pub fn peek_ref<K: KeyLike + ?Sized>(&mut self, key: &K) -> Option<EntryRef<'_>> {
-        self.live_entry_in(self.db, key.hashed(), false).map(EntryMut::into_ref)
+        self.live_entry_in(self.db, key.hashed_with(self.key_hint), false).map(EntryMut::into_ref)
     }
 
     /// `peek`, counting a keyspace hit or miss (and firing `keymiss`, see `lookup_read`).
     pub fn peek_read<K: KeyLike + ?Sized>(&mut self, key: &K) -> Option<EntryRef<'_>> {
-        self.counted_lookup(key.hashed(), false)
+        self.counted_lookup(key.hashed_with(self.key_hint), false)
     }
 
     pub fn get_in<K: KeyLike + ?Sized>(&mut self, db: usize, key: &K) -> Option<&Entry> {
@@ -208,7 +212,7 @@ impl<'a> Ctx<'a> {
     /// sources, `SET ... GET`'s old value). A miss fires the `keymiss` event (class `m`),
     /// as Redis 7.0's; with that class off, the check is one relaxed load.
     pub fn lookup_read<K: KeyLike + ?Sized>(&mut self, key: &K) -> Option<&Entry> {
-        self.counted_lookup(key.hashed(), true).map(EntryRef::entry)
+        self.counted_lookup(key.hashed_with(self.key_hint), true).map(EntryRef::entry)
     }
 
     /// A read lookup that counts a keyspace hit or miss and fires `keymiss` on a miss,
@@ -255,7 +259,7 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn put_in<K: KeyLike + ?Sized>(&mut self, db: usize, key: &K, value: Value, keep_ttl: bool) -> Version {
-        self.put_hashed(db, key.hashed(), value, keep_ttl)
+        self.put_hashed(db, key.hashed_with(self.key_hint), value, keep_ttl)
     }
 
     fn put_hashed(&mut self, db: usize, hashed: HashedKey<'_>, value: Value, keep_ttl: bool) -> Version {
@@ -377,7 +381,7 @@ impl<'a> Ctx<'a> {
     /// effect carries every changed and tombstoned name. An edit that did neither writes
     /// nothing.
     pub(super) fn finish<K: KeyLike + ?Sized>(&mut self, db: usize, key: &K, version: Version, tombstones: &[Bytes]) {
-        self.finish_hashed(db, key.hashed(), version, tombstones)
+        self.finish_hashed(db, key.hashed_with(self.key_hint), version, tombstones)
     }
 
     fn finish_hashed(&mut self, db: usize, hashed: HashedKey<'_>, version: Version, tombstones: &[Bytes]) {
@@ -451,7 +455,7 @@ impl<'a> Ctx<'a> {
     /// string as `INCR` does. Returns the new value. Changes nothing on an error (WRONGTYPE,
     /// not an integer, overflow).
     pub fn incr<K: KeyLike + ?Sized>(&mut self, key: &K, delta: i64) -> Result<i64, CmdError> {
-        self.incr_hashed(key.hashed(), delta)
+        self.incr_hashed(key.hashed_with(self.key_hint), delta)
     }
 
     fn incr_hashed(&mut self, hashed: HashedKey<'_>, delta: i64) -> Result<i64, CmdError> {
@@ -546,7 +550,7 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn set_deadline_in<K: KeyLike + ?Sized>(&mut self, db: usize, key: &K, deadline_ms: u64) {
-        let hashed = key.hashed();
+        let hashed = key.hashed_with(self.key_hint);
         let key = hashed.key();
         let stored = self.get_ref_in(db, &hashed).map(EntryRef::last_write);
         let version = self.store.stamp_at(self.now_ms, stored);
@@ -560,7 +564,7 @@ impl<'a> Ctx<'a> {
     /// Not a write: access times are each node's own and never replicated.
     pub fn set_access<K: KeyLike + ?Sized>(&mut self, key: &K, hint: super::evict::AccessHint, lfu: bool) {
         let now = self.now_ms;
-        if let Some(mut entry) = self.live_entry_in(self.db, key.hashed(), false) {
+        if let Some(mut entry) = self.live_entry_in(self.db, key.hashed_with(self.key_hint), false) {
             super::evict::restore_access(&mut entry, hint, now, lfu);
         }
     }

@@ -128,6 +128,64 @@ impl std::fmt::Debug for HashedKey<'_> {
     }
 }
 
+/// A command's first key as it was hashed before the command ran (a pipelined batch's
+/// prefetch, or the command's lock), so that the command's own lookups do not hash it again:
+/// at -P 16 a `SET`'s key was hashed three times (the prefetch, the lock's shard, the write),
+/// ~130 of its ~3,700 instructions (docs/benchmarks.md, "A request's key hashed once").
+///
+/// It names the bytes it was computed from by their address and length, and holds no borrow
+/// of them, so it can cross from the batch to the command's `Ctx` (which lives inside the
+/// command and does not borrow its arguments). It is used only for a slice at that address
+/// of that length (`hashed`, `shard_of`): while the arguments it was made from are alive,
+/// which is for the whole command (a `Ctx` holds it no longer), no other bytes can sit
+/// there, and for any other slice it hashes as `HashedKey::new` does. `KeyHint::NONE`
+/// matches no slice (no slice starts at address 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyHint {
+    at: usize,
+    len: usize,
+    hash: u64,
+    shard: usize,
+}
+
+impl KeyHint {
+    pub const NONE: KeyHint = KeyHint { at: 0, len: 0, hash: 0, shard: 0 };
+
+    #[inline]
+    fn names(self, key: &[u8]) -> bool {
+        key.as_ptr() as usize == self.at && key.len() == self.len
+    }
+
+    /// `key` with its hashes: the hint's if it was made from these very bytes, else computed.
+    #[inline]
+    pub fn hashed(self, key: &[u8]) -> HashedKey<'_> {
+        if self.names(key) {
+            HashedKey { table: TableKey { key, hash: self.hash }, shard: self.shard }
+        } else {
+            HashedKey::new(key)
+        }
+    }
+
+    /// `key`'s shard: the hint's if it was made from these very bytes, else computed.
+    #[inline]
+    pub fn shard_of(self, key: &[u8]) -> usize {
+        if self.names(key) {
+            self.shard
+        } else {
+            shard_of(key)
+        }
+    }
+}
+
+impl HashedKey<'_> {
+    /// The hint that lets a later lookup of these same bytes skip hashing them (`KeyHint`).
+    #[inline]
+    pub fn hint(self) -> KeyHint {
+        let key = self.key();
+        KeyHint { at: key.as_ptr() as usize, len: key.len(), hash: self.table.hash, shard: self.shard }
+    }
+}
+
 /// What the shard API takes as a key: a `HashedKey` or `TableKey` (what it carries is reused)
 /// or any byte string (hashed on the call, only as far as the call needs). Lets a caller that
 /// touches a key several times hash it once, while one-off callers keep passing slices.
@@ -152,6 +210,18 @@ pub trait KeyLike {
     fn shard(&self) -> usize {
         shard_of(self.key_bytes())
     }
+
+    /// `hashed`, taking the hashes from `hint` where it was made from these bytes.
+    #[inline]
+    fn hashed_with(&self, hint: KeyHint) -> HashedKey<'_> {
+        hint.hashed(self.key_bytes())
+    }
+
+    /// `shard`, taking it from `hint` where it was made from these bytes.
+    #[inline]
+    fn shard_with(&self, hint: KeyHint) -> usize {
+        hint.shard_of(self.key_bytes())
+    }
 }
 
 impl KeyLike for HashedKey<'_> {
@@ -163,6 +233,16 @@ impl KeyLike for HashedKey<'_> {
     #[inline]
     fn hashed(&self) -> HashedKey<'_> {
         *self
+    }
+
+    #[inline]
+    fn hashed_with(&self, _: KeyHint) -> HashedKey<'_> {
+        *self
+    }
+
+    #[inline]
+    fn shard_with(&self, _: KeyHint) -> usize {
+        self.shard
     }
 
     #[inline]
@@ -184,6 +264,11 @@ impl KeyLike for TableKey<'_> {
 
     #[inline]
     fn hashed(&self) -> HashedKey<'_> {
+        self.located()
+    }
+
+    #[inline]
+    fn hashed_with(&self, _: KeyHint) -> HashedKey<'_> {
         self.located()
     }
 
@@ -234,6 +319,16 @@ impl<T: KeyLike + ?Sized> KeyLike for &T {
     fn shard(&self) -> usize {
         (**self).shard()
     }
+
+    #[inline]
+    fn hashed_with(&self, hint: KeyHint) -> HashedKey<'_> {
+        (**self).hashed_with(hint)
+    }
+
+    #[inline]
+    fn shard_with(&self, hint: KeyHint) -> usize {
+        (**self).shard_with(hint)
+    }
 }
 
 #[cfg(test)]
@@ -261,6 +356,35 @@ mod tests {
         assert!(in_shard.len() > 100, "{} keys in shard 7", in_shard.len());
         let low: std::collections::HashSet<u64> = in_shard.iter().map(|h| h & 0xff).collect();
         assert!(low.len() > 64, "the keys of one shard share their low bits: {} values", low.len());
+    }
+
+    /// A hint gives its hashes to the very bytes it was made from, and to nothing else: not
+    /// to a prefix at the same address, not to equal bytes elsewhere (which hash the same
+    /// anyway), not to other keys; `KeyHint::NONE` to none.
+    #[test]
+    fn a_key_hint_serves_only_the_bytes_it_was_made_from() {
+        let argv = [Bytes::from_static(b"user:1000"), Bytes::from(b"user:1000".to_vec())];
+        let key: &[u8] = &argv[0];
+        let hint = HashedKey::new(key).hint();
+        // A hint whose hashes differ from the key's real ones shows whether it was used.
+        let marked = KeyHint { hash: !hint.hash, shard: hint.shard ^ 1, ..hint };
+        assert_eq!(marked.hashed(key).table_key().hash(), !hash_key(key), "the same bytes take the hint's hash");
+        assert_eq!(marked.hashed(key).shard(), shard_of(key) ^ 1);
+        assert_eq!(marked.shard_of(key), shard_of(key) ^ 1);
+        assert_eq!(key.hashed_with(marked).shard(), shard_of(key) ^ 1, "a byte string's hashed_with asks the hint");
+        assert_eq!(key.shard_with(marked), shard_of(key) ^ 1);
+        let real = |k: &[u8]| (hash_key(k), shard_of(k));
+        let got = |h: HashedKey<'_>| (h.table_key().hash(), h.shard());
+        for other in [&key[..4], &argv[1][..], b"user:1001".as_slice(), b"".as_slice()] {
+            assert_eq!(got(marked.hashed(other)), real(other), "{:?}", String::from_utf8_lossy(other));
+            assert_eq!(marked.shard_of(other), shard_of(other));
+        }
+        assert_eq!(got(KeyHint::NONE.hashed(key)), real(key));
+        // A key hashed already keeps its own hashes whatever the hint.
+        let other = HashedKey::new(b"other");
+        assert_eq!(got(other.hashed_with(marked)), real(b"other"));
+        assert_eq!(got(other.table_key().hashed_with(marked)), real(b"other"));
+        assert_eq!(got(hint.hashed(key)), real(key), "a true hint gives the key's own hashes");
     }
 
     const PINNED_SHARDS: [usize; 4] = [668, 103, 405, 810];

@@ -40,7 +40,7 @@ use smallvec::SmallVec;
 use crate::hlc::{Hlc, Version};
 pub use entry::{Entry, Expiry, Key, Kind, Value};
 pub use ghost::{Ghost, Tombstoned};
-pub use hashed::{HashedKey, KeyLike, TableKey};
+pub use hashed::{HashedKey, KeyHint, KeyLike, TableKey};
 pub use table::{EntryMut, EntryRef, Removed};
 
 /// What `Shard::live_mut` found.
