@@ -445,10 +445,10 @@ impl ClientRegistry {
         self.clients.lock().len()
     }
 
-    /// Whether any client holds writes the node admitted that are not in the backlog yet
-    /// (`ClientWrites::admit`).
-    pub fn writes_in_flight(&self) -> bool {
-        self.clients.lock().values().any(|c| c.writes_in_flight.load(Ordering::SeqCst))
+    /// The clients that hold writes the node admitted that are not in the backlog yet
+    /// (`ClientWrites::admit`), by id.
+    pub fn writes_in_flight(&self) -> Vec<u64> {
+        self.clients.lock().iter().filter(|(_, c)| c.writes_in_flight.load(Ordering::SeqCst)).map(|(&id, _)| id).collect()
     }
 
     /// Wakes every connection to look at the server's shutdown and handoff signals.

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::server::Server;
 
@@ -36,6 +36,8 @@ const POLL: Duration = Duration::from_millis(20);
 /// How often the end of the closing phase checks for writes still on their way to the backlog
 /// (a batch of pipelined commands publishes them within microseconds; a script, when it ends).
 const IN_FLIGHT_POLL: Duration = Duration::from_millis(1);
+/// After how long that wait is logged (once).
+const IN_FLIGHT_LOG_AFTER: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
@@ -97,7 +99,20 @@ impl Handoff {
             // A write admitted just before the refusal may not be in the backlog yet (a
             // connection publishes its batch's writes when the batch ends, and before any
             // reply: `client::ClientWrites`); `last_seq` is final once none is on its way.
-            while server.clients.writes_in_flight() {
+            // A batch publishes within microseconds; a script or a transaction still running
+            // keeps the handoff here as long as it runs (its writes were admitted), so a wait
+            // that lasts is logged, with the clients it waits for.
+            let waiting_since = Instant::now();
+            let mut logged = false;
+            loop {
+                let clients = server.clients.writes_in_flight();
+                if clients.is_empty() {
+                    break;
+                }
+                if !logged && waiting_since.elapsed() >= IN_FLIGHT_LOG_AFTER {
+                    warn!(?clients, "handoff: waiting for writes admitted before the refusal to reach the backlog (a script or transaction still running?)");
+                    logged = true;
+                }
                 tokio::time::sleep(IN_FLIGHT_POLL).await;
             }
             server.handoff.set_phase(&server, Phase::Done);
@@ -174,10 +189,12 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(server.handoff.phase(), Phase::Closing, "done while an admitted write was not in the backlog");
         assert_eq!(server.mesh.last_seq(), before);
+        assert_eq!(server.clients.writes_in_flight(), vec![client.id], "the client the handoff waits for");
 
         // The batch ends: its write is published, and only now is the handoff done.
         client.writes.publish(&server.repl_log);
         until("the handoff is done", || server.handoff.phase() == Phase::Done).await;
         assert_eq!(server.mesh.last_seq(), before + 1, "last_seq covers the write");
+        assert_eq!(server.clients.writes_in_flight(), Vec::<u64>::new());
     }
 }
