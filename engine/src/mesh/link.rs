@@ -587,7 +587,10 @@ fn apply_all(store: &Store, delivery: &dyn Delivery, frame: &Bytes, spans: impl 
         // An op that is no effect this node merges counts as superseded; the others' keys are
         // hashed once, for the prefetch and the merge (`apply_keyed`).
         superseded += chunk.iter().filter(|op| op.is_none()).count() as u64;
-        let merging: SmallVec<[(&Decoded<'_>, HashedKey<'_>); MERGE_AHEAD]> = chunk.iter().flatten().map(|op| (op, HashedKey::new(op.key()))).collect();
+        // Filled where it lies: `collect` would build the vector and then move it (a copy of
+        // its inline bytes per chunk).
+        let mut merging: SmallVec<[(&Decoded<'_>, HashedKey<'_>); MERGE_AHEAD]> = SmallVec::new();
+        merging.extend(chunk.iter().flatten().map(|op| (op, HashedKey::new(op.key()))));
         if let Some(db) = merging.first().map(|(op, _)| op.db()) {
             store.prefetch_hashed(db, merging.iter().filter(|(op, _)| op.db() == db).map(|&(_, key)| key));
         }
