@@ -5,8 +5,9 @@
 //! `INCR` hashed it about twelve times (lookup, stamp, edit, finish, ...), ~770 instructions
 //! of its ~5,400 (callgrind, docs/benchmarks.md). A `HashedKey` holds the slice it was
 //! computed from, so a hash cannot travel with another key; the only way to make one is
-//! `HashedKey::new` (or `KeyLike::hashed`, which calls it or copies an existing one). A
-//! `TableKey` is the part a shard's table needs (the key and its table hash): what `Shard`'s
+//! `HashedKey::new` (or `KeyLike::hashed`, which calls it or copies an existing one, and
+//! `KeyHint::hashed`, which gives hashes computed earlier only to the very bytes they were
+//! computed from). A `TableKey` is the part a shard's table needs (the key and its table hash): what `Shard`'s
 //! methods probe with, so a caller already on the shard does not compute a shard it has.
 //!
 //! Two hash functions, both `foldhash`:
