@@ -98,10 +98,9 @@ impl Handoff {
             server.mesh.set_draining(true);
             // A write admitted just before the refusal may not be in the backlog yet (a
             // connection publishes its batch's writes when the batch ends, and before any
-            // reply: `client::ClientWrites`); `last_seq` is final once none is on its way.
-            // A batch publishes within microseconds; a script or a transaction still running
-            // keeps the handoff here as long as it runs (its writes were admitted), so a wait
-            // that lasts is logged, with the clients it waits for.
+            // reply: `client::ClientWrites`); `last_seq` is final once none is on its way. A
+            // batch publishes within microseconds, a running script only when it ends, so a
+            // wait that lasts is logged with the clients it waits for.
             let waiting_since = Instant::now();
             let mut logged = false;
             loop {

@@ -492,7 +492,7 @@ pub fn prefetch(server: &Server, client: &ClientState, batch: &mut [Call]) {
             }
         }
         if keys.len() > 1 {
-            server.store.prefetch_hashed(client.db, keys.iter().copied());
+            server.store.prefetch(client.db, keys.iter().copied());
         }
         names_elements
     };

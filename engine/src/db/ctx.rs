@@ -123,6 +123,14 @@ impl<'a> Ctx<'a> {
         self.emit(|| Effect::publish(channel, message));
     }
 
+    /// `key` with its hashes: the command's first key takes them from `key_hint` (hashed
+    /// before the command ran), any other is hashed here. Every lookup of a key by its bytes
+    /// goes through this (or `parts`, for the shard alone).
+    #[inline]
+    pub(super) fn hashed<'k, K: KeyLike + ?Sized>(&self, key: &'k K) -> HashedKey<'k> {
+        key.hashed_with(self.key_hint)
+    }
+
     /// The database and the locked shard of `key`. Pass a `HashedKey` where the key is used
     /// more than once: a byte string is hashed on each call.
     pub(super) fn parts<K: KeyLike + ?Sized>(&mut self, db: usize, key: &K) -> (&'a Db, &mut Shard) {
@@ -148,7 +156,7 @@ impl<'a> Ctx<'a> {
 
     /// The live entry in database `db`; an expired one is deleted on the way (lazy expiry).
     pub(super) fn entry_mut_in<K: KeyLike + ?Sized>(&mut self, db: usize, key: &K) -> Option<EntryMut<'_>> {
-        self.live_entry_in(db, key.hashed_with(self.key_hint), true)
+        self.live_entry_in(db, self.hashed(key), true)
     }
 
     /// `entry_mut_in`, updating the key's access time (LRU clock or LFU counter) only if
@@ -186,12 +194,12 @@ impl<'a> Ctx<'a> {
 
     /// `peek` with the key's expiry register (`deadline`, `last_write`).
     pub fn peek_ref<K: KeyLike + ?Sized>(&mut self, key: &K) -> Option<EntryRef<'_>> {
-        self.live_entry_in(self.db, key.hashed_with(self.key_hint), false).map(EntryMut::into_ref)
+        self.live_entry_in(self.db, self.hashed(key), false).map(EntryMut::into_ref)
     }
 
     /// `peek`, counting a keyspace hit or miss (and firing `keymiss`, see `lookup_read`).
     pub fn peek_read<K: KeyLike + ?Sized>(&mut self, key: &K) -> Option<EntryRef<'_>> {
-        self.counted_lookup(key.hashed_with(self.key_hint), false)
+        self.counted_lookup(self.hashed(key), false)
     }
 
     pub fn get_in<K: KeyLike + ?Sized>(&mut self, db: usize, key: &K) -> Option<&Entry> {
@@ -212,7 +220,7 @@ impl<'a> Ctx<'a> {
     /// sources, `SET ... GET`'s old value). A miss fires the `keymiss` event (class `m`),
     /// as Redis 7.0's; with that class off, the check is one relaxed load.
     pub fn lookup_read<K: KeyLike + ?Sized>(&mut self, key: &K) -> Option<&Entry> {
-        self.counted_lookup(key.hashed_with(self.key_hint), true).map(EntryRef::entry)
+        self.counted_lookup(self.hashed(key), true).map(EntryRef::entry)
     }
 
     /// A read lookup that counts a keyspace hit or miss and fires `keymiss` on a miss,
@@ -259,7 +267,7 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn put_in<K: KeyLike + ?Sized>(&mut self, db: usize, key: &K, value: Value, keep_ttl: bool) -> Version {
-        self.put_hashed(db, key.hashed_with(self.key_hint), value, keep_ttl)
+        self.put_hashed(db, self.hashed(key), value, keep_ttl)
     }
 
     fn put_hashed(&mut self, db: usize, hashed: HashedKey<'_>, value: Value, keep_ttl: bool) -> Version {
@@ -381,7 +389,7 @@ impl<'a> Ctx<'a> {
     /// effect carries every changed and tombstoned name. An edit that did neither writes
     /// nothing.
     pub(super) fn finish<K: KeyLike + ?Sized>(&mut self, db: usize, key: &K, version: Version, tombstones: &[Bytes]) {
-        self.finish_hashed(db, key.hashed_with(self.key_hint), version, tombstones)
+        self.finish_hashed(db, self.hashed(key), version, tombstones)
     }
 
     fn finish_hashed(&mut self, db: usize, hashed: HashedKey<'_>, version: Version, tombstones: &[Bytes]) {
@@ -455,7 +463,7 @@ impl<'a> Ctx<'a> {
     /// string as `INCR` does. Returns the new value. Changes nothing on an error (WRONGTYPE,
     /// not an integer, overflow).
     pub fn incr<K: KeyLike + ?Sized>(&mut self, key: &K, delta: i64) -> Result<i64, CmdError> {
-        self.incr_hashed(key.hashed_with(self.key_hint), delta)
+        self.incr_hashed(self.hashed(key), delta)
     }
 
     fn incr_hashed(&mut self, hashed: HashedKey<'_>, delta: i64) -> Result<i64, CmdError> {
@@ -550,7 +558,7 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn set_deadline_in<K: KeyLike + ?Sized>(&mut self, db: usize, key: &K, deadline_ms: u64) {
-        let hashed = key.hashed_with(self.key_hint);
+        let hashed = self.hashed(key);
         let key = hashed.key();
         let stored = self.get_ref_in(db, &hashed).map(EntryRef::last_write);
         let version = self.store.stamp_at(self.now_ms, stored);
@@ -564,7 +572,7 @@ impl<'a> Ctx<'a> {
     /// Not a write: access times are each node's own and never replicated.
     pub fn set_access<K: KeyLike + ?Sized>(&mut self, key: &K, hint: super::evict::AccessHint, lfu: bool) {
         let now = self.now_ms;
-        if let Some(mut entry) = self.live_entry_in(self.db, key.hashed_with(self.key_hint), false) {
+        if let Some(mut entry) = self.live_entry_in(self.db, self.hashed(key), false) {
             super::evict::restore_access(&mut entry, hint, now, lfu);
         }
     }

@@ -100,7 +100,7 @@ impl<'a> Ctx<'a> {
         let now = self.now_ms;
         let (db, store) = (self.db, self.store);
         // Hashed once for the lookup and `finish`'s.
-        let key = key.hashed_with(self.key_hint);
+        let key = self.hashed(key);
         let Some(mut entry) = self.entry_mut_in(db, &key) else {
             return Ok(None);
         };
@@ -118,7 +118,7 @@ impl<'a> Ctx<'a> {
     pub fn edit_or_create<T: Editable, R>(&mut self, key: &[u8], f: impl FnOnce(&mut T, Version) -> R) -> Result<R, CmdError> {
         // Hashed once for its three lookups (`kind`, `edit`'s, `finish`'s), or a new key's
         // stamp and insertion: a collection write hashed its key three times and more.
-        let hashed = self.key_hint.hashed(key);
+        let hashed = self.hashed(key);
         match self.kind(&hashed) {
             Some(kind) if kind == T::KIND => {
                 let edited = self.edit(&hashed, f)?;
@@ -154,7 +154,7 @@ impl<'a> Ctx<'a> {
         let now = self.now_ms;
         let (db, store) = (self.db, self.store);
         let replicating = store.replicating();
-        let hashed = self.key_hint.hashed(key);
+        let hashed = self.hashed(key);
         let Some(mut entry) = self.entry_mut_in(db, &hashed) else {
             if replicating {
                 let version = self.stamp_unseen(db, &hashed);
@@ -189,7 +189,7 @@ impl<'a> Ctx<'a> {
     pub fn delete_in(&mut self, db: usize, key: &[u8]) -> bool {
         let now = self.now_ms;
         let store = self.store;
-        let hashed = self.key_hint.hashed(key);
+        let hashed = self.hashed(key);
         let Some(stored) = self.get_ref_in(db, &hashed).map(super::EntryRef::last_write) else {
             if store.replicating() {
                 let version = self.stamp_unseen(db, &hashed);

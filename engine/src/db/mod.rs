@@ -278,15 +278,9 @@ impl Store {
     /// after another, every lookup of a large keyspace waits for its cache misses in turn;
     /// started together, a batch's misses overlap. A hint only: nothing is read or changed
     /// that a command could see, and a key missing or changed before its command runs costs
-    /// a wasted load.
-    pub fn prefetch(&self, db: usize, keys: &[&[u8]]) {
-        // Each key hashed once, for its shard and its table probes alike.
-        self.prefetch_hashed(db, keys.iter().map(|&key| HashedKey::new(key)));
-    }
-
-    /// `prefetch` of keys hashed already (a link's merge hashes each op's key once, for this
-    /// and for the merge).
-    pub fn prefetch_hashed<'k>(&self, db: usize, keys: impl IntoIterator<Item = HashedKey<'k>>) {
+    /// a wasted load. The keys come hashed: their callers hash each once, for this and for the
+    /// lookups that follow (a batch's commands, `cmd::prefetch`; a link's merge).
+    pub fn prefetch<'k>(&self, db: usize, keys: impl IntoIterator<Item = HashedKey<'k>>) {
         if !self.in_use(db) {
             return;
         }
@@ -775,9 +769,9 @@ mod tests {
             evict::make_room(store, evict::Policy::AllKeysRandom, 0, 5);
             // A pipelined batch's prefetch (a hint) neither allocates nor changes anything,
             // nor fails for a database this node does not have (a peer's op for one).
-            store.prefetch(5, &[b"k".as_slice(), b"missing"]);
-            store.prefetch(9, &[b"k".as_slice(), b"k"]);
-            store.prefetch(99, &[b"k".as_slice()]);
+            store.prefetch(5, [b"k".as_slice(), b"missing"].map(HashedKey::new));
+            store.prefetch(9, [b"k".as_slice(), b"k"].map(HashedKey::new));
+            store.prefetch(99, [b"k".as_slice()].map(HashedKey::new));
             assert!(!store.in_use(99));
         };
         passes(&store);

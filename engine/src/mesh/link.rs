@@ -592,7 +592,7 @@ fn apply_all(store: &Store, delivery: &dyn Delivery, frame: &Bytes, spans: impl 
         let mut merging: SmallVec<[(&Decoded<'_>, HashedKey<'_>); MERGE_AHEAD]> = SmallVec::new();
         merging.extend(chunk.iter().flatten().map(|op| (op, HashedKey::new(op.key()))));
         if let Some(db) = merging.first().map(|(op, _)| op.db()) {
-            store.prefetch_hashed(db, merging.iter().filter(|(op, _)| op.db() == db).map(|&(_, key)| key));
+            store.prefetch(db, merging.iter().filter(|(op, _)| op.db() == db).map(|&(_, key)| key));
         }
         for &(op, key) in &merging {
             match apply_decoded(store, op, &key) {
