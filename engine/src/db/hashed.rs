@@ -7,8 +7,9 @@
 //! computed from, so a hash cannot travel with another key; the only way to make one is
 //! `HashedKey::new` (or `KeyLike::hashed`, which calls it or copies an existing one, and
 //! `KeyHint::hashed`, which gives hashes computed earlier only to the very bytes they were
-//! computed from). A `TableKey` is the part a shard's table needs (the key and its table hash): what `Shard`'s
-//! methods probe with, so a caller already on the shard does not compute a shard it has.
+//! computed from). A `TableKey` is the part a shard's table needs (the key and its table
+//! hash): what `Shard`'s methods probe with, so a caller already on the shard does not
+//! compute a shard it has.
 //!
 //! Two hash functions, both `foldhash`:
 //! - the shard (`shard_of`) with a fixed seed, the same in every process: a full sync's
