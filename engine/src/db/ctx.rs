@@ -19,7 +19,7 @@ use bytes::Bytes;
 use super::effect::Effect;
 use super::entry::{Collection, Field, ListValue, Name};
 use super::zset::SortedSet;
-use super::{Db, Entry, EntryMut, EntryRef, Expiry, HashedKey, Key, KeyHint, KeyLike, Kind, Locks, Lookup, Modified, Shard, Store, Value};
+use super::{Db, Entry, EntryMut, EntryRef, Expiry, HashedKey, Key, KeyEntry, KeyHint, KeyLike, Kind, Locks, Lookup, Modified, Shard, Store, Value};
 use crate::error::CmdError;
 use crate::hlc::Version;
 use crate::notify::{class, Event};
@@ -291,9 +291,10 @@ impl<'a> Ctx<'a> {
         // after its members are restamped, and an expired key's once it is rewritten, below.
         let encode_early = replicating && !is_collection;
         let (dbref, shard, effects) = (store.db(db), self.locks.get(db, hashed.shard()), &mut self.effects);
-        // The common case, overwriting a live key, updates it in place with one lookup.
-        let found = match shard.raw_mut(&hashed) {
-            Some(mut entry) if !entry.is_expired(now) => {
+        // One probe: a live key (the common case) is overwritten in place, a missing one
+        // inserted where the probe found room.
+        let found = match shard.entry(&hashed) {
+            KeyEntry::Found(mut entry) if !entry.is_expired(now) => {
                 let version = store.stamp_at(now, Some(entry.last_write()));
                 entry.value = value;
                 entry.set_version(version);
@@ -302,23 +303,23 @@ impl<'a> Ctx<'a> {
                 }
                 Found::Live { version, drop_ttl: entry.expiry().is_some() && !keep_ttl }
             }
-            Some(mut entry) => {
+            KeyEntry::Found(mut entry) => {
                 let old = entry.last_write();
                 entry.value = value;
                 Found::Expired(old)
             }
-            None => {
+            KeyEntry::Missing(missing) => {
                 // Stamped after what the key's ghost and pending expiry register remember and
                 // the last flush, so the write supersedes them here as on every peer.
-                let ghost = shard.tombstones.get(key).map_or(Version::ZERO, super::Ghost::newest);
-                let orphan = shard.orphan_expiry.get(key).map_or(Version::ZERO, |e| e.version);
+                let ghost = missing.tombstones.get(key).map_or(Version::ZERO, super::Ghost::newest);
+                let orphan = missing.orphan_expiry.get(key).map_or(Version::ZERO, |e| e.version);
                 let version = store.stamp_at(now, Some(ghost.max(orphan).max(dbref.flushed.get())));
                 if encode_early {
                     effects.push_value(db, key, &value, version, &[]);
                 }
-                shard.insert(dbref, &hashed, Entry::new(value, version));
-                shard.orphan_expiry.remove(key);
-                shard.tombstones.remove(key);
+                missing.orphan_expiry.remove(key);
+                missing.tombstones.remove(key);
+                missing.insert(Entry::new(value, version));
                 Found::Missing(version)
             }
         };

@@ -42,6 +42,7 @@ pub use entry::{Entry, Expiry, Key, Kind, Value};
 pub use ghost::{Ghost, Tombstoned};
 pub use hashed::{HashedKey, KeyHint, KeyLike, TableKey};
 pub use table::{EntryMut, EntryRef, Removed};
+use table::{Probed, VacantKey};
 
 /// What `Shard::live_mut` found.
 pub enum Lookup<'a> {
@@ -49,6 +50,32 @@ pub enum Lookup<'a> {
     /// The key had expired: it is deleted now (lazy expiry).
     Expired,
     Missing,
+}
+
+/// What `Shard::entry` found.
+pub enum KeyEntry<'a> {
+    Found(EntryMut<'a>),
+    Missing(MissingKey<'a>),
+}
+
+/// A key the shard does not hold, ready to insert: the probe that found it missing found the
+/// bucket it goes to. What the shard remembers of the key (its ghost, an expiry register that
+/// came before it), which decides how a write creating it is stamped or whether a merged one
+/// wins, is at hand until the insert.
+pub struct MissingKey<'a> {
+    vacant: VacantKey<'a>,
+    /// The shard's `tombstones`.
+    pub tombstones: &'a mut SparseMap<Ghost>,
+    /// The shard's `orphan_expiry`.
+    pub orphan_expiry: &'a mut SparseMap<Expiry>,
+}
+
+impl MissingKey<'_> {
+    /// Inserts the key with its first entry. It has no expiry register, so the expiry index
+    /// is unchanged (as `Shard::insert` leaves it for a key that was missing).
+    pub fn insert(self, entry: Entry) {
+        self.vacant.insert(entry);
+    }
 }
 
 /// Shards per database. A power of two well above any thread count, and small enough per
@@ -511,6 +538,16 @@ impl Shard {
 
     pub fn raw_mut<K: KeyLike + ?Sized>(&mut self, key: &K) -> Option<EntryMut<'_>> {
         self.map.get_mut(key.table_key())
+    }
+
+    /// `raw_mut`, or, for a missing key, where its insert goes: a write that may create its
+    /// key probes the table once (`table::KeyTable::entry`).
+    pub fn entry<'a, K: KeyLike + ?Sized>(&'a mut self, key: &'a K) -> KeyEntry<'a> {
+        let Shard { map, tombstones, orphan_expiry, .. } = self;
+        match map.entry(key.table_key()) {
+            Probed::Found(entry) => KeyEntry::Found(entry),
+            Probed::Vacant(vacant) => KeyEntry::Missing(MissingKey { vacant, tombstones, orphan_expiry }),
+        }
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&[u8], EntryRef<'_>)> {

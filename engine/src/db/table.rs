@@ -49,6 +49,26 @@ pub enum Live<'a> {
     Missing,
 }
 
+/// What `KeyTable::entry` found with its one probe.
+pub enum Probed<'a> {
+    Found(EntryMut<'a>),
+    Vacant(VacantKey<'a>),
+}
+
+/// The bucket a missing key's insert takes, found by the probe that found the key missing.
+pub struct VacantKey<'a> {
+    slot: hashbrown::hash_table::VacantEntry<'a, Node>,
+    slots: &'a mut SlotsEnd,
+    key: &'a [u8],
+}
+
+impl VacantKey<'_> {
+    /// Inserts the key with its first entry (and no expiry register).
+    pub fn insert(self, entry: Entry) {
+        self.slots.note(&self.slot.insert(Node::new(self.key, entry)));
+    }
+}
+
 /// A key's entry and register taken out of the table (`remove`, `insert`'s old entry).
 #[derive(Debug)]
 pub struct Removed {
@@ -253,9 +273,7 @@ impl KeyTable {
     /// has none). Returns the previous entry and register.
     pub fn insert(&mut self, key: TableKey<'_>, entry: Entry) -> Option<Removed> {
         let k = key.key();
-        if self.table.len() == self.table.capacity() {
-            self.grow();
-        }
+        self.make_room();
         match self.table.entry(key.hash(), |n| n.key() == k, |n| hash_key(n.key())) {
             Slot::Occupied(mut slot) => {
                 let node = slot.get_mut();
@@ -267,6 +285,26 @@ impl KeyTable {
                 self.slots.note(&slot.insert(Node::new(k, entry)));
                 None
             }
+        }
+    }
+
+    /// The key's entry, or the bucket its insert takes: one probe where a lookup and then an
+    /// insert took two (a write that creates its key: most of a loading `SET` load's, on the
+    /// node that takes it and on every peer that merges it).
+    pub fn entry<'a>(&'a mut self, key: TableKey<'a>) -> Probed<'a> {
+        let k = key.key();
+        self.make_room();
+        match self.table.entry(key.hash(), |n| n.key() == k, |n| hash_key(n.key())) {
+            Slot::Occupied(slot) => Probed::Found(view_mut(slot.into_mut())),
+            Slot::Vacant(slot) => Probed::Vacant(VacantKey { slot, slots: &mut self.slots, key: k }),
+        }
+    }
+
+    /// Grows a full table before a probe that may insert: hashbrown's `entry` would grow it
+    /// itself, the slow way (`grow`), and does so whether or not the key is there.
+    fn make_room(&mut self) {
+        if self.table.len() == self.table.capacity() {
+            self.grow();
         }
     }
 
@@ -383,7 +421,14 @@ mod tests {
         let mut t = KeyTable::default();
         for i in 0..5_000 {
             let k = format!("key:{i}");
-            t.insert(hk(k.as_bytes()), Entry::new(Value::Int(i), Version::ZERO));
+            let entry = Entry::new(Value::Int(i), Version::ZERO);
+            // Both ways a key is inserted: `insert`, and `entry`'s vacant bucket.
+            if i % 2 == 0 {
+                t.insert(hk(k.as_bytes()), entry);
+            } else {
+                let Probed::Vacant(vacant) = t.entry(hk(k.as_bytes())) else { panic!("{k} is new") };
+                vacant.insert(entry);
+            }
             let key = hk(k.as_bytes());
             assert!(t.slots.locates(&t.table, key.hash(), |n| n.key() == k.as_bytes()), "{k}");
         }
@@ -434,6 +479,8 @@ mod tests {
     #[derive(Debug, Clone)]
     enum Op {
         Insert(Vec<u8>, Vec<u8>),
+        /// Writes the value through `entry`: in place if the key is there, else inserted.
+        Write(Vec<u8>, Vec<u8>),
         Remove(Vec<u8>),
         Append(Vec<u8>, u8),
         /// Sets (`Some`) or removes the register; a deadline of 0 is a persistent register.
@@ -475,6 +522,24 @@ mod tests {
                         let expected = model.insert(k.clone(), (val.clone(), v(version), None));
                         // `Value::string` keeps canonical integers as `Int`, which print back the same.
                         proptest::prop_assert_eq!(old, expected);
+                    }
+                    Op::Write(k, val) => {
+                        // One probe (`entry`), as a SET does: a key there is written in place
+                        // (its register kept), a missing one inserted where the probe found room.
+                        let found = match t.entry(hk(&k)) {
+                            Probed::Found(mut e) => {
+                                e.value = Value::string(&val);
+                                e.set_version(v(version));
+                                true
+                            }
+                            Probed::Vacant(vacant) => {
+                                vacant.insert(Entry::new(Value::string(&val), v(version)));
+                                false
+                            }
+                        };
+                        proptest::prop_assert_eq!(found, model.contains_key(&k));
+                        let held = model.entry(k).or_insert((Vec::new(), Version::ZERO, None));
+                        (held.0, held.1) = (val, v(version));
                     }
                     Op::Remove(k) => {
                         proptest::prop_assert_eq!(t.remove(hk(&k)).map(|r| held(&r.entry, r.expiry)), model.remove(&k));
@@ -542,7 +607,8 @@ mod tests {
         let value = prop_oneof![Just(Vec::new()), any::<i64>().prop_map(|n| n.to_string().into_bytes()), proptest::collection::vec(any::<u8>(), 0..200),];
         let deadline = prop_oneof![Just(None), Just(Some(0)), (1u64..1000).prop_map(Some)];
         prop_oneof![
-            4 => (key(), value).prop_map(|(k, v)| Op::Insert(k, v)),
+            4 => (key(), value.clone()).prop_map(|(k, v)| Op::Insert(k, v)),
+            2 => (key(), value).prop_map(|(k, v)| Op::Write(k, v)),
             2 => key().prop_map(Op::Remove),
             1 => (key(), any::<u8>()).prop_map(|(k, b)| Op::Append(k, b)),
             3 => (key(), deadline).prop_map(|(k, d)| Op::Expire(k, d)),

@@ -8,13 +8,14 @@ use super::{bury, clear_older, held, tombstone, write};
 use crate::db::hll::Hll;
 use crate::db::lattice::Merge;
 use crate::db::pending::whole_version;
-use crate::db::{Entry, Shard, Store, TableKey, Value};
+use crate::db::{Entry, KeyEntry, Shard, Store, TableKey, Value};
 use crate::hlc::Version;
 use crate::hll;
 
 /// A string or list write at `v`: replaces an older key of any type, and kills older fields
-/// of a newer collection. `key` carries its table hash: a merged SET of a new key probes the
-/// table twice, and a link's merge hashed the key already for its prefetch.
+/// of a newer collection. `key` carries its table hash (a link's merge hashed the key already
+/// for its prefetch); the table is probed once, whether the write finds the key or creates it
+/// (`Shard::entry`).
 pub(super) fn whole_write(store: &Store, db: usize, shard: &mut Shard, key: TableKey<'_>, value: Value, v: Version, flushed: Version) -> bool {
     if v <= flushed || v <= tombstone(shard, key.key()) {
         return false;
@@ -29,16 +30,16 @@ pub(super) fn whole_write(store: &Store, db: usize, shard: &mut Shard, key: Tabl
         }
     }
     let sparse_max = store.hll_sparse_max_bytes.load(Ordering::Relaxed);
-    match shard.raw_mut(&key) {
+    match shard.entry(&key) {
         // The same incarnation of an HLL: the registers merge.
-        Some(mut entry) if entry.version() == v && is_hll(&entry.value) && is_hll(&value) => {
+        KeyEntry::Found(mut entry) if entry.version() == v && is_hll(&entry.value) && is_hll(&value) => {
             let (Value::Str(stored), Value::Str(incoming)) = (&mut entry.value, &value) else {
                 return false;
             };
             let incoming = Hll { bytes: incoming.to_vec(), sparse_max };
             with_hll(stored, sparse_max, |h| h.merge(&incoming))
         }
-        Some(mut entry) if !write(value.kind(), v).beats(&held(&entry)) => {
+        KeyEntry::Found(mut entry) if !write(value.kind(), v).beats(&held(&entry)) => {
             // The key holds newer data; the write still clears what is older than it (and an
             // integer SET becomes the base of a counter with newer increments).
             let int = match &value {
@@ -56,15 +57,15 @@ pub(super) fn whole_write(store: &Store, db: usize, shard: &mut Shard, key: Tabl
             shard.drop_expiry_older(store.db(db), &key, v);
             false
         }
-        Some(mut entry) => {
+        KeyEntry::Found(mut entry) => {
             entry.value = value;
             entry.set_version(v);
             shard.drop_expiry_older(store.db(db), &key, v);
             true
         }
-        None => {
-            shard.tombstones.remove(key.key());
-            shard.insert(dbref, &key, Entry::new(value, v));
+        KeyEntry::Missing(missing) => {
+            missing.tombstones.remove(key.key());
+            missing.insert(Entry::new(value, v));
             shard.adopt_pending_expiry(dbref, &key);
             true
         }
