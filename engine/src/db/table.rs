@@ -293,7 +293,14 @@ impl KeyTable {
     /// node that takes it and on every peer that merges it).
     pub fn entry<'a>(&'a mut self, key: TableKey<'a>) -> Probed<'a> {
         let k = key.key();
-        self.make_room();
+        if self.table.len() == self.table.capacity() {
+            // Full: hashbrown's `entry` would grow the table even for a key it holds. An
+            // overwrite never grows it; the next new key does (`make_room`).
+            if self.contains_key(key) {
+                return Probed::Found(self.get_mut(key).expect("the key was just found"));
+            }
+            self.make_room();
+        }
         match self.table.entry(key.hash(), |n| n.key() == k, |n| hash_key(n.key())) {
             Slot::Occupied(slot) => Probed::Found(view_mut(slot.into_mut())),
             Slot::Vacant(slot) => Probed::Vacant(VacantKey { slot, slots: &mut self.slots, key: k }),
@@ -301,7 +308,7 @@ impl KeyTable {
     }
 
     /// Grows a full table before a probe that may insert: hashbrown's `entry` would grow it
-    /// itself, the slow way (`grow`), and does so whether or not the key is there.
+    /// itself, the slow way (`grow`).
     fn make_room(&mut self) {
         if self.table.len() == self.table.capacity() {
             self.grow();
@@ -434,6 +441,30 @@ mod tests {
             let key = hk(k.as_bytes());
             assert!(t.slots.locates(&t.table, key.hash(), |n| n.key() == k.as_bytes()), "{k}");
         }
+    }
+
+    /// A full table grows for a new key's `entry`, never for one it holds (hashbrown's own
+    /// `entry` grows a full table either way).
+    #[test]
+    fn an_overwrite_never_grows_a_full_table() {
+        let mut t = KeyTable::default();
+        let mut i = 0;
+        while t.len() < 100 || t.len() < t.table.capacity() {
+            t.insert(hk(format!("key:{i}").as_bytes()), Entry::new(Value::Int(i), Version::ZERO));
+            i += 1;
+        }
+        let full = t.table.capacity();
+        for j in [0, i / 2, i - 1] {
+            let k = format!("key:{j}");
+            let Probed::Found(mut e) = t.entry(hk(k.as_bytes())) else { panic!("{k} is there") };
+            e.value = Value::Int(-1);
+            assert_eq!(t.table.capacity(), full, "the overwrite of key:{j} grew the table");
+        }
+        let Probed::Vacant(vacant) = t.entry(hk(b"new")) else { panic!("new is new") };
+        vacant.insert(Entry::new(Value::Int(0), Version::ZERO));
+        assert!(t.table.capacity() > full);
+        assert_eq!(t.len(), i as usize + 1);
+        assert!(matches!(t.get(hk(b"key:0")).map(|e| &e.entry().value), Some(Value::Int(-1))));
     }
 
     #[test]
