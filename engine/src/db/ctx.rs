@@ -309,11 +309,9 @@ impl<'a> Ctx<'a> {
                 Found::Expired(old)
             }
             KeyEntry::Missing(missing) => {
-                // Stamped after what the key's ghost and pending expiry register remember and
-                // the last flush, so the write supersedes them here as on every peer.
-                let ghost = missing.tombstones.get(key).map_or(Version::ZERO, super::Ghost::newest);
-                let orphan = missing.orphan_expiry.get(key).map_or(Version::ZERO, |e| e.version);
-                let version = store.stamp_at(now, Some(ghost.max(orphan).max(dbref.flushed.get())));
+                // Stamped after what the shard remembers of the key and the last flush, so
+                // the write supersedes them here as on every peer.
+                let version = store.stamp_at(now, Some(missing.remembered().max(dbref.flushed.get())));
                 if encode_early {
                     effects.push_value(db, key, &value, version, &[]);
                 }

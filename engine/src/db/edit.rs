@@ -267,11 +267,8 @@ impl<'a> Ctx<'a> {
         let now = self.now_ms;
         let store = self.store;
         let flushed = store.db(db).flushed.get();
-        let shard = self.parts(db, key).1;
-        let key = key.key_bytes();
-        let ghost = shard.tombstones.get(key).map_or(Version::ZERO, Ghost::newest);
-        let orphan = shard.orphan_expiry.get(key).map_or(Version::ZERO, |e| e.version);
-        store.stamp_at(now, Some(flushed.max(ghost).max(orphan)))
+        let remembered = self.parts(db, key).1.remembered(key.key_bytes());
+        store.stamp_at(now, Some(flushed.max(remembered)))
     }
 
     /// Applies a write that changes no live value here through the merge a peer runs, and

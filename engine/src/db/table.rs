@@ -63,6 +63,11 @@ pub struct VacantKey<'a> {
 }
 
 impl VacantKey<'_> {
+    /// The missing key.
+    pub fn key(&self) -> &[u8] {
+        self.key
+    }
+
     /// Inserts the key with its first entry (and no expiry register).
     pub fn insert(self, entry: Entry) {
         self.slots.note(&self.slot.insert(Node::new(self.key, entry)));
@@ -294,12 +299,12 @@ impl KeyTable {
     pub fn entry<'a>(&'a mut self, key: TableKey<'a>) -> Probed<'a> {
         let k = key.key();
         if self.table.len() == self.table.capacity() {
-            // Full: hashbrown's `entry` would grow the table even for a key it holds. An
-            // overwrite never grows it; the next new key does (`make_room`).
+            // Full: grown here for a new key, as `insert` grows it (`make_room`); hashbrown's
+            // `entry` would grow it even for a key it holds, and an overwrite never grows it.
             if self.contains_key(key) {
                 return Probed::Found(self.get_mut(key).expect("the key was just found"));
             }
-            self.make_room();
+            self.grow();
         }
         match self.table.entry(key.hash(), |n| n.key() == k, |n| hash_key(n.key())) {
             Slot::Occupied(slot) => Probed::Found(view_mut(slot.into_mut())),
