@@ -406,7 +406,7 @@ impl<'a> Ctx<'a> {
     /// collection's removal) or the command's context (its effects, events, blocked clients).
     pub(super) fn apply_settled(&mut self, db: usize, hashed: HashedKey<'_>, settled: Settled) {
         let key = hashed.key();
-        let Settled { version, changed, emptied, ready, op, restamp_ttl } = settled;
+        let Settled { version, changed, emptied, whole, ready, op, restamp_ttl } = settled;
         if changed {
             if let Some(had_ttl) = emptied {
                 // Redis deletes an emptied collection. Replication keeps its field tombstones (a
@@ -416,6 +416,13 @@ impl<'a> Ctx<'a> {
                 let (dbref, shard) = self.parts(db, &hashed);
                 if replicating {
                     shard.bury(dbref, &hashed);
+                    if whole {
+                        // An emptied list travels as an empty list, which peers merge as a
+                        // delete at `version` (`merge::merge_locked`): this node keeps that
+                        // delete's tombstone too, or an older write of the key arriving later
+                        // would bring it back here and nowhere else.
+                        shard.tombstones.entry(key.into()).or_default().clear(version);
+                    }
                     if had_ttl {
                         // Redis drops an emptied key's TTL: say so with a newer register, so a
                         // member added concurrently elsewhere does not revive the old one.
@@ -662,6 +669,8 @@ pub(super) struct Settled {
     changed: bool,
     /// It became an empty collection, to be deleted: whether it had a TTL.
     emptied: Option<bool>,
+    /// It replicates whole (a list).
+    whole: bool,
     /// A list or sorted set changed: blocked clients may be served.
     ready: bool,
     /// The write's effect, while replicating.
@@ -693,7 +702,7 @@ pub(super) fn settle(entry: &mut EntryMut<'_>, db: usize, key: &[u8], version: V
     let ready = matches!(entry.value, Value::List(_) | Value::ZSet(_));
     // An emptied list is deleted: no register left to restamp.
     let restamp_ttl = (whole && replicating && emptied.is_none()).then(|| entry.expiry().map(|e| e.deadline_ms)).flatten();
-    Some(Settled { version, changed, emptied, ready, op, restamp_ttl })
+    Some(Settled { version, changed, emptied, whole, ready, op, restamp_ttl })
 }
 
 /// What an in-place edit changed: `None` if nothing, else the names it changed (empty for

@@ -13,7 +13,7 @@ use proptest::prelude::*;
 
 use super::{apply_all, effect, effects, observe, v};
 use crate::db::ctx::Ctx;
-use crate::db::entry::{Collection, Field};
+use crate::db::entry::{Collection, Field, ListValue, Name};
 use crate::db::zset::SortedSet;
 use crate::db::{Store, Value};
 use crate::hlc::{Hlc, Version, WallClock};
@@ -49,6 +49,8 @@ enum Local {
     Expire(u8, u8),
     Incr(u8),
     PfAdd(u8, u8),
+    LPush(u8, u8),
+    LPop(u8),
     FlushDb,
 }
 
@@ -61,7 +63,7 @@ fn name(x: u8) -> Bytes {
 }
 
 fn local_strategy() -> impl Strategy<Value = Local> {
-    (0u8..13, any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(kind, k, a, b)| match kind {
+    (0u8..15, any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(kind, k, a, b)| match kind {
         0 => Local::Set(k, a),
         1 => Local::Del(k),
         2 => Local::HSet(k, a),
@@ -74,6 +76,8 @@ fn local_strategy() -> impl Strategy<Value = Local> {
         9 => Local::Expire(k, a),
         10 => Local::Incr(k),
         11 => Local::PfAdd(k, a),
+        12 => Local::LPush(k, a),
+        13 => Local::LPop(k),
         _ => Local::FlushDb,
     })
 }
@@ -94,7 +98,9 @@ fn run(store: &Store, op: &Local) -> Vec<pb::Op> {
         | Local::Persist(k)
         | Local::Expire(k, _)
         | Local::Incr(k)
-        | Local::PfAdd(k, _) => store.lock_many(vec![(0, store.shard_of(&key(*k)))]),
+        | Local::PfAdd(k, _)
+        | Local::LPush(k, _)
+        | Local::LPop(k) => store.lock_many(vec![(0, store.shard_of(&key(*k)))]),
     };
     // The command's time, read once as `run_command` does: its writes are stamped with it.
     let mut ctx = Ctx::new(store, 0, store.hlc.wall_ms(), locks);
@@ -142,6 +148,14 @@ fn run(store: &Store, op: &Local) -> Vec<pb::Op> {
                 }
                 Ok(())
             });
+        }
+        // A list replicates whole: a write to one with a TTL restamps its register, and one
+        // emptied is deleted.
+        Local::LPush(k, a) => {
+            let _ = ctx.edit_or_create(&key(*k), |l: &mut ListValue, _| l.push_front(Name::from(&name(*a)[..])));
+        }
+        Local::LPop(k) => {
+            let _ = ctx.edit(&key(*k), |l: &mut ListValue, _| l.pop_front());
         }
         Local::FlushDb => ctx.flush_db(0),
     }
@@ -274,5 +288,30 @@ fn effect_version(op: &pb::Op) -> Version {
         Some(Effect::Zset(z)) => z.members.iter().map(|f| first(f.version.as_ref())).max().unwrap_or(Version::ZERO),
         Some(Effect::Expire(e)) => first(e.version.as_ref()),
         _ => Version::ZERO,
+    }
+}
+
+#[test]
+fn a_pop_that_empties_a_list_dominates_an_older_write_it_never_saw() {
+    // n0 pops the last items of a list: the empty list it sends is a delete at the pop's
+    // version on every peer. A write of the key made earlier on n1, of any type, that reaches
+    // the nodes afterwards must stay dead on n0 too (found by the law above once it popped
+    // lists: n0 buried the list without that delete's tombstone, and the late write revived
+    // the key there alone).
+    for kind in [0u8, 3, 4, 5, 6, 7, 9, 10] {
+        let (node, peer) = (store_at(1), store_at(1));
+        // Two items at 500 (`effect`'s list), popped one at a time; 1 ms is HLC 65536.
+        let list = effect(7, 0, 500, 2, 1, 1);
+        let older = effect(kind, 0, 1000, 2, 1, 1);
+        apply_all(&node, &list);
+        let mut pops = run(&node, &Local::LPop(0));
+        pops.extend(run(&node, &Local::LPop(0)));
+        assert!(observe(&node).is_empty(), "kind {kind}: the pops left {:?}", observe(&node));
+        apply_all(&node, &older);
+        apply_all(&peer, &list);
+        apply_all(&peer, &pops);
+        apply_all(&peer, &older);
+        assert_eq!(observe(&node), observe(&peer), "kind {kind}: the nodes disagree");
+        assert!(observe(&node).is_empty(), "kind {kind}: the older write survived: {:?}", observe(&node));
     }
 }
