@@ -51,6 +51,10 @@ enum Local {
     PfAdd(u8, u8),
     LPush(u8, u8),
     LPop(u8),
+    /// `SET ... KEEPTTL`: a whole write that keeps (and restamps) the key's TTL.
+    SetKeepTtl(u8, u8),
+    /// `SUNIONSTORE`-like: a whole set replacing whatever the key held.
+    StoreSet(u8, u8),
     FlushDb,
 }
 
@@ -63,7 +67,7 @@ fn name(x: u8) -> Bytes {
 }
 
 fn local_strategy() -> impl Strategy<Value = Local> {
-    (0u8..15, any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(kind, k, a, b)| match kind {
+    (0u8..17, any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(kind, k, a, b)| match kind {
         0 => Local::Set(k, a),
         1 => Local::Del(k),
         2 => Local::HSet(k, a),
@@ -78,6 +82,8 @@ fn local_strategy() -> impl Strategy<Value = Local> {
         11 => Local::PfAdd(k, a),
         12 => Local::LPush(k, a),
         13 => Local::LPop(k),
+        14 => Local::SetKeepTtl(k, a),
+        15 => Local::StoreSet(k, a),
         _ => Local::FlushDb,
     })
 }
@@ -100,7 +106,9 @@ fn run(store: &Store, op: &Local) -> Vec<pb::Op> {
         | Local::Incr(k)
         | Local::PfAdd(k, _)
         | Local::LPush(k, _)
-        | Local::LPop(k) => store.lock_many(vec![(0, store.shard_of(&key(*k)))]),
+        | Local::LPop(k)
+        | Local::SetKeepTtl(k, _)
+        | Local::StoreSet(k, _) => store.lock_many(vec![(0, store.shard_of(&key(*k)))]),
     };
     // The command's time, read once as `run_command` does: its writes are stamped with it.
     let mut ctx = Ctx::new(store, 0, store.hlc.wall_ms(), locks);
@@ -156,6 +164,13 @@ fn run(store: &Store, op: &Local) -> Vec<pb::Op> {
         }
         Local::LPop(k) => {
             let _ = ctx.edit(&key(*k), |l: &mut ListValue, _| l.pop_front());
+        }
+        Local::SetKeepTtl(k, a) => {
+            ctx.put(&key(*k), Value::string(&[b'w', *a]), true);
+        }
+        Local::StoreSet(k, a) => {
+            let set: Collection<Version> = [(name(*a), Version::ZERO), (name(a.wrapping_add(1)), Version::ZERO)].into_iter().collect();
+            ctx.put(&key(*k), Value::Set(Box::new(set)), false);
         }
         Local::FlushDb => ctx.flush_db(0),
     }
