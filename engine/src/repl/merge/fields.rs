@@ -8,7 +8,7 @@ use crate::db::effect::{FieldState, MemberState, ZSetMemberState};
 use crate::db::entry::{Collection, Field};
 use crate::db::lattice::ElementMap;
 use crate::db::zset::SortedSet;
-use crate::db::{Entry, Kind, Shard, Store, Value};
+use crate::db::{Entry, EntryMut, KeyLike, Kind, Shard, Store, Value};
 use crate::hlc::Version;
 
 pub(super) enum FieldsOp<'a> {
@@ -78,7 +78,10 @@ fn restore_removed(value: &mut Value, removed: crate::db::entry::FieldMap<Versio
 }
 
 /// Per-field (or per-member) LWW with tombstones.
-pub(super) fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u8], flushed: Version, op: FieldsOp) -> bool {
+/// `hashed` is the op's key, hashed or not (`merge_locked`): an element merged into a
+/// collection the shard holds (the common case) finds it with one probe and no hashing.
+pub(super) fn merge_fields<K: KeyLike + ?Sized>(store: &Store, db: usize, shard: &mut Shard, hashed: &K, flushed: Version, op: FieldsOp) -> bool {
+    let key = hashed.key_bytes();
     // No element, no version: no write a node makes (an edit that changes nothing still
     // names its elements). Merged, it would stand for a write of its type at version zero and
     // could replace a ghost of another type without changing an element, reported as no
@@ -95,8 +98,14 @@ pub(super) fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u
     if op_newest < floor {
         return false;
     }
-    let created = match shard.raw_mut(key) {
-        Some(entry) if op.same_kind(&entry.value) => false,
+    let created = match shard.raw_mut(hashed) {
+        Some(mut entry) if op.same_kind(&entry.value) => {
+            let changed = merge_elements(&op, &mut entry, floor, op_newest);
+            if entry.value.is_empty_collection() {
+                bury(store, db, shard, key);
+            }
+            return changed;
+        }
         Some(mut entry) => {
             // Another type: the newer key write wins whole (at one version, by type:
             // `Register::beats`); the older one still ends the incarnation before it (what the
@@ -133,15 +142,28 @@ pub(super) fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u
                 Some(ghost) => restore_removed(&mut value, ghost.into_removed()),
                 None => {}
             }
-            shard.insert(dbref, key, Entry::new(value, op_newest));
+            shard.insert(dbref, hashed, Entry::new(value, op_newest));
             true
         }
     };
-    let Some(mut entry) = shard.raw_mut(key) else {
+    let Some(mut entry) = shard.raw_mut(hashed) else {
         return false;
     };
+    let changed = merge_elements(&op, &mut entry, floor, op_newest);
+    if entry.value.is_empty_collection() {
+        bury(store, db, shard, key);
+    } else if created {
+        shard.adopt_pending_expiry(dbref, key);
+    }
+    changed
+}
+
+/// Merges `op`'s elements into the collection of the same type at `entry`, each by its type's
+/// rule (`ElementMap::merge_element`) in the effect's order; elements older than `floor` are
+/// dead. Returns whether any changed (the entry then takes the op's version if newer).
+fn merge_elements(op: &FieldsOp, entry: &mut EntryMut<'_>, floor: Version, op_newest: Version) -> bool {
     let mut changed = false;
-    match (&op, &mut entry.value) {
+    match (op, &mut entry.value) {
         // Each element by its type's rule (`ElementMap::merge_element`), in the effect's order.
         (FieldsOp::Hash(h), Value::Hash(map)) => {
             for f in h.iter() {
@@ -165,11 +187,6 @@ pub(super) fn merge_fields(store: &Store, db: usize, shard: &mut Shard, key: &[u
     }
     if changed && op_newest > entry.version() {
         entry.set_version(op_newest);
-    }
-    if entry.value.is_empty_collection() {
-        bury(store, db, shard, key);
-    } else if created {
-        shard.adopt_pending_expiry(dbref, key);
     }
     changed
 }

@@ -182,9 +182,9 @@ pub fn merge_locked<K: KeyLike + ?Sized>(store: &Store, db: usize, shard: &mut S
         }
         EffectKind::Delete { version } => whole::delete(store, db, shard, key, *version, flushed),
         EffectKind::Expire { deadline_ms, version } => shard.merge_expiry(store.db(db), key, Expiry { deadline_ms: *deadline_ms, version: *version }, flushed),
-        EffectKind::Hash(fields) => fields::merge_fields(store, db, shard, key, flushed, fields::FieldsOp::Hash(fields)),
-        EffectKind::Set(members) => fields::merge_fields(store, db, shard, key, flushed, fields::FieldsOp::Set(members)),
-        EffectKind::ZSet(members) => fields::merge_fields(store, db, shard, key, flushed, fields::FieldsOp::ZSet(members)),
+        EffectKind::Hash(fields) => fields::merge_fields(store, db, shard, hashed, flushed, fields::FieldsOp::Hash(fields)),
+        EffectKind::Set(members) => fields::merge_fields(store, db, shard, hashed, flushed, fields::FieldsOp::Set(members)),
+        EffectKind::ZSet(members) => fields::merge_fields(store, db, shard, hashed, flushed, fields::FieldsOp::ZSet(members)),
         EffectKind::Counter(c) => counter::merge_counter(store, db, shard, key, c, flushed),
         EffectKind::Hll { version, registers } => whole::merge_hll(store, db, shard, key, *version, registers, flushed),
         EffectKind::Publish { .. } | EffectKind::FlushDb { .. } | EffectKind::Library { .. } | EffectKind::FunctionFlush { .. } => false,
