@@ -75,11 +75,65 @@ impl OpBuffer {
     /// Appends the op of a write that left `value` at `key` (`Effect::of_value`'s). A string's
     /// (most writes) is encoded straight from the stored bytes: no `Effect`, with its copies of
     /// key and value, is built and dropped on the way.
+    ///
+    /// A hash's, set's or sorted set's (each of their edits) is written here too, element by
+    /// element from the collection (`ElementsOp`): an `Effect` with a copy of every named
+    /// element, converted to prost's `Op` and encoded by prost, cost an origin's `HSET` ~2,000
+    /// instructions (callgrind, docs/benchmarks.md).
     pub fn push_value(&mut self, db: usize, key: &[u8], value: &Value, v: Version, names: &[Bytes]) {
+        // `Effect::of_value`'s element states (`effect::hash_fields`, `set_members`,
+        // `zset_members`), borrowed from the collection: a removed element is a tombstone at
+        // its removal's version, or at the collection's `cleared` when it has none.
         match value {
             Value::Str(s) => self.push_string_set(&StringSetOp::new(db, key, s, v)),
+            Value::Hash(h) => self.push_elements(
+                db,
+                key,
+                HASH_TAG,
+                names.iter().map(|n| match (h.get(n), h.removed.get(n)) {
+                    (Some(f), _) => ElementState::new(n, Held::Bytes(&f.value), f.version),
+                    (None, v) => ElementState::new(n, Held::Removed, v.copied().unwrap_or(h.cleared)),
+                }),
+            ),
+            // A member is there by presence: an empty `value`.
+            Value::Set(s) => self.push_elements(
+                db,
+                key,
+                SET_TAG,
+                names.iter().map(|n| match (s.get(n), s.removed.get(n)) {
+                    (Some(v), _) => ElementState::new(n, Held::Bytes(&[]), *v),
+                    (None, v) => ElementState::new(n, Held::Removed, v.copied().unwrap_or(s.cleared)),
+                }),
+            ),
+            Value::ZSet(z) => self.push_elements(
+                db,
+                key,
+                ZSET_TAG,
+                names.iter().map(|n| match (z.member(n), z.removed.get(n)) {
+                    (Some(m), _) => ElementState::new(n, Held::Score(m.score), m.version),
+                    (None, v) => ElementState::new(n, Held::Removed, v.copied().unwrap_or(z.cleared)),
+                }),
+            ),
             _ => self.push(Effect::of_value(db, key, value, v, names)),
         }
+    }
+
+    /// A hash's, set's or sorted set's op (`Op` field `effect_tag`), framed, its elements
+    /// written as `ElementState::write` writes them.
+    fn push_elements<'e>(&mut self, db: usize, key: &[u8], effect_tag: u8, elements: impl Iterator<Item = ElementState<'e>>) {
+        let elements: smallvec::SmallVec<[ElementState<'e>; 4]> = elements.collect();
+        let inner_len: usize = elements.iter().map(|e| message_field(1, e.len)).sum();
+        let len = varint_field(1, db as u64) + bytes_field(2, key.len()) + message_field(u32::from(effect_tag), inner_len);
+        self.reserve(batch::frame_len(len) + len);
+        write_framed(&mut self.bytes, len, |w| {
+            w.db_and_key(db, key);
+            w.field(effect_tag, LEN, inner_len as u64);
+            for e in &elements {
+                w.field(1, LEN, e.len as u64);
+                e.write(w);
+            }
+        });
+        self.ends.push(self.bytes.len() as u32);
     }
 
     /// Appends `other`'s ops after these; `other`'s buffer is left as this thread's spare
@@ -213,46 +267,111 @@ impl<'a> StringSetOp<'a> {
     /// Writes the op as an element of a batch's `ops` at the end of `out`: `batch::frame`'s tag
     /// and length first, then the fields prost writes, in its order.
     #[inline]
-    // The one `set_len` below (the workspace denies `unsafe`; Cargo.toml lists where it is
-    // allowed): writing the op over zeroed bytes instead cost ~80 more instructions per op.
-    #[allow(unsafe_code)]
     fn write_framed(&self, out: &mut Vec<u8>) {
-        const VARINT: u8 = 0; // the protobuf wire types
-        const LEN: u8 = 2;
-        let len = self.framed_len();
-        // Written into the vector's spare room, not zeroed first (see above), with room for
-        // `long_varint`'s eight-byte writes past the end.
-        out.reserve(len + VARINT_ROOM);
-        let start = out.len();
-        let mut w = OpWriter { buf: UninitSlice::uninit(&mut out.spare_capacity_mut()[..len + VARINT_ROOM]), at: 0 };
-        w.byte(batch::OPS_TAG);
-        w.varint(self.len as u64);
-        if self.db != 0 {
-            w.field(1, VARINT, self.db as u64);
+        write_framed(out, self.len, |w| {
+            w.db_and_key(self.db, self.key);
+            w.field(3, LEN, self.set_len as u64);
+            if !self.value.is_empty() {
+                w.field(1, LEN, self.value.len() as u64);
+                w.bytes(self.value);
+            }
+            w.version(2, self.version, self.version_len);
+        });
+    }
+}
+
+/// The protobuf wire types an op's writer writes.
+const VARINT: u8 = 0;
+const I64: u8 = 1;
+const LEN: u8 = 2;
+
+/// `Op`'s fields of a hash's, a set's and a sorted set's elements.
+const HASH_TAG: u8 = 7;
+const SET_TAG: u8 = 8;
+const ZSET_TAG: u8 = 9;
+
+/// Writes an op of `len` bytes as an element of a batch's `ops` at the end of `out`:
+/// `batch::frame`'s tag and length, then what `write` writes, which must be `len` bytes.
+#[inline(always)]
+// The one `set_len` below (the workspace denies `unsafe`; Cargo.toml lists where it is
+// allowed): writing the op over zeroed bytes instead cost ~80 more instructions per op.
+#[allow(unsafe_code)]
+fn write_framed(out: &mut Vec<u8>, len: usize, write: impl FnOnce(&mut OpWriter<'_>)) {
+    let framed = batch::frame_len(len) + len;
+    // Written into the vector's spare room, not zeroed first (see above), with room for
+    // `long_varint`'s eight-byte writes past the end.
+    out.reserve(framed + VARINT_ROOM);
+    let start = out.len();
+    let mut w = OpWriter { buf: UninitSlice::uninit(&mut out.spare_capacity_mut()[..framed + VARINT_ROOM]), at: 0 };
+    w.byte(batch::OPS_TAG);
+    w.varint(len as u64);
+    write(&mut w);
+    let written = w.at;
+    // Checked in release builds too: a length worked out apart from the writing must match
+    // it, or the frame would claim bytes of the next op.
+    assert_eq!(written, framed, "an op's writes fill the room its lengths made");
+    // SAFETY: `OpWriter`'s first `at` bytes are written (each of its writes starts at `at`
+    // or after it and moves `at` only over bytes it wrote), so out[start..start + written]
+    // is initialised; and it lies within the capacity `reserve` made, as `buf` is a
+    // bounds-checked slice of the spare room.
+    unsafe { out.set_len(start + written) };
+}
+
+/// What a hash's, set's or sorted set's op says an element holds (its field 2).
+#[derive(Clone, Copy)]
+enum Held<'a> {
+    /// A tombstone: field 2 absent.
+    Removed,
+    /// A hash field's value, or a set member's presence (empty).
+    Bytes(&'a [u8]),
+    /// A sorted set member's score.
+    Score(f64),
+}
+
+/// One element's state as its collection's op carries it (`FieldState`, `ZSetMember`), its
+/// lengths worked out once.
+struct ElementState<'a> {
+    name: &'a [u8],
+    held: Held<'a>,
+    version: Version,
+    /// The `version` message's length.
+    version_len: usize,
+    /// The element message's length.
+    len: usize,
+}
+
+impl<'a> ElementState<'a> {
+    #[inline]
+    fn new(name: &'a [u8], held: Held<'a>, version: Version) -> ElementState<'a> {
+        let version_len = varint_field(1, version.hlc) + varint_field(2, u64::from(version.node));
+        let held_len = match held {
+            Held::Removed => 0,
+            Held::Bytes(b) => present_bytes(2, b.len()),
+            Held::Score(_) => key_len(2) + 8,
+        };
+        let len = bytes_field(1, name.len()) + held_len + message_field(3, version_len);
+        ElementState { name, held, version, version_len, len }
+    }
+
+    /// The element's fields, as prost writes them.
+    #[inline]
+    fn write(&self, w: &mut OpWriter<'_>) {
+        if !self.name.is_empty() {
+            w.field(1, LEN, self.name.len() as u64);
+            w.bytes(self.name);
         }
-        if !self.key.is_empty() {
-            w.field(2, LEN, self.key.len() as u64);
-            w.bytes(self.key);
+        match self.held {
+            Held::Removed => {}
+            Held::Bytes(b) => {
+                w.field(2, LEN, b.len() as u64);
+                w.bytes(b);
+            }
+            Held::Score(score) => {
+                w.byte(2 << 3 | I64);
+                w.bytes(&score.to_le_bytes());
+            }
         }
-        w.field(3, LEN, self.set_len as u64);
-        if !self.value.is_empty() {
-            w.field(1, LEN, self.value.len() as u64);
-            w.bytes(self.value);
-        }
-        w.field(2, LEN, self.version_len as u64);
-        if self.version.hlc != 0 {
-            w.field(1, VARINT, self.version.hlc);
-        }
-        if self.version.node != 0 {
-            w.field(2, VARINT, u64::from(self.version.node));
-        }
-        let written = w.at;
-        debug_assert_eq!(written, len, "an op's writes fill the room its lengths made");
-        // SAFETY: `OpWriter`'s first `at` bytes are written (each of its writes starts at `at`
-        // or after it and moves `at` only over bytes it wrote), so out[start..start + written]
-        // is initialised; and it lies within the capacity `reserve` made, as `buf` is a
-        // bounds-checked slice of the spare room.
-        unsafe { out.set_len(start + written) };
+        w.version(3, self.version, self.version_len);
     }
 }
 
@@ -270,6 +389,31 @@ struct OpWriter<'b> {
 }
 
 impl OpWriter<'_> {
+    /// An op's `db` and `key` (each left out when empty, as prost leaves them).
+    #[inline(always)]
+    fn db_and_key(&mut self, db: usize, key: &[u8]) {
+        if db != 0 {
+            self.field(1, VARINT, db as u64);
+        }
+        if !key.is_empty() {
+            self.field(2, LEN, key.len() as u64);
+            self.bytes(key);
+        }
+    }
+
+    /// A `Version` message as field `field`, `len` long (its `hlc` and `node`, each left out
+    /// when zero).
+    #[inline(always)]
+    fn version(&mut self, field: u8, v: Version, len: usize) {
+        self.field(field, LEN, len as u64);
+        if v.hlc != 0 {
+            self.field(1, VARINT, v.hlc);
+        }
+        if v.node != 0 {
+            self.field(2, VARINT, u64::from(v.node));
+        }
+    }
+
     /// A field's key (its number, below 16, and wire type: one byte) and then `value`, a
     /// varint or a length.
     #[inline(always)]
@@ -819,6 +963,61 @@ mod tests {
             prop_assert_eq!(&ops.ends().iter().map(|&e| e as usize).collect::<Vec<_>>(), &(1..=3).map(|i| i * ops.bytes().len() / 3).collect::<Vec<_>>());
             prop_assert!(framed.iter().all(|op| op == encode(effect.clone())));
             prop_assert_eq!(ops.into_framed(), framed);
+        }
+
+        /// A hash's, set's or sorted set's op written from the collection (`push_value`) is its
+        /// effect's (`Effect::of_value`, encoded by prost), for every database and key, names
+        /// held, removed (at their tombstone's version or the collection's `cleared`) or both,
+        /// empty names and values, versions of every length, and scores of every kind.
+        #[test]
+        fn a_collections_value_encodes_as_its_effect(
+            db in prop_oneof![0usize..3, 100usize..300],
+            key in prop::collection::vec(any::<u8>(), 0..150),
+            elements in prop::collection::vec((prop::collection::vec(0u8..4, 0..3), prop::collection::vec(any::<u8>(), 0..200), any::<f64>(), 0u8..3, any::<u64>(), any::<u32>()), 0..12),
+            cleared in (any::<u64>(), any::<u32>()),
+            kind in 0u8..3,
+        ) {
+            use crate::db::entry::{Collection, Field};
+            use crate::db::zset::SortedSet;
+            let cleared = Version { hlc: cleared.0, node: cleared.1 };
+            let (mut hash, mut set, mut zset) = (Collection::<Field>::default(), Collection::<Version>::default(), SortedSet::default());
+            (hash.cleared, set.cleared, zset.cleared) = (cleared, cleared, cleared);
+            let mut names = Vec::new();
+            for (name, value, score, state, hlc, node) in &elements {
+                let (name, v) = (Bytes::copy_from_slice(name), Version { hlc: *hlc, node: *node });
+                match state {
+                    // Held.
+                    0 => {
+                        hash.insert(name.clone(), Field::new(value, v));
+                        set.insert(name.clone(), v);
+                        zset.insert(name.clone(), *score, v);
+                    }
+                    // Removed: a tombstone.
+                    1 => {
+                        hash.remove(&name);
+                        set.remove(&name);
+                        zset.remove(&name);
+                        hash.removed.insert(name.clone(), v);
+                        set.removed.insert(name.clone(), v);
+                        zset.removed.insert(name.clone(), v);
+                    }
+                    // Named but neither: removed at `cleared`.
+                    _ => {}
+                }
+                names.push(name);
+            }
+            let value = match kind {
+                0 => Value::Hash(Box::new(hash)),
+                1 => Value::Set(Box::new(set)),
+                _ => Value::ZSet(Box::new(zset)),
+            };
+            let v = Version { hlc: 1, node: 1 };
+            let mut ops = OpBuffer::of_value(db, &key, &value, v, &names);
+            ops.append(OpBuffer::of_value(db, &key, &value, v, &names));
+            let framed = FramedOps::parse(Bytes::copy_from_slice(ops.bytes())).expect("whole frames");
+            prop_assert_eq!(framed.len(), 2);
+            let by_prost = pb::Op::from(Effect::of_value(db, &key, &value, v, &names)).encode_to_vec();
+            prop_assert!(framed.iter().all(|op| op.to_vec() == by_prost));
         }
 
         /// `decode_in` reads each op of a batch where it lies as `decode` reads it alone: the
