@@ -96,6 +96,14 @@ impl<'a> Reader<'a> {
         (*self.buf.get(self.at)? == byte).then(|| self.at += 1)
     }
 
+    /// A fixed 64-bit field's eight bytes, little-endian (a `double`'s bits).
+    #[inline(always)]
+    pub fn fixed64(&mut self) -> Option<u64> {
+        let &eight = self.buf.get(self.at..)?.first_chunk::<8>()?;
+        self.at += 8;
+        Some(u64::from_le_bytes(eight))
+    }
+
     /// A length-delimited field's bytes, borrowed (no copy, and no `Bytes` handle with its
     /// reference count: a caller that keeps them slices its `Bytes` with `Bytes::slice_ref`).
     #[inline(always)]

@@ -77,7 +77,7 @@ impl OpBuffer {
     /// key and value, is built and dropped on the way.
     ///
     /// A hash's, set's or sorted set's (each of their edits) is written here too, element by
-    /// element from the collection (`ElementsOp`): an `Effect` with a copy of every named
+    /// element from the collection (`push_elements`): an `Effect` with a copy of every named
     /// element, converted to prost's `Op` and encoded by prost, cost an origin's `HSET` ~2,000
     /// instructions (callgrind, docs/benchmarks.md).
     pub fn push_value(&mut self, db: usize, key: &[u8], value: &Value, v: Version, names: &[Bytes]) {
@@ -494,7 +494,150 @@ pub fn decode(op: Bytes) -> Result<Effect, WireError> {
         let kind = EffectKind::StringSet { value: op.slice_ref(set.value), version: set.version };
         return Ok(Effect { db: set.db, key: op.slice_ref(set.key), kind });
     }
+    if let Some(effect) = read_elements(&op) {
+        return Ok(effect);
+    }
     Effect::try_from(pb::Op::decode(op).map_err(WireError::Malformed)?)
+}
+
+/// A hash's, set's or sorted set's op as `OpBuffer::push_value` (and prost) writes it, read
+/// field by field into its effect: `None` for anything else (another kind, fields out of
+/// order, repeated or unknown, a truncated field), which prost then decodes (or refuses).
+/// Through prost, such an op was decoded into prost's messages and then converted, a second
+/// vector and every name and value handled twice: ~2,400 instructions of a peer's ~5,000 per
+/// merged `HSET` (callgrind). Names and values are copied (`owned`), the key sliced, as the
+/// conversion from prost's messages does. `decode_reads_what_prost_reads` checks it against
+/// prost.
+fn read_elements(op: &Bytes) -> Option<Effect> {
+    let mut r = Reader::new(op);
+    let (db, key, mut tag) = read_db_and_key(&mut r)?;
+    let effect_tag = (tag >> 3) as u8;
+    if tag & 7 != u64::from(LEN) || ![HASH_TAG, SET_TAG, ZSET_TAG].contains(&effect_tag) {
+        return None;
+    }
+    let inner_end = r.field_end()?;
+    let mut elements: smallvec::SmallVec<[ReadElement<'_>; 4]> = smallvec::SmallVec::new();
+    while r.at() < inner_end {
+        r.expect(1 << 3 | LEN)?;
+        let element_end = r.field_end()?;
+        let mut name: &[u8] = &[];
+        let mut held = None;
+        let mut version = Version::ZERO;
+        tag = if r.at() < element_end { r.tag()? } else { 0 };
+        if tag == u64::from(1 << 3 | LEN) {
+            name = r.slice()?;
+            tag = if r.at() < element_end { r.tag()? } else { 0 };
+        }
+        if effect_tag == ZSET_TAG && tag == u64::from(2 << 3 | I64) {
+            held = Some(ElementHeld::Score(f64::from_bits(r.fixed64()?)));
+            tag = if r.at() < element_end { r.tag()? } else { 0 };
+        } else if effect_tag != ZSET_TAG && tag == u64::from(2 << 3 | LEN) {
+            held = Some(ElementHeld::Bytes(r.slice()?));
+            tag = if r.at() < element_end { r.tag()? } else { 0 };
+        }
+        if tag == u64::from(3 << 3 | LEN) {
+            version = read_version(&mut r)?;
+        } else if tag != 0 {
+            return None;
+        }
+        if r.at() != element_end {
+            return None;
+        }
+        elements.push(ReadElement { name, held, version });
+    }
+    // Nothing after the effect: a repeated field would be merged by prost.
+    if r.at() != inner_end || r.at() != op.len() {
+        return None;
+    }
+    let copy = Bytes::copy_from_slice;
+    let kind = match effect_tag {
+        HASH_TAG => EffectKind::Hash(
+            elements
+                .into_iter()
+                .map(|ReadElement { name, held, version }| FieldState { name: copy(name), value: held.map(|h| copy(h.bytes())), version })
+                .collect(),
+        ),
+        SET_TAG => EffectKind::Set(
+            elements.into_iter().map(|ReadElement { name, held, version }| MemberState { name: copy(name), present: held.is_some(), version }).collect(),
+        ),
+        _ => EffectKind::ZSet(
+            elements
+                .into_iter()
+                .map(|ReadElement { name, held, version }| ZSetMemberState { name: copy(name), score: held.map(ElementHeld::score), version })
+                .collect(),
+        ),
+    };
+    Some(Effect { db: db as usize, key: op.slice_ref(key), kind })
+}
+
+/// An element as `read_elements` read it, borrowed from the op.
+struct ReadElement<'a> {
+    name: &'a [u8],
+    held: Option<ElementHeld<'a>>,
+    version: Version,
+}
+
+/// What an element read by `read_elements` holds (its field 2): bytes for a hash or a set, a
+/// score for a sorted set (the two never meet: the reader takes only its effect's type).
+#[derive(Clone, Copy)]
+enum ElementHeld<'a> {
+    Bytes(&'a [u8]),
+    Score(f64),
+}
+
+impl<'a> ElementHeld<'a> {
+    fn bytes(self) -> &'a [u8] {
+        match self {
+            ElementHeld::Bytes(b) => b,
+            ElementHeld::Score(_) => &[],
+        }
+    }
+
+    fn score(self) -> f64 {
+        match self {
+            ElementHeld::Score(s) => s,
+            ElementHeld::Bytes(_) => 0.0,
+        }
+    }
+}
+
+/// An op's `db` and `key` (each absent when zero or empty), and the key of the field after
+/// them.
+#[inline(always)]
+fn read_db_and_key<'a>(r: &mut Reader<'a>) -> Option<(u32, &'a [u8], u64)> {
+    let mut db = 0;
+    let mut key: &[u8] = &[];
+    let mut tag = r.tag()?;
+    if tag == 1 << 3 {
+        db = u32::try_from(r.varint()?).ok()?;
+        tag = r.tag()?;
+    }
+    if tag == 2 << 3 | 2 {
+        key = r.slice()?;
+        tag = r.tag()?;
+    }
+    Some((db, key, tag))
+}
+
+/// A `Version` message (its key read already): `hlc` and `node` in that order, each absent
+/// when zero; `None` for anything else.
+#[inline(always)]
+fn read_version(r: &mut Reader<'_>) -> Option<Version> {
+    let mut version = Version::ZERO;
+    let version_end = r.field_end()?;
+    if r.at() < version_end {
+        let mut tag = r.tag()?;
+        if tag == 1 << 3 {
+            version.hlc = r.varint()?;
+            tag = if r.at() < version_end { r.tag()? } else { 0 };
+        }
+        if tag == 2 << 3 {
+            version.node = u32::try_from(r.varint()?).ok()?;
+        } else if tag != 0 {
+            return None;
+        }
+    }
+    (r.at() == version_end).then_some(version)
 }
 
 /// A string's write (most ops), its key and value borrowed from the bytes it was read from.
@@ -573,17 +716,7 @@ fn read_string_set(whole: &Bytes, span: std::ops::Range<usize>) -> Option<String
 /// `read_string_set` of any layout, field by field.
 fn read_string_set_by_field(whole: &Bytes, span: std::ops::Range<usize>) -> Option<StringSetRef<'_>> {
     let mut r = Reader::starting_at(whole, span.start);
-    let mut db = 0;
-    let mut key: &[u8] = &[];
-    let mut tag = r.tag()?;
-    if tag == 1 << 3 {
-        db = u32::try_from(r.varint()?).ok()?;
-        tag = r.tag()?;
-    }
-    if tag == 2 << 3 | 2 {
-        key = r.slice()?;
-        tag = r.tag()?;
-    }
+    let (db, key, tag) = read_db_and_key(&mut r)?;
     if tag != 3 << 3 | 2 {
         return None;
     }
@@ -597,22 +730,7 @@ fn read_string_set_by_field(whole: &Bytes, span: std::ops::Range<usize>) -> Opti
             tag = if r.at() < inner_end { r.tag()? } else { 0 };
         }
         if tag == 2 << 3 | 2 {
-            let version_end = r.field_end()?;
-            if r.at() < version_end {
-                let mut tag = r.tag()?;
-                if tag == 1 << 3 {
-                    version.hlc = r.varint()?;
-                    tag = if r.at() < version_end { r.tag()? } else { 0 };
-                }
-                if tag == 2 << 3 {
-                    version.node = u32::try_from(r.varint()?).ok()?;
-                } else if tag != 0 {
-                    return None;
-                }
-            }
-            if r.at() != version_end {
-                return None;
-            }
+            version = read_version(&mut r)?;
         } else if tag != 0 {
             return None;
         }
