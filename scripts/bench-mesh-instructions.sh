@@ -9,8 +9,14 @@
 # Repeated runs of one binary agree within ~1% (the plain node's within ~3%). callgrind counts
 # each iteration of a `rep movsb` copy as an instruction, so copies weigh more here than in time.
 #
+# BENCH_COMMAND loads another write instead (a redis-benchmark command line, its
+# `__rand_int__` drawn from -r 1000000), e.g. a collection's edits: the elements of one hash
+# (docs/benchmarks.md, "Collection writes in the mesh").
+#
 #   scripts/bench-mesh-instructions.sh            # needs valgrind (apt-get install valgrind)
 #   KEYMESH_SERVER=path/to/keymesh-server BENCH_N=100000 scripts/bench-mesh-instructions.sh
+#   BENCH_N=50000 BENCH_COMMAND='HSET myhash element:__rand_int__ value-of-forty-two-bytes-xxxxxxxxxxxxxxxxx' \
+#     scripts/bench-mesh-instructions.sh
 set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
@@ -34,7 +40,27 @@ same_dbsize() {
   done
   echo "bench-mesh-instructions: the nodes did not converge" >&2; exit 1
 }
-load() { redis-benchmark -p "$1" -t set -n "$2" -r 1000000 -d 100 -c 50 -P 16 -q >/dev/null; }
+# A write's load: SETs of 100 B, or BENCH_COMMAND's (split into its arguments on purpose).
+command_line="${BENCH_COMMAND:-}"
+load() {
+  if [[ -z "$command_line" ]]; then
+    redis-benchmark -p "$1" -t set -n "$2" -r 1000000 -d 100 -c 50 -P 16 -q >/dev/null
+  else
+    # shellcheck disable=SC2086
+    redis-benchmark -p "$1" -n "$2" -r 1000000 -c 50 -P 16 -q $command_line >/dev/null
+  fi
+}
+# Waits until every peer (ports after the origin's) holds the origin's newest write: a link
+# applies its ops in order, so a sentinel written last arrives after all of them (edits of a
+# few keys leave the key counts equal long before the peers are done).
+synced() {
+  local origin="$1" tag="bench-$RANDOM$RANDOM"
+  redis-cli -p "$origin" set bench:sentinel "$tag" >/dev/null
+  for p in "${@:2}"; do
+    for _ in $(seq 1200); do [[ "$(redis-cli -p "$p" get bench:sentinel)" == "$tag" ]] && continue 2; sleep 0.1; done
+    echo "bench-mesh-instructions: port $p never received the load's writes" >&2; exit 1
+  done
+}
 # Each node in a directory of its own: one started where a dump.rdb lies would load it.
 native() { # name port [flags...]
   local name="$1" port="$2"; shift 2
@@ -50,7 +76,7 @@ counted() { # name port [flags...]: under callgrind, instrumentation off until `
   pids+=($!)
   counted_pid=$!
 }
-# Instructions collected since `callgrind_control -i on`, per SET.
+# Instructions collected since `callgrind_control -i on`, per write.
 per_set() {
   callgrind_control -d "$counted_pid" >/dev/null 2>&1
   sleep 1
@@ -64,9 +90,9 @@ po="$(free_port)"; pp="$(free_port)"
 native origin "$po" --active-replica yes --multi-master yes --replicaof 127.0.0.1 "$pp"
 counted peer "$pp" --active-replica yes --multi-master yes --replicaof 127.0.0.1 "$po"
 wait_ping "$po"; wait_ping "$pp"; sleep 3
-load "$po" 20000; same_dbsize "$po" "$pp"
+load "$po" 20000; same_dbsize "$po" "$pp"; synced "$po" "$pp"
 callgrind_control -i on "$counted_pid" >/dev/null 2>&1
-load "$po" "$n"; same_dbsize "$po" "$pp"; sleep 0.5
+load "$po" "$n"; same_dbsize "$po" "$pp"; synced "$po" "$pp"
 peer="$(per_set peer)"
 cleanup; pids=()
 
@@ -76,9 +102,9 @@ native n1 "$p1" --active-replica yes --multi-master yes --replicaof 127.0.0.1 "$
 native n2 "$p2" --active-replica yes --multi-master yes --replicaof 127.0.0.1 "$p0" --replicaof 127.0.0.1 "$p1"
 counted origin "$p0" --active-replica yes --multi-master yes --replicaof 127.0.0.1 "$p1" --replicaof 127.0.0.1 "$p2"
 wait_ping "$p0"; wait_ping "$p1"; wait_ping "$p2"; sleep 3
-load "$p0" 20000; same_dbsize "$p0" "$p1" "$p2"
+load "$p0" 20000; same_dbsize "$p0" "$p1" "$p2"; synced "$p0" "$p1" "$p2"
 callgrind_control -i on "$counted_pid" >/dev/null 2>&1
-load "$p0" "$n"; same_dbsize "$p0" "$p1" "$p2"; sleep 0.5
+load "$p0" "$n"; same_dbsize "$p0" "$p1" "$p2"; synced "$p0" "$p1" "$p2"
 origin="$(per_set origin)"
 cleanup; pids=()
 
@@ -92,7 +118,8 @@ load "$ps" "$n"
 plain="$(per_set plain)"
 cleanup; pids=()
 
-awk -v peer="$peer" -v origin="$origin" -v plain="$plain" -v n="$n" 'BEGIN {
-  printf "instructions per SET (%d SETs -P 16, callgrind): peer merging %d, origin with two peers %d, plain node %d\n", n, peer, origin, plain
+write="${command_line%% *}"
+awk -v peer="$peer" -v origin="$origin" -v plain="$plain" -v n="$n" -v write="${write:-SET}" 'BEGIN {
+  printf "instructions per %s (%d %ss -P 16, callgrind): peer merging %d, origin with two peers %d, plain node %d\n", write, n, write, peer, origin, plain
   printf "3-node mesh (origin + 2 peers) %d = %.2fx a plain node\n", origin + 2 * peer, (origin + 2 * peer) / plain
 }'
