@@ -82,38 +82,22 @@ impl OpBuffer {
     /// instructions (callgrind, docs/benchmarks.md).
     pub fn push_value(&mut self, db: usize, key: &[u8], value: &Value, v: Version, names: &[Bytes]) {
         // `Effect::of_value`'s element states (`effect::hash_fields`, `set_members`,
-        // `zset_members`), borrowed from the collection: a removed element is a tombstone at
-        // its removal's version, or at the collection's `cleared` when it has none.
+        // `zset_members`), borrowed from the collection (`ElementState::of`).
         match value {
             Value::Str(s) => self.push_string_set(&StringSetOp::new(db, key, s, v)),
-            Value::Hash(h) => self.push_elements(
-                db,
-                key,
-                HASH_TAG,
-                names.iter().map(|n| match (h.get(n), h.removed.get(n)) {
-                    (Some(f), _) => ElementState::new(n, Held::Bytes(&f.value), f.version),
-                    (None, v) => ElementState::new(n, Held::Removed, v.copied().unwrap_or(h.cleared)),
-                }),
-            ),
+            Value::Hash(h) => {
+                let states = names.iter().map(|n| ElementState::of(n, h.get(n).map(|f| (Held::Bytes(&f.value), f.version)), h.removed.get(n), h.cleared));
+                self.push_elements(db, key, HASH_TAG, states)
+            }
             // A member is there by presence: an empty `value`.
-            Value::Set(s) => self.push_elements(
-                db,
-                key,
-                SET_TAG,
-                names.iter().map(|n| match (s.get(n), s.removed.get(n)) {
-                    (Some(v), _) => ElementState::new(n, Held::Bytes(&[]), *v),
-                    (None, v) => ElementState::new(n, Held::Removed, v.copied().unwrap_or(s.cleared)),
-                }),
-            ),
-            Value::ZSet(z) => self.push_elements(
-                db,
-                key,
-                ZSET_TAG,
-                names.iter().map(|n| match (z.member(n), z.removed.get(n)) {
-                    (Some(m), _) => ElementState::new(n, Held::Score(m.score), m.version),
-                    (None, v) => ElementState::new(n, Held::Removed, v.copied().unwrap_or(z.cleared)),
-                }),
-            ),
+            Value::Set(s) => {
+                let states = names.iter().map(|n| ElementState::of(n, s.get(n).map(|v| (Held::Bytes(&[]), *v)), s.removed.get(n), s.cleared));
+                self.push_elements(db, key, SET_TAG, states)
+            }
+            Value::ZSet(z) => {
+                let states = names.iter().map(|n| ElementState::of(n, z.member(n).map(|m| (Held::Score(m.score), m.version)), z.removed.get(n), z.cleared));
+                self.push_elements(db, key, ZSET_TAG, states)
+            }
             _ => self.push(Effect::of_value(db, key, value, v, names)),
         }
     }
@@ -341,6 +325,17 @@ struct ElementState<'a> {
 }
 
 impl<'a> ElementState<'a> {
+    /// `name`'s state in a collection: what it holds and its version if it holds it, else a
+    /// tombstone at its removal's version (`removed`), or at the collection's `cleared` when
+    /// it has none.
+    #[inline]
+    fn of(name: &'a [u8], held: Option<(Held<'a>, Version)>, removed: Option<&Version>, cleared: Version) -> ElementState<'a> {
+        match held {
+            Some((held, version)) => ElementState::new(name, held, version),
+            None => ElementState::new(name, Held::Removed, removed.copied().unwrap_or(cleared)),
+        }
+    }
+
     #[inline]
     fn new(name: &'a [u8], held: Held<'a>, version: Version) -> ElementState<'a> {
         let version_len = varint_field(1, version.hlc) + varint_field(2, u64::from(version.node));
