@@ -489,22 +489,22 @@ pub fn decode(op: Bytes) -> Result<Effect, WireError> {
         let kind = EffectKind::StringSet { value: op.slice_ref(set.value), version: set.version };
         return Ok(Effect { db: set.db, key: op.slice_ref(set.key), kind });
     }
-    if let Some(effect) = read_elements(&op) {
+    if let Some(effect) = read_elements(&op, 0..op.len()) {
         return Ok(effect);
     }
     Effect::try_from(pb::Op::decode(op).map_err(WireError::Malformed)?)
 }
 
-/// A hash's, set's or sorted set's op as `OpBuffer::push_value` (and prost) writes it, read
-/// field by field into its effect: `None` for anything else (another kind, fields out of
+/// A hash's, set's or sorted set's op as `OpBuffer::push_value` (and prost) writes it, at
+/// `span` of `whole`, read field by field into its effect: `None` for anything else (another kind, fields out of
 /// order, repeated or unknown, a truncated field), which prost then decodes (or refuses).
 /// Through prost, such an op was decoded into prost's messages and then converted, a second
 /// vector and every name and value handled twice: ~2,400 instructions of a peer's ~5,000 per
 /// merged `HSET` (callgrind). Names and values are copied (`owned`), the key sliced, as the
 /// conversion from prost's messages does. `decode_reads_what_prost_reads` checks it against
 /// prost.
-fn read_elements(op: &Bytes) -> Option<Effect> {
-    let mut r = Reader::new(op);
+fn read_elements(whole: &Bytes, span: std::ops::Range<usize>) -> Option<Effect> {
+    let mut r = Reader::starting_at(whole, span.start);
     let (db, key, mut tag) = read_db_and_key(&mut r)?;
     let effect_tag = (tag >> 3) as u8;
     if tag & 7 != u64::from(LEN) || ![HASH_TAG, SET_TAG, ZSET_TAG].contains(&effect_tag) {
@@ -516,19 +516,19 @@ fn read_elements(op: &Bytes) -> Option<Effect> {
         r.expect(1 << 3 | LEN)?;
         let element_end = r.field_end()?;
         let mut name: &[u8] = &[];
-        let mut held = None;
+        let mut held = Held::Removed;
         let mut version = Version::ZERO;
-        tag = if r.at() < element_end { r.tag()? } else { 0 };
+        tag = tag_before(&mut r, element_end)?;
         if tag == u64::from(1 << 3 | LEN) {
             name = r.slice()?;
-            tag = if r.at() < element_end { r.tag()? } else { 0 };
+            tag = tag_before(&mut r, element_end)?;
         }
         if effect_tag == ZSET_TAG && tag == u64::from(2 << 3 | I64) {
-            held = Some(ElementHeld::Score(f64::from_bits(r.fixed64()?)));
-            tag = if r.at() < element_end { r.tag()? } else { 0 };
+            held = Held::Score(f64::from_bits(r.fixed64()?));
+            tag = tag_before(&mut r, element_end)?;
         } else if effect_tag != ZSET_TAG && tag == u64::from(2 << 3 | LEN) {
-            held = Some(ElementHeld::Bytes(r.slice()?));
-            tag = if r.at() < element_end { r.tag()? } else { 0 };
+            held = Held::Bytes(r.slice()?);
+            tag = tag_before(&mut r, element_end)?;
         }
         if tag == u64::from(3 << 3 | LEN) {
             version = read_version(&mut r)?;
@@ -541,7 +541,7 @@ fn read_elements(op: &Bytes) -> Option<Effect> {
         elements.push(ReadElement { name, held, version });
     }
     // Nothing after the effect: a repeated field would be merged by prost.
-    if r.at() != inner_end || r.at() != op.len() {
+    if r.at() != inner_end || r.at() != span.end {
         return None;
     }
     let copy = Bytes::copy_from_slice;
@@ -549,50 +549,51 @@ fn read_elements(op: &Bytes) -> Option<Effect> {
         HASH_TAG => EffectKind::Hash(
             elements
                 .into_iter()
-                .map(|ReadElement { name, held, version }| FieldState { name: copy(name), value: held.map(|h| copy(h.bytes())), version })
+                .map(|ReadElement { name, held, version }| {
+                    let value = match held {
+                        Held::Bytes(b) => Some(copy(b)),
+                        _ => None,
+                    };
+                    FieldState { name: copy(name), value, version }
+                })
                 .collect(),
         ),
         SET_TAG => EffectKind::Set(
-            elements.into_iter().map(|ReadElement { name, held, version }| MemberState { name: copy(name), present: held.is_some(), version }).collect(),
+            elements
+                .into_iter()
+                .map(|ReadElement { name, held, version }| MemberState { name: copy(name), present: !matches!(held, Held::Removed), version })
+                .collect(),
         ),
         _ => EffectKind::ZSet(
             elements
                 .into_iter()
-                .map(|ReadElement { name, held, version }| ZSetMemberState { name: copy(name), score: held.map(ElementHeld::score), version })
+                .map(|ReadElement { name, held, version }| {
+                    let score = match held {
+                        Held::Score(s) => Some(s),
+                        _ => None,
+                    };
+                    ZSetMemberState { name: copy(name), score, version }
+                })
                 .collect(),
         ),
     };
-    Some(Effect { db: db as usize, key: op.slice_ref(key), kind })
+    Some(Effect { db: db as usize, key: whole.slice_ref(key), kind })
 }
 
 /// An element as `read_elements` read it, borrowed from the op.
 struct ReadElement<'a> {
     name: &'a [u8],
-    held: Option<ElementHeld<'a>>,
+    held: Held<'a>,
     version: Version,
 }
 
-/// What an element read by `read_elements` holds (its field 2): bytes for a hash or a set, a
-/// score for a sorted set (the two never meet: the reader takes only its effect's type).
-#[derive(Clone, Copy)]
-enum ElementHeld<'a> {
-    Bytes(&'a [u8]),
-    Score(f64),
-}
-
-impl<'a> ElementHeld<'a> {
-    fn bytes(self) -> &'a [u8] {
-        match self {
-            ElementHeld::Bytes(b) => b,
-            ElementHeld::Score(_) => &[],
-        }
-    }
-
-    fn score(self) -> f64 {
-        match self {
-            ElementHeld::Score(s) => s,
-            ElementHeld::Bytes(_) => 0.0,
-        }
+/// The key of the next field if one starts before `end`, else 0 (a message's end).
+#[inline(always)]
+fn tag_before(r: &mut Reader<'_>, end: usize) -> Option<u64> {
+    if r.at() < end {
+        r.tag()
+    } else {
+        Some(0)
     }
 }
 
@@ -624,7 +625,7 @@ fn read_version(r: &mut Reader<'_>) -> Option<Version> {
         let mut tag = r.tag()?;
         if tag == 1 << 3 {
             version.hlc = r.varint()?;
-            tag = if r.at() < version_end { r.tag()? } else { 0 };
+            tag = tag_before(r, version_end)?;
         }
         if tag == 2 << 3 {
             version.node = u32::try_from(r.varint()?).ok()?;
@@ -695,6 +696,10 @@ fn decode_unusual_in(frame: &Bytes, span: std::ops::Range<usize>) -> Result<Deco
     if let Some(set) = read_string_set_by_field(frame, span.clone()) {
         return Ok(Decoded::StringSet(set));
     }
+    // A collection's op read where it lies: `decode` would try the string readers again.
+    if let Some(effect) = read_elements(frame, span.clone()) {
+        return Ok(Decoded::Effect(effect));
+    }
     decode(frame.slice(span)).map(Decoded::Effect)
 }
 
@@ -722,7 +727,7 @@ fn read_string_set_by_field(whole: &Bytes, span: std::ops::Range<usize>) -> Opti
         let mut tag = r.tag()?;
         if tag == 1 << 3 | 2 {
             value = r.slice()?;
-            tag = if r.at() < inner_end { r.tag()? } else { 0 };
+            tag = tag_before(&mut r, inner_end)?;
         }
         if tag == 2 << 3 | 2 {
             version = read_version(&mut r)?;
