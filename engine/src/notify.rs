@@ -13,7 +13,8 @@ use std::sync::OnceLock;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::db::effect::{Effect, EffectKind};
+use crate::db::effect::{Effect, EffectKind, Elements, Held};
+use crate::db::Kind;
 
 /// Redis's class bits (server.h `NOTIFY_*`), so `CONFIG GET` prints what Redis prints.
 pub mod class {
@@ -172,10 +173,21 @@ impl Notifier {
     /// Publishes what a write merged from a peer did here (`mesh::link::apply_all`): the
     /// event of the effect's kind, see `merged_events`.
     pub fn merged_write(&self, op: &Effect) {
+        self.publish_merged(|| merged_events(op));
+    }
+
+    /// `merged_write` of a collection's element states read where they lie in a batch
+    /// (`repl::wire::ElementsRef`).
+    pub fn merged_elements(&self, db: usize, key: &[u8], elements: &Elements<'_>) {
+        self.publish_merged(|| element_events(db, key, elements));
+    }
+
+    /// Publishes a merged write's events if notifications are on and one is wanted.
+    fn publish_merged(&self, events: impl FnOnce() -> Vec<Event>) {
         if self.flags.load(Ordering::Relaxed) & (class::KEYSPACE | class::KEYEVENT) == 0 {
             return;
         }
-        let events = merged_events(op);
+        let events = events();
         if events.iter().any(|e| self.wants(e.class)) {
             self.publish(events);
         }
@@ -219,9 +231,7 @@ pub fn merged_events(op: &Effect) -> Vec<Event> {
         EffectKind::Hll { .. } => events.push(event(class::STRING, "pfadd")),
         EffectKind::Delete { .. } => events.push(event(class::GENERIC, "del")),
         EffectKind::Expire { deadline_ms, .. } => events.push(event(class::GENERIC, if *deadline_ms == 0 { "persist" } else { "expire" })),
-        EffectKind::Hash(h) => added_removed(&mut events, h.iter().map(|f| f.value.is_some()), || event(class::HASH, "hset"), || event(class::HASH, "hdel")),
-        EffectKind::Set(s) => added_removed(&mut events, s.iter().map(|m| m.present), || event(class::SET, "sadd"), || event(class::SET, "srem")),
-        EffectKind::ZSet(z) => added_removed(&mut events, z.iter().map(|m| m.score.is_some()), || event(class::ZSET, "zadd"), || event(class::ZSET, "zrem")),
+        EffectKind::Hash(_) | EffectKind::Set(_) | EffectKind::ZSet(_) => events = op.elements().map_or_else(Vec::new, |e| element_events(op.db, &op.key, &e)),
         EffectKind::List { items, .. } => events.push(if items.is_empty() { event(class::GENERIC, "del") } else { event(class::LIST, "lset") }),
         // Libraries are no keys: Redis fires no keyspace event for FUNCTION commands.
         EffectKind::FlushDb { .. } | EffectKind::Publish { .. } | EffectKind::Library { .. } | EffectKind::FunctionFlush { .. } => {}
@@ -229,19 +239,26 @@ pub fn merged_events(op: &Effect) -> Vec<Event> {
     events
 }
 
-/// One event for added elements and one for removed ones, if the effect had any of each.
-fn added_removed(events: &mut Vec<Event>, present: impl Iterator<Item = bool>, added: impl Fn() -> Event, removed: impl Fn() -> Event) {
-    let (mut any_added, mut any_removed) = (false, false);
-    for p in present {
-        any_added |= p;
-        any_removed |= !p;
+/// The events merged element states fire (`merged_events`): one for added elements (`hset`,
+/// `sadd`, `zadd`) and one for removed ones (`hdel`, `srem`, `zrem`), if they had any of each.
+fn element_events(db: usize, key: &[u8], elements: &Elements<'_>) -> Vec<Event> {
+    let (class, added, removed) = match elements.kind {
+        Kind::Hash => (class::HASH, "hset", "hdel"),
+        Kind::Set => (class::SET, "sadd", "srem"),
+        Kind::ZSet => (class::ZSET, "zadd", "zrem"),
+        Kind::String | Kind::List => unreachable!("only collections of elements have element states"),
+    };
+    // A copy: the key may be a slice of the frame it arrived in (`repl::wire`), and the event
+    // may wait in a slow subscriber's queue.
+    let event = |name| Event { class, name, db, key: Bytes::copy_from_slice(key) };
+    let mut events = Vec::new();
+    if elements.states.iter().any(|e| e.held != Held::Removed) {
+        events.push(event(added));
     }
-    if any_added {
-        events.push(added());
+    if elements.states.iter().any(|e| e.held == Held::Removed) {
+        events.push(event(removed));
     }
-    if any_removed {
-        events.push(removed());
-    }
+    events
 }
 
 #[cfg(test)]

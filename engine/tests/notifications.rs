@@ -131,7 +131,8 @@ fn expiries_and_evictions_fire_expired_and_evicted() {
 fn a_write_made_on_one_node_fires_its_event_on_a_peer() {
     // Proves merged writes notify: a subscriber on node a hears the writes clients made on
     // node b, as the event of what each did to the key (a string write `set`, hash fields
-    // `hset`, an expiry register `expire`, a tombstone `del`).
+    // `hset`/`hdel`, set members `sadd`/`srem`, sorted-set members `zadd`/`zrem`, an expiry
+    // register `expire`, a tombstone `del`).
     let (a, b) = (DataNode::new("notify-a"), DataNode::new("notify-b"));
     let sa = a.start("a", &[&b], &["--notify-keyspace-events", "KA"]);
     let sb = b.start("b", &[&a], &[]);
@@ -143,14 +144,20 @@ fn a_write_made_on_one_node_fires_its_event_on_a_peer() {
     sub.set_timeout(Duration::from_secs(10));
     assert_eq!(sub.cmd(&["PSUBSCRIBE", "__keyspace@0__:k*"]).texts(), ["psubscribe", "__keyspace@0__:k*", "1"]);
     cb.cmd(&["SET", "k1", "v"]);
-    cb.cmd(&["HSET", "k2", "f", "v"]);
+    cb.cmd(&["HSET", "k2", "f", "v", "g", "w"]);
+    cb.cmd(&["HDEL", "k2", "f"]);
+    cb.cmd(&["SADD", "k3", "a", "b"]);
+    cb.cmd(&["SREM", "k3", "a"]);
+    cb.cmd(&["ZADD", "k4", "1", "m", "2", "n"]);
+    cb.cmd(&["ZREM", "k4", "m"]);
     cb.cmd(&["EXPIRE", "k1", "100"]);
     cb.cmd(&["DEL", "k2"]);
+    let expected =
+        [("k1", "set"), ("k2", "hset"), ("k2", "hdel"), ("k3", "sadd"), ("k3", "srem"), ("k4", "zadd"), ("k4", "zrem"), ("k1", "expire"), ("k2", "del")];
     let mut heard = Vec::new();
-    while heard.len() < 4 {
+    while heard.len() < expected.len() {
         heard.push(next(&mut sub));
     }
-    let expected = [("k1", "set"), ("k2", "hset"), ("k1", "expire"), ("k2", "del")];
     let expected: Vec<(String, String)> = expected.iter().map(|(k, e)| (format!("__keyspace@0__:{k}"), e.to_string())).collect();
     assert_eq!(heard, expected);
 }

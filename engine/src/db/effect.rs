@@ -9,6 +9,7 @@
 //! effect has exactly one wire form and the format stays what it was.
 
 use bytes::Bytes;
+use smallvec::SmallVec;
 
 use super::counter::CounterDelta;
 use super::entry::{Collection, Field};
@@ -84,6 +85,64 @@ pub struct ZSetMemberState {
     pub version: Version,
 }
 
+/// What an element's state says it holds (field 2 of a collection's element on the wire).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Held<'a> {
+    /// A tombstone.
+    Removed,
+    /// A hash field's value, or a set member's presence (empty).
+    Bytes(&'a [u8]),
+    /// A sorted set member's score.
+    Score(f64),
+}
+
+/// One element's state, borrowed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ElementRef<'a> {
+    pub name: &'a [u8],
+    pub held: Held<'a>,
+    pub version: Version,
+}
+
+/// A hash's, set's or sorted set's element states, borrowed, as a peer merges them
+/// (`repl::merge::fields`): one form for an op read where it lies in a received frame
+/// (`repl::wire::Decoded::Elements`: no name or value copied out of the frame, no allocation
+/// for an op of one element; the merge copies what it keeps into the keyspace's own types) and
+/// for an `Effect`'s (`Effect::elements`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Elements<'a> {
+    /// `Kind::Hash`, `Kind::Set` or `Kind::ZSet`.
+    pub kind: Kind,
+    pub states: SmallVec<[ElementRef<'a>; 1]>,
+}
+
+impl Elements<'_> {
+    /// The newest element's version (`Version::ZERO` for none).
+    pub fn newest(&self) -> Version {
+        self.states.iter().map(|e| e.version).max().unwrap_or(Version::ZERO)
+    }
+
+    /// The effect these states are, with names and values copied.
+    pub fn to_effect_kind(&self) -> EffectKind {
+        let copy = Bytes::copy_from_slice;
+        let states = self.states.iter();
+        match self.kind {
+            Kind::Hash => EffectKind::Hash(
+                states
+                    .map(|e| FieldState { name: copy(e.name), value: if let Held::Bytes(v) = e.held { Some(copy(v)) } else { None }, version: e.version })
+                    .collect(),
+            ),
+            Kind::Set => EffectKind::Set(states.map(|e| MemberState { name: copy(e.name), present: e.held != Held::Removed, version: e.version }).collect()),
+            Kind::ZSet => EffectKind::ZSet(
+                states
+                    .map(|e| ZSetMemberState { name: copy(e.name), score: if let Held::Score(s) = e.held { Some(s) } else { None }, version: e.version })
+                    .collect(),
+            ),
+            Kind::String | Kind::List => unreachable!("only collections of elements have element states"),
+        }
+    }
+}
+
 impl Effect {
     pub fn new(db: usize, key: &[u8], kind: EffectKind) -> Effect {
         Effect { db, key: Bytes::copy_from_slice(key), kind }
@@ -123,6 +182,26 @@ impl Effect {
     /// HyperLogLog registers raised (`index << 8 | value`) in the HLL of incarnation `v`.
     pub fn hll_registers(db: usize, key: &[u8], version: Version, raised: &[u32]) -> Effect {
         Effect::new(db, key, EffectKind::Hll { version, registers: raised.to_vec() })
+    }
+
+    /// A hash's, set's or sorted set's element states, borrowed from this effect; `None` for
+    /// any other effect.
+    pub fn elements(&self) -> Option<Elements<'_>> {
+        let (kind, states) = match &self.kind {
+            EffectKind::Hash(h) => (
+                Kind::Hash,
+                h.iter().map(|f| ElementRef { name: &f.name, held: f.value.as_deref().map_or(Held::Removed, Held::Bytes), version: f.version }).collect(),
+            ),
+            EffectKind::Set(s) => (
+                Kind::Set,
+                s.iter().map(|m| ElementRef { name: &m.name, held: if m.present { Held::Bytes(&[]) } else { Held::Removed }, version: m.version }).collect(),
+            ),
+            EffectKind::ZSet(z) => {
+                (Kind::ZSet, z.iter().map(|m| ElementRef { name: &m.name, held: m.score.map_or(Held::Removed, Held::Score), version: m.version }).collect())
+            }
+            _ => return None,
+        };
+        Some(Elements { kind, states })
     }
 
     /// Tombstones at `v` for named elements of a `kind` collection (a removal of elements this

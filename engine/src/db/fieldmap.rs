@@ -539,8 +539,9 @@ impl<V> FieldMap<V> {
     }
 
     /// The value at `name`, stored first with `value` if the map does not hold it; `value`
-    /// comes back when it was not stored.
-    fn slot<N: NameArg>(&mut self, name: N, value: V) -> (&mut V, Option<V>) {
+    /// comes back when it was not stored, for the caller to weigh against what is held (one
+    /// lookup where `get` and then `insert` made two).
+    pub fn slot<N: NameArg>(&mut self, name: N, value: V) -> (&mut V, Option<V>) {
         match self.small_slot(name, value) {
             Ok((at, unused)) => match &mut self.repr {
                 Repr::Small(items) => (&mut items[at].1, unused),

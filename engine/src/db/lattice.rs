@@ -71,7 +71,7 @@ pub trait ElementMap {
     fn held(&self, name: &[u8]) -> Option<Version>;
 
     /// Sets `name`'s state (`None`: a tombstone) at `version`, as a merge (not a local change).
-    fn put(&mut self, name: bytes::Bytes, content: Option<Self::Content>, version: Version);
+    fn put(&mut self, name: &[u8], content: Option<Self::Content>, version: Version);
 
     /// Every element's state, live and removed.
     fn states(&self) -> Vec<(bytes::Bytes, Option<Self::Content>, Version)>;
@@ -83,14 +83,20 @@ pub trait ElementMap {
     /// One element's state at `version` from a peer: taken if it is not older than the key
     /// tombstone or `floor` (the database's flush, the key's ghost), and newer than what is
     /// held of `name`; at one version the held state stays (a version names one write).
-    /// Returns whether it was taken.
-    fn merge_element(&mut self, name: &bytes::Bytes, content: Option<Self::Content>, version: Version, floor: Version) -> bool {
-        if version < self.cleared().max(floor) || self.held(name).is_some_and(|held| held >= version) {
-            return false;
-        }
-        self.put(name.clone(), content, version);
-        true
+    /// Returns whether it was taken. A map may do it with fewer lookups than `merge_by_held`,
+    /// by the same rule.
+    fn merge_element(&mut self, name: &[u8], content: Option<Self::Content>, version: Version, floor: Version) -> bool {
+        merge_by_held(self, name, content, version, floor)
     }
+}
+
+/// `ElementMap::merge_element`'s rule, by `held` and then `put`.
+pub fn merge_by_held<M: ElementMap + ?Sized>(map: &mut M, name: &[u8], content: Option<M::Content>, version: Version, floor: Version) -> bool {
+    if version < map.cleared().max(floor) || map.held(name).is_some_and(|held| held >= version) {
+        return false;
+    }
+    map.put(name, content, version);
+    true
 }
 
 /// Joins two collections (the `Merge` of every `ElementMap`): the newer key tombstone, then

@@ -76,7 +76,7 @@ impl ElementMap for SortedSet {
         self.members.get(name).map(|m| m.version).or_else(|| self.removed.get(name).copied())
     }
 
-    fn put(&mut self, name: Bytes, content: Option<f64>, version: Version) {
+    fn put(&mut self, name: &[u8], content: Option<f64>, version: Version) {
         match content {
             Some(score) => self.merge_insert(name, score, version),
             None => self.merge_remove(name, version),
@@ -264,8 +264,8 @@ impl SortedSet {
     }
 
     /// Replication: removes a member, recording its tombstone, without noting a local change.
-    pub fn merge_remove(&mut self, member: Bytes, version: Version) {
-        if let Some((key, old)) = self.members.remove_entry(&member[..]) {
+    pub fn merge_remove(&mut self, member: &[u8], version: Version) {
+        if let Some((key, old)) = self.members.remove_entry(member) {
             self.unindex(old.score, key);
         }
         self.removed.insert(member, version);

@@ -60,16 +60,18 @@ mod effects {
 }
 
 /// Merges an op as a peer's link does: read where it lies in a received batch
-/// (`wire::decode_in`: a string's write borrowed, any other an `Effect`), then merged
+/// (`wire::decode_in`: a string's write or a collection's elements borrowed, any other an
+/// `Effect`), then merged
 /// (`merge::apply_decoded`); one that is no effect is superseded.
 fn apply_op(store: &Store, op: &pb::Op) -> ApplyOutcome {
     use prost::Message;
     let batch = pb::FramedOps::from_ops([&op.encode_to_vec()[..]]);
     let span = batch.spans().next().expect("one op");
-    match super::wire::decode_in(batch.as_bytes(), span) {
+    let outcome = match super::wire::decode_in(batch.as_bytes(), span) {
         Ok(op) => super::merge::apply_decoded(store, &op, op.key()),
         Err(_) => ApplyOutcome::Superseded,
-    }
+    };
+    outcome
 }
 
 /// The wire form of effects a node made (a snapshot, a local write).

@@ -20,10 +20,11 @@ use pb::op::Effect as PbEffect;
 use pb::reader::Reader;
 use prost::encoding::{encoded_len_varint, key_len};
 use prost::Message;
+use smallvec::SmallVec;
 
 use crate::db::counter::CounterDelta;
-use crate::db::effect::{Effect, EffectKind, FieldState, MemberState, ZSetMemberState};
-use crate::db::Value;
+use crate::db::effect::{Effect, EffectKind, ElementRef, Elements, FieldState, Held, MemberState, ZSetMemberState};
+use crate::db::{Kind, Value};
 use crate::hlc::Version;
 
 /// Why an op from a peer or a file is not an effect this node merges.
@@ -301,17 +302,6 @@ fn write_framed(out: &mut Vec<u8>, len: usize, write: impl FnOnce(&mut OpWriter<
     unsafe { out.set_len(start + written) };
 }
 
-/// What a hash's, set's or sorted set's op says an element holds (its field 2).
-#[derive(Clone, Copy)]
-enum Held<'a> {
-    /// A tombstone: field 2 absent.
-    Removed,
-    /// A hash field's value, or a set member's presence (empty).
-    Bytes(&'a [u8]),
-    /// A sorted set member's score.
-    Score(f64),
-}
-
 /// One element's state as its collection's op carries it (`FieldState`, `ZSetMember`), its
 /// lengths worked out once.
 struct ElementState<'a> {
@@ -489,29 +479,35 @@ pub fn decode(op: Bytes) -> Result<Effect, WireError> {
         let kind = EffectKind::StringSet { value: op.slice_ref(set.value), version: set.version };
         return Ok(Effect { db: set.db, key: op.slice_ref(set.key), kind });
     }
-    if let Some(effect) = read_elements(&op, 0..op.len()) {
-        return Ok(effect);
+    if let Some(elements) = read_elements(&op, 0..op.len()) {
+        return Ok(elements.to_effect(&op));
     }
     Effect::try_from(pb::Op::decode(op).map_err(WireError::Malformed)?)
 }
 
 /// A hash's, set's or sorted set's op as `OpBuffer::push_value` (and prost) writes it, at
-/// `span` of `whole`, read field by field into its effect: `None` for anything else (another kind, fields out of
-/// order, repeated or unknown, a truncated field), which prost then decodes (or refuses).
-/// Through prost, such an op was decoded into prost's messages and then converted, a second
-/// vector and every name and value handled twice: ~2,400 instructions of a peer's ~5,000 per
-/// merged `HSET` (callgrind). Names and values are copied (`owned`), the key sliced, as the
-/// conversion from prost's messages does. `decode_reads_what_prost_reads` checks it against
+/// `span` of `whole`, read field by field where it lies: `None` for anything else (another
+/// kind, fields out of order, repeated or unknown, a truncated field), which prost then
+/// decodes (or refuses). Through prost, such an op was decoded into prost's messages and then
+/// converted, a second vector and every name and value handled twice: ~2,400 instructions of
+/// a peer's ~5,000 per merged `HSET` (callgrind); read into an `Effect`, every name and value
+/// was still copied out of the frame and freed after the merge, which copies them again into
+/// the keyspace (~600 of a peer's ~3,550). `decode_reads_what_prost_reads` checks it against
 /// prost.
-fn read_elements(whole: &Bytes, span: std::ops::Range<usize>) -> Option<Effect> {
+fn read_elements(whole: &Bytes, span: std::ops::Range<usize>) -> Option<ElementsRef<'_>> {
     let mut r = Reader::starting_at(whole, span.start);
     let (db, key, mut tag) = read_db_and_key(&mut r)?;
-    let effect_tag = (tag >> 3) as u8;
-    if tag & 7 != u64::from(LEN) || ![HASH_TAG, SET_TAG, ZSET_TAG].contains(&effect_tag) {
+    let kind = match (tag >> 3) as u8 {
+        HASH_TAG => Kind::Hash,
+        SET_TAG => Kind::Set,
+        ZSET_TAG => Kind::ZSet,
+        _ => return None,
+    };
+    if tag & 7 != u64::from(LEN) {
         return None;
     }
     let inner_end = r.field_end()?;
-    let mut elements: smallvec::SmallVec<[ReadElement<'_>; 4]> = smallvec::SmallVec::new();
+    let mut states: SmallVec<[ElementRef<'_>; 1]> = SmallVec::new();
     while r.at() < inner_end {
         r.expect(1 << 3 | LEN)?;
         let element_end = r.field_end()?;
@@ -523,10 +519,10 @@ fn read_elements(whole: &Bytes, span: std::ops::Range<usize>) -> Option<Effect> 
             name = r.slice()?;
             tag = tag_before(&mut r, element_end)?;
         }
-        if effect_tag == ZSET_TAG && tag == u64::from(2 << 3 | I64) {
+        if kind == Kind::ZSet && tag == u64::from(2 << 3 | I64) {
             held = Held::Score(f64::from_bits(r.fixed64()?));
             tag = tag_before(&mut r, element_end)?;
-        } else if effect_tag != ZSET_TAG && tag == u64::from(2 << 3 | LEN) {
+        } else if kind != Kind::ZSet && tag == u64::from(2 << 3 | LEN) {
             held = Held::Bytes(r.slice()?);
             tag = tag_before(&mut r, element_end)?;
         }
@@ -538,53 +534,13 @@ fn read_elements(whole: &Bytes, span: std::ops::Range<usize>) -> Option<Effect> 
         if r.at() != element_end {
             return None;
         }
-        elements.push(ReadElement { name, held, version });
+        states.push(ElementRef { name, held, version });
     }
     // Nothing after the effect: a repeated field would be merged by prost.
     if r.at() != inner_end || r.at() != span.end {
         return None;
     }
-    let copy = Bytes::copy_from_slice;
-    let kind = match effect_tag {
-        HASH_TAG => EffectKind::Hash(
-            elements
-                .into_iter()
-                .map(|ReadElement { name, held, version }| {
-                    let value = match held {
-                        Held::Bytes(b) => Some(copy(b)),
-                        _ => None,
-                    };
-                    FieldState { name: copy(name), value, version }
-                })
-                .collect(),
-        ),
-        SET_TAG => EffectKind::Set(
-            elements
-                .into_iter()
-                .map(|ReadElement { name, held, version }| MemberState { name: copy(name), present: !matches!(held, Held::Removed), version })
-                .collect(),
-        ),
-        _ => EffectKind::ZSet(
-            elements
-                .into_iter()
-                .map(|ReadElement { name, held, version }| {
-                    let score = match held {
-                        Held::Score(s) => Some(s),
-                        _ => None,
-                    };
-                    ZSetMemberState { name: copy(name), score, version }
-                })
-                .collect(),
-        ),
-    };
-    Some(Effect { db: db as usize, key: whole.slice_ref(key), kind })
-}
-
-/// An element as `read_elements` read it, borrowed from the op.
-struct ReadElement<'a> {
-    name: &'a [u8],
-    held: Held<'a>,
-    version: Version,
+    Some(ElementsRef { db: db as usize, key, elements: Elements { kind, states } })
 }
 
 /// The key of the next field if one starts before `end`, else 0 (a message's end).
@@ -645,12 +601,31 @@ pub struct StringSetRef<'a> {
     pub version: Version,
 }
 
+/// A hash's, set's or sorted set's element states, with its key, borrowed from the bytes they
+/// were read from (`read_elements`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ElementsRef<'a> {
+    pub db: usize,
+    pub key: &'a [u8],
+    pub elements: Elements<'a>,
+}
+
+impl ElementsRef<'_> {
+    /// The op as an `Effect` of its own, its key a slice of `whole` (the bytes it was read
+    /// from), its names and values copied (`owned`).
+    fn to_effect(&self, whole: &Bytes) -> Effect {
+        Effect { db: self.db, key: whole.slice_ref(self.key), kind: self.elements.to_effect_kind() }
+    }
+}
+
 /// An op read where it lies in a received batch (`decode_in`).
 #[derive(Debug)]
 pub enum Decoded<'a> {
     /// A string's write, borrowed: no `Bytes` handle for the op, its key or its value (each
     /// was two atomic operations on the frame's reference count, ~6% of a peer's CPU).
     StringSet(StringSetRef<'a>),
+    /// A collection's element states, borrowed.
+    Elements(ElementsRef<'a>),
     Effect(Effect),
 }
 
@@ -658,6 +633,7 @@ impl Decoded<'_> {
     pub fn db(&self) -> usize {
         match self {
             Decoded::StringSet(set) => set.db,
+            Decoded::Elements(op) => op.db,
             Decoded::Effect(e) => e.db,
         }
     }
@@ -665,15 +641,17 @@ impl Decoded<'_> {
     pub fn key(&self) -> &[u8] {
         match self {
             Decoded::StringSet(set) => set.key,
+            Decoded::Elements(op) => op.key,
             Decoded::Effect(e) => &e.key,
         }
     }
 
-    /// The op as an `Effect` of its own (a string's key and value copied): what `decode` gives,
-    /// for the checks that compare the two.
+    /// The op as an `Effect` of its own (a borrowed op's key, names and values copied): what
+    /// `decode` gives, for the checks that compare the two.
     pub fn to_effect(&self) -> Effect {
         match self {
             Decoded::StringSet(set) => Effect::new(set.db, set.key, EffectKind::StringSet { value: Bytes::copy_from_slice(set.value), version: set.version }),
+            Decoded::Elements(op) => Effect::new(op.db, op.key, op.elements.to_effect_kind()),
             Decoded::Effect(e) => e.clone(),
         }
     }
@@ -697,8 +675,8 @@ fn decode_unusual_in(frame: &Bytes, span: std::ops::Range<usize>) -> Result<Deco
         return Ok(Decoded::StringSet(set));
     }
     // A collection's op read where it lies: `decode` would try the string readers again.
-    if let Some(effect) = read_elements(frame, span.clone()) {
-        return Ok(Decoded::Effect(effect));
+    if let Some(elements) = read_elements(frame, span.clone()) {
+        return Ok(Decoded::Elements(elements));
     }
     decode(frame.slice(span)).map(Decoded::Effect)
 }

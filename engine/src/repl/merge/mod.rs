@@ -73,7 +73,7 @@ use crate::db::entry::{Kind, ListValue, Name, Register};
 use crate::db::lattice::ElementMap;
 use crate::db::{Entry, Expiry, KeyLike, Shard, Store, Value};
 use crate::hlc::Version;
-use crate::repl::wire::{Decoded, StringSetRef};
+use crate::repl::wire::{Decoded, ElementsRef, StringSetRef};
 
 /// What merging one effect did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,8 +120,22 @@ pub fn apply_keyed<K: KeyLike + ?Sized>(store: &Store, op: &Effect, key: &K) -> 
 pub fn apply_decoded<K: KeyLike + ?Sized>(store: &Store, op: &Decoded<'_>, key: &K) -> ApplyOutcome {
     match op {
         Decoded::StringSet(set) => apply_string_set(store, set, key),
+        Decoded::Elements(op) => apply_elements(store, op, key),
         Decoded::Effect(e) => apply_keyed(store, e, key),
     }
+}
+
+/// `apply_keyed` of a collection's element states borrowed from a received batch
+/// (`wire::ElementsRef`): the same merge, each name and value copied from the frame straight
+/// into the keyspace.
+fn apply_elements<K: KeyLike + ?Sized>(store: &Store, op: &ElementsRef<'_>, key: &K) -> ApplyOutcome {
+    debug_assert_eq!(key.key_bytes(), op.key, "the key given is the op's");
+    if op.db >= store.databases() {
+        return ApplyOutcome::Superseded;
+    }
+    let (mut shard, flushed) = lock_for_merge(store, op.db, key);
+    let changed = fields::merge_fields(store, op.db, &mut shard, key, flushed, &op.elements);
+    outcome(note_change(store, &mut shard, op.key, changed))
 }
 
 /// `apply_keyed` of a string's write borrowed from a received batch (`wire::StringSetRef`, a
@@ -182,9 +196,10 @@ pub fn merge_locked<K: KeyLike + ?Sized>(store: &Store, db: usize, shard: &mut S
         }
         EffectKind::Delete { version } => whole::delete(store, db, shard, key, *version, flushed),
         EffectKind::Expire { deadline_ms, version } => shard.merge_expiry(store.db(db), key, Expiry { deadline_ms: *deadline_ms, version: *version }, flushed),
-        EffectKind::Hash(fields) => fields::merge_fields(store, db, shard, hashed, flushed, fields::FieldsOp::Hash(fields)),
-        EffectKind::Set(members) => fields::merge_fields(store, db, shard, hashed, flushed, fields::FieldsOp::Set(members)),
-        EffectKind::ZSet(members) => fields::merge_fields(store, db, shard, hashed, flushed, fields::FieldsOp::ZSet(members)),
+        EffectKind::Hash(_) | EffectKind::Set(_) | EffectKind::ZSet(_) => {
+            let elements = op.elements().expect("a collection's effect has element states");
+            fields::merge_fields(store, db, shard, hashed, flushed, &elements)
+        }
         EffectKind::Counter(c) => counter::merge_counter(store, db, shard, key, c, flushed),
         EffectKind::Hll { version, registers } => whole::merge_hll(store, db, shard, key, *version, registers, flushed),
         EffectKind::Publish { .. } | EffectKind::FlushDb { .. } | EffectKind::Library { .. } | EffectKind::FunctionFlush { .. } => false,
