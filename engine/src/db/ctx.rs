@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use bytes::Bytes;
 
 use super::effect::Effect;
-use super::entry::{Collection, Field, ListValue, Name};
+use super::entry::{Collection, Field, ListValue, Name, Names};
 use super::zset::SortedSet;
 use super::{Db, Entry, EntryMut, EntryRef, Expiry, HashedKey, Key, KeyEntry, KeyHint, KeyLike, Kind, Locks, Lookup, Modified, Shard, Store, Value};
 use crate::error::CmdError;
@@ -633,11 +633,11 @@ collection_accessor!(zset, ZSet, SortedSet);
 collection_accessor!(list, List, ListValue);
 
 /// Every field or member name of a collection (for a whole-value effect).
-fn all_names(value: &Value) -> Vec<Bytes> {
+fn all_names(value: &Value) -> Vec<Name> {
     match value {
-        Value::Hash(h) => h.keys().map(Name::to_bytes).collect(),
-        Value::Set(s) => s.keys().map(Name::to_bytes).collect(),
-        Value::ZSet(z) => z.iter().map(|(m, _)| m.to_bytes()).collect(),
+        Value::Hash(h) => h.keys().cloned().collect(),
+        Value::Set(s) => s.keys().cloned().collect(),
+        Value::ZSet(z) => z.iter().map(|(m, _)| m.clone()).collect(),
         _ => Vec::new(),
     }
 }
@@ -684,11 +684,11 @@ pub(super) struct Settled {
 /// the entry and encodes the effect. `None` when the edit changed and named nothing (nothing
 /// is written). `Ctx::apply_settled` does the rest.
 pub(super) fn settle(entry: &mut EntryMut<'_>, db: usize, key: &[u8], version: Version, tombstones: &[Bytes], replicating: bool) -> Option<Settled> {
-    let changes = take_changes(&mut entry.value, version, replicating);
+    let changes = take_changes(&mut entry.value);
     let changed = changes.is_some();
     let mut names = changes.unwrap_or_default();
     if replicating {
-        names.extend(tombstones.iter().filter(|n| add_tombstone(&mut entry.value, n, version)).cloned());
+        names.extend(tombstones.iter().filter(|n| add_tombstone(&mut entry.value, n, version)).map(|n| Name::from(&n[..])));
         names.sort_unstable();
         names.dedup();
     }
@@ -697,7 +697,15 @@ pub(super) fn settle(entry: &mut EntryMut<'_>, db: usize, key: &[u8], version: V
         return None;
     }
     entry.set_version(version);
-    let op = replicating.then(|| OpBuffer::of_value(db, key, &entry.value, version, &names));
+    // A collection's effect names the states of what the edit changed; those it removed get
+    // their tombstones there (`settled_states`). Standalone nothing is kept of a removed
+    // element (a tombstone there would never be collected).
+    let op = replicating.then(|| match &mut entry.value {
+        Value::Hash(h) => OpBuffer::of_elements(db, key, &h.settled(&names, version)),
+        Value::Set(s) => OpBuffer::of_elements(db, key, &s.settled(&names, version)),
+        Value::ZSet(z) => OpBuffer::of_elements(db, key, &z.settled(&names, version)),
+        value => OpBuffer::of_value(db, key, value, version, &names),
+    });
     let emptied = (changed && entry.value.is_empty_collection()).then(|| entry.expiry().is_some());
     let ready = matches!(entry.value, Value::List(_) | Value::ZSet(_));
     // An emptied list is deleted: no register left to restamp.
@@ -707,35 +715,28 @@ pub(super) fn settle(entry: &mut EntryMut<'_>, db: usize, key: &[u8], version: V
 
 /// What an in-place edit changed: `None` if nothing, else the names it changed (empty for
 /// values that replicate whole, and standalone, where edits do not name them: `Changes`).
-/// While replicating, the removed ones get tombstones at `version`; standalone nothing is
-/// kept of a removed element (a tombstone there would never be collected).
-fn take_changes(value: &mut Value, version: Version, replicating: bool) -> Option<Vec<Bytes>> {
+fn take_changes(value: &mut Value) -> Option<Names> {
     let (changed, names) = match value {
         Value::Hash(h) => (h.changed(), h.take_touched()),
         Value::Set(s) => (s.changed(), s.take_touched()),
         Value::ZSet(z) => (z.changed(), z.take_touched()),
-        Value::List(l) => (l.take_changed(), Vec::new()),
+        Value::List(l) => (l.take_changed(), Names::new()),
         // Strings and counters are edited in place only by `incr`, which always changes them.
-        Value::Str(_) | Value::Int(_) | Value::Counter(_) => (true, Vec::new()),
+        Value::Str(_) | Value::Int(_) | Value::Counter(_) => (true, Names::new()),
     };
-    if replicating {
-        for n in &names {
-            add_tombstone(value, n, version);
-        }
-    }
     changed.then_some(names)
 }
 
 /// Records a tombstone at `version` for an element the collection does not hold. Returns
 /// whether it did (false for a live name, or a value without elements).
-fn add_tombstone(value: &mut Value, name: &Bytes, version: Version) -> bool {
+fn add_tombstone(value: &mut Value, name: &[u8], version: Version) -> bool {
     let removed = match value {
         Value::Hash(h) if !h.contains_key(name) => &mut h.removed,
         Value::Set(s) if !s.contains_key(name) => &mut s.removed,
         Value::ZSet(z) if z.score(name).is_none() => &mut z.removed,
         _ => return false,
     };
-    removed.insert(name.clone(), version);
+    removed.insert(name, version);
     true
 }
 

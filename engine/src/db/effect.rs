@@ -12,7 +12,7 @@ use bytes::Bytes;
 use smallvec::SmallVec;
 
 use super::counter::CounterDelta;
-use super::entry::{Collection, Field};
+use super::entry::{Collection, Field, Name};
 use super::zset::SortedSet;
 use super::{Kind, Value};
 use crate::hlc::Version;
@@ -222,7 +222,7 @@ impl Effect {
 
     /// The effect of a whole-value write or an in-place edit that touched `names` (all names
     /// for a whole write; lists and strings always replicate whole).
-    pub fn of_value(db: usize, key: &[u8], value: &Value, v: Version, names: &[Bytes]) -> Effect {
+    pub fn of_value(db: usize, key: &[u8], value: &Value, v: Version, names: &[Name]) -> Effect {
         let kind = match value {
             Value::Str(s) => EffectKind::StringSet { value: Bytes::copy_from_slice(s), version: v },
             Value::Int(n) => EffectKind::StringSet { value: Bytes::from(n.to_string()), version: v },
@@ -240,32 +240,32 @@ impl Effect {
 /// The state of the named hash fields (a tombstone for each removed one). A live field's value
 /// is copied, not cloned: the first clone of a stored value gives it a shared header (a 32-byte
 /// allocation) for its life, and the effect lives only until it is encoded.
-pub fn hash_fields(h: &Collection<Field>, names: &[Bytes]) -> Vec<FieldState> {
+pub fn hash_fields(h: &Collection<Field>, names: &[Name]) -> Vec<FieldState> {
     names
         .iter()
         .map(|n| match (h.get(n), h.removed.get(n)) {
-            (Some(f), _) => FieldState { name: n.clone(), value: Some(Bytes::copy_from_slice(&f.value)), version: f.version },
-            (None, v) => FieldState { name: n.clone(), value: None, version: v.copied().unwrap_or(h.cleared) },
+            (Some(f), _) => FieldState { name: n.to_bytes(), value: Some(Bytes::copy_from_slice(&f.value)), version: f.version },
+            (None, v) => FieldState { name: n.to_bytes(), value: None, version: v.copied().unwrap_or(h.cleared) },
         })
         .collect()
 }
 
-pub fn set_members(s: &Collection<Version>, names: &[Bytes]) -> Vec<MemberState> {
+pub fn set_members(s: &Collection<Version>, names: &[Name]) -> Vec<MemberState> {
     names
         .iter()
         .map(|n| match (s.get(n), s.removed.get(n)) {
-            (Some(v), _) => MemberState { name: n.clone(), present: true, version: *v },
-            (None, v) => MemberState { name: n.clone(), present: false, version: v.copied().unwrap_or(s.cleared) },
+            (Some(v), _) => MemberState { name: n.to_bytes(), present: true, version: *v },
+            (None, v) => MemberState { name: n.to_bytes(), present: false, version: v.copied().unwrap_or(s.cleared) },
         })
         .collect()
 }
 
-pub fn zset_members(z: &SortedSet, names: &[Bytes]) -> Vec<ZSetMemberState> {
+pub fn zset_members(z: &SortedSet, names: &[Name]) -> Vec<ZSetMemberState> {
     names
         .iter()
         .map(|n| match (z.member(n), z.removed.get(n)) {
-            (Some(m), _) => ZSetMemberState { name: n.clone(), score: Some(m.score), version: m.version },
-            (None, v) => ZSetMemberState { name: n.clone(), score: None, version: v.copied().unwrap_or(z.cleared) },
+            (Some(m), _) => ZSetMemberState { name: n.to_bytes(), score: Some(m.score), version: m.version },
+            (None, v) => ZSetMemberState { name: n.to_bytes(), score: None, version: v.copied().unwrap_or(z.cleared) },
         })
         .collect()
 }

@@ -8,7 +8,8 @@ use bytes::Bytes;
 
 use either::Either;
 
-use super::entry::{shrink_if_sparse, Changes, FieldMap};
+use super::effect::{Elements, Held};
+use super::entry::{settled_states, shrink_if_sparse, Changes, FieldMap, Kind};
 use super::field_tombstones::FieldTombstones;
 use super::fieldmap::{Name, NameArg, SMALL_MAX};
 use super::lattice::{merge_elements, ElementMap, Merge};
@@ -225,7 +226,12 @@ impl SortedSet {
 
     /// Members changed since the last call (`Changes::take`); the member map shrinks if the
     /// changes left it sparse (`entry::shrink_if_sparse`).
-    pub fn take_touched(&mut self) -> Vec<Bytes> {
+    /// `entry::settled_states` of a sorted set.
+    pub fn settled<'a>(&'a mut self, names: &'a [Name], version: Version) -> Elements<'a> {
+        settled_states(Kind::ZSet, &self.members, &mut self.removed, names, version, |m| (Held::Score(m.score), m.version))
+    }
+
+    pub fn take_touched(&mut self) -> super::entry::Names {
         self.shrink_if_sparse();
         self.touched.take()
     }

@@ -34,7 +34,7 @@ mod effects {
     use crate::hlc::Version;
     pub use crate::repl::wire::from_pb;
 
-    pub fn value_effect(db: usize, key: &[u8], value: &Value, v: Version, names: &[bytes::Bytes]) -> pb::Op {
+    pub fn value_effect(db: usize, key: &[u8], value: &Value, v: Version, names: &[crate::db::entry::Name]) -> pb::Op {
         Effect::of_value(db, key, value, v, names).into()
     }
 

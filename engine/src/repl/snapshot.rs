@@ -62,11 +62,11 @@ const ELEMENTS_PER_EFFECT: usize = if cfg!(test) { 2 } else { 256 };
 pub fn key_state(db: usize, key: &[u8], entry: EntryRef<'_>, out: &mut Vec<Effect>) {
     let v = entry.version();
     // Element names are stored as `Name`s (`db::name`): an effect carries copies.
-    let names = |value: &Value| -> Vec<Bytes> {
+    let names = |value: &Value| -> Vec<Name> {
         match value {
-            Value::Hash(h) => h.keys().chain(h.removed.keys()).map(Name::to_bytes).collect(),
-            Value::Set(s) => s.keys().chain(s.removed.keys()).map(Name::to_bytes).collect(),
-            Value::ZSet(z) => z.members().map(|(n, _)| n).chain(z.removed.keys()).map(Name::to_bytes).collect(),
+            Value::Hash(h) => h.keys().chain(h.removed.keys()).cloned().collect(),
+            Value::Set(s) => s.keys().chain(s.removed.keys()).cloned().collect(),
+            Value::ZSet(z) => z.members().map(|(n, _)| n).chain(z.removed.keys()).cloned().collect(),
             _ => Vec::new(),
         }
     };

@@ -24,6 +24,7 @@ use smallvec::SmallVec;
 
 use crate::db::counter::CounterDelta;
 use crate::db::effect::{Effect, EffectKind, ElementRef, Elements, FieldState, Held, MemberState, ZSetMemberState};
+use crate::db::entry::Name;
 use crate::db::{Kind, Value};
 use crate::hlc::Version;
 
@@ -56,9 +57,22 @@ pub struct OpBuffer {
 
 impl OpBuffer {
     /// A buffer holding the op of a write that left `value` at `key` (`push_value`).
-    pub fn of_value(db: usize, key: &[u8], value: &Value, v: Version, names: &[Bytes]) -> OpBuffer {
+    pub fn of_value(db: usize, key: &[u8], value: &Value, v: Version, names: &[Name]) -> OpBuffer {
         let mut ops = OpBuffer::default();
         ops.push_value(db, key, value, v, names);
+        ops
+    }
+
+    /// The op of a collection's element states (`db::entry::settled_states`).
+    pub fn of_elements(db: usize, key: &[u8], elements: &Elements<'_>) -> OpBuffer {
+        let tag = match elements.kind {
+            Kind::Hash => HASH_TAG,
+            Kind::Set => SET_TAG,
+            Kind::ZSet => ZSET_TAG,
+            Kind::String | Kind::List => unreachable!("only collections of elements have element states"),
+        };
+        let mut ops = OpBuffer::default();
+        ops.push_elements(db, key, tag, elements.states.iter().map(|e| ElementState::new(e.name, e.held, e.version)));
         ops
     }
 
@@ -81,7 +95,7 @@ impl OpBuffer {
     /// element from the collection (`push_elements`): an `Effect` with a copy of every named
     /// element, converted to prost's `Op` and encoded by prost, cost an origin's `HSET` ~2,000
     /// instructions (callgrind, docs/benchmarks.md).
-    pub fn push_value(&mut self, db: usize, key: &[u8], value: &Value, v: Version, names: &[Bytes]) {
+    pub fn push_value(&mut self, db: usize, key: &[u8], value: &Value, v: Version, names: &[Name]) {
         // `Effect::of_value`'s element states (`effect::hash_fields`, `set_members`,
         // `zset_members`), borrowed from the collection (`ElementState::of`).
         match value {
@@ -106,14 +120,17 @@ impl OpBuffer {
     /// A hash's, set's or sorted set's op (`Op` field `effect_tag`), framed, its elements
     /// written as `ElementState::write` writes them.
     fn push_elements<'e>(&mut self, db: usize, key: &[u8], effect_tag: u8, elements: impl Iterator<Item = ElementState<'e>>) {
-        let elements: smallvec::SmallVec<[ElementState<'e>; 4]> = elements.collect();
-        let inner_len: usize = elements.iter().map(|e| message_field(1, e.len)).sum();
+        // Filled where it lies: `collect` would build the vector and then move it (a copy of
+        // its inline bytes per op).
+        let mut states: SmallVec<[ElementState<'e>; 4]> = SmallVec::new();
+        states.extend(elements);
+        let inner_len: usize = states.iter().map(|e| message_field(1, e.len)).sum();
         let len = varint_field(1, db as u64) + bytes_field(2, key.len()) + message_field(u32::from(effect_tag), inner_len);
         self.reserve(batch::frame_len(len) + len);
         write_framed(&mut self.bytes, len, |w| {
             w.db_and_key(db, key);
             w.field(effect_tag, LEN, inner_len as u64);
-            for e in &elements {
+            for e in &states {
                 w.field(1, LEN, e.len as u64);
                 e.write(w);
             }
@@ -1100,7 +1117,7 @@ mod tests {
                     // Named but neither: removed at `cleared`.
                     _ => {}
                 }
-                names.push(name);
+                names.push(Name::from(name));
             }
             let value = match kind {
                 0 => Value::Hash(Box::new(hash)),
