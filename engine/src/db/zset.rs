@@ -224,13 +224,13 @@ impl SortedSet {
         self.touched.any()
     }
 
-    /// Members changed since the last call (`Changes::take`); the member map shrinks if the
-    /// changes left it sparse (`entry::shrink_if_sparse`).
     /// `entry::settled_states` of a sorted set.
     pub fn settled<'a>(&'a mut self, names: &'a [Name], version: Version) -> Elements<'a> {
         settled_states(Kind::ZSet, &self.members, &mut self.removed, names, version, |m| (Held::Score(m.score), m.version))
     }
 
+    /// Members changed since the last call (`Changes::take`); the member map shrinks if the
+    /// changes left it sparse (`entry::shrink_if_sparse`).
     pub fn take_touched(&mut self) -> super::entry::Names {
         self.shrink_if_sparse();
         self.touched.take()
