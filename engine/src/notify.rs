@@ -13,8 +13,7 @@ use std::sync::OnceLock;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::db::effect::{Effect, EffectKind, Elements, Held};
-use crate::db::Kind;
+use crate::db::effect::{Effect, EffectKind, ElementKind, Elements, Held};
 
 /// Redis's class bits (server.h `NOTIFY_*`), so `CONFIG GET` prints what Redis prints.
 pub mod class {
@@ -243,10 +242,9 @@ pub fn merged_events(op: &Effect) -> Vec<Event> {
 /// `sadd`, `zadd`) and one for removed ones (`hdel`, `srem`, `zrem`), if they had any of each.
 fn element_events(db: usize, key: &[u8], elements: &Elements<'_>) -> Vec<Event> {
     let (class, added, removed) = match elements.kind {
-        Kind::Hash => (class::HASH, "hset", "hdel"),
-        Kind::Set => (class::SET, "sadd", "srem"),
-        Kind::ZSet => (class::ZSET, "zadd", "zrem"),
-        Kind::String | Kind::List => unreachable!("only collections of elements have element states"),
+        ElementKind::Hash => (class::HASH, "hset", "hdel"),
+        ElementKind::Set => (class::SET, "sadd", "srem"),
+        ElementKind::ZSet => (class::ZSET, "zadd", "zrem"),
     };
     // A copy: the key may be a slice of the frame it arrived in (`repl::wire`), and the event
     // may wait in a slow subscriber's queue.

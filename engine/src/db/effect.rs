@@ -96,6 +96,25 @@ pub enum Held<'a> {
     Score(f64),
 }
 
+/// The types whose values are collections of named elements: what element states belong to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElementKind {
+    Hash,
+    Set,
+    ZSet,
+}
+
+impl ElementKind {
+    /// The key's type.
+    pub fn kind(self) -> Kind {
+        match self {
+            ElementKind::Hash => Kind::Hash,
+            ElementKind::Set => Kind::Set,
+            ElementKind::ZSet => Kind::ZSet,
+        }
+    }
+}
+
 /// One element's state, borrowed.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ElementRef<'a> {
@@ -111,8 +130,7 @@ pub struct ElementRef<'a> {
 /// for an `Effect`'s (`Effect::elements`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Elements<'a> {
-    /// `Kind::Hash`, `Kind::Set` or `Kind::ZSet`.
-    pub kind: Kind,
+    pub kind: ElementKind,
     pub states: SmallVec<[ElementRef<'a>; 1]>,
 }
 
@@ -127,18 +145,19 @@ impl Elements<'_> {
         let copy = Bytes::copy_from_slice;
         let states = self.states.iter();
         match self.kind {
-            Kind::Hash => EffectKind::Hash(
+            ElementKind::Hash => EffectKind::Hash(
                 states
                     .map(|e| FieldState { name: copy(e.name), value: if let Held::Bytes(v) = e.held { Some(copy(v)) } else { None }, version: e.version })
                     .collect(),
             ),
-            Kind::Set => EffectKind::Set(states.map(|e| MemberState { name: copy(e.name), present: e.held != Held::Removed, version: e.version }).collect()),
-            Kind::ZSet => EffectKind::ZSet(
+            ElementKind::Set => {
+                EffectKind::Set(states.map(|e| MemberState { name: copy(e.name), present: e.held != Held::Removed, version: e.version }).collect())
+            }
+            ElementKind::ZSet => EffectKind::ZSet(
                 states
                     .map(|e| ZSetMemberState { name: copy(e.name), score: if let Held::Score(s) = e.held { Some(s) } else { None }, version: e.version })
                     .collect(),
             ),
-            Kind::String | Kind::List => unreachable!("only collections of elements have element states"),
         }
     }
 }
@@ -189,16 +208,17 @@ impl Effect {
     pub fn elements(&self) -> Option<Elements<'_>> {
         let (kind, states) = match &self.kind {
             EffectKind::Hash(h) => (
-                Kind::Hash,
+                ElementKind::Hash,
                 h.iter().map(|f| ElementRef { name: &f.name, held: f.value.as_deref().map_or(Held::Removed, Held::Bytes), version: f.version }).collect(),
             ),
             EffectKind::Set(s) => (
-                Kind::Set,
+                ElementKind::Set,
                 s.iter().map(|m| ElementRef { name: &m.name, held: if m.present { Held::Bytes(&[]) } else { Held::Removed }, version: m.version }).collect(),
             ),
-            EffectKind::ZSet(z) => {
-                (Kind::ZSet, z.iter().map(|m| ElementRef { name: &m.name, held: m.score.map_or(Held::Removed, Held::Score), version: m.version }).collect())
-            }
+            EffectKind::ZSet(z) => (
+                ElementKind::ZSet,
+                z.iter().map(|m| ElementRef { name: &m.name, held: m.score.map_or(Held::Removed, Held::Score), version: m.version }).collect(),
+            ),
             _ => return None,
         };
         Some(Elements { kind, states })

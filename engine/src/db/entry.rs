@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use super::effect::{ElementRef, Elements, Held};
+use super::effect::{ElementKind, ElementRef, Elements, Held};
 use super::field_tombstones::FieldTombstones;
 use super::lattice::{merge_by_held, merge_elements, ElementMap, Merge};
 use super::zset::SortedSet;
@@ -417,7 +417,7 @@ impl<V> Collection<V> {
 /// recorded in `removed`. One lookup a name for both: recording the tombstones and then
 /// writing the effect looked each name up twice (~200 instructions of an origin's `HSET`).
 pub(super) fn settled_states<'a, V>(
-    kind: Kind,
+    kind: ElementKind,
     live: &'a FieldMap<V>,
     removed: &mut FieldTombstones,
     names: &'a [Name],
@@ -440,14 +440,14 @@ pub(super) fn settled_states<'a, V>(
 impl Collection<Field> {
     /// A hash's `settled_states`.
     pub fn settled<'a>(&'a mut self, names: &'a [Name], version: Version) -> Elements<'a> {
-        settled_states(Kind::Hash, &self.live, &mut self.removed, names, version, |f| (Held::Bytes(&f.value), f.version))
+        settled_states(ElementKind::Hash, &self.live, &mut self.removed, names, version, |f| (Held::Bytes(&f.value), f.version))
     }
 }
 
 impl Collection<Version> {
     /// A set's `settled_states`: a member is there by presence (an empty value).
     pub fn settled<'a>(&'a mut self, names: &'a [Name], version: Version) -> Elements<'a> {
-        settled_states(Kind::Set, &self.live, &mut self.removed, names, version, |v| (Held::Bytes(&[]), *v))
+        settled_states(ElementKind::Set, &self.live, &mut self.removed, names, version, |v| (Held::Bytes(&[]), *v))
     }
 }
 

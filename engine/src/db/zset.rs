@@ -8,8 +8,8 @@ use bytes::Bytes;
 
 use either::Either;
 
-use super::effect::{Elements, Held};
-use super::entry::{settled_states, shrink_if_sparse, Changes, FieldMap, Kind};
+use super::effect::{ElementKind, Elements, Held};
+use super::entry::{settled_states, shrink_if_sparse, Changes, FieldMap};
 use super::field_tombstones::FieldTombstones;
 use super::fieldmap::{Name, NameArg, SMALL_MAX};
 use super::lattice::{merge_elements, ElementMap, Merge};
@@ -226,7 +226,7 @@ impl SortedSet {
 
     /// `entry::settled_states` of a sorted set.
     pub fn settled<'a>(&'a mut self, names: &'a [Name], version: Version) -> Elements<'a> {
-        settled_states(Kind::ZSet, &self.members, &mut self.removed, names, version, |m| (Held::Score(m.score), m.version))
+        settled_states(ElementKind::ZSet, &self.members, &mut self.removed, names, version, |m| (Held::Score(m.score), m.version))
     }
 
     /// Members changed since the last call (`Changes::take`); the member map shrinks if the

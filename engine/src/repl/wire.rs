@@ -23,9 +23,9 @@ use prost::Message;
 use smallvec::SmallVec;
 
 use crate::db::counter::CounterDelta;
-use crate::db::effect::{Effect, EffectKind, ElementRef, Elements, FieldState, Held, MemberState, ZSetMemberState};
+use crate::db::effect::{Effect, EffectKind, ElementKind, ElementRef, Elements, FieldState, Held, MemberState, ZSetMemberState};
 use crate::db::entry::Name;
-use crate::db::{Kind, Value};
+use crate::db::Value;
 use crate::hlc::Version;
 
 /// Why an op from a peer or a file is not an effect this node merges.
@@ -66,10 +66,9 @@ impl OpBuffer {
     /// The op of a collection's element states (`db::entry::settled_states`).
     pub fn of_elements(db: usize, key: &[u8], elements: &Elements<'_>) -> OpBuffer {
         let tag = match elements.kind {
-            Kind::Hash => HASH_TAG,
-            Kind::Set => SET_TAG,
-            Kind::ZSet => ZSET_TAG,
-            Kind::String | Kind::List => unreachable!("only collections of elements have element states"),
+            ElementKind::Hash => HASH_TAG,
+            ElementKind::Set => SET_TAG,
+            ElementKind::ZSet => ZSET_TAG,
         };
         let mut ops = OpBuffer::default();
         ops.push_elements(db, key, tag, elements.states.iter().map(|e| ElementState::new(e.name, e.held, e.version)));
@@ -515,9 +514,9 @@ fn read_elements(whole: &Bytes, span: std::ops::Range<usize>) -> Option<Elements
     let mut r = Reader::starting_at(whole, span.start);
     let (db, key, mut tag) = read_db_and_key(&mut r)?;
     let kind = match (tag >> 3) as u8 {
-        HASH_TAG => Kind::Hash,
-        SET_TAG => Kind::Set,
-        ZSET_TAG => Kind::ZSet,
+        HASH_TAG => ElementKind::Hash,
+        SET_TAG => ElementKind::Set,
+        ZSET_TAG => ElementKind::ZSet,
         _ => return None,
     };
     if tag & 7 != u64::from(LEN) {
@@ -536,10 +535,10 @@ fn read_elements(whole: &Bytes, span: std::ops::Range<usize>) -> Option<Elements
             name = r.slice()?;
             tag = tag_before(&mut r, element_end)?;
         }
-        if kind == Kind::ZSet && tag == u64::from(2 << 3 | I64) {
+        if kind == ElementKind::ZSet && tag == u64::from(2 << 3 | I64) {
             held = Held::Score(f64::from_bits(r.fixed64()?));
             tag = tag_before(&mut r, element_end)?;
-        } else if kind != Kind::ZSet && tag == u64::from(2 << 3 | LEN) {
+        } else if kind != ElementKind::ZSet && tag == u64::from(2 << 3 | LEN) {
             held = Held::Bytes(r.slice()?);
             tag = tag_before(&mut r, element_end)?;
         }

@@ -4,33 +4,32 @@
 //! effect's newest element), and the incarnation a collection created by the effect starts.
 
 use super::{bury, clear_older, held, tombstone, write};
-use crate::db::effect::{Elements, Held};
+use crate::db::effect::{ElementKind, Elements, Held};
 use crate::db::entry::{Collection, Field, Name};
 use crate::db::lattice::ElementMap;
 use crate::db::zset::SortedSet;
-use crate::db::{Entry, EntryMut, KeyLike, Kind, Shard, Store, Value};
+use crate::db::{Entry, EntryMut, KeyLike, Shard, Store, Value};
 use crate::hlc::Version;
 
 /// An empty collection of `kind` (a hash, set or sorted set), everything older than
 /// `cleared` dead in it.
-fn empty_value(kind: Kind, cleared: Version) -> Value {
+fn empty_value(kind: ElementKind, cleared: Version) -> Value {
     match kind {
-        Kind::Hash => {
+        ElementKind::Hash => {
             let mut h = Collection::<Field>::default();
             h.cleared = cleared;
             Value::Hash(Box::new(h))
         }
-        Kind::Set => {
+        ElementKind::Set => {
             let mut s = Collection::<Version>::default();
             s.cleared = cleared;
             Value::Set(Box::new(s))
         }
-        Kind::ZSet => {
+        ElementKind::ZSet => {
             let mut z = SortedSet::default();
             z.cleared = cleared;
             Value::ZSet(Box::new(z))
         }
-        Kind::String | Kind::List => unreachable!("only collections of elements have element states"),
     }
 }
 
@@ -56,6 +55,7 @@ pub(super) fn merge_fields<K: KeyLike + ?Sized>(store: &Store, db: usize, shard:
     if op.states.is_empty() {
         return false;
     }
+    let kind = op.kind.kind();
     let dbref = store.db(db);
     let floor = flushed.max(tombstone(shard, key));
     let op_newest = op.newest();
@@ -65,7 +65,7 @@ pub(super) fn merge_fields<K: KeyLike + ?Sized>(store: &Store, db: usize, shard:
         return false;
     }
     let created = match shard.raw_mut(hashed) {
-        Some(mut entry) if entry.value.kind() == op.kind => {
+        Some(mut entry) if entry.value.kind() == kind => {
             let changed = merge_elements(op, &mut entry, floor, op_newest);
             if entry.value.is_empty_collection() {
                 bury(store, db, shard, key);
@@ -77,15 +77,15 @@ pub(super) fn merge_fields<K: KeyLike + ?Sized>(store: &Store, db: usize, shard:
             // `Register::beats`); the older one still ends the incarnation before it (what the
             // winner held from before it dies).
             let held_kind = entry.value.kind();
-            if !write(op.kind, op_newest).beats(&held(&entry)) {
-                if clear_older(&mut entry, write(op.kind, op_newest).kills_below(&held_kind)) {
+            if !write(kind, op_newest).beats(&held(&entry)) {
+                if clear_older(&mut entry, write(kind, op_newest).kills_below(&held_kind)) {
                     bury(store, db, shard, key);
                 }
                 shard.drop_expiry_older(store.db(db), key, op_newest);
                 return false;
             }
             let replaced = entry.newest();
-            entry.value = empty_value(op.kind, write(held_kind, replaced).kills_below(&op.kind));
+            entry.value = empty_value(op.kind, write(held_kind, replaced).kills_below(&kind));
             entry.set_version(op_newest);
             // A new incarnation: expiry registers older than it died with the old one.
             shard.drop_expiry_older(store.db(db), key, replaced);
@@ -96,13 +96,13 @@ pub(super) fn merge_fields<K: KeyLike + ?Sized>(store: &Store, db: usize, shard:
             match shard.tombstones.remove(key) {
                 // The key died as another type: that type's newest write competes whole.
                 Some(ghost) if ghost.kind.is_some_and(|k| k != value.kind()) => {
-                    if ghost.beats(op.kind, op_newest) {
+                    if ghost.beats(kind, op_newest) {
                         let mut ghost = ghost;
-                        ghost.outlived(op.kind, op_newest);
+                        ghost.outlived(kind, op_newest);
                         shard.tombstones.insert(key.into(), ghost);
                         return false;
                     }
-                    value = empty_value(op.kind, floor.max(ghost.kills_below(op.kind)));
+                    value = empty_value(op.kind, floor.max(ghost.kills_below(kind)));
                 }
                 // Re-created as the same type: its removed fields keep their tombstones.
                 Some(ghost) => restore_removed(&mut value, ghost.into_removed()),
@@ -128,7 +128,7 @@ pub(super) fn merge_fields<K: KeyLike + ?Sized>(store: &Store, db: usize, shard:
 /// rule (`ElementMap::merge_element`) in the effect's order; elements older than `floor` are
 /// dead. Returns whether any changed (the entry then takes the op's version if newer).
 fn merge_elements(op: &Elements<'_>, entry: &mut EntryMut<'_>, floor: Version, op_newest: Version) -> bool {
-    debug_assert_eq!(entry.value.kind(), op.kind, "elements merge into a collection of their kind");
+    debug_assert_eq!(entry.value.kind(), op.kind.kind(), "elements merge into a collection of their kind");
     let mut changed = false;
     match &mut entry.value {
         // Each element by its type's rule (`ElementMap::merge_element`), in the effect's order.
