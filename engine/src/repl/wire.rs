@@ -512,7 +512,13 @@ pub fn decode(op: Bytes) -> Result<Effect, WireError> {
 /// prost.
 fn read_elements(whole: &Bytes, span: std::ops::Range<usize>) -> Option<ElementsRef<'_>> {
     let mut r = Reader::starting_at(whole, span.start);
-    let (db, key, mut tag) = read_db_and_key(&mut r)?;
+    let (db, key, tag) = read_db_and_key(&mut r)?;
+    read_elements_after_key(r, db, key, tag, span.end)
+}
+
+/// `read_elements` from the field after the op's `db` and `key` (`tag` its key, read already)
+/// to the op's `end`.
+fn read_elements_after_key<'a>(mut r: Reader<'a>, db: u32, key: &'a [u8], mut tag: u64, end: usize) -> Option<ElementsRef<'a>> {
     let kind = match (tag >> 3) as u8 {
         HASH_TAG => ElementKind::Hash,
         SET_TAG => ElementKind::Set,
@@ -553,7 +559,7 @@ fn read_elements(whole: &Bytes, span: std::ops::Range<usize>) -> Option<Elements
         states.push(ElementRef { name, held, version });
     }
     // Nothing after the effect: a repeated field would be merged by prost.
-    if r.at() != inner_end || r.at() != span.end {
+    if r.at() != inner_end || r.at() != end {
         return None;
     }
     Some(ElementsRef { db: db as usize, key, elements: Elements { kind, states } })
@@ -687,12 +693,18 @@ pub fn decode_in(frame: &Bytes, span: std::ops::Range<usize>) -> Result<Decoded<
 /// stays small where it is inlined.
 #[inline(never)]
 fn decode_unusual_in(frame: &Bytes, span: std::ops::Range<usize>) -> Result<Decoded<'_>, WireError> {
-    if let Some(set) = read_string_set_by_field(frame, span.clone()) {
-        return Ok(Decoded::StringSet(set));
-    }
-    // A collection's op read where it lies: `decode` would try the string readers again.
-    if let Some(elements) = read_elements(frame, span.clone()) {
-        return Ok(Decoded::Elements(elements));
+    // The op's `db` and `key` read once, its kind by the field after them: a collection's op
+    // read where it lies (`decode` would try the string readers again).
+    let mut r = Reader::starting_at(frame, span.start);
+    if let Some((db, key, tag)) = read_db_and_key(&mut r) {
+        let read = if tag == 3 << 3 | 2 {
+            read_string_set_after_key(r, db, key, tag, span.end).map(Decoded::StringSet)
+        } else {
+            read_elements_after_key(r, db, key, tag, span.end).map(Decoded::Elements)
+        };
+        if let Some(op) = read {
+            return Ok(op);
+        }
     }
     decode(frame.slice(span)).map(Decoded::Effect)
 }
@@ -711,6 +723,12 @@ fn read_string_set(whole: &Bytes, span: std::ops::Range<usize>) -> Option<String
 fn read_string_set_by_field(whole: &Bytes, span: std::ops::Range<usize>) -> Option<StringSetRef<'_>> {
     let mut r = Reader::starting_at(whole, span.start);
     let (db, key, tag) = read_db_and_key(&mut r)?;
+    read_string_set_after_key(r, db, key, tag, span.end)
+}
+
+/// `read_string_set_by_field` from the field after the op's `db` and `key` (`tag` its key, read
+/// already) to the op's `end`.
+fn read_string_set_after_key<'a>(mut r: Reader<'a>, db: u32, key: &'a [u8], tag: u64, end: usize) -> Option<StringSetRef<'a>> {
     if tag != 3 << 3 | 2 {
         return None;
     }
@@ -730,7 +748,7 @@ fn read_string_set_by_field(whole: &Bytes, span: std::ops::Range<usize>) -> Opti
         }
     }
     // Nothing after the effect: a repeated field would be merged by prost.
-    if r.at() != inner_end || r.at() != span.end {
+    if r.at() != inner_end || r.at() != end {
         return None;
     }
     Some(StringSetRef { db: db as usize, key, value, version })
