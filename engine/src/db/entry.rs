@@ -474,7 +474,10 @@ impl<V: Stamped> Collection<V> {
             }
             *held = value;
         }
-        self.removed.remove(name);
+        // Most collections hold no tombstones: not even a call to find none.
+        if !self.removed.is_empty() {
+            self.removed.remove(name);
+        }
         true
     }
 
