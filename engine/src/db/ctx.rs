@@ -698,7 +698,7 @@ pub(super) fn settle(entry: &mut EntryMut<'_>, db: usize, key: &[u8], version: V
     }
     entry.set_version(version);
     // A collection's effect names the states of what the edit changed; those it removed get
-    // their tombstones there (`settled_states`). Standalone nothing is kept of a removed
+    // their tombstones there (`Collection::settled`). Standalone nothing is kept of a removed
     // element (a tombstone there would never be collected).
     let op = replicating.then(|| match &mut entry.value {
         Value::Hash(h) => OpBuffer::of_elements(db, key, &h.settled(&names, version)),

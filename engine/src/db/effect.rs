@@ -12,8 +12,7 @@ use bytes::Bytes;
 use smallvec::SmallVec;
 
 use super::counter::CounterDelta;
-use super::entry::{Collection, Field, Name};
-use super::zset::SortedSet;
+use super::entry::Name;
 use super::{Kind, Value};
 use crate::hlc::Version;
 
@@ -247,45 +246,15 @@ impl Effect {
             Value::Str(s) => EffectKind::StringSet { value: Bytes::copy_from_slice(s), version: v },
             Value::Int(n) => EffectKind::StringSet { value: Bytes::from(n.to_string()), version: v },
             Value::Counter(c) => EffectKind::Counter(c.delta_of(c.origin_of_last_change(), v)),
-            Value::Hash(h) => EffectKind::Hash(hash_fields(h, names)),
-            Value::Set(s) => EffectKind::Set(set_members(s, names)),
-            Value::ZSet(z) => EffectKind::ZSet(zset_members(z, names)),
-            // Copied, not cloned, as a hash's values are (`hash_fields`).
+            // A live element's name and value copied, not cloned: the first clone of a stored
+            // one gives it a shared header (a 32-byte allocation) for its life, and the effect
+            // lives only until it is encoded.
+            Value::Hash(h) => h.states_of(names).to_effect_kind(),
+            Value::Set(s) => s.states_of(names).to_effect_kind(),
+            Value::ZSet(z) => z.states_of(names).to_effect_kind(),
+            // Copied, not cloned, as a hash's values are.
             Value::List(l) => EffectKind::List { items: l.iter().map(|item| Bytes::copy_from_slice(item)).collect(), version: v },
         };
         Effect::new(db, key, kind)
     }
-}
-
-/// The state of the named hash fields (a tombstone for each removed one). A live field's value
-/// is copied, not cloned: the first clone of a stored value gives it a shared header (a 32-byte
-/// allocation) for its life, and the effect lives only until it is encoded.
-pub fn hash_fields(h: &Collection<Field>, names: &[Name]) -> Vec<FieldState> {
-    names
-        .iter()
-        .map(|n| match (h.get(n), h.removed.get(n)) {
-            (Some(f), _) => FieldState { name: n.to_bytes(), value: Some(Bytes::copy_from_slice(&f.value)), version: f.version },
-            (None, v) => FieldState { name: n.to_bytes(), value: None, version: v.copied().unwrap_or(h.cleared) },
-        })
-        .collect()
-}
-
-pub fn set_members(s: &Collection<Version>, names: &[Name]) -> Vec<MemberState> {
-    names
-        .iter()
-        .map(|n| match (s.get(n), s.removed.get(n)) {
-            (Some(v), _) => MemberState { name: n.to_bytes(), present: true, version: *v },
-            (None, v) => MemberState { name: n.to_bytes(), present: false, version: v.copied().unwrap_or(s.cleared) },
-        })
-        .collect()
-}
-
-pub fn zset_members(z: &SortedSet, names: &[Name]) -> Vec<ZSetMemberState> {
-    names
-        .iter()
-        .map(|n| match (z.member(n), z.removed.get(n)) {
-            (Some(m), _) => ZSetMemberState { name: n.to_bytes(), score: Some(m.score), version: m.version },
-            (None, v) => ZSetMemberState { name: n.to_bytes(), score: None, version: v.copied().unwrap_or(z.cleared) },
-        })
-        .collect()
 }

@@ -412,46 +412,35 @@ impl<V> Collection<V> {
     }
 }
 
-/// The states of `names`, which an edit at `version` changed, for its effect (`ctx::settle`):
-/// a live one's as `live` holds it (`state`), any other removed at `version`, its tombstone
-/// recorded in `removed`. One lookup a name for both: recording the tombstones and then
-/// writing the effect looked each name up twice (~200 instructions of an origin's `HSET`).
-pub(super) fn settled_states<'a, V>(
-    kind: ElementKind,
-    live: &'a FieldMap<V>,
-    removed: &mut FieldTombstones,
-    names: &'a [Name],
-    version: Version,
-    state: impl Fn(&'a V) -> (Held<'a>, Version),
-) -> Elements<'a> {
+/// The states of `names` for an effect, one lookup each: a live one's as `live` holds it, any
+/// other a tombstone at the version `absent` gives it.
+pub(super) fn element_states<'a, V: ElementValue>(live: &'a FieldMap<V>, names: &'a [Name], mut absent: impl FnMut(&[u8]) -> Version) -> Elements<'a> {
     let states = names.iter().map(|name| match live.get(name) {
-        Some(held) => {
-            let (held, version) = state(held);
-            ElementRef { name, held, version }
-        }
-        None => {
-            removed.insert(&name[..], version);
-            ElementRef { name, held: Held::Removed, version }
-        }
+        Some(value) => ElementRef { name, held: value.held(), version: value.version() },
+        None => ElementRef { name, held: Held::Removed, version: absent(name) },
     });
-    Elements { kind, states: states.collect() }
+    Elements { kind: V::KIND, states: states.collect() }
 }
 
-impl Collection<Field> {
-    /// A hash's `settled_states`.
-    pub fn settled<'a>(&'a mut self, names: &'a [Name], version: Version) -> Elements<'a> {
-        settled_states(ElementKind::Hash, &self.live, &mut self.removed, names, version, |f| (Held::Bytes(&f.value), f.version))
+impl<V: ElementValue> Collection<V> {
+    /// The states of `names` (`element_states`): a name it does not hold is a tombstone at its
+    /// removal's version, or at `cleared` when it has none.
+    pub fn states_of<'a>(&'a self, names: &'a [Name]) -> Elements<'a> {
+        element_states(&self.live, names, |name| self.removed.get(name).copied().unwrap_or(self.cleared))
     }
-}
 
-impl Collection<Version> {
-    /// A set's `settled_states`: a member is there by presence (an empty value).
+    /// The states of `names`, which an edit at `version` changed, for its effect
+    /// (`ctx::settle`): one it does not hold was removed at `version`, and its tombstone is
+    /// recorded here. One lookup a name for both: recording the tombstones and then writing
+    /// the effect looked each name up twice (~200 instructions of an origin's `HSET`).
     pub fn settled<'a>(&'a mut self, names: &'a [Name], version: Version) -> Elements<'a> {
-        settled_states(ElementKind::Set, &self.live, &mut self.removed, names, version, |v| (Held::Bytes(&[]), *v))
+        let removed = &mut self.removed;
+        element_states(&self.live, names, |name| {
+            removed.insert(name, version);
+            version
+        })
     }
-}
 
-impl<V: Stamped> Collection<V> {
     /// `ElementMap::merge_element` of a hash's field or a set's member: a live state probes
     /// the live map once (`FieldMap::slot`), where `held` and then `put` probed it twice and
     /// hashed the name each time (~200 instructions of a peer's merged `HSET`); a tombstone
@@ -490,18 +479,31 @@ impl<V: Stamped> Collection<V> {
     }
 }
 
-/// The version a collection's live element carries.
-pub trait Stamped {
+/// A collection's live element as its state says it: what it holds and the version that
+/// wrote it, in a collection of `KIND`.
+pub trait ElementValue {
+    const KIND: ElementKind;
+    fn held(&self) -> Held<'_>;
     fn version(&self) -> Version;
 }
 
-impl Stamped for Field {
+/// A hash's field.
+impl ElementValue for Field {
+    const KIND: ElementKind = ElementKind::Hash;
+    fn held(&self) -> Held<'_> {
+        Held::Bytes(&self.value)
+    }
     fn version(&self) -> Version {
         self.version
     }
 }
 
-impl Stamped for Version {
+/// A set's member: there by presence (an empty value).
+impl ElementValue for Version {
+    const KIND: ElementKind = ElementKind::Set;
+    fn held(&self) -> Held<'_> {
+        Held::Bytes(&[])
+    }
     fn version(&self) -> Version {
         *self
     }
@@ -820,6 +822,26 @@ mod tests {
     }
 
     /// `insert_if_absent` adds a name once, for a table as for a small vector, and a held
+    /// An effect's states of named elements (`states_of`, what a whole-value write and a
+    /// snapshot send): a live one as held, a removed one at its removal's version, one never
+    /// held at the collection's `cleared`; `settled` (an edit's effect) records a tombstone at
+    /// the edit's version for each name it no longer holds.
+    #[test]
+    fn element_states_name_live_removed_and_unknown_elements() {
+        let v = |hlc| Version { hlc, node: 1 };
+        let mut h = Collection::<Field> { cleared: v(1), ..Collection::default() };
+        h.merge_element(b"live", Some(Name::from(&b"x"[..])), v(5), Version::ZERO);
+        h.merge_element(b"gone", None, v(4), Version::ZERO);
+        let names = [Name::from(&b"gone"[..]), Name::from(&b"live"[..]), Name::from(&b"never"[..])];
+        let state = |name: &'static [u8], held, version| ElementRef { name, held, version };
+        let expected = [state(b"gone", Held::Removed, v(4)), state(b"live", Held::Bytes(b"x"), v(5)), state(b"never", Held::Removed, v(1))];
+        assert_eq!(h.states_of(&names).states[..], expected);
+        assert_eq!(h.states_of(&names).kind, ElementKind::Hash);
+        let settled = [state(b"gone", Held::Removed, v(9)), state(b"live", Held::Bytes(b"x"), v(5)), state(b"never", Held::Removed, v(9))];
+        assert_eq!(h.settled(&names, v(9)).states[..], settled);
+        assert_eq!((h.removed.get(b"gone"), h.removed.get(b"never")), (Some(&v(9)), Some(&v(9))), "tombstones recorded at the edit's version");
+    }
+
     /// name stays as it was: its value, and no change noted for replication or counting.
     #[test]
     fn insert_if_absent_adds_once_and_notes_only_the_add() {

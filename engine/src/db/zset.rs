@@ -9,7 +9,7 @@ use bytes::Bytes;
 use either::Either;
 
 use super::effect::{ElementKind, Elements, Held};
-use super::entry::{settled_states, shrink_if_sparse, Changes, FieldMap};
+use super::entry::{element_states, shrink_if_sparse, Changes, ElementValue, FieldMap};
 use super::field_tombstones::FieldTombstones;
 use super::fieldmap::{Name, NameArg, SMALL_MAX};
 use super::lattice::{merge_by_held, merge_elements, ElementMap, Merge};
@@ -38,6 +38,17 @@ impl Ord for Score {
 pub struct Member {
     pub score: f64,
     pub version: Version,
+}
+
+/// A sorted set's member: its score.
+impl ElementValue for Member {
+    const KIND: ElementKind = ElementKind::ZSet;
+    fn held(&self) -> Held<'_> {
+        Held::Score(self.score)
+    }
+    fn version(&self) -> Version {
+        self.version
+    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -136,6 +147,17 @@ pub enum LexBound {
     Exclusive(Bytes),
 }
 
+/// Moves `member` in the score index from its `old` score (`None`: new to the set) to `score`.
+fn reindex(order: &mut RankedSet<(Score, Name)>, member: Name, old: Option<f64>, score: f64) {
+    if let Some(old) = old {
+        if old.to_bits() == score.to_bits() {
+            return;
+        }
+        order.remove(&(Score(old), member.clone()));
+    }
+    order.insert((Score(score), member));
+}
+
 impl SortedSet {
     /// `FieldMap::prefetch_items` of the member map.
     pub fn prefetch_items(&self) {
@@ -193,15 +215,9 @@ impl SortedSet {
                 order
             }
         };
-        let previous = self.members.insert(member.clone(), new);
-        if let Some(old) = previous {
-            if old.score.to_bits() == score.to_bits() {
-                return Some(old.score);
-            }
-            order.remove(&(Score(old.score), member.clone()));
-        }
-        order.insert((Score(score), member));
-        previous.map(|m| m.score)
+        let previous = self.members.insert(member.clone(), new).map(|old| old.score);
+        reindex(order, member, previous, score);
+        previous
     }
 
     pub fn remove(&mut self, member: &[u8]) -> Option<f64> {
@@ -231,9 +247,18 @@ impl SortedSet {
         self.touched.any()
     }
 
-    /// `entry::settled_states` of a sorted set.
+    /// `Collection::states_of` of a sorted set.
+    pub fn states_of<'a>(&'a self, names: &'a [Name]) -> Elements<'a> {
+        element_states(&self.members, names, |name| self.removed.get(name).copied().unwrap_or(self.cleared))
+    }
+
+    /// `Collection::settled` of a sorted set.
     pub fn settled<'a>(&'a mut self, names: &'a [Name], version: Version) -> Elements<'a> {
-        settled_states(ElementKind::ZSet, &self.members, &mut self.removed, names, version, |m| (Held::Score(m.score), m.version))
+        let removed = &mut self.removed;
+        element_states(&self.members, names, |name| {
+            removed.insert(name, version);
+            version
+        })
     }
 
     /// Members changed since the last call (`Changes::take`); the member map shrinks if the
@@ -288,16 +313,7 @@ impl SortedSet {
             None => None,
         };
         if let Some(order) = &mut self.order {
-            match old {
-                Some(old) if old.to_bits() == score.to_bits() => {}
-                Some(old) => {
-                    order.remove(&(Score(old), Name::from(name)));
-                    order.insert((Score(score), Name::from(name)));
-                }
-                None => {
-                    order.insert((Score(score), Name::from(name)));
-                }
-            }
+            reindex(order, Name::from(name), old, score);
         }
         // Most sets hold no tombstones: not even a call to find none.
         if !self.removed.is_empty() {

@@ -63,15 +63,10 @@ impl OpBuffer {
         ops
     }
 
-    /// The op of a collection's element states (`db::entry::settled_states`).
+    /// The op of a collection's element states (`Collection::settled`).
     pub fn of_elements(db: usize, key: &[u8], elements: &Elements<'_>) -> OpBuffer {
-        let tag = match elements.kind {
-            ElementKind::Hash => HASH_TAG,
-            ElementKind::Set => SET_TAG,
-            ElementKind::ZSet => ZSET_TAG,
-        };
         let mut ops = OpBuffer::default();
-        ops.push_elements(db, key, tag, elements.states.iter().map(|e| ElementState::new(e.name, e.held, e.version)));
+        ops.push_elements(db, key, elements);
         ops
     }
 
@@ -95,34 +90,28 @@ impl OpBuffer {
     /// element, converted to prost's `Op` and encoded by prost, cost an origin's `HSET` ~2,000
     /// instructions (callgrind, docs/benchmarks.md).
     pub fn push_value(&mut self, db: usize, key: &[u8], value: &Value, v: Version, names: &[Name]) {
-        // `Effect::of_value`'s element states (`effect::hash_fields`, `set_members`,
-        // `zset_members`), borrowed from the collection (`ElementState::of`).
+        // `Effect::of_value`'s element states, borrowed from the collection (`states_of`).
         match value {
             Value::Str(s) => self.push_string_set(&StringSetOp::new(db, key, s, v)),
-            Value::Hash(h) => {
-                let states = names.iter().map(|n| ElementState::of(n, h.get(n).map(|f| (Held::Bytes(&f.value), f.version)), h.removed.get(n), h.cleared));
-                self.push_elements(db, key, HASH_TAG, states)
-            }
-            // A member is there by presence: an empty `value`.
-            Value::Set(s) => {
-                let states = names.iter().map(|n| ElementState::of(n, s.get(n).map(|v| (Held::Bytes(&[]), *v)), s.removed.get(n), s.cleared));
-                self.push_elements(db, key, SET_TAG, states)
-            }
-            Value::ZSet(z) => {
-                let states = names.iter().map(|n| ElementState::of(n, z.member(n).map(|m| (Held::Score(m.score), m.version)), z.removed.get(n), z.cleared));
-                self.push_elements(db, key, ZSET_TAG, states)
-            }
+            Value::Hash(h) => self.push_elements(db, key, &h.states_of(names)),
+            Value::Set(s) => self.push_elements(db, key, &s.states_of(names)),
+            Value::ZSet(z) => self.push_elements(db, key, &z.states_of(names)),
             _ => self.push(Effect::of_value(db, key, value, v, names)),
         }
     }
 
-    /// A hash's, set's or sorted set's op (`Op` field `effect_tag`), framed, its elements
-    /// written as `ElementState::write` writes them.
-    fn push_elements<'e>(&mut self, db: usize, key: &[u8], effect_tag: u8, elements: impl Iterator<Item = ElementState<'e>>) {
+    /// A hash's, set's or sorted set's op, framed, its elements written as
+    /// `ElementState::write` writes them.
+    fn push_elements(&mut self, db: usize, key: &[u8], elements: &Elements<'_>) {
+        let effect_tag = match elements.kind {
+            ElementKind::Hash => HASH_TAG,
+            ElementKind::Set => SET_TAG,
+            ElementKind::ZSet => ZSET_TAG,
+        };
         // Filled where it lies: `collect` would build the vector and then move it (a copy of
         // its inline bytes per op).
-        let mut states: SmallVec<[ElementState<'e>; 4]> = SmallVec::new();
-        states.extend(elements);
+        let mut states: SmallVec<[ElementState<'_>; 4]> = SmallVec::new();
+        states.extend(elements.states.iter().map(|e| ElementState::new(e.name, e.held, e.version)));
         let inner_len: usize = states.iter().map(|e| message_field(1, e.len)).sum();
         let len = varint_field(1, db as u64) + bytes_field(2, key.len()) + message_field(u32::from(effect_tag), inner_len);
         self.reserve(batch::frame_len(len) + len);
@@ -331,17 +320,6 @@ struct ElementState<'a> {
 }
 
 impl<'a> ElementState<'a> {
-    /// `name`'s state in a collection: what it holds and its version if it holds it, else a
-    /// tombstone at its removal's version (`removed`), or at the collection's `cleared` when
-    /// it has none.
-    #[inline]
-    fn of(name: &'a [u8], held: Option<(Held<'a>, Version)>, removed: Option<&Version>, cleared: Version) -> ElementState<'a> {
-        match held {
-            Some((held, version)) => ElementState::new(name, held, version),
-            None => ElementState::new(name, Held::Removed, removed.copied().unwrap_or(cleared)),
-        }
-    }
-
     #[inline]
     fn new(name: &'a [u8], held: Held<'a>, version: Version) -> ElementState<'a> {
         let version_len = varint_field(1, version.hlc) + varint_field(2, u64::from(version.node));
