@@ -177,11 +177,13 @@ impl Notifier {
 
     /// `merged_write` of a collection's element states read where they lie in a batch
     /// (`repl::wire::ElementsRef`).
+    #[inline]
     pub fn merged_elements(&self, db: usize, key: &[u8], elements: &Elements<'_>) {
         self.publish_merged(|| element_events(db, key, elements));
     }
 
     /// Publishes a merged write's events if notifications are on and one is wanted.
+    #[inline]
     fn publish_merged(&self, events: impl FnOnce() -> Vec<Event>) {
         if self.flags.load(Ordering::Relaxed) & (class::KEYSPACE | class::KEYEVENT) == 0 {
             return;

@@ -29,6 +29,7 @@ enum Repr {
 }
 
 impl Name {
+    #[inline]
     pub fn as_slice(&self) -> &[u8] {
         match &self.0 {
             Repr::Inline { len, bytes } => &bytes[..*len as usize],
@@ -80,12 +81,14 @@ impl From<Name> for Bytes {
 
 impl std::ops::Deref for Name {
     type Target = [u8];
+    #[inline]
     fn deref(&self) -> &[u8] {
         self.as_slice()
     }
 }
 
 impl AsRef<[u8]> for Name {
+    #[inline]
     fn as_ref(&self) -> &[u8] {
         self.as_slice()
     }
@@ -93,12 +96,14 @@ impl AsRef<[u8]> for Name {
 
 /// A map of names is searched with a slice: equal names must hash as their slices do.
 impl Borrow<[u8]> for Name {
+    #[inline]
     fn borrow(&self) -> &[u8] {
         self.as_slice()
     }
 }
 
 impl Hash for Name {
+    #[inline]
     fn hash<H: Hasher>(&self, state: &mut H) {
         self.as_slice().hash(state);
     }

@@ -148,6 +148,7 @@ pub enum LexBound {
 }
 
 /// Moves `member` in the score index from its `old` score (`None`: new to the set) to `score`.
+#[inline]
 fn reindex(order: &mut RankedSet<(Score, Name)>, member: Name, old: Option<f64>, score: f64) {
     if let Some(old) = old {
         if old.to_bits() == score.to_bits() {

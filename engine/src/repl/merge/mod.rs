@@ -155,12 +155,14 @@ fn apply_string_set<K: KeyLike + ?Sized>(store: &Store, set: &StringSetRef<'_>, 
 /// peer's, `flush::flush_db`, or a local FLUSHDB) raises the point before it locks any shard,
 /// so a flush that has already cleared this shard is seen here. Read before the lock, a write
 /// older than that flush could land after it and outlive it on this node alone.
+#[inline]
 fn lock_for_merge<'s, K: KeyLike + ?Sized>(store: &'s Store, db: usize, key: &K) -> (parking_lot::MutexGuard<'s, Shard>, Version) {
     let shard = store.lock_shard(db, key.shard());
     let flushed = store.db(db).flushed.get();
     (shard, flushed)
 }
 
+#[inline]
 fn outcome(changed: bool) -> ApplyOutcome {
     if changed {
         ApplyOutcome::Applied
@@ -170,6 +172,7 @@ fn outcome(changed: bool) -> ApplyOutcome {
 }
 
 /// A merge that changed the key touches its watchers and counts a change (`dirty`).
+#[inline]
 fn note_change(store: &Store, shard: &mut Shard, key: &[u8], changed: bool) -> bool {
     if changed {
         shard.touch(key);
