@@ -107,16 +107,15 @@ impl<'a> Ctx<'a> {
     /// ~4,800 (docs/benchmarks.md).
     fn edit_hashed<T: Editable, R, F: FnOnce(&mut T, Version) -> R>(&mut self, hashed: HashedKey<'_>, f: F) -> Result<Result<R, F>, CmdError> {
         let (db, store, now) = (self.db, self.store, self.now_ms);
-        let replicating = store.replicating();
-        let Some(mut entry) = self.entry_mut_in(db, &hashed) else {
+        let (Some(mut entry), effects) = self.entry_to_edit(db, hashed) else {
             return Ok(Err(f));
         };
         let last_write = entry.last_write();
         let value = T::of(&mut entry.value).ok_or(CmdError::WrongType)?;
         let version = store.stamp_at(now, Some(last_write));
-        value.name_changes(replicating);
+        value.name_changes(effects.is_some());
         let result = f(value, version);
-        if let Some(settled) = settle(&mut entry, db, hashed.key(), version, &[], replicating) {
+        if let Some(settled) = settle(&mut entry, db, hashed.key(), version, &[], effects) {
             self.apply_settled(db, hashed, settled);
         }
         Ok(Ok(result))
@@ -160,7 +159,7 @@ impl<'a> Ctx<'a> {
         let (db, store) = (self.db, self.store);
         let replicating = store.replicating();
         let hashed = self.hashed(key);
-        let Some(mut entry) = self.entry_mut_in(db, &hashed) else {
+        let (Some(mut entry), effects) = self.entry_to_edit(db, hashed) else {
             if replicating {
                 let version = self.stamp_unseen(db, &hashed);
                 let op = Effect::tombstones(db, key, T::KIND, names, version);
@@ -182,7 +181,7 @@ impl<'a> Ctx<'a> {
                 unseen.push(Bytes::copy_from_slice(name));
             }
         }
-        if let Some(settled) = settle(&mut entry, db, key, version, &unseen, replicating) {
+        if let Some(settled) = settle(&mut entry, db, key, version, &unseen, effects) {
             self.apply_settled(db, hashed, settled);
         }
         Ok(removed)

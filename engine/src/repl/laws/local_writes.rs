@@ -292,6 +292,39 @@ fn persist_of_a_key_without_ttl_dominates_an_older_expire() {
     }
 }
 
+#[test]
+fn emptying_a_collection_with_a_ttl_drops_the_ttl_on_peers_too() {
+    // n0 removes the last element of a collection with a TTL: Redis deletes the key and its
+    // TTL. An element another node added before it, which n0 had not seen, keeps the key alive
+    // once it arrives, without the TTL on every node: n0 remembers the dropped TTL (its
+    // register at the removal's version), and its effects tell peers so, that register first
+    // and then the element's tombstone.
+    let cases = [(Local::HSet(0, 0), Local::HDel(0, 0), 3u8), (Local::SAdd(0, 0), Local::SRem(0, 0), 4), (Local::ZAdd(0, 0, 5), Local::ZRem(0, 0), 5)];
+    for (add, remove, kind) in cases {
+        let (node, peer) = (store_at(1), store_at(1));
+        let mut sent = run(&node, &add);
+        sent.extend(run(&node, &Local::Expire(0, 7)));
+        let removal = run(&node, &remove);
+        assert!(observe(&node).is_empty(), "{remove:?}: the key is still there: {:?}", observe(&node));
+        match &removal[..] {
+            [pb::Op { effect: Some(pb::op::Effect::Expire(e)), .. }, elements] => {
+                assert_eq!(e.deadline_ms, 0, "{remove:?}: the register says no TTL");
+                assert_eq!(effects::from_pb(e.version.as_ref()), effect_version(elements), "{remove:?}: at the removal's version");
+            }
+            other => panic!("{remove:?}: expected the TTL's register, then the elements: {other:?}"),
+        }
+        // Another origin's element, older than all of n0's writes (1 ms is HLC 65536).
+        let concurrent = effect(kind, 0, 1000, 3, 1, 1);
+        apply_all(&node, &concurrent);
+        apply_all(&peer, &sent);
+        apply_all(&peer, &concurrent);
+        apply_all(&peer, &removal);
+        assert_eq!(observe(&node), observe(&peer), "{remove:?}: the nodes disagree");
+        assert!(observe(&node).values().all(|s| s.ends_with("ttl=None")), "{remove:?}: {:?}", observe(&node));
+        assert_eq!(observe(&node).len(), 1, "{remove:?}: the concurrent element keeps the key: {:?}", observe(&node));
+    }
+}
+
 fn effect_version(op: &pb::Op) -> Version {
     use pb::op::Effect;
     let first = |v: Option<&pb::Version>| effects::from_pb(v);
