@@ -821,7 +821,6 @@ mod tests {
         assert!(map.is_small(), "a table of {} buckets (of {buckets}) kept for 2 elements", map.buckets());
     }
 
-    /// `insert_if_absent` adds a name once, for a table as for a small vector, and a held
     /// An effect's states of named elements (`states_of`, what a whole-value write and a
     /// snapshot send): a live one as held, a removed one at its removal's version, one never
     /// held at the collection's `cleared`; `settled` (an edit's effect) records a tombstone at
@@ -842,6 +841,7 @@ mod tests {
         assert_eq!((h.removed.get(b"gone"), h.removed.get(b"never")), (Some(&v(9)), Some(&v(9))), "tombstones recorded at the edit's version");
     }
 
+    /// `insert_if_absent` adds a name once, for a table as for a small vector, and a held
     /// name stays as it was: its value, and no change noted for replication or counting.
     #[test]
     fn insert_if_absent_adds_once_and_notes_only_the_add() {
