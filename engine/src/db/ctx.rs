@@ -492,16 +492,18 @@ impl<'a> Ctx<'a> {
         let (store, origin) = (self.store, self.store.counter_origin);
         // The common case, a key that is a counter already: stamped, added and its effect
         // taken with one lookup (what `finish` does for a counter, without its second probe).
-        let existing = match self.live_entry_in(db, hashed, true) {
-            Some(mut entry) => {
+        let existing = match self.entry_to_edit(db, hashed) {
+            (Some(mut entry), effects) => {
                 let last_write = entry.last_write();
                 match &mut entry.value {
                     Value::Counter(c) => {
                         let version = store.stamp_at(now, Some(last_write));
                         let next = c.add(origin, delta, version).ok_or(CmdError::Overflow)?;
                         entry.set_version(version);
-                        let op = store.replicating().then(|| OpBuffer::of_value(db, key, &entry.value, version, &[]));
-                        self.wrote(db, hashed, op);
+                        if let Some(effects) = effects {
+                            effects.push_value(db, key, &entry.value, version, &[]);
+                        }
+                        self.note_write(db, hashed);
                         return Ok(next);
                     }
                     // Not a counter yet: an integer string becomes one.
@@ -510,24 +512,28 @@ impl<'a> Ctx<'a> {
                     _ => return Err(CmdError::WrongType),
                 }
             }
-            None => None,
+            (None, _) => None,
         };
         let Some((n, v)) = existing else {
             // A missing key starts a counter after everything the key's ghost remembers, as
             // on replicas; it is made with its first increment, then stored (one probe).
-            let flushed = store.db(db).flushed.get();
-            let (dbref, shard) = self.parts(db, &hashed);
+            let (dbref, flushed) = (store.db(db), store.db(db).flushed.get());
+            // Field by field: the shard from `locks`, the effect into `effects`.
+            let Ctx { locks, effects, .. } = self;
+            let shard = locks.get(db, hashed.shard());
             let ghost = shard.tombstones.remove(key);
             let cleared = ghost.map_or(Version::ZERO, |g| g.newest()).max(flushed);
             let version = store.stamp_at(now, Some(cleared));
             let mut counter = Box::new(super::counter::Counter::new(0, cleared));
             let next = counter.add(origin, delta, version).ok_or(CmdError::Overflow)?;
             let value = Value::Counter(counter);
-            let op = store.replicating().then(|| OpBuffer::of_value(db, key, &value, version, &[]));
+            if store.replicating() {
+                effects.push_value(db, key, &value, version, &[]);
+            }
             shard.insert(dbref, &hashed, Entry::new(value, version));
             shard.adopt_orphan_expiry(dbref, key, cleared);
             self.notify_in(db, class::NEW, "new", key);
-            self.wrote(db, hashed, op);
+            self.note_write(db, hashed);
             return Ok(next);
         };
         // An integer string becomes the counter's base (its SET is the base version), unless
@@ -543,16 +549,6 @@ impl<'a> Ctx<'a> {
         let next = c.add(origin, delta, version).ok_or(CmdError::Overflow)?;
         self.finish_hashed(db, hashed, version, &[]);
         Ok(next)
-    }
-
-    /// After an in-place write of a live key that stays (no emptied collection, no list):
-    /// touches its watchers, notes it for client-side caching, counts a change and records
-    /// its effect. `finish`'s ending, for a caller that already set the entry's version.
-    fn wrote(&mut self, db: usize, hashed: HashedKey<'_>, op: Option<OpBuffer>) {
-        self.note_write(db, hashed);
-        if let Some(op) = op {
-            self.effects.append(op);
-        }
     }
 
     /// A write to a key that stays: its watchers are touched, client-side caching hears of
