@@ -200,6 +200,13 @@ impl Notifier {
     pub fn merged_string_set(&self, db: usize, key: &[u8]) {
         self.fire(class::STRING, MERGED_STRING_SET, db, key);
     }
+
+    /// `merged_write` of a counter's contribution read where it lies in a batch
+    /// (`repl::wire::CounterRef`): the `incrby` event `merged_events` gives a `Counter`.
+    #[inline]
+    pub fn merged_counter(&self, db: usize, key: &[u8]) {
+        self.fire(class::STRING, MERGED_COUNTER, db, key);
+    }
 }
 
 fn channel(prefix: &str, db: usize, suffix: &[u8]) -> Bytes {
@@ -213,6 +220,9 @@ fn channel(prefix: &str, db: usize, suffix: &[u8]) -> Bytes {
 
 /// The event a merged string write fires (`merged_events`, `Notifier::merged_string_set`).
 const MERGED_STRING_SET: &str = "set";
+
+/// The event a merged counter contribution fires (`merged_events`, `Notifier::merged_counter`).
+const MERGED_COUNTER: &str = "incrby";
 
 /// The events a merged effect fires (docs/compatibility.md, "Keyspace notifications"): a
 /// peer's write is not a command here, so it fires the event of what it did to the key — a
@@ -228,7 +238,7 @@ pub fn merged_events(op: &Effect) -> Vec<Event> {
     let mut events = Vec::new();
     match &op.kind {
         EffectKind::StringSet { .. } => events.push(event(class::STRING, MERGED_STRING_SET)),
-        EffectKind::Counter(_) => events.push(event(class::STRING, "incrby")),
+        EffectKind::Counter(_) => events.push(event(class::STRING, MERGED_COUNTER)),
         EffectKind::Hll { .. } => events.push(event(class::STRING, "pfadd")),
         EffectKind::Delete { .. } => events.push(event(class::GENERIC, "del")),
         EffectKind::Expire { deadline_ms, .. } => events.push(event(class::GENERIC, if *deadline_ms == 0 { "persist" } else { "expire" })),

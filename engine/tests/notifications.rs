@@ -131,8 +131,8 @@ fn expiries_and_evictions_fire_expired_and_evicted() {
 fn a_write_made_on_one_node_fires_its_event_on_a_peer() {
     // Proves merged writes notify: a subscriber on node a hears the writes clients made on
     // node b, as the event of what each did to the key (a string write `set`, hash fields
-    // `hset`/`hdel`, set members `sadd`/`srem`, sorted-set members `zadd`/`zrem`, an expiry
-    // register `expire`, a tombstone `del`).
+    // `hset`/`hdel`, set members `sadd`/`srem`, sorted-set members `zadd`/`zrem`, a counter's
+    // contribution `incrby`, an expiry register `expire`, a tombstone `del`).
     let (a, b) = (DataNode::new("notify-a"), DataNode::new("notify-b"));
     let sa = a.start("a", &[&b], &["--notify-keyspace-events", "KA"]);
     let sb = b.start("b", &[&a], &[]);
@@ -150,10 +150,23 @@ fn a_write_made_on_one_node_fires_its_event_on_a_peer() {
     cb.cmd(&["SREM", "k3", "a"]);
     cb.cmd(&["ZADD", "k4", "1", "m", "2", "n"]);
     cb.cmd(&["ZREM", "k4", "m"]);
+    cb.cmd(&["INCR", "k5"]);
+    cb.cmd(&["INCRBY", "k5", "2"]);
     cb.cmd(&["EXPIRE", "k1", "100"]);
     cb.cmd(&["DEL", "k2"]);
-    let expected =
-        [("k1", "set"), ("k2", "hset"), ("k2", "hdel"), ("k3", "sadd"), ("k3", "srem"), ("k4", "zadd"), ("k4", "zrem"), ("k1", "expire"), ("k2", "del")];
+    let expected = [
+        ("k1", "set"),
+        ("k2", "hset"),
+        ("k2", "hdel"),
+        ("k3", "sadd"),
+        ("k3", "srem"),
+        ("k4", "zadd"),
+        ("k4", "zrem"),
+        ("k5", "incrby"),
+        ("k5", "incrby"),
+        ("k1", "expire"),
+        ("k2", "del"),
+    ];
     let mut heard = Vec::new();
     while heard.len() < expected.len() {
         heard.push(next(&mut sub));

@@ -68,10 +68,11 @@ impl OpBuffer {
     /// of prost's instructions for it; every other kind by prost. `encode_writes_what_prost_writes`
     /// checks the bytes against prost's for every kind.
     pub fn push(&mut self, e: Effect) {
-        if let EffectKind::StringSet { value, version } = &e.kind {
-            return self.push_string_set(&StringSetOp::new(e.db, &e.key, value, *version));
+        match &e.kind {
+            EffectKind::StringSet { value, version } => self.push_string_set(&StringSetOp::new(e.db, &e.key, value, *version)),
+            EffectKind::Counter(delta) => self.push_counter(e.db, &e.key, delta),
+            _ => self.push_with(encoded_len(&e), |out| pb::Op::from(e).encode_raw(out)),
         }
-        self.push_with(encoded_len(&e), |out| pb::Op::from(e).encode_raw(out));
     }
 
     /// Appends the op of a write that left `value` at `key` (`Effect::of_value`'s). A string's
@@ -89,6 +90,7 @@ impl OpBuffer {
             Value::Hash(h) => self.push_elements(db, key, &h.states_of(names)),
             Value::Set(s) => self.push_elements(db, key, &s.states_of(names)),
             Value::ZSet(z) => self.push_elements(db, key, &z.states_of(names)),
+            Value::Counter(c) => self.push_counter(db, key, &c.delta_of(c.origin_of_last_change(), v)),
             _ => self.push(Effect::of_value(db, key, value, v, names)),
         }
     }
@@ -114,6 +116,26 @@ impl OpBuffer {
                 w.field(1, LEN, e.len as u64);
                 e.write(w);
             }
+        });
+        self.ends.push(self.bytes.len() as u32);
+    }
+
+    /// Appends a counter's contribution (`Op.counter`), written field by field as prost writes
+    /// it: built as an `Effect`, converted and encoded by prost, it cost an origin's `INCR`
+    /// ~1,550 instructions (callgrind, docs/benchmarks.md).
+    fn push_counter(&mut self, db: usize, key: &[u8], d: &CounterDelta) {
+        let inner_len = counter_len(d);
+        let len = varint_field(1, db as u64) + bytes_field(2, key.len()) + message_field(4, inner_len);
+        self.reserve(batch::frame_len(len) + len);
+        write_framed(&mut self.bytes, len, |w| {
+            w.db_and_key(db, key);
+            w.field(4, LEN, inner_len as u64);
+            w.scalar(1, u64::from(d.origin));
+            w.scalar(2, d.incr_total as u64);
+            w.scalar(3, d.decr_total as u64);
+            w.version(4, d.base, version_len(d.base));
+            w.version(5, d.version, version_len(d.version));
+            w.scalar(6, d.base_value as u64);
         });
         self.ends.push(self.bytes.len() as u32);
     }
@@ -346,9 +368,9 @@ impl<'a> ElementState<'a> {
     }
 }
 
-/// Room past an op's end for `OpWriter::long_varint`'s eight-byte writes: a varint of three
-/// bytes or more can end an op only as its node id (three to five bytes: up to five past the
-/// end) or its HLC (nine or ten: none).
+/// Room past an op's end for `OpWriter::long_varint`'s eight-byte writes: a varint of three to
+/// eight bytes writes up to five past its end (one of nine or ten bytes writes none), whatever
+/// field ends the op (a node id, a counter's base value).
 const VARINT_ROOM: usize = 8;
 
 /// A cursor writing an op's fields into the room made for them (`StringSetOp::write_framed`).
@@ -382,6 +404,14 @@ impl OpWriter<'_> {
         }
         if v.node != 0 {
             self.field(2, VARINT, u64::from(v.node));
+        }
+    }
+
+    /// A proto3 scalar field (a varint), left out when zero, as prost leaves it.
+    #[inline(always)]
+    fn scalar(&mut self, field: u8, value: u64) {
+        if value != 0 {
+            self.field(field, VARINT, value);
         }
     }
 
@@ -468,7 +498,61 @@ pub fn decode(op: Bytes) -> Result<Effect, WireError> {
     if let Some(elements) = read_elements(&op, 0..op.len()) {
         return Ok(elements.to_effect(&op));
     }
+    if let Some(counter) = read_counter(&op, 0..op.len()) {
+        return Ok(counter.to_effect(&op));
+    }
     Effect::try_from(pb::Op::decode(op).map_err(WireError::Malformed)?)
+}
+
+/// A counter's contribution as `OpBuffer::push_counter` (and prost) writes it, at `span` of
+/// `whole`, read field by field where it lies: `None` for anything else (another kind, fields
+/// out of order, repeated or unknown, a value out of range, a truncated field), which prost
+/// then decodes (or refuses). Through prost it cost a peer's merged `INCR` ~1,500
+/// instructions (callgrind). `decode_reads_what_prost_reads` checks it against prost.
+fn read_counter(whole: &Bytes, span: std::ops::Range<usize>) -> Option<CounterRef<'_>> {
+    let mut r = Reader::starting_at(whole, span.start);
+    let (db, key, tag) = read_db_and_key(&mut r)?;
+    read_counter_after_key(r, db, key, tag, span.end)
+}
+
+/// `read_counter` from the field after the op's `db` and `key` (`tag` its key, read already) to
+/// the op's `end`: each field at most once, in prost's order, absent when zero.
+fn read_counter_after_key<'a>(mut r: Reader<'a>, db: u32, key: &'a [u8], tag: u64, end: usize) -> Option<CounterRef<'a>> {
+    if tag != 4 << 3 | u64::from(LEN) {
+        return None;
+    }
+    let inner_end = r.field_end()?;
+    let mut d = CounterDelta { origin: 0, incr_total: 0, decr_total: 0, base: Version::ZERO, version: Version::ZERO, base_value: 0 };
+    let mut tag = tag_before(&mut r, inner_end)?;
+    if tag == 1 << 3 {
+        d.origin = u32::try_from(r.varint()?).ok()?;
+        tag = tag_before(&mut r, inner_end)?;
+    }
+    if tag == 2 << 3 {
+        d.incr_total = r.varint()? as i64;
+        tag = tag_before(&mut r, inner_end)?;
+    }
+    if tag == 3 << 3 {
+        d.decr_total = r.varint()? as i64;
+        tag = tag_before(&mut r, inner_end)?;
+    }
+    if tag == 4 << 3 | u64::from(LEN) {
+        d.base = read_version(&mut r)?;
+        tag = tag_before(&mut r, inner_end)?;
+    }
+    if tag == 5 << 3 | u64::from(LEN) {
+        d.version = read_version(&mut r)?;
+        tag = tag_before(&mut r, inner_end)?;
+    }
+    if tag == 6 << 3 {
+        d.base_value = r.varint()? as i64;
+        tag = tag_before(&mut r, inner_end)?;
+    }
+    // Nothing after the effect: a repeated field would be merged by prost.
+    if tag != 0 || r.at() != inner_end || r.at() != end {
+        return None;
+    }
+    Some(CounterRef { db: db as usize, key, delta: d })
 }
 
 /// A hash's, set's or sorted set's op as `OpBuffer::push_value` (and prost) writes it, at
@@ -641,6 +725,22 @@ pub struct StringSetRef<'a> {
     pub version: Version,
 }
 
+/// A counter's contribution, with its key borrowed from the bytes it was read from
+/// (`read_counter`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CounterRef<'a> {
+    pub db: usize,
+    pub key: &'a [u8],
+    pub delta: CounterDelta,
+}
+
+impl CounterRef<'_> {
+    /// The op as an `Effect` of its own, its key a slice of `whole` (the bytes it was read from).
+    fn to_effect(self, whole: &Bytes) -> Effect {
+        Effect { db: self.db, key: whole.slice_ref(self.key), kind: EffectKind::Counter(self.delta) }
+    }
+}
+
 /// A hash's, set's or sorted set's element states, with its key, borrowed from the bytes they
 /// were read from (`read_elements`).
 #[derive(Debug, Clone, PartialEq)]
@@ -666,6 +766,8 @@ pub enum Decoded<'a> {
     StringSet(StringSetRef<'a>),
     /// A collection's element states, borrowed.
     Elements(ElementsRef<'a>),
+    /// A counter's contribution, its key borrowed.
+    Counter(CounterRef<'a>),
     Effect(Effect),
 }
 
@@ -674,6 +776,7 @@ impl Decoded<'_> {
         match self {
             Decoded::StringSet(set) => set.db,
             Decoded::Elements(op) => op.db,
+            Decoded::Counter(op) => op.db,
             Decoded::Effect(e) => e.db,
         }
     }
@@ -682,6 +785,7 @@ impl Decoded<'_> {
         match self {
             Decoded::StringSet(set) => set.key,
             Decoded::Elements(op) => op.key,
+            Decoded::Counter(op) => op.key,
             Decoded::Effect(e) => &e.key,
         }
     }
@@ -692,6 +796,7 @@ impl Decoded<'_> {
         match self {
             Decoded::StringSet(set) => Effect::new(set.db, set.key, EffectKind::StringSet { value: Bytes::copy_from_slice(set.value), version: set.version }),
             Decoded::Elements(op) => Effect::new(op.db, op.key, op.elements.to_effect_kind()),
+            Decoded::Counter(op) => Effect::counter(op.db, op.key, op.delta),
             Decoded::Effect(e) => e.clone(),
         }
     }
@@ -707,6 +812,10 @@ pub fn decode_in(frame: &Bytes, span: std::ops::Range<usize>) -> Result<Decoded<
     decode_unusual_in(frame, span)
 }
 
+/// The keys of `Op`'s `string_set` and `counter` fields.
+const STRING_SET_KEY: u64 = 3 << 3 | LEN as u64;
+const COUNTER_KEY: u64 = 4 << 3 | LEN as u64;
+
 /// `decode_in` of an op that is not a usual string write, out of line: the usual one's reader
 /// stays small where it is inlined.
 #[inline(never)]
@@ -718,10 +827,10 @@ fn decode_unusual_in(frame: &Bytes, span: std::ops::Range<usize>) -> Result<Deco
     // read where it lies (`decode` would try the string readers again).
     let mut r = Reader::starting_at(frame, span.start);
     if let Some((db, key, tag)) = read_db_and_key(&mut r) {
-        let read = if tag == 3 << 3 | 2 {
-            read_string_set_after_key(r, db, key, tag, span.end).map(Decoded::StringSet)
-        } else {
-            read_elements_after_key(r, db, key, tag, span.end).map(Decoded::Elements)
+        let read = match tag {
+            STRING_SET_KEY => read_string_set_after_key(r, db, key, tag, span.end).map(Decoded::StringSet),
+            COUNTER_KEY => read_counter_after_key(r, db, key, tag, span.end).map(Decoded::Counter),
+            _ => read_elements_after_key(r, db, key, tag, span.end).map(Decoded::Elements),
         };
         if let Some(op) = read {
             return Ok(op);
@@ -1028,7 +1137,12 @@ fn message_field(tag: u32, len: usize) -> usize {
 
 /// A `Version` message field (always set by `version`).
 fn version_field(tag: u32, v: Version) -> usize {
-    message_field(tag, varint_field(1, v.hlc) + varint_field(2, u64::from(v.node)))
+    message_field(tag, version_len(v))
+}
+
+/// A `Version` message's length (its `hlc` and `node`, each left out when zero).
+fn version_len(v: Version) -> usize {
+    varint_field(1, v.hlc) + varint_field(2, u64::from(v.node))
 }
 
 #[cfg(test)]

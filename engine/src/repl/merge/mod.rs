@@ -73,7 +73,7 @@ use crate::db::entry::{Kind, ListValue, Name, Register};
 use crate::db::lattice::ElementMap;
 use crate::db::{Entry, Expiry, KeyLike, Shard, Store, Value};
 use crate::hlc::Version;
-use crate::repl::wire::{Decoded, ElementsRef, StringSetRef};
+use crate::repl::wire::{CounterRef, Decoded, ElementsRef, StringSetRef};
 
 /// What merging one effect did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,8 +121,21 @@ pub fn apply_decoded<K: KeyLike + ?Sized>(store: &Store, op: &Decoded<'_>, key: 
     match op {
         Decoded::StringSet(set) => apply_string_set(store, set, key),
         Decoded::Elements(op) => apply_elements(store, op, key),
+        Decoded::Counter(op) => apply_counter(store, op, key),
         Decoded::Effect(e) => apply_keyed(store, e, key),
     }
+}
+
+/// `apply_keyed` of a counter's contribution read where it lies in a received batch
+/// (`wire::CounterRef`): the same merge, with no `Effect` built for it.
+fn apply_counter<K: KeyLike + ?Sized>(store: &Store, op: &CounterRef<'_>, key: &K) -> ApplyOutcome {
+    debug_assert_eq!(key.key_bytes(), op.key, "the key given is the op's");
+    if op.db >= store.databases() {
+        return ApplyOutcome::Superseded;
+    }
+    let (mut shard, flushed) = lock_for_merge(store, op.db, key);
+    let changed = counter::merge_counter(store, op.db, &mut shard, op.key, &op.delta, flushed);
+    outcome(note_change(store, &mut shard, op.key, changed))
 }
 
 /// `apply_keyed` of a collection's element states borrowed from a received batch
