@@ -174,6 +174,15 @@ impl<'a> Ctx<'a> {
         (entry, replicating.then_some(effects))
     }
 
+    /// The locked shard of `hashed` in database `db`, with where a write's effect goes while
+    /// replicating (`None` standalone), for a write that holds the shard to write its effect.
+    fn shard_and_effects(&mut self, db: usize, hashed: &HashedKey<'_>) -> (&mut Shard, Option<&mut OpBuffer>) {
+        let replicating = self.store.replicating();
+        // Field by field: the shard borrows `locks`, the effect goes to `effects`.
+        let Ctx { locks, effects, .. } = self;
+        (locks.get(db, hashed.shard()), replicating.then_some(effects))
+    }
+
     /// `live_entry_in`, and the command's effects beside it.
     fn live_entry_and_effects(&mut self, db: usize, hashed: HashedKey<'_>, touch: bool) -> (Option<EntryMut<'_>>, &mut OpBuffer) {
         // Field by field: the entry found borrows `locks` only, so a lazy expiry can still
@@ -407,13 +416,11 @@ impl<'a> Ctx<'a> {
     }
 
     fn finish_hashed(&mut self, db: usize, hashed: HashedKey<'_>, version: Version, tombstones: &[Bytes]) {
-        let replicating = self.store.replicating();
-        // Field by field: the entry borrows `locks`, its effect goes to `effects`.
-        let Ctx { locks, effects, .. } = self;
-        let Some(mut entry) = locks.get(db, hashed.shard()).raw_mut(&hashed) else {
+        let (shard, effects) = self.shard_and_effects(db, &hashed);
+        let Some(mut entry) = shard.raw_mut(&hashed) else {
             return;
         };
-        if let Some(settled) = settle(&mut entry, db, hashed.key(), version, tombstones, replicating.then_some(effects)) {
+        if let Some(settled) = settle(&mut entry, db, hashed.key(), version, tombstones, effects) {
             self.apply_settled(db, hashed, settled);
         }
     }
@@ -517,17 +524,16 @@ impl<'a> Ctx<'a> {
         let Some((n, v)) = existing else {
             // A missing key starts a counter after everything the key's ghost remembers, as
             // on replicas; it is made with its first increment, then stored (one probe).
-            let (dbref, flushed) = (store.db(db), store.db(db).flushed.get());
-            // Field by field: the shard from `locks`, the effect into `effects`.
-            let Ctx { locks, effects, .. } = self;
-            let shard = locks.get(db, hashed.shard());
+            let dbref = store.db(db);
+            let flushed = dbref.flushed.get();
+            let (shard, effects) = self.shard_and_effects(db, &hashed);
             let ghost = shard.tombstones.remove(key);
             let cleared = ghost.map_or(Version::ZERO, |g| g.newest()).max(flushed);
             let version = store.stamp_at(now, Some(cleared));
             let mut counter = Box::new(super::counter::Counter::new(0, cleared));
             let next = counter.add(origin, delta, version).ok_or(CmdError::Overflow)?;
             let value = Value::Counter(counter);
-            if store.replicating() {
+            if let Some(effects) = effects {
                 effects.push_value(db, key, &value, version, &[]);
             }
             shard.insert(dbref, &hashed, Entry::new(value, version));

@@ -487,36 +487,33 @@ fn spread_seven_bit_groups(value: u64) -> u64 {
     (x & 0x007f_007f_007f_007f) | (x & 0x3f80_3f80_3f80_3f80) << 1
 }
 
-/// Decodes one op's encoding (an element of a received `EncodedBatch.ops`) into an effect.
-/// The byte fields are slices of `op`'s buffer (no copy), except those a merge keeps as
-/// `Bytes` (see `owned`).
+/// Decodes one op's encoding (an element of a received `EncodedBatch.ops`) into an effect,
+/// read as `decode_in` reads it where it lies. The byte fields are slices of `op`'s buffer (no
+/// copy), except those a merge keeps as `Bytes` (see `owned`).
 pub fn decode(op: Bytes) -> Result<Effect, WireError> {
-    if let Some(set) = read_string_set(&op, 0..op.len()) {
-        let kind = EffectKind::StringSet { value: op.slice_ref(set.value), version: set.version };
-        return Ok(Effect { db: set.db, key: op.slice_ref(set.key), kind });
-    }
-    if let Some(elements) = read_elements(&op, 0..op.len()) {
-        return Ok(elements.to_effect(&op));
-    }
-    if let Some(counter) = read_counter(&op, 0..op.len()) {
-        return Ok(counter.to_effect(&op));
-    }
+    Ok(match decode_in(&op, 0..op.len())? {
+        Decoded::StringSet(set) => {
+            let kind = EffectKind::StringSet { value: op.slice_ref(set.value), version: set.version };
+            Effect { db: set.db, key: op.slice_ref(set.key), kind }
+        }
+        Decoded::Elements(elements) => elements.to_effect(&op),
+        Decoded::Counter(counter) => counter.to_effect(&op),
+        Decoded::Effect(e) => e,
+    })
+}
+
+/// An op that none of the readers here reads, decoded by prost (or refused).
+fn decode_by_prost(op: Bytes) -> Result<Effect, WireError> {
     Effect::try_from(pb::Op::decode(op).map_err(WireError::Malformed)?)
 }
 
-/// A counter's contribution as `OpBuffer::push_counter` (and prost) writes it, at `span` of
-/// `whole`, read field by field where it lies: `None` for anything else (another kind, fields
-/// out of order, repeated or unknown, a value out of range, a truncated field), which prost
-/// then decodes (or refuses). Through prost it cost a peer's merged `INCR` ~1,500
-/// instructions (callgrind). `decode_reads_what_prost_reads` checks it against prost.
-fn read_counter(whole: &Bytes, span: std::ops::Range<usize>) -> Option<CounterRef<'_>> {
-    let mut r = Reader::starting_at(whole, span.start);
-    let (db, key, tag) = read_db_and_key(&mut r)?;
-    read_counter_after_key(r, db, key, tag, span.end)
-}
-
-/// `read_counter` from the field after the op's `db` and `key` (`tag` its key, read already) to
-/// the op's `end`: each field at most once, in prost's order, absent when zero.
+/// A counter's contribution as `OpBuffer::push_counter` (and prost) writes it, read field by
+/// field where it lies, from the field after the op's `db` and `key` (`tag` its key, read
+/// already) to the op's `end`: each field at most once, in prost's order, absent when zero.
+/// `None` for anything else (fields out of order, repeated or unknown, a value out of range, a
+/// truncated field), which prost then decodes (or refuses). Through prost it cost a peer's
+/// merged `INCR` ~1,500 instructions (callgrind). `decode_reads_what_prost_reads` checks it
+/// against prost.
 fn read_counter_after_key<'a>(mut r: Reader<'a>, db: u32, key: &'a [u8], tag: u64, end: usize) -> Option<CounterRef<'a>> {
     if tag != 4 << 3 | u64::from(LEN) {
         return None;
@@ -555,28 +552,11 @@ fn read_counter_after_key<'a>(mut r: Reader<'a>, db: u32, key: &'a [u8], tag: u6
     Some(CounterRef { db: db as usize, key, delta: d })
 }
 
-/// A hash's, set's or sorted set's op as `OpBuffer::push_value` (and prost) writes it, at
-/// `span` of `whole`, read field by field where it lies: `None` for anything else (another
-/// kind, fields out of order, repeated or unknown, a truncated field), which prost then
-/// decodes (or refuses). Through prost, such an op was decoded into prost's messages and then
-/// converted, a second vector and every name and value handled twice: ~2,400 instructions of
-/// a peer's ~5,000 per merged `HSET` (callgrind); read into an `Effect`, every name and value
-/// was still copied out of the frame and freed after the merge, which copies them again into
-/// the keyspace (~600 of a peer's ~3,550). `decode_reads_what_prost_reads` checks it against
-/// prost.
-fn read_elements(whole: &Bytes, span: std::ops::Range<usize>) -> Option<ElementsRef<'_>> {
-    read_usual_elements(whole, span.clone()).or_else(|| {
-        let mut r = Reader::starting_at(whole, span.start);
-        let (db, key, tag) = read_db_and_key(&mut r)?;
-        read_elements_after_key(r, db, key, tag, span.end)
-    })
-}
-
-/// `read_elements`' first try, as `read_usual_string_set` is a string's: the one layout
-/// `OpBuffer::push_elements` writes for an edit of one element (most edits) in database 0,
-/// its name not empty and both halves of its version set, the lengths one or two bytes. Read
-/// field by field, such an op cost a peer ~380 instructions (a merged `HSET`'s, callgrind).
-/// `None` for anything else, which `read_elements` reads field by field.
+/// A hash's, set's or sorted set's op in the one layout `OpBuffer::push_elements` writes for
+/// an edit of one element (most edits) in database 0, its name not empty and both halves of
+/// its version set, the lengths one or two bytes, as `read_usual_string_set` reads a string's.
+/// Read field by field (`read_elements_after_key`), such an op cost a peer ~380 instructions
+/// (a merged `HSET`'s, callgrind). `None` for anything else.
 #[inline(always)]
 fn read_usual_elements(whole: &[u8], span: std::ops::Range<usize>) -> Option<ElementsRef<'_>> {
     let end = span.end;
@@ -618,8 +598,15 @@ fn read_usual_elements(whole: &[u8], span: std::ops::Range<usize>) -> Option<Ele
     Some(ElementsRef { db: 0, key, elements: Elements { kind, states } })
 }
 
-/// `read_elements` from the field after the op's `db` and `key` (`tag` its key, read already)
-/// to the op's `end`.
+/// A hash's, set's or sorted set's op as `OpBuffer::push_value` (and prost) writes it, read
+/// field by field where it lies, from the field after the op's `db` and `key` (`tag` its key,
+/// read already) to the op's `end`: `None` for anything else (another kind, fields out of
+/// order, repeated or unknown, a truncated field), which prost then decodes (or refuses).
+/// Through prost, such an op was decoded into prost's messages and then converted, a second
+/// vector and every name and value handled twice: ~2,400 instructions of a peer's ~5,000 per
+/// merged `HSET` (callgrind); read into an `Effect`, every name and value was still copied out
+/// of the frame and freed after the merge, which copies them again into the keyspace (~600 of
+/// a peer's ~3,550). `decode_reads_what_prost_reads` checks it against prost.
 fn read_elements_after_key<'a>(mut r: Reader<'a>, db: u32, key: &'a [u8], mut tag: u64, end: usize) -> Option<ElementsRef<'a>> {
     let kind = match (tag >> 3) as u8 {
         HASH_TAG => ElementKind::Hash,
@@ -726,7 +713,7 @@ pub struct StringSetRef<'a> {
 }
 
 /// A counter's contribution, with its key borrowed from the bytes it was read from
-/// (`read_counter`).
+/// (`read_counter_after_key`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CounterRef<'a> {
     pub db: usize,
@@ -742,7 +729,7 @@ impl CounterRef<'_> {
 }
 
 /// A hash's, set's or sorted set's element states, with its key, borrowed from the bytes they
-/// were read from (`read_elements`).
+/// were read from (`read_usual_elements`, `read_elements_after_key`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ElementsRef<'a> {
     pub db: usize,
@@ -823,8 +810,7 @@ fn decode_unusual_in(frame: &Bytes, span: std::ops::Range<usize>) -> Result<Deco
     if let Some(op) = read_usual_elements(frame, span.clone()) {
         return Ok(Decoded::Elements(op));
     }
-    // The op's `db` and `key` read once, its kind by the field after them: a collection's op
-    // read where it lies (`decode` would try the string readers again).
+    // The op's `db` and `key` read once, its kind by the field after them.
     let mut r = Reader::starting_at(frame, span.start);
     if let Some((db, key, tag)) = read_db_and_key(&mut r) {
         let read = match tag {
@@ -836,28 +822,16 @@ fn decode_unusual_in(frame: &Bytes, span: std::ops::Range<usize>) -> Result<Deco
             return Ok(op);
         }
     }
-    decode(frame.slice(span)).map(Decoded::Effect)
+    decode_by_prost(frame.slice(span)).map(Decoded::Effect)
 }
 
-/// A string's write as `OpBuffer::push` (and prost) writes it, read field by field from `span` of
-/// `whole`: `None` for anything else (another kind, fields out of order, repeated or unknown,
-/// a value out of range, a truncated field), which prost then decodes (or refuses).
+/// A string's write as `OpBuffer::push` (and prost) writes it, of any layout, read field by
+/// field from the field after the op's `db` and `key` (`tag` its key, read already) to the
+/// op's `end`: `None` for anything else (fields out of order, repeated or unknown, a value out
+/// of range, a truncated field), which prost then decodes (or refuses).
 /// `decode_reads_what_prost_reads` checks it against prost. A field that claims to run past
 /// the span leaves the cursor past its end, which the last check refuses (reads only move
 /// forward, and never past `whole`).
-fn read_string_set(whole: &Bytes, span: std::ops::Range<usize>) -> Option<StringSetRef<'_>> {
-    read_usual_string_set(whole, span.clone()).or_else(|| read_string_set_by_field(whole, span))
-}
-
-/// `read_string_set` of any layout, field by field.
-fn read_string_set_by_field(whole: &Bytes, span: std::ops::Range<usize>) -> Option<StringSetRef<'_>> {
-    let mut r = Reader::starting_at(whole, span.start);
-    let (db, key, tag) = read_db_and_key(&mut r)?;
-    read_string_set_after_key(r, db, key, tag, span.end)
-}
-
-/// `read_string_set_by_field` from the field after the op's `db` and `key` (`tag` its key, read
-/// already) to the op's `end`.
 fn read_string_set_after_key<'a>(mut r: Reader<'a>, db: u32, key: &'a [u8], tag: u64, end: usize) -> Option<StringSetRef<'a>> {
     if tag != 3 << 3 | 2 {
         return None;
@@ -884,13 +858,13 @@ fn read_string_set_after_key<'a>(mut r: Reader<'a>, db: u32, key: &'a [u8], tag:
     Some(StringSetRef { db: db as usize, key, value, version })
 }
 
-/// `read_string_set`'s first try: the one layout `StringSetOp::write_framed` writes for a
-/// write in database 0 with a key, a value and both halves of its version set (every string
-/// write a node stamps there), each field's key one expected byte, the key's, the value's and
-/// the messages' lengths one or two bytes, and the two messages ending where the op ends.
-/// `None` for anything else, which `read_string_set` reads field by field. Each length moves
-/// the position, and a position is checked only where a byte is read there (`get`); the two
-/// messages' ends are compared with the span's, which bounds everything after the first.
+/// A string's write in the one layout `StringSetOp::write_framed` writes for a write in
+/// database 0 with a key, a value and both halves of its version set (every string write a
+/// node stamps there), each field's key one expected byte, the key's, the value's and the
+/// messages' lengths one or two bytes, and the two messages ending where the op ends. `None`
+/// for anything else, which `read_string_set_after_key` reads field by field. Each length
+/// moves the position, and a position is checked only where a byte is read there (`get`); the
+/// two messages' ends are compared with the span's, which bounds everything after the first.
 /// Its version is the op's last field (`usual_version_at_end`).
 #[inline(always)]
 fn read_usual_string_set(whole: &[u8], span: std::ops::Range<usize>) -> Option<StringSetRef<'_>> {
@@ -1349,7 +1323,8 @@ mod tests {
     /// The layout a node writes for its string writes in database 0 is read by
     /// `read_usual_string_set`, with key and value lengths of one or two bytes (up to 16 KiB);
     /// another database, an empty key or value, a version without an HLC or a node id, or a
-    /// length of three bytes by `read_string_set`'s field-by-field reader, to the same op.
+    /// length of three bytes by the field-by-field reader (`read_string_set_after_key`), to the
+    /// same op.
     #[test]
     fn a_usual_string_op_is_read_in_one_go_and_the_others_field_by_field() {
         let long = |n: usize| "x".repeat(n);
@@ -1369,7 +1344,7 @@ mod tests {
             let e = Effect::new(db, key.as_bytes(), EffectKind::StringSet { value: Bytes::copy_from_slice(value.as_bytes()), version: Version { hlc, node } });
             let encoded = encode(e.clone());
             assert_eq!(read_usual_string_set(&encoded, 0..encoded.len()).is_some(), usual, "{e:?}");
-            let set = read_string_set(&encoded, 0..encoded.len()).expect("a string op");
+            let Ok(Decoded::StringSet(set)) = decode_in(&encoded, 0..encoded.len()) else { panic!("a string op, read as one: {e:?}") };
             assert_eq!((set.db, set.key, set.value, set.version), (db, key.as_bytes(), value.as_bytes(), Version { hlc, node }));
         }
     }
@@ -1381,7 +1356,7 @@ mod tests {
             let e = Effect::new(db, key.as_bytes(), EffectKind::StringSet { value: Bytes::copy_from_slice(value.as_bytes()), version: Version { hlc, node } });
             let encoded = encode(e.clone());
             assert_eq!(encoded.to_vec(), pb::Op::from(e.clone()).encode_to_vec());
-            assert!(read_string_set(&encoded, 0..encoded.len()).is_some(), "the fast path reads {e:?}");
+            assert!(matches!(decode_in(&encoded, 0..encoded.len()), Ok(Decoded::StringSet(_))), "the string reader reads {e:?}");
             assert_eq!(decode(encoded).unwrap(), e);
         }
     }

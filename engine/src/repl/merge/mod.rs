@@ -73,7 +73,7 @@ use crate::db::entry::{Kind, ListValue, Name, Register};
 use crate::db::lattice::ElementMap;
 use crate::db::{Entry, Expiry, KeyLike, Shard, Store, Value};
 use crate::hlc::Version;
-use crate::repl::wire::{CounterRef, Decoded, ElementsRef, StringSetRef};
+use crate::repl::wire::Decoded;
 
 /// What merging one effect did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,52 +116,31 @@ pub fn apply_keyed<K: KeyLike + ?Sized>(store: &Store, op: &Effect, key: &K) -> 
 }
 
 /// Merges an op read where it lies in a received batch (`wire::decode_in`), as a link does;
-/// `key` is the op's key, hashed or not (`apply_keyed`).
+/// `key` is the op's key, hashed or not (`apply_keyed`). A string's write, a collection's
+/// element states and a counter's contribution are merged borrowed from the batch, with no
+/// `Effect` built: each name and value copied from the frame straight into the keyspace.
 pub fn apply_decoded<K: KeyLike + ?Sized>(store: &Store, op: &Decoded<'_>, key: &K) -> ApplyOutcome {
+    debug_assert_eq!(key.key_bytes(), op.key(), "the key given is the op's");
     match op {
-        Decoded::StringSet(set) => apply_string_set(store, set, key),
-        Decoded::Elements(op) => apply_elements(store, op, key),
-        Decoded::Counter(op) => apply_counter(store, op, key),
+        Decoded::StringSet(set) => apply_borrowed(store, set.db, key, |shard, flushed| {
+            whole::whole_write(store, set.db, shard, key.table_key(), Value::string(set.value), set.version, flushed)
+        }),
+        Decoded::Elements(op) => apply_borrowed(store, op.db, key, |shard, flushed| fields::merge_fields(store, op.db, shard, key, flushed, &op.elements)),
+        Decoded::Counter(op) => apply_borrowed(store, op.db, key, |shard, flushed| counter::merge_counter(store, op.db, shard, op.key, &op.delta, flushed)),
         Decoded::Effect(e) => apply_keyed(store, e, key),
     }
 }
 
-/// `apply_keyed` of a counter's contribution read where it lies in a received batch
-/// (`wire::CounterRef`): the same merge, with no `Effect` built for it.
-fn apply_counter<K: KeyLike + ?Sized>(store: &Store, op: &CounterRef<'_>, key: &K) -> ApplyOutcome {
-    debug_assert_eq!(key.key_bytes(), op.key, "the key given is the op's");
-    if op.db >= store.databases() {
+/// `apply_keyed` of an op borrowed from a received batch, in database `db`: `merge` merges it
+/// into its locked shard, given the database's flush point, and says whether the key changed.
+#[inline]
+fn apply_borrowed<K: KeyLike + ?Sized>(store: &Store, db: usize, key: &K, merge: impl FnOnce(&mut Shard, Version) -> bool) -> ApplyOutcome {
+    if db >= store.databases() {
         return ApplyOutcome::Superseded;
     }
-    let (mut shard, flushed) = lock_for_merge(store, op.db, key);
-    let changed = counter::merge_counter(store, op.db, &mut shard, op.key, &op.delta, flushed);
-    outcome(note_change(store, &mut shard, op.key, changed))
-}
-
-/// `apply_keyed` of a collection's element states borrowed from a received batch
-/// (`wire::ElementsRef`): the same merge, each name and value copied from the frame straight
-/// into the keyspace.
-fn apply_elements<K: KeyLike + ?Sized>(store: &Store, op: &ElementsRef<'_>, key: &K) -> ApplyOutcome {
-    debug_assert_eq!(key.key_bytes(), op.key, "the key given is the op's");
-    if op.db >= store.databases() {
-        return ApplyOutcome::Superseded;
-    }
-    let (mut shard, flushed) = lock_for_merge(store, op.db, key);
-    let changed = fields::merge_fields(store, op.db, &mut shard, key, flushed, &op.elements);
-    outcome(note_change(store, &mut shard, op.key, changed))
-}
-
-/// `apply_keyed` of a string's write borrowed from a received batch (`wire::StringSetRef`, a
-/// link's common case): the same merge, its value copied from the frame straight into the
-/// keyspace.
-fn apply_string_set<K: KeyLike + ?Sized>(store: &Store, set: &StringSetRef<'_>, key: &K) -> ApplyOutcome {
-    debug_assert_eq!(key.key_bytes(), set.key, "the key given is the op's");
-    if set.db >= store.databases() {
-        return ApplyOutcome::Superseded;
-    }
-    let (mut shard, flushed) = lock_for_merge(store, set.db, key);
-    let changed = whole::whole_write(store, set.db, &mut shard, key.table_key(), Value::string(set.value), set.version, flushed);
-    outcome(note_change(store, &mut shard, set.key, changed))
+    let (mut shard, flushed) = lock_for_merge(store, db, key);
+    let changed = merge(&mut shard, flushed);
+    outcome(note_change(store, &mut shard, key.key_bytes(), changed))
 }
 
 /// Locks `key`'s shard and reads the database's flush point under that lock. A flush (a
