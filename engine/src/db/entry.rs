@@ -14,7 +14,7 @@ use crate::hlc::Version;
 
 pub type Key = Box<[u8]>;
 use super::fieldmap::SMALL_MAX;
-pub use super::fieldmap::{FieldMap, Name, NameArg};
+pub use super::fieldmap::{FieldMap, Name, NameArg, SlotHint};
 
 /// Gives a map's memory back once at most an eighth of its buckets are used, as Redis shrinks a
 /// dict under 10% full: a map never shrinks by itself, so a collection emptied down to a few
@@ -252,17 +252,20 @@ impl<V> Default for Collection<V> {
 /// so an edit turns the naming off for its length (`Editable::name_changes`): a clone of every
 /// name it touched (a reference count, and an allocation the first time) was ~10% of HSET.
 /// Every hash, set and sorted set holds one for its life and the names only between an edit
-/// and its effect, so the list is boxed: 16 bytes here, not 32.
+/// and its effect, so the list is boxed: 16 bytes here, not 32. With them, where the last
+/// write put its element (`SlotHint`), so that the effect reads that element's state without
+/// looking it up again (`Collection::settled`).
 #[derive(Debug, Clone)]
 pub struct Changes {
     names: Option<Box<Names>>,
     any: bool,
     naming: bool,
+    last_written: SlotHint,
 }
 
 impl Default for Changes {
     fn default() -> Self {
-        Changes { names: None, any: false, naming: true }
+        Changes { names: None, any: false, naming: true, last_written: SlotHint::NONE }
     }
 }
 
@@ -287,6 +290,16 @@ impl Changes {
 
     pub fn any(&self) -> bool {
         self.any
+    }
+
+    /// Notes where the element a write just noted is (`FieldMap::slot_hinted`).
+    pub fn wrote_at(&mut self, hint: SlotHint) {
+        self.last_written = hint;
+    }
+
+    /// Where the last write put its element, forgotten once read.
+    pub fn take_last_written(&mut self) -> SlotHint {
+        std::mem::replace(&mut self.last_written, SlotHint::NONE)
     }
 
     /// Whether the next changes are named (on again after every `take`).
@@ -332,25 +345,27 @@ impl<V> Collection<V> {
     pub fn insert(&mut self, name: impl NameArg, value: V) -> Option<V> {
         self.removed.remove(name.as_ref());
         self.touched.note(name.as_ref());
-        self.live.insert(name, value)
+        let (held, unused, hint) = self.live.slot_hinted(name, value);
+        self.touched.wrote_at(hint);
+        unused.map(|value| std::mem::replace(held, value))
     }
 
     /// `insert` of a name given as bytes (a command's argument), copied only if the collection
     /// does not hold it yet (`FieldMap::insert_copied`).
     pub fn insert_copied(&mut self, name: &[u8], value: V) -> Option<V> {
-        self.removed.remove(name);
-        self.touched.note(name);
-        self.live.insert_copied(name, value)
+        self.insert(name, value)
     }
 
     /// Adds `name` with `value` if the collection does not hold it; returns whether it did.
     /// A name it holds is left as it is and not noted: no change to replicate or count
     /// (a standalone `SADD` of a member the set holds writes nothing, as in Redis).
     pub fn insert_if_absent(&mut self, name: &[u8], value: V) -> bool {
-        let added = self.live.insert_if_absent(name, value);
+        let (_, unused, hint) = self.live.slot_hinted(name, value);
+        let added = unused.is_none();
         if added {
             self.removed.remove(name);
             self.touched.note(name);
+            self.touched.wrote_at(hint);
         }
         added
     }
@@ -412,10 +427,16 @@ impl<V> Collection<V> {
     }
 }
 
-/// The states of `names` for an effect, one lookup each: a live one's as `live` holds it, any
-/// other a tombstone at the version `absent` gives it.
-pub(super) fn element_states<'a, V: ElementValue>(live: &'a FieldMap<V>, names: &'a [Name], mut absent: impl FnMut(&[u8]) -> Version) -> Elements<'a> {
-    let states = names.iter().map(|name| match live.get(name) {
+/// The states of `names` for an effect, one lookup each (`FieldMap::get_hinted`, `hint` where
+/// the edit's last write put its element): a live one's as `live` holds it, any other a
+/// tombstone at the version `absent` gives it.
+pub(super) fn element_states<'a, V: ElementValue>(
+    live: &'a FieldMap<V>,
+    names: &'a [Name],
+    hint: SlotHint,
+    mut absent: impl FnMut(&[u8]) -> Version,
+) -> Elements<'a> {
+    let states = names.iter().map(|name| match live.get_hinted(hint, name) {
         Some(value) => ElementRef { name, held: value.held(), version: value.version() },
         None => ElementRef { name, held: Held::Removed, version: absent(name) },
     });
@@ -426,7 +447,7 @@ impl<V: ElementValue> Collection<V> {
     /// The states of `names` (`element_states`): a name it does not hold is a tombstone at its
     /// removal's version, or at `cleared` when it has none.
     pub fn states_of<'a>(&'a self, names: &'a [Name]) -> Elements<'a> {
-        element_states(&self.live, names, |name| self.removed.get(name).copied().unwrap_or(self.cleared))
+        element_states(&self.live, names, SlotHint::NONE, |name| self.removed.get(name).copied().unwrap_or(self.cleared))
     }
 
     /// The states of `names`, which an edit at `version` changed, for its effect
@@ -434,8 +455,9 @@ impl<V: ElementValue> Collection<V> {
     /// recorded here. One lookup a name for both: recording the tombstones and then writing
     /// the effect looked each name up twice (~200 instructions of an origin's `HSET`).
     pub fn settled<'a>(&'a mut self, names: &'a [Name], version: Version) -> Elements<'a> {
+        let hint = self.touched.take_last_written();
         let removed = &mut self.removed;
-        element_states(&self.live, names, |name| {
+        element_states(&self.live, names, hint, |name| {
             removed.insert(name, version);
             version
         })

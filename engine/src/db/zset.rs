@@ -9,7 +9,7 @@ use bytes::Bytes;
 use either::Either;
 
 use super::effect::{ElementKind, Elements, Held};
-use super::entry::{element_states, shrink_if_sparse, Changes, ElementValue, FieldMap};
+use super::entry::{element_states, shrink_if_sparse, Changes, ElementValue, FieldMap, SlotHint};
 use super::field_tombstones::FieldTombstones;
 use super::fieldmap::{Name, NameArg, SMALL_MAX};
 use super::lattice::{merge_by_held, merge_elements, ElementMap, Merge};
@@ -147,6 +147,13 @@ pub enum LexBound {
     Exclusive(Bytes),
 }
 
+/// `FieldMap::insert` of a member: the score it replaced, and where the member is.
+#[inline]
+fn put_member(members: &mut FieldMap<Member>, member: Name, new: Member) -> (Option<f64>, SlotHint) {
+    let (held, unused, hint) = members.slot_hinted(member, new);
+    (unused.map(|new| std::mem::replace(held, new).score), hint)
+}
+
 /// Moves `member` in the score index from its `old` score (`None`: new to the set) to `score`.
 #[inline]
 fn reindex(order: &mut RankedSet<(Score, Name)>, member: Name, old: Option<f64>, score: f64) {
@@ -196,17 +203,21 @@ impl SortedSet {
     pub fn insert(&mut self, member: impl NameArg, score: f64, version: Version) -> Option<f64> {
         self.removed.remove(member.as_ref());
         self.touched.note(member.as_ref());
-        self.insert_quietly(member.into(), score, version)
+        let (previous, hint) = self.insert_quietly(member.into(), score, version);
+        self.touched.wrote_at(hint);
+        previous
     }
 
-    fn insert_quietly(&mut self, member: Name, score: f64, version: Version) -> Option<f64> {
+    /// Inserts or re-scores a member, noting nothing; the previous score, and where the
+    /// member is in the member map.
+    fn insert_quietly(&mut self, member: Name, score: f64, version: Version) -> (Option<f64>, SlotHint) {
         let new = Member { score, version };
         let order = match &mut self.order {
             Some(order) => order,
             None => {
                 if self.members.len() < SMALL_MAX || self.members.contains_key(&member[..]) {
                     // Small it stays: the name is held once, by the member map.
-                    return self.members.insert(member, new).map(|old| old.score);
+                    return put_member(&mut self.members, member, new);
                 }
                 // The member that makes the set too big for sorting on the spot.
                 let order = self.order.get_or_insert_default();
@@ -216,9 +227,9 @@ impl SortedSet {
                 order
             }
         };
-        let previous = self.members.insert(member.clone(), new).map(|old| old.score);
+        let (previous, hint) = put_member(&mut self.members, member.clone(), new);
         reindex(order, member, previous, score);
-        previous
+        (previous, hint)
     }
 
     pub fn remove(&mut self, member: &[u8]) -> Option<f64> {
@@ -250,13 +261,14 @@ impl SortedSet {
 
     /// `Collection::states_of` of a sorted set.
     pub fn states_of<'a>(&'a self, names: &'a [Name]) -> Elements<'a> {
-        element_states(&self.members, names, |name| self.removed.get(name).copied().unwrap_or(self.cleared))
+        element_states(&self.members, names, SlotHint::NONE, |name| self.removed.get(name).copied().unwrap_or(self.cleared))
     }
 
     /// `Collection::settled` of a sorted set.
     pub fn settled<'a>(&'a mut self, names: &'a [Name], version: Version) -> Elements<'a> {
+        let hint = self.touched.take_last_written();
         let removed = &mut self.removed;
-        element_states(&self.members, names, |name| {
+        element_states(&self.members, names, hint, |name| {
             removed.insert(name, version);
             version
         })
