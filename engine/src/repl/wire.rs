@@ -103,16 +103,32 @@ impl OpBuffer {
             ElementKind::Set => SET_TAG,
             ElementKind::ZSet => ZSET_TAG,
         };
-        // Each element's lengths are worked out twice, for the op's length and as it is
-        // written: a few additions, where keeping them in a vector cost an HSET's origin ~120
-        // instructions.
-        let inner_len: usize = elements.states.iter().map(|e| message_field(1, ElementState::new(e).len)).sum();
+        match &elements.states[..] {
+            // One element (most edits): its lengths worked out once.
+            [only] => {
+                let state = ElementState::new(only);
+                self.push_element_states(db, key, effect_tag, message_field(1, state.len), std::iter::once(state));
+            }
+            // Each element's lengths are worked out twice, for the op's length and as it is
+            // written: a few additions, where keeping them in a vector cost an HSET's origin
+            // ~120 instructions.
+            states => {
+                let inner_len = states.iter().map(|e| message_field(1, ElementState::new(e).len)).sum();
+                self.push_element_states(db, key, effect_tag, inner_len, states.iter().map(ElementState::new));
+            }
+        }
+    }
+
+    /// `push_elements` of the element `states`, whose fields in the effect (field
+    /// `effect_tag`) take `inner_len` bytes.
+    #[inline(always)]
+    fn push_element_states<'e>(&mut self, db: usize, key: &[u8], effect_tag: u8, inner_len: usize, states: impl Iterator<Item = ElementState<'e>>) {
         let len = varint_field(1, db as u64) + bytes_field(2, key.len()) + message_field(u32::from(effect_tag), inner_len);
         self.reserve(batch::frame_len(len) + len);
         write_framed(&mut self.bytes, len, |w| {
             w.db_and_key(db, key);
             w.field(effect_tag, LEN, inner_len as u64);
-            for e in elements.states.iter().map(ElementState::new) {
+            for e in states {
                 w.field(1, LEN, e.len as u64);
                 e.write(w);
             }
@@ -334,7 +350,7 @@ struct ElementState<'a> {
 }
 
 impl<'a> ElementState<'a> {
-    #[inline]
+    #[inline(always)]
     fn new(&ElementRef { name, held, version }: &ElementRef<'a>) -> ElementState<'a> {
         let version_len = varint_field(1, version.hlc) + varint_field(2, u64::from(version.node));
         let held_len = match held {
@@ -347,7 +363,7 @@ impl<'a> ElementState<'a> {
     }
 
     /// The element's fields, as prost writes them.
-    #[inline]
+    #[inline(always)]
     fn write(&self, w: &mut OpWriter<'_>) {
         if !self.name.is_empty() {
             w.field(1, LEN, self.name.len() as u64);
