@@ -711,7 +711,8 @@ pub(super) fn settle(
     let changes = take_changes(&mut entry.value);
     let changed = changes.is_some();
     let mut names = changes.unwrap_or_default();
-    if replicating {
+    // The names taken are sorted and distinct already (`Changes::take`).
+    if replicating && !tombstones.is_empty() {
         names.extend(tombstones.iter().filter(|n| add_tombstone(&mut entry.value, n, version)).map(|n| Name::from(&n[..])));
         names.sort_unstable();
         names.dedup();

@@ -311,8 +311,11 @@ impl Changes {
     /// off); starts over, naming on.
     pub fn take(&mut self) -> Names {
         let mut names = self.names.take().map(|names| *names).unwrap_or_default();
-        names.sort_unstable();
-        names.dedup();
+        // Most edits name one element, or none (standalone): nothing to sort.
+        if names.len() > 1 {
+            names.sort_unstable();
+            names.dedup();
+        }
         self.any = false;
         self.naming = true;
         names
