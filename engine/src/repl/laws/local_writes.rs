@@ -174,7 +174,11 @@ fn run(store: &Store, op: &Local) -> Vec<pb::Op> {
         }
         Local::FlushDb => ctx.flush_db(0),
     }
-    // The ops as the backlog holds them, encoded by the write itself.
+    sent_by(ctx)
+}
+
+/// The ops a command's writes sent, as the backlog holds them (encoded by the writes themselves).
+fn sent_by(mut ctx: Ctx<'_>) -> Vec<pb::Op> {
     std::mem::take(&mut ctx.effects)
         .into_framed()
         .into_iter()
@@ -323,6 +327,44 @@ fn emptying_a_collection_with_a_ttl_drops_the_ttl_on_peers_too() {
         assert!(observe(&node).values().all(|s| s.ends_with("ttl=None")), "{remove:?}: {:?}", observe(&node));
         assert_eq!(observe(&node).len(), 1, "{remove:?}: the concurrent element keeps the key: {:?}", observe(&node));
     }
+}
+
+#[test]
+fn an_edit_of_several_elements_sends_each_once_in_its_last_state() {
+    // One command writes an element twice, and then one removes elements it holds and elements
+    // it does not, each named twice: each effect names every element once, sorted — a live one
+    // as the command left it, a removed one as a tombstone at the command's version —, and a
+    // peer merging them ends where the node is. (Most edits change one element, whose names
+    // are not sorted; these are the edits whose are.)
+    let (node, peer) = (store_at(1), store_at(1));
+    let command = |store| Ctx::new(store, 0, store.hlc.wall_ms(), store.lock_many(vec![(0, store.shard_of(b"h"))]));
+    let field = |name: &[u8], value: Option<&[u8]>| (name.to_vec(), value.map(<[u8]>::to_vec));
+    let fields_of = |ops: &[pb::Op]| match ops {
+        [pb::Op { effect: Some(pb::op::Effect::Hash(h)), .. }] => {
+            let versions: Vec<_> = h.fields.iter().map(|f| effects::from_pb(f.version.as_ref())).collect();
+            assert!(versions.windows(2).all(|w| w[0] == w[1]), "one command, one version: {versions:?}");
+            h.fields.iter().map(|f| (f.name.to_vec(), f.value.as_ref().map(|v| v.to_vec()))).collect::<Vec<_>>()
+        }
+        other => panic!("expected one hash effect: {other:?}"),
+    };
+    let mut ctx = command(&node);
+    ctx.edit_or_create(b"h", |h: &mut Collection<Field>, v| {
+        for (name, value) in [("f2", "a"), ("f0", "b"), ("f1", "c"), ("f2", "d")] {
+            h.insert(Bytes::from(name), Field::new(value.as_bytes(), v));
+        }
+    })
+    .unwrap();
+    let added = sent_by(ctx);
+    assert_eq!(fields_of(&added), [field(b"f0", Some(b"b")), field(b"f1", Some(b"c")), field(b"f2", Some(b"d"))]);
+    let mut ctx = command(&node);
+    let names = ["f2", "f9", "f0", "f2", "f9"].map(Bytes::from);
+    assert_eq!(ctx.remove_elements::<Collection<Field>>(b"h", &names).unwrap(), 2);
+    let removed = sent_by(ctx);
+    assert_eq!(fields_of(&removed), [field(b"f0", None), field(b"f2", None), field(b"f9", None)]);
+    apply_all(&peer, &added);
+    apply_all(&peer, &removed);
+    assert_eq!(observe(&node), observe(&peer));
+    assert_eq!(observe(&node).len(), 1, "f1 is left: {:?}", observe(&node));
 }
 
 fn effect_version(op: &pb::Op) -> Version {
