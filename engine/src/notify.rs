@@ -207,6 +207,14 @@ impl Notifier {
     pub fn merged_counter(&self, db: usize, key: &[u8]) {
         self.fire(class::STRING, MERGED_COUNTER, db, key);
     }
+
+    /// `merged_write` of a list's value read where it lies in a batch (`repl::wire::ListRef`):
+    /// the event `merged_events` gives a `List`.
+    #[inline]
+    pub fn merged_list(&self, db: usize, key: &[u8], empty: bool) {
+        let (class, name) = merged_list_event(empty);
+        self.fire(class, name, db, key);
+    }
 }
 
 fn channel(prefix: &str, db: usize, suffix: &[u8]) -> Bytes {
@@ -243,11 +251,24 @@ pub fn merged_events(op: &Effect) -> Vec<Event> {
         EffectKind::Delete { .. } => events.push(event(class::GENERIC, "del")),
         EffectKind::Expire { deadline_ms, .. } => events.push(event(class::GENERIC, if *deadline_ms == 0 { "persist" } else { "expire" })),
         EffectKind::Hash(_) | EffectKind::Set(_) | EffectKind::ZSet(_) => events = op.elements().map_or_else(Vec::new, |e| element_events(op.db, &op.key, &e)),
-        EffectKind::List { items, .. } => events.push(if items.is_empty() { event(class::GENERIC, "del") } else { event(class::LIST, "lset") }),
+        EffectKind::List { items, .. } => {
+            let (class, name) = merged_list_event(items.is_empty());
+            events.push(event(class, name));
+        }
         // Libraries are no keys: Redis fires no keyspace event for FUNCTION commands.
         EffectKind::FlushDb { .. } | EffectKind::Publish { .. } | EffectKind::Library { .. } | EffectKind::FunctionFlush { .. } => {}
     }
     events
+}
+
+/// The event a merged list value fires (`merged_events`, `Notifier::merged_list`): an empty
+/// one deletes the key.
+fn merged_list_event(empty: bool) -> (u32, &'static str) {
+    if empty {
+        (class::GENERIC, "del")
+    } else {
+        (class::LIST, "lset")
+    }
 }
 
 /// The events merged element states fire (`merged_events`): one for added elements (`hset`,

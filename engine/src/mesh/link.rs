@@ -603,6 +603,7 @@ fn apply_all(store: &Store, delivery: &dyn Delivery, frame: &Bytes, spans: impl 
                         Decoded::StringSet(set) => store.notify.merged_string_set(set.db, set.key),
                         Decoded::Elements(op) => store.notify.merged_elements(op.db, op.key, &op.elements),
                         Decoded::Counter(op) => store.notify.merged_counter(op.db, op.key),
+                        Decoded::List(op) => store.notify.merged_list(op.db, op.key, op.is_empty()),
                         Decoded::Effect(e) => store.notify.merged_write(e),
                     }
                     if collect_changed {

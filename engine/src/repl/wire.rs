@@ -65,12 +65,13 @@ impl OpBuffer {
 
     /// Appends `e`'s op.
     /// A string's write (most writes) is written here field by field (`StringSetOp`), a third
-    /// of prost's instructions for it; every other kind by prost. `encode_writes_what_prost_writes`
-    /// checks the bytes against prost's for every kind.
+    /// of prost's instructions for it, and so are a counter's and a list's; every other kind by
+    /// prost. `encode_writes_what_prost_writes` checks the bytes against prost's for every kind.
     pub fn push(&mut self, e: Effect) {
         match &e.kind {
             EffectKind::StringSet { value, version } => self.push_string_set(&StringSetOp::new(e.db, &e.key, value, *version)),
             EffectKind::Counter(delta) => self.push_counter(e.db, &e.key, delta),
+            EffectKind::List { items, version } => self.push_list(e.db, &e.key, items.iter().map(|item| &item[..]), *version),
             _ => self.push_with(encoded_len(&e), |out| pb::Op::from(e).encode_raw(out)),
         }
     }
@@ -91,6 +92,7 @@ impl OpBuffer {
             Value::Set(s) => self.push_elements(db, key, &s.states_of(names)),
             Value::ZSet(z) => self.push_elements(db, key, &z.states_of(names)),
             Value::Counter(c) => self.push_counter(db, key, &c.delta_of(c.origin_of_last_change(), v)),
+            Value::List(l) => self.push_list(db, key, l.iter().map(|item| &item[..]), v),
             _ => self.push(Effect::of_value(db, key, value, v, names)),
         }
     }
@@ -152,6 +154,28 @@ impl OpBuffer {
             w.version(4, d.base, version_len(d.base));
             w.version(5, d.version, version_len(d.version));
             w.scalar(6, d.base_value as u64);
+        });
+        self.ends.push(self.bytes.len() as u32);
+    }
+
+    /// Appends a list's whole value (`Op.list`: its items, then its version), written item by
+    /// item from the list as prost writes it. A list replicates whole (DESIGN.md), so every
+    /// write to one sends all its items: built as an `Effect` (a `Bytes` copy of every item),
+    /// converted and encoded by prost, an `LPUSH` onto a list of ~45 items cost an origin
+    /// ~23,000 instructions more than a standalone node's (callgrind, docs/benchmarks.md).
+    fn push_list<'i>(&mut self, db: usize, key: &[u8], items: impl Iterator<Item = &'i [u8]> + Clone, v: Version) {
+        let version_len = version_len(v);
+        let inner_len = items.clone().map(|item| present_bytes(1, item.len())).sum::<usize>() + message_field(2, version_len);
+        let len = varint_field(1, db as u64) + bytes_field(2, key.len()) + message_field(LIST_TAG.into(), inner_len);
+        self.reserve(batch::frame_len(len) + len);
+        write_framed(&mut self.bytes, len, |w| {
+            w.db_and_key(db, key);
+            w.field(LIST_TAG, LEN, inner_len as u64);
+            for item in items {
+                w.field(1, LEN, item.len() as u64);
+                w.bytes(item);
+            }
+            w.version(2, v, version_len);
         });
         self.ends.push(self.bytes.len() as u32);
     }
@@ -304,6 +328,9 @@ impl<'a> StringSetOp<'a> {
 const VARINT: u8 = 0;
 const I64: u8 = 1;
 const LEN: u8 = 2;
+
+/// `Op`'s field of a list's whole value.
+const LIST_TAG: u8 = 10;
 
 /// `Op`'s fields of a hash's, a set's and a sorted set's elements.
 const HASH_TAG: u8 = 7;
@@ -514,6 +541,7 @@ pub fn decode(op: Bytes) -> Result<Effect, WireError> {
         }
         Decoded::Elements(elements) => elements.to_effect(&op),
         Decoded::Counter(counter) => counter.to_effect(&op),
+        Decoded::List(list) => Effect { db: list.db, key: op.slice_ref(list.key), kind: list.to_effect_kind() },
         Decoded::Effect(e) => e,
     })
 }
@@ -728,6 +756,88 @@ pub struct StringSetRef<'a> {
     pub version: Version,
 }
 
+/// A list's whole value, with its key and items borrowed from the bytes it was read from
+/// (`read_list_after_key`).
+#[derive(Debug, Clone, Copy)]
+pub struct ListRef<'a> {
+    pub db: usize,
+    pub key: &'a [u8],
+    /// The items' fields as they lie, each its key, its length and its bytes, read and checked
+    /// already (`items` walks them).
+    fields: &'a [u8],
+    /// How many items.
+    pub len: usize,
+    pub version: Version,
+}
+
+impl<'a> ListRef<'a> {
+    /// The items, in order.
+    pub fn items(&self) -> impl ExactSizeIterator<Item = &'a [u8]> + 'a {
+        let (fields, mut at) = (self.fields, 0);
+        // Each field was checked as it was read (`next_item`): it is there, whole.
+        (0..self.len).map(move |_| {
+            let (item, next) = next_item(fields, at, fields.len()).expect("a list item read already");
+            at = next;
+            item
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The effect's kind, its items copied (`owned`).
+    fn to_effect_kind(self) -> EffectKind {
+        EffectKind::List { items: self.items().map(Bytes::copy_from_slice).collect(), version: self.version }
+    }
+}
+
+/// A list's whole value as `OpBuffer::push_list` (and prost) writes it, read where it lies from
+/// the field after the op's `db` and `key` (`LIST_KEY`, read already) to the op's `end`: its
+/// items, in order, then its version. `None` for anything else (fields out of order, repeated
+/// or unknown, an item's key written in more bytes than prost writes it, a truncated field),
+/// which prost then decodes (or refuses). An item whose length runs past the value ends the
+/// items there, and is refused as the field after them. `decode_reads_what_prost_reads`
+/// checks it against prost.
+fn read_list_after_key<'a>(whole: &'a [u8], r: Reader<'a>, db: u32, key: &'a [u8], end: usize) -> Option<ListRef<'a>> {
+    let mut r = r;
+    let inner_end = r.field_end()?;
+    let (fields_start, mut fields_end, mut len) = (r.at(), r.at(), 0);
+    while let Some((_, next)) = next_item(whole, fields_end, inner_end) {
+        (fields_end, len) = (next, len + 1);
+    }
+    let mut r = Reader::starting_at(whole, fields_end);
+    let mut tag = tag_before(&mut r, inner_end)?;
+    let mut version = Version::ZERO;
+    if tag == 2 << 3 | u64::from(LEN) {
+        version = read_version(&mut r)?;
+        tag = tag_before(&mut r, inner_end)?;
+    }
+    // Nothing after the version: a repeated field would be merged by prost.
+    if tag != 0 || r.at() != inner_end || r.at() != end {
+        return None;
+    }
+    Some(ListRef { db: db as usize, key, fields: &whole[fields_start..fields_end], len, version })
+}
+
+/// The list item whose field starts at `at` (its key the one byte prost writes for it), and
+/// where the field after it starts; `None` at `end`, at another field, or for an item whose
+/// length runs past `end` (which the caller then reads as another field, or refuses). Items
+/// are read twice, to check and count them and then to copy them (`ListRef::items`): a field's
+/// key read as a varint, its length by `Reader::slice`, cost ~80 instructions an item both times.
+#[inline(always)]
+fn next_item(bytes: &[u8], at: usize, end: usize) -> Option<(&[u8], usize)> {
+    const ITEM_KEY: u8 = 1 << 3 | LEN;
+    if at >= end || *bytes.get(at)? != ITEM_KEY {
+        return None;
+    }
+    let mut r = Reader::starting_at(bytes, at + 1);
+    let len = usize::try_from(r.varint()?).ok()?;
+    let start = r.at();
+    let next = start.checked_add(len).filter(|&next| next <= end)?;
+    Some((&bytes[start..next], next))
+}
+
 /// A counter's contribution, with its key borrowed from the bytes it was read from
 /// (`read_counter_after_key`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -771,6 +881,8 @@ pub enum Decoded<'a> {
     Elements(ElementsRef<'a>),
     /// A counter's contribution, its key borrowed.
     Counter(CounterRef<'a>),
+    /// A list's whole value, its key and items borrowed.
+    List(ListRef<'a>),
     Effect(Effect),
 }
 
@@ -780,6 +892,7 @@ impl Decoded<'_> {
             Decoded::StringSet(set) => set.db,
             Decoded::Elements(op) => op.db,
             Decoded::Counter(op) => op.db,
+            Decoded::List(op) => op.db,
             Decoded::Effect(e) => e.db,
         }
     }
@@ -789,6 +902,7 @@ impl Decoded<'_> {
             Decoded::StringSet(set) => set.key,
             Decoded::Elements(op) => op.key,
             Decoded::Counter(op) => op.key,
+            Decoded::List(op) => op.key,
             Decoded::Effect(e) => &e.key,
         }
     }
@@ -800,6 +914,7 @@ impl Decoded<'_> {
             Decoded::StringSet(set) => Effect::new(set.db, set.key, EffectKind::StringSet { value: Bytes::copy_from_slice(set.value), version: set.version }),
             Decoded::Elements(op) => Effect::new(op.db, op.key, op.elements.to_effect_kind()),
             Decoded::Counter(op) => Effect::counter(op.db, op.key, op.delta),
+            Decoded::List(op) => Effect::new(op.db, op.key, op.to_effect_kind()),
             Decoded::Effect(e) => e.clone(),
         }
     }
@@ -815,9 +930,10 @@ pub fn decode_in(frame: &Bytes, span: std::ops::Range<usize>) -> Result<Decoded<
     decode_unusual_in(frame, span)
 }
 
-/// The keys of `Op`'s `string_set` and `counter` fields.
+/// The keys of `Op`'s `string_set`, `counter` and `list` fields.
 const STRING_SET_KEY: u64 = 3 << 3 | LEN as u64;
 const COUNTER_KEY: u64 = 4 << 3 | LEN as u64;
+const LIST_KEY: u64 = (LIST_TAG << 3 | LEN) as u64;
 
 /// `decode_in` of an op that is not a usual string write, out of line: the usual one's reader
 /// stays small where it is inlined.
@@ -832,6 +948,7 @@ fn decode_unusual_in(frame: &Bytes, span: std::ops::Range<usize>) -> Result<Deco
         let read = match tag {
             STRING_SET_KEY => read_string_set_after_key(r, db, key, tag, span.end).map(Decoded::StringSet),
             COUNTER_KEY => read_counter_after_key(r, db, key, tag, span.end).map(Decoded::Counter),
+            LIST_KEY => read_list_after_key(frame, r, db, key, span.end).map(Decoded::List),
             _ => read_elements_after_key(r, db, key, tag, span.end).map(Decoded::Elements),
         };
         if let Some(op) = read {
