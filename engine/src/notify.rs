@@ -208,6 +208,20 @@ impl Notifier {
         self.fire(class::STRING, MERGED_COUNTER, db, key);
     }
 
+    /// `merged_write` of a key's tombstone read where it lies in a batch
+    /// (`repl::wire::DeleteRef`): `del`.
+    #[inline]
+    pub fn merged_delete(&self, db: usize, key: &[u8]) {
+        self.fire(class::GENERIC, MERGED_DELETE, db, key);
+    }
+
+    /// `merged_write` of a key's expiry register read where it lies in a batch
+    /// (`repl::wire::ExpireRef`): `expire`, or `persist` when it clears the TTL.
+    #[inline]
+    pub fn merged_expire(&self, db: usize, key: &[u8], deadline_ms: u64) {
+        self.fire(class::GENERIC, merged_expire_event(deadline_ms), db, key);
+    }
+
     /// `merged_write` of a list's value read where it lies in a batch (`repl::wire::ListRef`):
     /// the event `merged_events` gives a `List`.
     #[inline]
@@ -248,8 +262,8 @@ pub fn merged_events(op: &Effect) -> Vec<Event> {
         EffectKind::StringSet { .. } => events.push(event(class::STRING, MERGED_STRING_SET)),
         EffectKind::Counter(_) => events.push(event(class::STRING, MERGED_COUNTER)),
         EffectKind::Hll { .. } => events.push(event(class::STRING, "pfadd")),
-        EffectKind::Delete { .. } => events.push(event(class::GENERIC, "del")),
-        EffectKind::Expire { deadline_ms, .. } => events.push(event(class::GENERIC, if *deadline_ms == 0 { "persist" } else { "expire" })),
+        EffectKind::Delete { .. } => events.push(event(class::GENERIC, MERGED_DELETE)),
+        EffectKind::Expire { deadline_ms, .. } => events.push(event(class::GENERIC, merged_expire_event(*deadline_ms))),
         EffectKind::Hash(_) | EffectKind::Set(_) | EffectKind::ZSet(_) => events = op.elements().map_or_else(Vec::new, |e| element_events(op.db, &op.key, &e)),
         EffectKind::List { items, .. } => {
             let (class, name) = merged_list_event(items.is_empty());
@@ -259,6 +273,18 @@ pub fn merged_events(op: &Effect) -> Vec<Event> {
         EffectKind::FlushDb { .. } | EffectKind::Publish { .. } | EffectKind::Library { .. } | EffectKind::FunctionFlush { .. } => {}
     }
     events
+}
+
+/// The event a merged tombstone fires (`merged_events`, `Notifier::merged_delete`).
+const MERGED_DELETE: &str = "del";
+
+/// The event a merged expiry register fires (`merged_events`, `Notifier::merged_expire`).
+fn merged_expire_event(deadline_ms: u64) -> &'static str {
+    if deadline_ms == 0 {
+        "persist"
+    } else {
+        "expire"
+    }
 }
 
 /// The event a merged list value fires (`merged_events`, `Notifier::merged_list`): an empty

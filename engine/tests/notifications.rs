@@ -132,8 +132,8 @@ fn a_write_made_on_one_node_fires_its_event_on_a_peer() {
     // Proves merged writes notify: a subscriber on node a hears the writes clients made on
     // node b, as the event of what each did to the key (a string write `set`, hash fields
     // `hset`/`hdel`, set members `sadd`/`srem`, sorted-set members `zadd`/`zrem`, a counter's
-    // contribution `incrby`, an expiry register `expire`, a tombstone `del`, a list's value
-    // `lset`, and `del` for the list a pop emptied).
+    // contribution `incrby`, an expiry register `expire` (`persist` when it clears the TTL), a
+    // tombstone `del`, a list's value `lset`, and `del` for the list a pop emptied).
     let (a, b) = (DataNode::new("notify-a"), DataNode::new("notify-b"));
     let sa = a.start("a", &[&b], &["--notify-keyspace-events", "KA"]);
     let sb = b.start("b", &[&a], &[]);
@@ -154,6 +154,7 @@ fn a_write_made_on_one_node_fires_its_event_on_a_peer() {
     cb.cmd(&["INCR", "k5"]);
     cb.cmd(&["INCRBY", "k5", "2"]);
     cb.cmd(&["EXPIRE", "k1", "100"]);
+    cb.cmd(&["PERSIST", "k1"]);
     cb.cmd(&["DEL", "k2"]);
     cb.cmd(&["RPUSH", "k6", "a", "b"]);
     cb.cmd(&["LPOP", "k6"]);
@@ -169,6 +170,7 @@ fn a_write_made_on_one_node_fires_its_event_on_a_peer() {
         ("k5", "incrby"),
         ("k5", "incrby"),
         ("k1", "expire"),
+        ("k1", "persist"),
         ("k2", "del"),
         ("k6", "lset"),
         ("k6", "lset"),

@@ -388,13 +388,13 @@ impl<'a> Ctx<'a> {
                 if let Some(entry) = shard.raw(&hashed) {
                     // A whole-value write replaces whatever the key held: an implicit delete.
                     if is_collection {
-                        effects.push(Effect::delete(db, key, version));
+                        effects.push_delete(db, key, version);
                     }
                     effects.push_value(db, key, &entry.value, version, &all_names(&entry.value));
                 }
             }
             if dropped_ttl {
-                self.push_effect(Effect::expire(db, key, 0, version));
+                self.effects.push_expire(db, key, 0, version);
             }
             // A kept TTL travels re-stamped: peers drop registers older than a whole write.
             if keep_ttl {
@@ -482,7 +482,7 @@ impl<'a> Ctx<'a> {
     fn restamp_deadline(&mut self, db: usize, hashed: HashedKey<'_>, deadline_ms: u64, version: Version) {
         let (dbref, shard) = self.parts(db, &hashed);
         shard.set_expiry(dbref, &hashed, Some(Expiry { deadline_ms, version }));
-        self.push_effect(Effect::expire(db, hashed.key(), deadline_ms, version));
+        self.effects.push_expire(db, hashed.key(), deadline_ms, version);
     }
 
     /// Increments the counter at `key` by `delta`, creating it or converting an integer
@@ -586,7 +586,9 @@ impl<'a> Ctx<'a> {
         let (dbref, shard) = self.parts(db, &hashed);
         shard.set_expiry(dbref, &hashed, Some(Expiry { deadline_ms, version }));
         self.note_write(db, hashed);
-        self.emit(|| Effect::expire(db, key, deadline_ms, version));
+        if self.store.replicating() {
+            self.effects.push_expire(db, key, deadline_ms, version);
+        }
     }
 
     /// Sets a live key's eviction clock (`RESTORE`'s IDLETIME and FREQ, `evict::restore_access`).
@@ -727,7 +729,7 @@ pub(super) fn settle(
         // An emptied collection loses its TTL (`Ctx::apply_settled`): the register's newer
         // version goes out first.
         if emptied == Some(true) {
-            effects.push(Effect::expire(db, key, 0, version));
+            effects.push_expire(db, key, 0, version);
         }
         // A collection's effect names the states of what the edit changed; those it removed
         // get their tombstones there (`Collection::settled`). Standalone nothing is kept of a

@@ -213,7 +213,7 @@ impl<'a> Ctx<'a> {
             let version = store.stamp_at(now, Some(stored));
             let (_, shard) = self.parts(db, &hashed);
             shard.tombstones.insert(key.into(), Ghost::deleted(version));
-            self.push_effect(Effect::delete(db, key, version));
+            self.effects.push_delete(db, key, version);
         }
         true
     }

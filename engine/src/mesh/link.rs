@@ -604,6 +604,8 @@ fn apply_all(store: &Store, delivery: &dyn Delivery, frame: &Bytes, spans: impl 
                         Decoded::Elements(op) => store.notify.merged_elements(op.db, op.key, &op.elements),
                         Decoded::Counter(op) => store.notify.merged_counter(op.db, op.key),
                         Decoded::List(op) => store.notify.merged_list(op.db, op.key, op.is_empty()),
+                        Decoded::Delete(op) => store.notify.merged_delete(op.db, op.key),
+                        Decoded::Expire(op) => store.notify.merged_expire(op.db, op.key, op.deadline_ms),
                         Decoded::Effect(e) => store.notify.merged_write(e),
                     }
                     if collect_changed {

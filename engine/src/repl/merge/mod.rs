@@ -117,9 +117,9 @@ pub fn apply_keyed<K: KeyLike + ?Sized>(store: &Store, op: &Effect, key: &K) -> 
 
 /// Merges an op read where it lies in a received batch (`wire::decode_in`), as a link does;
 /// `key` is the op's key, hashed or not (`apply_keyed`). A string's write, a collection's
-/// element states, a counter's contribution and a list's value are merged borrowed from the
-/// batch, with no `Effect` built: each name, value and item copied from the frame straight
-/// into the keyspace.
+/// element states, a counter's contribution, a list's value, a key's tombstone and its expiry
+/// register are merged borrowed from the batch, with no `Effect` built: each name, value and
+/// item copied from the frame straight into the keyspace.
 pub fn apply_decoded<K: KeyLike + ?Sized>(store: &Store, op: &Decoded<'_>, key: &K) -> ApplyOutcome {
     debug_assert_eq!(key.key_bytes(), op.key(), "the key given is the op's");
     match op {
@@ -135,6 +135,10 @@ pub fn apply_decoded<K: KeyLike + ?Sized>(store: &Store, op: &Decoded<'_>, key: 
         Decoded::List(op) => apply_borrowed(store, op.db, key, |shard, flushed| {
             let list = ListValue::new(op.items().map(Name::from).collect());
             whole::whole_write(store, op.db, shard, key.table_key(), Value::List(Box::new(list)), op.version, flushed)
+        }),
+        Decoded::Delete(op) => apply_borrowed(store, op.db, key, |shard, flushed| whole::delete(store, op.db, shard, op.key, op.version, flushed)),
+        Decoded::Expire(op) => apply_borrowed(store, op.db, key, |shard, flushed| {
+            shard.merge_expiry(store.db(op.db), op.key, Expiry { deadline_ms: op.deadline_ms, version: op.version }, flushed)
         }),
         Decoded::Effect(e) => apply_keyed(store, e, key),
     }
