@@ -65,8 +65,9 @@ impl OpBuffer {
 
     /// Appends `e`'s op.
     /// A string's write (most writes) is written here field by field (`StringSetOp`), a third
-    /// of prost's instructions for it, and so are a counter's and a list's; every other kind by
-    /// prost. `encode_writes_what_prost_writes` checks the bytes against prost's for every kind.
+    /// of prost's instructions for it, and so are a counter's, a list's, a tombstone and an
+    /// expiry register; every other kind by prost. `encode_writes_what_prost_writes` checks the
+    /// bytes against prost's for every kind.
     pub fn push(&mut self, e: Effect) {
         match &e.kind {
             EffectKind::StringSet { value, version } => self.push_string_set(&StringSetOp::new(e.db, &e.key, value, *version)),
@@ -160,9 +161,9 @@ impl OpBuffer {
         self.ends.push(self.bytes.len() as u32);
     }
 
-    /// Appends a key's tombstone (`Op.delete`), written as prost writes it. Through prost (and
-    /// an `Effect` with its copy of the key) a `DEL` of a key no node holds cost its origin
-    /// ~2,600 instructions, as many as the command (callgrind, docs/benchmarks.md).
+    /// Appends a key's tombstone (`Op.delete`), written as prost writes it. Through prost, with
+    /// an `Effect` holding a copy of the key, it cost an origin's `DEL` of a key no node holds
+    /// ~560 instructions more (callgrind, docs/benchmarks.md).
     pub fn push_delete(&mut self, db: usize, key: &[u8], v: Version) {
         let version_len = version_len(v);
         let len = varint_field(1, db as u64) + bytes_field(2, key.len()) + message_field(DELETE_TAG.into(), message_field(1, version_len));
@@ -815,7 +816,7 @@ pub struct ExpireRef<'a> {
 /// A key's tombstone as `OpBuffer::push_delete` (and prost) writes it, read where it lies from
 /// the field after the op's `db` and `key` (`DELETE_KEY`, read already) to the op's `end`:
 /// its version, if any. `None` for anything else, which prost then decodes (or refuses).
-/// Through prost (an `Effect` with its key copied) it cost a peer ~1,000 instructions more
+/// Through prost (an `Effect` with its key copied) it cost a peer ~830 instructions more
 /// (callgrind). `decode_reads_what_prost_reads` checks it against prost.
 fn read_delete_after_key<'a>(mut r: Reader<'a>, db: u32, key: &'a [u8], end: usize) -> Option<DeleteRef<'a>> {
     let inner_end = r.field_end()?;
@@ -890,14 +891,14 @@ impl<'a> ListRef<'a> {
 /// which prost then decodes (or refuses). An item whose length runs past the value ends the
 /// items there, and is refused as the field after them. `decode_reads_what_prost_reads`
 /// checks it against prost.
-fn read_list_after_key<'a>(whole: &'a [u8], r: Reader<'a>, db: u32, key: &'a [u8], end: usize) -> Option<ListRef<'a>> {
-    let mut r = r;
+fn read_list_after_key<'a>(whole: &'a [u8], mut r: Reader<'a>, db: u32, key: &'a [u8], end: usize) -> Option<ListRef<'a>> {
     let inner_end = r.field_end()?;
     let (fields_start, mut fields_end, mut len) = (r.at(), r.at(), 0);
     while let Some((_, next)) = next_item(whole, fields_end, inner_end) {
         (fields_end, len) = (next, len + 1);
     }
-    let mut r = Reader::starting_at(whole, fields_end);
+    // The field after the items, read as any other.
+    r = Reader::starting_at(whole, fields_end);
     let mut tag = tag_before(&mut r, inner_end)?;
     let mut version = Version::ZERO;
     if tag == 2 << 3 | u64::from(LEN) {
