@@ -10,13 +10,15 @@
 # each iteration of a `rep movsb` copy as an instruction, so copies weigh more here than in time.
 #
 # BENCH_COMMAND loads another write instead (a redis-benchmark command line, its
-# `__rand_int__` drawn from -r 1000000), e.g. a collection's edits: the elements of one hash
-# (docs/benchmarks.md, "Collection writes in the mesh").
+# `__rand_int__` drawn from -r BENCH_R, 1000000 unless set), e.g. a collection's edits: the
+# elements of one hash (docs/benchmarks.md, "Collection writes in the mesh"), or with
+# BENCH_R=1000 pushes onto a thousand lists of a few dozen items.
 #
 #   scripts/bench-mesh-instructions.sh            # needs valgrind (apt-get install valgrind)
 #   KEYMESH_SERVER=path/to/keymesh-server BENCH_N=100000 scripts/bench-mesh-instructions.sh
 #   BENCH_N=50000 BENCH_COMMAND='HSET myhash element:__rand_int__ value-of-forty-two-bytes-xxxxxxxxxxxxxxxxx' \
 #     scripts/bench-mesh-instructions.sh
+#   BENCH_N=50000 BENCH_R=1000 BENCH_COMMAND='LPUSH list:__rand_int__ item:__rand_int__' scripts/bench-mesh-instructions.sh
 set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
@@ -47,7 +49,7 @@ load() {
     redis-benchmark -p "$1" -t set -n "$2" -r 1000000 -d 100 -c 50 -P 16 -q >/dev/null
   else
     # shellcheck disable=SC2086
-    redis-benchmark -p "$1" -n "$2" -r 1000000 -c 50 -P 16 -q $command_line >/dev/null
+    redis-benchmark -p "$1" -n "$2" -r "${BENCH_R:-1000000}" -c 50 -P 16 -q $command_line >/dev/null
   fi
 }
 # Waits until every peer (ports after the origin's) holds the origin's newest write: a link
