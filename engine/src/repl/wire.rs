@@ -112,31 +112,31 @@ impl OpBuffer {
             // One element (most edits): its lengths worked out once.
             [only] => {
                 let state = ElementState::new(only);
-                self.push_element_states(db, key, effect_tag, message_field(1, state.len), std::iter::once(state));
+                self.push_op(db, key, effect_tag, message_field(1, state.len), |w| state.write(w));
             }
             // Each element's lengths are worked out twice, for the op's length and as it is
             // written: a few additions, where keeping them in a vector cost an HSET's origin
             // ~120 instructions.
             states => {
                 let inner_len = states.iter().map(|e| message_field(1, ElementState::new(e).len)).sum();
-                self.push_element_states(db, key, effect_tag, inner_len, states.iter().map(ElementState::new));
+                self.push_op(db, key, effect_tag, inner_len, |w| states.iter().for_each(|e| ElementState::new(e).write(w)));
             }
         }
     }
 
-    /// `push_elements` of the element `states`, whose fields in the effect (field
-    /// `effect_tag`) take `inner_len` bytes.
+    /// Appends an op of database `db` and `key` whose one effect (`Op` field `effect_tag`)
+    /// takes `inner_len` bytes, which `write_effect` writes: the op's frame, its `db` and `key`
+    /// and the effect's key and length go around them, as prost writes them. Every op written
+    /// by hand goes through here but a string's (`StringSetOp`, whose lengths are worked out
+    /// whole beforehand).
     #[inline(always)]
-    fn push_element_states<'e>(&mut self, db: usize, key: &[u8], effect_tag: u8, inner_len: usize, states: impl Iterator<Item = ElementState<'e>>) {
-        let len = varint_field(1, db as u64) + bytes_field(2, key.len()) + message_field(u32::from(effect_tag), inner_len);
+    fn push_op(&mut self, db: usize, key: &[u8], effect_tag: u8, inner_len: usize, write_effect: impl FnOnce(&mut OpWriter<'_>)) {
+        let len = varint_field(1, db as u64) + bytes_field(2, key.len()) + message_field(effect_tag.into(), inner_len);
         self.reserve(batch::frame_len(len) + len);
         write_framed(&mut self.bytes, len, |w| {
             w.db_and_key(db, key);
             w.field(effect_tag, LEN, inner_len as u64);
-            for e in states {
-                w.field(1, LEN, e.len as u64);
-                e.write(w);
-            }
+            write_effect(w);
         });
         self.ends.push(self.bytes.len() as u32);
     }
@@ -145,12 +145,7 @@ impl OpBuffer {
     /// it: built as an `Effect`, converted and encoded by prost, it cost an origin's `INCR`
     /// ~1,550 instructions (callgrind, docs/benchmarks.md).
     fn push_counter(&mut self, db: usize, key: &[u8], d: &CounterDelta) {
-        let inner_len = counter_len(d);
-        let len = varint_field(1, db as u64) + bytes_field(2, key.len()) + message_field(4, inner_len);
-        self.reserve(batch::frame_len(len) + len);
-        write_framed(&mut self.bytes, len, |w| {
-            w.db_and_key(db, key);
-            w.field(4, LEN, inner_len as u64);
+        self.push_op(db, key, COUNTER_TAG, counter_len(d), |w| {
             w.scalar(1, u64::from(d.origin));
             w.scalar(2, d.incr_total as u64);
             w.scalar(3, d.decr_total as u64);
@@ -158,7 +153,6 @@ impl OpBuffer {
             w.version(5, d.version, version_len(d.version));
             w.scalar(6, d.base_value as u64);
         });
-        self.ends.push(self.bytes.len() as u32);
     }
 
     /// Appends a key's tombstone (`Op.delete`), written as prost writes it. Through prost, with
@@ -166,14 +160,7 @@ impl OpBuffer {
     /// ~560 instructions more (callgrind, docs/benchmarks.md).
     pub fn push_delete(&mut self, db: usize, key: &[u8], v: Version) {
         let version_len = version_len(v);
-        let len = varint_field(1, db as u64) + bytes_field(2, key.len()) + message_field(DELETE_TAG.into(), message_field(1, version_len));
-        self.reserve(batch::frame_len(len) + len);
-        write_framed(&mut self.bytes, len, |w| {
-            w.db_and_key(db, key);
-            w.field(DELETE_TAG, LEN, message_field(1, version_len) as u64);
-            w.version(1, v, version_len);
-        });
-        self.ends.push(self.bytes.len() as u32);
+        self.push_op(db, key, DELETE_TAG, message_field(1, version_len), |w| w.version(1, v, version_len));
     }
 
     /// Appends a key's expiry register (`Op.expire`: its deadline, 0 for none, and its
@@ -181,15 +168,10 @@ impl OpBuffer {
     pub fn push_expire(&mut self, db: usize, key: &[u8], deadline_ms: u64, v: Version) {
         let version_len = version_len(v);
         let inner_len = varint_field(1, deadline_ms) + message_field(2, version_len);
-        let len = varint_field(1, db as u64) + bytes_field(2, key.len()) + message_field(EXPIRE_TAG.into(), inner_len);
-        self.reserve(batch::frame_len(len) + len);
-        write_framed(&mut self.bytes, len, |w| {
-            w.db_and_key(db, key);
-            w.field(EXPIRE_TAG, LEN, inner_len as u64);
+        self.push_op(db, key, EXPIRE_TAG, inner_len, |w| {
             w.scalar(1, deadline_ms);
             w.version(2, v, version_len);
         });
-        self.ends.push(self.bytes.len() as u32);
     }
 
     /// Appends a list's whole value (`Op.list`: its items, then its version), written item by
@@ -200,18 +182,13 @@ impl OpBuffer {
     fn push_list<'i>(&mut self, db: usize, key: &[u8], items: impl Iterator<Item = &'i [u8]> + Clone, v: Version) {
         let version_len = version_len(v);
         let inner_len = items.clone().map(|item| present_bytes(1, item.len())).sum::<usize>() + message_field(2, version_len);
-        let len = varint_field(1, db as u64) + bytes_field(2, key.len()) + message_field(LIST_TAG.into(), inner_len);
-        self.reserve(batch::frame_len(len) + len);
-        write_framed(&mut self.bytes, len, |w| {
-            w.db_and_key(db, key);
-            w.field(LIST_TAG, LEN, inner_len as u64);
+        self.push_op(db, key, LIST_TAG, inner_len, |w| {
             for item in items {
                 w.field(1, LEN, item.len() as u64);
                 w.bytes(item);
             }
             w.version(2, v, version_len);
         });
-        self.ends.push(self.bytes.len() as u32);
     }
 
     /// Appends `other`'s ops after these; `other`'s buffer is left as this thread's spare
@@ -363,7 +340,9 @@ const VARINT: u8 = 0;
 const I64: u8 = 1;
 const LEN: u8 = 2;
 
-/// `Op`'s fields of a key's tombstone, its expiry register and a list's whole value.
+/// `Op`'s fields of a counter's contribution, a key's tombstone, its expiry register and a
+/// list's whole value.
+const COUNTER_TAG: u8 = 4;
 const DELETE_TAG: u8 = 5;
 const EXPIRE_TAG: u8 = 6;
 const LIST_TAG: u8 = 10;
@@ -425,9 +404,11 @@ impl<'a> ElementState<'a> {
         ElementState { name, held, version, version_len, len }
     }
 
-    /// The element's fields, as prost writes them.
+    /// The element as an element of its effect's repeated field, as prost writes it: the
+    /// field's key and length, then the element's fields.
     #[inline(always)]
     fn write(&self, w: &mut OpWriter<'_>) {
+        w.field(1, LEN, self.len as u64);
         if !self.name.is_empty() {
             w.field(1, LEN, self.name.len() as u64);
             w.bytes(self.name);
@@ -590,16 +571,13 @@ fn decode_by_prost(op: Bytes) -> Result<Effect, WireError> {
 }
 
 /// A counter's contribution as `OpBuffer::push_counter` (and prost) writes it, read field by
-/// field where it lies, from the field after the op's `db` and `key` (`tag` its key, read
+/// field where it lies, from the field after the op's `db` and `key` (`COUNTER_KEY`, read
 /// already) to the op's `end`: each field at most once, in prost's order, absent when zero.
 /// `None` for anything else (fields out of order, repeated or unknown, a value out of range, a
 /// truncated field), which prost then decodes (or refuses). Through prost it cost a peer's
 /// merged `INCR` ~1,500 instructions (callgrind). `decode_reads_what_prost_reads` checks it
 /// against prost.
-fn read_counter_after_key<'a>(mut r: Reader<'a>, db: u32, key: &'a [u8], tag: u64, end: usize) -> Option<CounterRef<'a>> {
-    if tag != 4 << 3 | u64::from(LEN) {
-        return None;
-    }
+fn read_counter_after_key<'a>(mut r: Reader<'a>, db: u32, key: &'a [u8], end: usize) -> Option<CounterRef<'a>> {
     let inner_end = r.field_end()?;
     let mut d = CounterDelta { origin: 0, incr_total: 0, decr_total: 0, base: Version::ZERO, version: Version::ZERO, base_value: 0 };
     let mut tag = tag_before(&mut r, inner_end)?;
@@ -627,10 +605,7 @@ fn read_counter_after_key<'a>(mut r: Reader<'a>, db: u32, key: &'a [u8], tag: u6
         d.base_value = r.varint()? as i64;
         tag = tag_before(&mut r, inner_end)?;
     }
-    // Nothing after the effect: a repeated field would be merged by prost.
-    if tag != 0 || r.at() != inner_end || r.at() != end {
-        return None;
-    }
+    read_whole(tag, &r, inner_end, end)?;
     Some(CounterRef { db: db as usize, key, delta: d })
 }
 
@@ -736,6 +711,14 @@ fn read_elements_after_key<'a>(mut r: Reader<'a>, db: u32, key: &'a [u8], mut ta
     Some(ElementsRef { db: db as usize, key, elements: Elements { kind, states } })
 }
 
+/// Whether a hand reader read its effect whole: no field left after the last it knows (`tag`
+/// 0: a field repeated or unknown would be merged by prost), and the effect ending at
+/// `inner_end` where the op ends (`end`).
+#[inline(always)]
+fn read_whole(tag: u64, r: &Reader<'_>, inner_end: usize, end: usize) -> Option<()> {
+    (tag == 0 && r.at() == inner_end && r.at() == end).then_some(())
+}
+
 /// The key of the next field if one starts before `end`, else 0 (a message's end).
 #[inline(always)]
 fn tag_before(r: &mut Reader<'_>, end: usize) -> Option<u64> {
@@ -826,8 +809,8 @@ fn read_delete_after_key<'a>(mut r: Reader<'a>, db: u32, key: &'a [u8], end: usi
         version = read_version(&mut r)?;
         tag = tag_before(&mut r, inner_end)?;
     }
-    // Nothing after the version: a repeated field would be merged by prost.
-    (tag == 0 && r.at() == inner_end && r.at() == end).then_some(DeleteRef { db: db as usize, key, version })
+    read_whole(tag, &r, inner_end, end)?;
+    Some(DeleteRef { db: db as usize, key, version })
 }
 
 /// A key's expiry register as `OpBuffer::push_expire` (and prost) writes it, read where it lies
@@ -845,7 +828,8 @@ fn read_expire_after_key<'a>(mut r: Reader<'a>, db: u32, key: &'a [u8], end: usi
         version = read_version(&mut r)?;
         tag = tag_before(&mut r, inner_end)?;
     }
-    (tag == 0 && r.at() == inner_end && r.at() == end).then_some(ExpireRef { db: db as usize, key, deadline_ms, version })
+    read_whole(tag, &r, inner_end, end)?;
+    Some(ExpireRef { db: db as usize, key, deadline_ms, version })
 }
 
 /// A list's whole value, with its key and items borrowed from the bytes it was read from
@@ -905,10 +889,7 @@ fn read_list_after_key<'a>(whole: &'a [u8], mut r: Reader<'a>, db: u32, key: &'a
         version = read_version(&mut r)?;
         tag = tag_before(&mut r, inner_end)?;
     }
-    // Nothing after the version: a repeated field would be merged by prost.
-    if tag != 0 || r.at() != inner_end || r.at() != end {
-        return None;
-    }
+    read_whole(tag, &r, inner_end, end)?;
     Some(ListRef { db: db as usize, key, fields: &whole[fields_start..fields_end], len, version })
 }
 
@@ -1034,7 +1015,7 @@ pub fn decode_in(frame: &Bytes, span: std::ops::Range<usize>) -> Result<Decoded<
 
 /// The keys of `Op`'s `string_set`, `counter`, `delete`, `expire` and `list` fields.
 const STRING_SET_KEY: u64 = 3 << 3 | LEN as u64;
-const COUNTER_KEY: u64 = 4 << 3 | LEN as u64;
+const COUNTER_KEY: u64 = (COUNTER_TAG << 3 | LEN) as u64;
 const DELETE_KEY: u64 = (DELETE_TAG << 3 | LEN) as u64;
 const EXPIRE_KEY: u64 = (EXPIRE_TAG << 3 | LEN) as u64;
 const LIST_KEY: u64 = (LIST_TAG << 3 | LEN) as u64;
@@ -1051,7 +1032,7 @@ fn decode_unusual_in(frame: &Bytes, span: std::ops::Range<usize>) -> Result<Deco
     if let Some((db, key, tag)) = read_db_and_key(&mut r) {
         let read = match tag {
             STRING_SET_KEY => read_string_set_after_key(r, db, key, tag, span.end).map(Decoded::StringSet),
-            COUNTER_KEY => read_counter_after_key(r, db, key, tag, span.end).map(Decoded::Counter),
+            COUNTER_KEY => read_counter_after_key(r, db, key, span.end).map(Decoded::Counter),
             LIST_KEY => read_list_after_key(frame, r, db, key, span.end).map(Decoded::List),
             DELETE_KEY => read_delete_after_key(r, db, key, span.end).map(Decoded::Delete),
             EXPIRE_KEY => read_expire_after_key(r, db, key, span.end).map(Decoded::Expire),
