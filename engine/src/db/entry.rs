@@ -353,8 +353,8 @@ impl<V> Collection<V> {
         unused.map(|value| std::mem::replace(held, value))
     }
 
-    /// `insert` of a name given as bytes (a command's argument), copied only if the collection
-    /// does not hold it yet (`FieldMap::insert_copied`).
+    /// `insert` of a name given as bytes (a command's argument, by any reference to them),
+    /// copied only if the collection does not hold it yet (`FieldMap::insert_copied`).
     pub fn insert_copied(&mut self, name: &[u8], value: V) -> Option<V> {
         self.insert(name, value)
     }

@@ -590,12 +590,6 @@ impl<V> FieldMap<V> {
         unused.map(|value| std::mem::replace(held, value))
     }
 
-    /// Stores `name` (copied) with `value` if the map does not hold it; returns whether it
-    /// did. One lookup, where `contains_key` and then `insert_copied` hashed the name twice.
-    pub fn insert_if_absent(&mut self, name: &[u8], value: V) -> bool {
-        self.slot(name, value).1.is_none()
-    }
-
     /// The value at `name`, inserted as `value` first if it has none
     /// (`HashMap::entry(name).or_insert(value)`).
     pub fn get_or_insert(&mut self, name: impl NameArg, value: V) -> &mut V {
