@@ -5,6 +5,7 @@ use bytes::Bytes;
 use super::args::{eq_ignore_case, float, int};
 use super::flags::*;
 use super::{wrong_arity, CommandSpec, Exec, Keys};
+use crate::db::ctx::Ttl;
 use crate::db::Value;
 use crate::error::{CmdError, Reply};
 use crate::frame::{format_double_human, Frame, OK};
@@ -55,14 +56,6 @@ fn get(exec: &mut Exec, argv: &[Bytes]) -> Reply {
     Ok(Frame::bulk_opt(exec.ctx.string(&argv[1])?))
 }
 
-/// When a `SET`-family write should expire: an absolute deadline or a relative TTL.
-#[derive(Clone, Copy)]
-enum Ttl {
-    Keep,
-    Clear,
-    At(u64),
-}
-
 /// Converts an `EX/PX/EXAT/PXAT` argument into an absolute deadline, refusing values that
 /// are not positive or would overflow, with Redis's message naming the command.
 fn deadline(arg: &[u8], unit_ms: i64, absolute: bool, now_ms: u64, command: &str) -> Result<u64, CmdError> {
@@ -76,11 +69,11 @@ fn deadline(arg: &[u8], unit_ms: i64, absolute: bool, now_ms: u64, command: &str
     Ok(at as u64)
 }
 
+/// A `SET`-family write: the value and its TTL in one write (`Ctx::put_with_ttl`).
 fn store(exec: &mut Exec, key: &[u8], value: &[u8], ttl: Ttl) {
-    exec.ctx.put(key, Value::string(value), matches!(ttl, Ttl::Keep));
+    exec.ctx.put_with_ttl(key, Value::string(value), ttl);
     exec.ctx.notify(class::STRING, "set", key);
-    if let Ttl::At(at) = ttl {
-        exec.ctx.set_deadline(key, at);
+    if let Ttl::At(_) = ttl {
         exec.ctx.notify(class::GENERIC, "expire", key);
     }
 }

@@ -51,6 +51,17 @@ pub struct Ctx<'a> {
     pub key_hint: KeyHint,
 }
 
+/// What a whole-value write (`Ctx::put_with_ttl`) does to the key's expiry register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ttl {
+    /// The key keeps its TTL, if it has one (`SET KEEPTTL`).
+    Keep,
+    /// The key becomes persistent (a plain `SET`).
+    Clear,
+    /// The key expires at this Unix time in ms (`SET EX`, `SETEX`).
+    At(u64),
+}
+
 impl<'a> Ctx<'a> {
     pub fn new(store: &'a Store, db: usize, now_ms: u64, locks: Locks<'a>) -> Ctx<'a> {
         Ctx {
@@ -291,17 +302,29 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn put_in<K: KeyLike + ?Sized>(&mut self, db: usize, key: &K, value: Value, keep_ttl: bool) -> Version {
-        self.put_hashed(db, self.hashed(key), value, keep_ttl)
+        self.put_hashed(db, self.hashed(key), value, if keep_ttl { Ttl::Keep } else { Ttl::Clear })
     }
 
-    fn put_hashed(&mut self, db: usize, hashed: HashedKey<'_>, value: Value, keep_ttl: bool) -> Version {
+    /// Replaces the key's value and does `ttl` to its expiry (`SET` with `EX`, `KEEPTTL` or
+    /// neither, `SETEX`): one write, at one version, for the value and the register.
+    pub fn put_with_ttl<K: KeyLike + ?Sized>(&mut self, key: &K, value: Value, ttl: Ttl) -> Version {
+        self.put_hashed(self.db, self.hashed(key), value, ttl)
+    }
+
+    fn put_hashed(&mut self, db: usize, hashed: HashedKey<'_>, value: Value, ttl: Ttl) -> Version {
         let key = hashed.key();
-        /// What the single lookup found.
+        /// What the single lookup found. `register`: the deadline the key's expiry register
+        /// takes at the write's version, if the write sets it (0 for a dropped TTL).
         enum Found {
-            Live { version: Version, drop_ttl: bool },
+            Live { version: Version, register: Option<u64> },
             Expired(Version),
-            Missing(Version),
+            Missing { version: Version, register: Option<u64> },
         }
+        let (keep_ttl, deadline) = match ttl {
+            Ttl::Keep => (true, None),
+            Ttl::Clear => (false, None),
+            Ttl::At(deadline_ms) => (false, Some(deadline_ms)),
+        };
         // A counter copied or renamed starts a new base: it travels as its value.
         let value = match value {
             Value::Counter(c) => Value::Int(c.value().unwrap_or(0)),
@@ -325,7 +348,9 @@ impl<'a> Ctx<'a> {
                 if encode_early {
                     effects.push_value(db, key, &entry.value, version, &[]);
                 }
-                Found::Live { version, drop_ttl: entry.expiry().is_some() && !keep_ttl }
+                // A write without a TTL drops the one the key has.
+                let drops_ttl = entry.expiry().is_some() && !keep_ttl;
+                Found::Live { version, register: deadline.or(drops_ttl.then_some(0)) }
             }
             KeyEntry::Found(mut entry) => {
                 let old = entry.last_write();
@@ -341,17 +366,21 @@ impl<'a> Ctx<'a> {
                 }
                 missing.orphan_expiry.remove(key);
                 missing.tombstones.remove(key);
-                missing.insert(Entry::new(value, version));
-                Found::Missing(version)
+                match deadline {
+                    // Created with its register: one allocation.
+                    Some(deadline_ms) => missing.insert_expiring(dbref, Entry::new(value, version), Expiry { deadline_ms, version }),
+                    None => missing.insert(Entry::new(value, version)),
+                }
+                Found::Missing { version, register: deadline }
             }
         };
-        let version = match found {
-            Found::Live { version, drop_ttl } => {
-                if drop_ttl {
-                    // Dropping a TTL is itself a write to the expiry register.
-                    shard.set_expiry(dbref, &hashed, Some(Expiry { deadline_ms: 0, version }));
+        let (version, register) = match found {
+            Found::Live { version, register } => {
+                if let Some(deadline_ms) = register {
+                    // Setting or dropping a TTL is itself a write to the expiry register.
+                    shard.set_expiry(dbref, &hashed, Some(Expiry { deadline_ms, version }));
                 }
-                version
+                (version, register)
             }
             Found::Expired(old) => {
                 // The stale entry expired before this write: count it, then start afresh.
@@ -361,10 +390,13 @@ impl<'a> Ctx<'a> {
                 if let Some(value) = value {
                     shard.insert(dbref, &hashed, Entry::new(value, version));
                     shard.orphan_expiry.remove(key);
+                    if let Some(deadline_ms) = deadline {
+                        shard.set_expiry(dbref, &hashed, Some(Expiry { deadline_ms, version }));
+                    }
                 }
-                version
+                (version, deadline)
             }
-            Found::Missing(version) => version,
+            Found::Missing { version, register } => (version, register),
         };
         if !matches!(found, Found::Live { .. }) {
             if matches!(found, Found::Expired(_)) {
@@ -373,7 +405,6 @@ impl<'a> Ctx<'a> {
             self.notify_in(db, class::NEW, "new", key);
         }
         let (_, shard) = self.parts(db, &hashed);
-        let dropped_ttl = matches!(found, Found::Live { drop_ttl: true, .. });
         if is_collection {
             if let Some(mut entry) = shard.raw_mut(&hashed) {
                 // A whole-value write: every field and member is as new as the key.
@@ -393,8 +424,8 @@ impl<'a> Ctx<'a> {
                     effects.push_value(db, key, &entry.value, version, &all_names(&entry.value));
                 }
             }
-            if dropped_ttl {
-                self.effects.push_expire(db, key, 0, version);
+            if let Some(deadline_ms) = register {
+                self.effects.push_expire(db, key, deadline_ms, version);
             }
             // A kept TTL travels re-stamped: peers drop registers older than a whole write.
             if keep_ttl {

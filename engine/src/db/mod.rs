@@ -68,6 +68,8 @@ pub struct MissingKey<'a> {
     pub tombstones: &'a mut SparseMap<Ghost>,
     /// The shard's `orphan_expiry`.
     pub orphan_expiry: &'a mut SparseMap<Expiry>,
+    /// The shard's `expiry_index`, for a key inserted with its TTL (`insert_expiring`).
+    expiry_index: &'a mut BTreeSet<(u64, Key)>,
 }
 
 impl MissingKey<'_> {
@@ -82,6 +84,14 @@ impl MissingKey<'_> {
     /// is unchanged (as `Shard::insert` leaves it for a key that was missing).
     pub fn insert(self, entry: Entry) {
         self.vacant.insert(entry);
+    }
+
+    /// Inserts the key with its first entry and its expiry register (`SET EX`), keeping the
+    /// expiry index in step: one allocation, where `insert` and then `Shard::set_expiry`
+    /// moved the node to a larger one.
+    pub fn insert_expiring(self, db: &Db, entry: Entry, expiry: Expiry) {
+        reindex(self.expiry_index, db, self.vacant.key(), None, expiry.deadline());
+        self.vacant.insert_expiring(entry, expiry);
     }
 }
 
@@ -569,10 +579,10 @@ impl Shard {
     /// `raw_mut`, or, for a missing key, where its insert goes: a write that may create its
     /// key probes the table once (`table::KeyTable::entry`).
     pub fn entry<'a, K: KeyLike + ?Sized>(&'a mut self, key: &'a K) -> KeyEntry<'a> {
-        let Shard { map, tombstones, orphan_expiry, .. } = self;
+        let Shard { map, tombstones, orphan_expiry, expiry_index, .. } = self;
         match map.entry(key.table_key()) {
             Probed::Found(entry) => KeyEntry::Found(entry),
-            Probed::Vacant(vacant) => KeyEntry::Missing(MissingKey { vacant, tombstones, orphan_expiry }),
+            Probed::Vacant(vacant) => KeyEntry::Missing(MissingKey { vacant, tombstones, orphan_expiry, expiry_index }),
         }
     }
 

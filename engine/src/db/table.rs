@@ -72,6 +72,11 @@ impl VacantKey<'_> {
     pub fn insert(self, entry: Entry) {
         self.slots.note(&self.slot.insert(Node::new(self.key, entry)));
     }
+
+    /// Inserts the key with its first entry and expiry register.
+    pub fn insert_expiring(self, entry: Entry, expiry: Expiry) {
+        self.slots.note(&self.slot.insert(Node::with_expiry(self.key, entry, Some(expiry))));
+    }
 }
 
 /// A key's entry and register taken out of the table (`remove`, `insert`'s old entry).

@@ -12,7 +12,7 @@ use keymesh_proto as pb;
 use proptest::prelude::*;
 
 use super::{apply_all, effect, effects, observe, v};
-use crate::db::ctx::Ctx;
+use crate::db::ctx::{Ctx, Ttl};
 use crate::db::entry::{Collection, Field, ListValue, Name};
 use crate::db::zset::SortedSet;
 use crate::db::{Store, Value};
@@ -55,6 +55,8 @@ enum Local {
     SetKeepTtl(u8, u8),
     /// `SUNIONSTORE`-like: a whole set replacing whatever the key held.
     StoreSet(u8, u8),
+    /// `SET ... EX` (`SETEX`): a whole write and its TTL, at one version.
+    SetEx(u8, u8),
     FlushDb,
 }
 
@@ -67,7 +69,7 @@ fn name(x: u8) -> Bytes {
 }
 
 fn local_strategy() -> impl Strategy<Value = Local> {
-    (0u8..17, any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(kind, k, a, b)| match kind {
+    (0u8..18, any::<u8>(), any::<u8>(), any::<u8>()).prop_map(|(kind, k, a, b)| match kind {
         0 => Local::Set(k, a),
         1 => Local::Del(k),
         2 => Local::HSet(k, a),
@@ -84,6 +86,7 @@ fn local_strategy() -> impl Strategy<Value = Local> {
         13 => Local::LPop(k),
         14 => Local::SetKeepTtl(k, a),
         15 => Local::StoreSet(k, a),
+        16 => Local::SetEx(k, a),
         _ => Local::FlushDb,
     })
 }
@@ -108,7 +111,8 @@ fn run(store: &Store, op: &Local) -> Vec<pb::Op> {
         | Local::LPush(k, _)
         | Local::LPop(k)
         | Local::SetKeepTtl(k, _)
-        | Local::StoreSet(k, _) => store.lock_many(vec![(0, store.shard_of(&key(*k)))]),
+        | Local::StoreSet(k, _)
+        | Local::SetEx(k, _) => store.lock_many(vec![(0, store.shard_of(&key(*k)))]),
     };
     // The command's time, read once as `run_command` does: its writes are stamped with it.
     let mut ctx = Ctx::new(store, 0, store.hlc.wall_ms(), locks);
@@ -171,6 +175,9 @@ fn run(store: &Store, op: &Local) -> Vec<pb::Op> {
         Local::StoreSet(k, a) => {
             let set: Collection<Version> = [(name(*a), Version::ZERO), (name(a.wrapping_add(1)), Version::ZERO)].into_iter().collect();
             ctx.put(&key(*k), Value::Set(Box::new(set)), false);
+        }
+        Local::SetEx(k, a) => {
+            ctx.put_with_ttl(&key(*k), Value::string(&[b'x', *a]), Ttl::At(4_000_000_000_000 + *a as u64));
         }
         Local::FlushDb => ctx.flush_db(0),
     }
@@ -297,6 +304,36 @@ fn persist_of_a_key_without_ttl_dominates_an_older_expire() {
 }
 
 #[test]
+fn a_write_with_its_ttl_is_one_write_at_one_version() {
+    // `SET k v EX` on a missing key, on a key without a TTL and on one with another TTL: the
+    // value and the register are written at one version, on the node and in the two ops it
+    // sends (no `Expire` of 0 for the TTL the write replaced), and a peer ends where it is.
+    let deadline = 4_000_000_000_100;
+    for before in [vec![], vec![Local::Set(0, 1)], vec![Local::Set(0, 1), Local::Expire(0, 7)]] {
+        let (node, peer) = (store_at(1), store_at(1));
+        for local in &before {
+            apply_all(&peer, &run(&node, local));
+        }
+        let sent = run(&node, &Local::SetEx(0, 100));
+        let kinds: Vec<_> = sent.iter().map(|op| op.effect.as_ref().map(std::mem::discriminant)).collect();
+        let expected = [Some(pb::op::Effect::StringSet(Default::default())), Some(pb::op::Effect::Expire(Default::default()))];
+        assert_eq!(kinds, expected.iter().map(|e| e.as_ref().map(std::mem::discriminant)).collect::<Vec<_>>(), "{before:?}: {sent:?}");
+        let Some(pb::op::Effect::Expire(expire)) = &sent[1].effect else { unreachable!() };
+        assert_eq!(expire.deadline_ms, deadline, "{before:?}");
+        assert_eq!(effect_version(&sent[0]), effect_version(&sent[1]), "{before:?}: the value and its TTL at two versions");
+        let shard = node.lock_shard(0, node.shard_of(b"k0"));
+        let entry = shard.raw(&b"k0"[..]).expect("the key is written");
+        let register = entry.expiry().expect("the key has its register");
+        assert_eq!((register.deadline_ms, register.version, entry.version()), (deadline, effect_version(&sent[0]), effect_version(&sent[0])), "{before:?}");
+        // The expiry index has the key at its new deadline only (active expiry finds it there).
+        assert_eq!((shard.due_keys(deadline - 1, 10).len(), shard.due_keys(deadline, 10).len()), (0, 1), "{before:?}");
+        drop(shard);
+        apply_all(&peer, &sent);
+        assert_eq!(observe(&node), observe(&peer), "{before:?}");
+    }
+}
+
+#[test]
 fn emptying_a_collection_with_a_ttl_drops_the_ttl_on_peers_too() {
     // n0 removes the last element of a collection with a TTL: Redis deletes the key and its
     // TTL. An element another node added before it, which n0 had not seen, keeps the key alive
@@ -377,6 +414,7 @@ fn effect_version(op: &pb::Op) -> Version {
         Some(Effect::Set(s)) => s.members.iter().map(|f| first(f.version.as_ref())).max().unwrap_or(Version::ZERO),
         Some(Effect::Zset(z)) => z.members.iter().map(|f| first(f.version.as_ref())).max().unwrap_or(Version::ZERO),
         Some(Effect::Expire(e)) => first(e.version.as_ref()),
+        Some(Effect::StringSet(s)) => first(s.version.as_ref()),
         _ => Version::ZERO,
     }
 }
