@@ -562,10 +562,12 @@ impl Shard {
     ///
     /// The key arguments of `Shard`'s methods are `KeyLike`: a `HashedKey` or `TableKey` is
     /// probed with the hash it carries, a plain byte string is hashed on the call.
+    #[inline]
     pub fn raw<K: KeyLike + ?Sized>(&self, key: &K) -> Option<EntryRef<'_>> {
         self.map.get(key.table_key())
     }
 
+    #[inline]
     pub fn raw_mut<K: KeyLike + ?Sized>(&mut self, key: &K) -> Option<EntryMut<'_>> {
         self.map.get_mut(key.table_key())
     }

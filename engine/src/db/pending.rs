@@ -28,7 +28,7 @@ impl Shard {
     /// newer; on a key not created yet it waits (pending) if newer than the key's delete and
     /// the flush, and whether the next incarnation adopts it is decided when it is created
     /// (`adopt_pending_expiry`). Returns whether anything changed.
-    pub fn merge_expiry(&mut self, db: &Db, key: &[u8], register: Expiry, flushed: Version) -> bool {
+    pub fn merge_expiry<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K, register: Expiry, flushed: Version) -> bool {
         let v = register.version;
         match self.raw(key) {
             Some(entry) => {
@@ -49,10 +49,11 @@ impl Shard {
             None => {
                 // The write that created the key is still on its way from another origin.
                 // A register older than the key's delete, or the database's flush, died with it.
-                let tombstone = self.tombstones.get(key).map_or(Version::ZERO, |g| g.cleared);
-                let newer = v >= tombstone && v > flushed && self.orphan_expiry.get(key).is_none_or(|e| e.version < v);
+                let bytes = key.key_bytes();
+                let tombstone = self.tombstones.get(bytes).map_or(Version::ZERO, |g| g.cleared);
+                let newer = v >= tombstone && v > flushed && self.orphan_expiry.get(bytes).is_none_or(|e| e.version < v);
                 if newer {
-                    self.orphan_expiry.insert(key.into(), register);
+                    self.orphan_expiry.insert(bytes.into(), register);
                 }
                 newer
             }

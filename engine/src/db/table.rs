@@ -266,11 +266,13 @@ impl KeyTable {
         }
     }
 
+    #[inline]
     pub fn get(&self, key: TableKey<'_>) -> Option<EntryRef<'_>> {
         let k = key.key();
         self.table.find(key.hash(), |n| n.key() == k).map(view)
     }
 
+    #[inline]
     pub fn get_mut(&mut self, key: TableKey<'_>) -> Option<EntryMut<'_>> {
         self.node_mut(key).map(view_mut)
     }

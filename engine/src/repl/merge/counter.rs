@@ -4,24 +4,26 @@
 
 use super::{bury, clear_older, held, tombstone, write};
 use crate::db::counter::{Counter, CounterDelta, BASE_ONLY};
-use crate::db::{Entry, Kind, Shard, Store, Value};
+use crate::db::{Entry, Kind, Shard, Store, TableKey, Value};
 use crate::hlc::Version;
 
-pub(super) fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[u8], d: &CounterDelta, flushed: Version) -> bool {
+pub(super) fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: TableKey<'_>, d: &CounterDelta, flushed: Version) -> bool {
     let dbref = store.db(db);
+    // Found in the table by the hash the link worked out (`key`); the tombstones by the bytes.
+    let (key, bytes) = (&key, key.key());
     // A base-only delta (full sync) writes the base register alone: its version is the
     // base's, whatever else it carries (found by the mesh_message fuzz target: a base-only
     // delta stamped later than its base created a counter a flush between it and its replay
     // removed, so replaying it created the key again).
     let v = if d.origin == BASE_ONLY { d.base } else { d.version };
-    let floor = flushed.max(tombstone(shard, key));
-    let ghost_newest = shard.tombstones.get(key).map_or(Version::ZERO, |g| g.newest());
+    let floor = flushed.max(tombstone(shard, bytes));
+    let ghost_newest = shard.tombstones.get(bytes).map_or(Version::ZERO, |g| g.newest());
     // A counter is a string, which loses every tie to another type: what a ghost of another
     // type holds at its newest version kills the counter's contributions there too.
-    let ghost_floor = shard.tombstones.get(key).map_or(Version::ZERO, |g| g.kills_below(Kind::String));
+    let ghost_floor = shard.tombstones.get(bytes).map_or(Version::ZERO, |g| g.kills_below(Kind::String));
     if v <= floor.max(ghost_newest) {
         // A losing counter write still ends the incarnation before it.
-        if let Some(ghost) = shard.tombstones.get_mut(key) {
+        if let Some(ghost) = shard.tombstones.get_mut(bytes) {
             if ghost.kind != Some(Kind::String) {
                 ghost.clear(v);
             }
@@ -37,7 +39,7 @@ pub(super) fn merge_counter(store: &Store, db: usize, shard: &mut Shard, key: &[
     match shard.raw_mut(key) {
         None => {
             // A counter after a ghost starts a new incarnation after everything the ghost holds.
-            shard.tombstones.remove(key);
+            shard.tombstones.remove(bytes);
             shard.insert(dbref, key, Entry::new(fresh(0, floor.max(ghost_floor)), v));
             shard.adopt_pending_expiry(dbref, key);
             true

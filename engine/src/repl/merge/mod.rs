@@ -127,18 +127,20 @@ pub fn apply_decoded<K: KeyLike + ?Sized>(store: &Store, op: &Decoded<'_>, key: 
             whole::whole_write(store, set.db, shard, key.table_key(), Value::string(set.value), set.version, flushed)
         }),
         Decoded::Elements(op) => apply_borrowed(store, op.db, key, |shard, flushed| fields::merge_fields(store, op.db, shard, key, flushed, &op.elements)),
-        Decoded::Counter(op) => apply_borrowed(store, op.db, key, |shard, flushed| counter::merge_counter(store, op.db, shard, op.key, &op.delta, flushed)),
+        Decoded::Counter(op) => {
+            apply_borrowed(store, op.db, key, |shard, flushed| counter::merge_counter(store, op.db, shard, key.table_key(), &op.delta, flushed))
+        }
         // An empty list is a delete, as `merge_locked` merges it.
         Decoded::List(op) if op.is_empty() => {
-            apply_borrowed(store, op.db, key, |shard, flushed| whole::delete(store, op.db, shard, op.key, op.version, flushed))
+            apply_borrowed(store, op.db, key, |shard, flushed| whole::delete(store, op.db, shard, key.table_key(), op.version, flushed))
         }
         Decoded::List(op) => apply_borrowed(store, op.db, key, |shard, flushed| {
             let list = ListValue::new(op.items().map(Name::from).collect());
             whole::whole_write(store, op.db, shard, key.table_key(), Value::List(Box::new(list)), op.version, flushed)
         }),
-        Decoded::Delete(op) => apply_borrowed(store, op.db, key, |shard, flushed| whole::delete(store, op.db, shard, op.key, op.version, flushed)),
+        Decoded::Delete(op) => apply_borrowed(store, op.db, key, |shard, flushed| whole::delete(store, op.db, shard, key.table_key(), op.version, flushed)),
         Decoded::Expire(op) => apply_borrowed(store, op.db, key, |shard, flushed| {
-            shard.merge_expiry(store.db(op.db), op.key, Expiry { deadline_ms: op.deadline_ms, version: op.version }, flushed)
+            shard.merge_expiry(store.db(op.db), key, Expiry { deadline_ms: op.deadline_ms, version: op.version }, flushed)
         }),
         Decoded::Effect(e) => apply_keyed(store, e, key),
     }
@@ -197,18 +199,20 @@ pub fn merge_locked<K: KeyLike + ?Sized>(store: &Store, db: usize, shard: &mut S
         EffectKind::StringSet { value, version } => whole::whole_write(store, db, shard, hashed.table_key(), Value::string(value), *version, flushed),
         // Popping a list's last item deletes the key, as in Redis: an empty list at `v` is a
         // delete at `v` (both dominate everything older), never an empty key.
-        EffectKind::List { items, version } if items.is_empty() => whole::delete(store, db, shard, key, *version, flushed),
+        EffectKind::List { items, version } if items.is_empty() => whole::delete(store, db, shard, hashed.table_key(), *version, flushed),
         EffectKind::List { items, version } => {
             let list = ListValue::new(items.iter().map(|item| Name::from(&item[..])).collect());
             whole::whole_write(store, db, shard, hashed.table_key(), Value::List(Box::new(list)), *version, flushed)
         }
-        EffectKind::Delete { version } => whole::delete(store, db, shard, key, *version, flushed),
-        EffectKind::Expire { deadline_ms, version } => shard.merge_expiry(store.db(db), key, Expiry { deadline_ms: *deadline_ms, version: *version }, flushed),
+        EffectKind::Delete { version } => whole::delete(store, db, shard, hashed.table_key(), *version, flushed),
+        EffectKind::Expire { deadline_ms, version } => {
+            shard.merge_expiry(store.db(db), hashed, Expiry { deadline_ms: *deadline_ms, version: *version }, flushed)
+        }
         EffectKind::Hash(_) | EffectKind::Set(_) | EffectKind::ZSet(_) => {
             let elements = op.elements().expect("a collection's effect has element states");
             fields::merge_fields(store, db, shard, hashed, flushed, &elements)
         }
-        EffectKind::Counter(c) => counter::merge_counter(store, db, shard, key, c, flushed),
+        EffectKind::Counter(c) => counter::merge_counter(store, db, shard, hashed.table_key(), c, flushed),
         EffectKind::Hll { version, registers } => whole::merge_hll(store, db, shard, key, *version, registers, flushed),
         EffectKind::Publish { .. } | EffectKind::FlushDb { .. } | EffectKind::Library { .. } | EffectKind::FunctionFlush { .. } => false,
     };
@@ -221,7 +225,7 @@ fn tombstone(shard: &Shard, key: &[u8]) -> Version {
 }
 
 /// Removes an emptied key, leaving its ghost (`Shard::bury`).
-fn bury(store: &Store, db: usize, shard: &mut Shard, key: &[u8]) {
+fn bury<K: KeyLike + ?Sized>(store: &Store, db: usize, shard: &mut Shard, key: &K) {
     shard.bury(store.db(db), key);
 }
 

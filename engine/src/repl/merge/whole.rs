@@ -100,8 +100,10 @@ pub(super) fn merge_hll(store: &Store, db: usize, shard: &mut Shard, key: &[u8],
     whole_write(store, db, shard, TableKey::new(key), Value::Str(fresh.bytes.into()), v, flushed)
 }
 
-pub(super) fn delete(store: &Store, db: usize, shard: &mut Shard, key: &[u8], v: Version, flushed: Version) -> bool {
-    if v <= flushed || v <= tombstone(shard, key) {
+pub(super) fn delete(store: &Store, db: usize, shard: &mut Shard, key: TableKey<'_>, v: Version, flushed: Version) -> bool {
+    // Found in the table by the hash the link worked out (`key`); the tombstones by the bytes.
+    let (key, bytes) = (&key, key.key());
+    if v <= flushed || v <= tombstone(shard, bytes) {
         return false;
     }
     if let Some(mut entry) = shard.raw_mut(key) {
@@ -116,7 +118,7 @@ pub(super) fn delete(store: &Store, db: usize, shard: &mut Shard, key: &[u8], v:
             bury(store, db, shard, key);
         }
     }
-    shard.tombstones.entry(key.into()).or_default().clear(v);
+    shard.tombstones.entry(bytes.into()).or_default().clear(v);
     shard.drop_expiry_older(store.db(db), key, v);
     true
 }
