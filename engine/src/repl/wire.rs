@@ -609,27 +609,55 @@ fn read_counter_after_key<'a>(mut r: Reader<'a>, db: u32, key: &'a [u8], end: us
     Some(CounterRef { db: db as usize, key, delta: d })
 }
 
-/// A hash's, set's or sorted set's op in the one layout `OpBuffer::push_elements` writes for
-/// an edit of one element (most edits) in database 0, its name not empty and both halves of
-/// its version set, the lengths one or two bytes, as `read_usual_string_set` reads a string's.
-/// Read field by field (`read_elements_after_key`), such an op cost a peer ~380 instructions
-/// (a merged `HSET`'s, callgrind). `None` for anything else.
+/// An op of database 0 in one of the usual layouts `read_usual_elements` and
+/// `read_usual_expire` read, or a tombstone with both halves of its version set, its key's
+/// length one or two bytes; `None` for anything else.
 #[inline(always)]
-fn read_usual_elements(whole: &[u8], span: std::ops::Range<usize>) -> Option<ElementsRef<'_>> {
+fn read_usual_op(whole: &[u8], span: std::ops::Range<usize>) -> Option<Decoded<'_>> {
     let end = span.end;
     let at = expect_tag(whole, span.start, 2 << 3 | LEN)?;
     let (key_len, at) = short_length(whole, at)?;
     let key = whole.get(at..at + key_len)?;
     let at = at + key_len;
-    let kind = match *whole.get(at)? {
-        tag if tag == HASH_TAG << 3 | LEN => ElementKind::Hash,
-        tag if tag == SET_TAG << 3 | LEN => ElementKind::Set,
-        tag if tag == ZSET_TAG << 3 | LEN => ElementKind::ZSet,
-        _ => return None,
-    };
-    // The effect and its one element both end where the op ends.
-    let (effect_len, at) = short_length(whole, at + 1)?;
-    (at + effect_len == end).then_some(())?;
+    // The effect ends where the op ends.
+    let effect_at = |at| short_length(whole, at + 1).filter(|&(effect_len, at)| at + effect_len == end).map(|(_, at)| at);
+    match *whole.get(at)? {
+        tag if tag == HASH_TAG << 3 | LEN => read_usual_elements(whole, key, ElementKind::Hash, effect_at(at)?, end).map(Decoded::Elements),
+        tag if tag == SET_TAG << 3 | LEN => read_usual_elements(whole, key, ElementKind::Set, effect_at(at)?, end).map(Decoded::Elements),
+        tag if tag == ZSET_TAG << 3 | LEN => read_usual_elements(whole, key, ElementKind::ZSet, effect_at(at)?, end).map(Decoded::Elements),
+        tag if tag == EXPIRE_TAG << 3 | LEN => read_usual_expire(whole, key, effect_at(at)?, end).map(Decoded::Expire),
+        // A tombstone is its version alone (read field by field by `read_delete_after_key`,
+        // ~115 instructions more of a peer's merged `DEL`, callgrind).
+        tag if tag == DELETE_TAG << 3 | LEN => {
+            let version = usual_version_at_end(whole, effect_at(at)?, 1 << 3 | LEN, end)?;
+            Some(Decoded::Delete(DeleteRef { db: 0, key, version }))
+        }
+        _ => None,
+    }
+}
+
+/// A key's expiry register as `OpBuffer::push_expire` writes a deadline (`SET … EX`, `EXPIRE`),
+/// from its effect's first field at `at`: the deadline, then a version with both halves set.
+/// Read field by field (`read_expire_after_key`), such an op cost a peer ~120 instructions
+/// more (a merged `SETEX`'s second op: ~420 to decode, callgrind). `None` for anything else
+/// (no deadline: `PERSIST`).
+#[inline(always)]
+fn read_usual_expire<'a>(whole: &'a [u8], key: &'a [u8], at: usize, end: usize) -> Option<ExpireRef<'a>> {
+    let mut r = Reader::starting_at(whole, expect_tag(whole, at, 1 << 3)?);
+    let deadline_ms = r.varint()?;
+    let version = usual_version_at_end(whole, r.at(), 2 << 3 | LEN, end)?;
+    Some(ExpireRef { db: 0, key, deadline_ms, version })
+}
+
+/// A hash's, set's or sorted set's op in the one layout `OpBuffer::push_elements` writes for
+/// an edit of one element (most edits), from its effect's first field at `at` (`read_usual_op`
+/// read the key): its name not empty and both halves of its version set, the lengths one or
+/// two bytes, as `read_usual_string_set` reads a string's. Read field by field
+/// (`read_elements_after_key`), such an op cost a peer ~380 instructions (a merged `HSET`'s,
+/// callgrind). `None` for anything else.
+#[inline(always)]
+fn read_usual_elements<'a>(whole: &'a [u8], key: &'a [u8], kind: ElementKind, at: usize, end: usize) -> Option<ElementsRef<'a>> {
+    // Its one element ends where the op ends.
     let at = expect_tag(whole, at, 1 << 3 | LEN)?;
     let (element_len, at) = short_length(whole, at)?;
     (at + element_len == end).then_some(())?;
@@ -1024,8 +1052,8 @@ const LIST_KEY: u64 = (LIST_TAG << 3 | LEN) as u64;
 /// stays small where it is inlined.
 #[inline(never)]
 fn decode_unusual_in(frame: &Bytes, span: std::ops::Range<usize>) -> Result<Decoded<'_>, WireError> {
-    if let Some(op) = read_usual_elements(frame, span.clone()) {
-        return Ok(Decoded::Elements(op));
+    if let Some(op) = read_usual_op(frame, span.clone()) {
+        return Ok(op);
     }
     // The op's `db` and `key` read once, its kind by the field after them.
     let mut r = Reader::starting_at(frame, span.start);
@@ -1566,6 +1594,39 @@ mod tests {
             assert_eq!(read_usual_string_set(&encoded, 0..encoded.len()).is_some(), usual, "{e:?}");
             let Ok(Decoded::StringSet(set)) = decode_in(&encoded, 0..encoded.len()) else { panic!("a string op, read as one: {e:?}") };
             assert_eq!((set.db, set.key, set.value, set.version), (db, key.as_bytes(), value.as_bytes(), Version { hlc, node }));
+        }
+    }
+
+    /// A tombstone, and an expiry register with a deadline, of database 0 with both halves of
+    /// the version set are read in one go (`read_usual_op`); the others (another database, no
+    /// deadline, a half of the version zero) field by field; each as prost reads it.
+    #[test]
+    fn a_usual_tombstone_or_deadline_is_read_in_one_go_and_the_others_field_by_field() {
+        for (db, deadline_ms, hlc, node, usual) in [
+            (0, None, 1 << 50, 1 << 30, true),
+            (0, Some(4_000_000_000_000u64), 1 << 50, 1 << 30, true),
+            (0, Some(1), 1, 1, true),
+            (0, Some(0), 1, 1, false),
+            (2, None, 1, 1, false),
+            (2, Some(5), 1, 1, false),
+            (0, None, 0, 1, false),
+            (0, Some(5), 1, 0, false),
+        ] {
+            let version = Version { hlc, node };
+            let kind = match deadline_ms {
+                None => EffectKind::Delete { version },
+                Some(deadline_ms) => EffectKind::Expire { deadline_ms, version },
+            };
+            let e = Effect::new(db, b"key", kind);
+            let encoded = encode(e.clone());
+            assert_eq!(read_usual_op(&encoded, 0..encoded.len()).is_some(), usual, "{e:?}");
+            let read = match decode_in(&encoded, 0..encoded.len()) {
+                Ok(Decoded::Delete(d)) => (d.db, d.key.to_vec(), None, d.version),
+                Ok(Decoded::Expire(x)) => (x.db, x.key.to_vec(), Some(x.deadline_ms), x.version),
+                other => panic!("{e:?} read as {other:?}"),
+            };
+            assert_eq!(read, (db, b"key".to_vec(), deadline_ms, version), "{e:?}");
+            assert_eq!(decode(encoded).unwrap(), e);
         }
     }
 
