@@ -133,7 +133,8 @@ fn a_write_made_on_one_node_fires_its_event_on_a_peer() {
     // node b, as the event of what each did to the key (a string write `set`, hash fields
     // `hset`/`hdel`, set members `sadd`/`srem`, sorted-set members `zadd`/`zrem`, a counter's
     // contribution `incrby`, an expiry register `expire` (`persist` when it clears the TTL), a
-    // tombstone `del`, a list's value `lset`, and `del` for the list a pop emptied).
+    // tombstone `del`, a list's value `lset`, and `del` for the list a pop emptied; a `SET … EX`
+    // `set` and then `expire`, as on the node that took it).
     let (a, b) = (DataNode::new("notify-a"), DataNode::new("notify-b"));
     let sa = a.start("a", &[&b], &["--notify-keyspace-events", "KA"]);
     let sb = b.start("b", &[&a], &[]);
@@ -159,6 +160,10 @@ fn a_write_made_on_one_node_fires_its_event_on_a_peer() {
     cb.cmd(&["RPUSH", "k6", "a", "b"]);
     cb.cmd(&["LPOP", "k6"]);
     cb.cmd(&["LPOP", "k6"]);
+    // A string written with its TTL: two ops a peer merges as one write, for a new key and for
+    // one it holds.
+    cb.cmd(&["SET", "k7", "v", "EX", "100"]);
+    cb.cmd(&["SETEX", "k7", "200", "w"]);
     let expected = [
         ("k1", "set"),
         ("k2", "hset"),
@@ -175,6 +180,10 @@ fn a_write_made_on_one_node_fires_its_event_on_a_peer() {
         ("k6", "lset"),
         ("k6", "lset"),
         ("k6", "del"),
+        ("k7", "set"),
+        ("k7", "expire"),
+        ("k7", "set"),
+        ("k7", "expire"),
     ];
     let mut heard = Vec::new();
     while heard.len() < expected.len() {

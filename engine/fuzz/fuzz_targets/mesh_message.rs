@@ -16,7 +16,7 @@ use std::sync::{Arc, OnceLock};
 
 use keymesh_engine::db::Store;
 use keymesh_engine::hlc::{Hlc, SystemClock};
-use keymesh_engine::repl::merge::{apply_decoded, ApplyOutcome};
+use keymesh_engine::repl::merge::{apply_chunk, apply_decoded, ApplyOutcome, Recorder};
 use keymesh_engine::repl::wire::{self, Decoded, WireError};
 use keymesh_proto as pb;
 use libfuzzer_sys::fuzz_target;
@@ -78,9 +78,14 @@ fuzz_target!(|data: &[u8]| {
             Err(_) => {}
         }
     }
-    for op in &ops {
-        apply_decoded(store, op, op.key());
+    // Merged as a link merges them (a string and the register written with it as one write),
+    // then again one by one: nothing merged twice changes the keyspace.
+    struct Ignore;
+    impl Recorder for Ignore {
+        fn record(&mut self, _: &Decoded<'_>, _: ApplyOutcome) {}
     }
+    let keyed: Vec<(&Decoded<'_>, &[u8])> = ops.iter().map(|op| (op, op.key())).collect();
+    apply_chunk(store, &keyed, &mut Ignore);
     for op in &ops {
         let again = apply_decoded(store, op, op.key());
         assert!(!matches!(again, ApplyOutcome::Applied), "applying {op:?} twice changed the keyspace twice");

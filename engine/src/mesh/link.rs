@@ -37,7 +37,7 @@ use super::frontier::OriginFrontier;
 use super::{Delivery, Host, Identity, Mesh, PeerAddr, MAX_MESSAGE_BYTES};
 use crate::db::{HashedKey, Store};
 use crate::hlc::Timestamp;
-use crate::repl::merge::{apply_decoded, ApplyOutcome};
+use crate::repl::merge::{apply_chunk, ApplyOutcome, Recorder};
 use crate::repl::wire::{decode_in, Decoded, WireError};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -594,33 +594,8 @@ fn apply_all(store: &Store, delivery: &dyn Delivery, frame: &Bytes, spans: impl 
         if let Some(db) = merging.first().map(|(op, _)| op.db()) {
             store.prefetch(db, merging.iter().filter(|(op, _)| op.db() == db).map(|&(_, key)| key));
         }
-        for &(op, key) in &merging {
-            match apply_decoded(store, op, &key) {
-                ApplyOutcome::Applied => {
-                    applied += 1;
-                    // Keyspace notifications for the merged write (`crate::notify`).
-                    match op {
-                        Decoded::StringSet(set) => store.notify.merged_string_set(set.db, set.key),
-                        Decoded::Elements(op) => store.notify.merged_elements(op.db, op.key, &op.elements),
-                        Decoded::Counter(op) => store.notify.merged_counter(op.db, op.key),
-                        Decoded::List(op) => store.notify.merged_list(op.db, op.key, op.is_empty()),
-                        Decoded::Delete(op) => store.notify.merged_delete(op.db, op.key),
-                        Decoded::Expire(op) => store.notify.merged_expire(op.db, op.key, op.deadline_ms),
-                        Decoded::Effect(e) => store.notify.merged_write(e),
-                    }
-                    if collect_changed {
-                        changed.push((op.db(), op.key().into()));
-                    }
-                }
-                ApplyOutcome::Superseded => superseded += 1,
-                // A function library changed: no key did.
-                ApplyOutcome::Functions => applied += 1,
-                ApplyOutcome::Publish { channel, message } => {
-                    delivery.publish(&channel, &message);
-                    applied += 1;
-                }
-            }
-        }
+        let mut tally = Tally { store, delivery, changed: collect_changed.then_some(&mut changed), applied: &mut applied, superseded: &mut superseded };
+        apply_chunk(store, &merging, &mut tally);
     }
     if !changed.is_empty() {
         delivery.keys_changed(changed);
@@ -628,6 +603,49 @@ fn apply_all(store: &Store, delivery: &dyn Delivery, frame: &Bytes, spans: impl 
     match malformed {
         Some(e) => Err(LinkError::Malformed(format!("an op in a batch failed to decode: {e}"))),
         None => Ok((applied, superseded)),
+    }
+}
+
+/// What `apply_all` counts and fires for each op it merged.
+struct Tally<'t> {
+    store: &'t Store,
+    delivery: &'t dyn Delivery,
+    /// The changed keys, for a delivery that wants them.
+    changed: Option<&'t mut Vec<(usize, crate::db::Key)>>,
+    applied: &'t mut u64,
+    superseded: &'t mut u64,
+}
+
+impl Recorder for Tally<'_> {
+    /// Counts what merging `op` did, fires its keyspace event (`crate::notify`) and notes its
+    /// key. Inline: the loop over a chunk's ops runs it once per op.
+    #[inline(always)]
+    fn record(&mut self, op: &Decoded<'_>, outcome: ApplyOutcome) {
+        match outcome {
+            ApplyOutcome::Applied => {
+                *self.applied += 1;
+                let notify = &self.store.notify;
+                match op {
+                    Decoded::StringSet(set) => notify.merged_string_set(set.db, set.key),
+                    Decoded::Elements(op) => notify.merged_elements(op.db, op.key, &op.elements),
+                    Decoded::Counter(op) => notify.merged_counter(op.db, op.key),
+                    Decoded::List(op) => notify.merged_list(op.db, op.key, op.is_empty()),
+                    Decoded::Delete(op) => notify.merged_delete(op.db, op.key),
+                    Decoded::Expire(op) => notify.merged_expire(op.db, op.key, op.deadline_ms),
+                    Decoded::Effect(e) => notify.merged_write(e),
+                }
+                if let Some(changed) = self.changed.as_mut() {
+                    changed.push((op.db(), op.key().into()));
+                }
+            }
+            ApplyOutcome::Superseded => *self.superseded += 1,
+            // A function library changed: no key did.
+            ApplyOutcome::Functions => *self.applied += 1,
+            ApplyOutcome::Publish { channel, message } => {
+                self.delivery.publish(&channel, &message);
+                *self.applied += 1;
+            }
+        }
     }
 }
 

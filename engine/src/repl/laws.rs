@@ -19,8 +19,9 @@ use std::sync::Arc;
 use keymesh_proto as pb;
 use proptest::prelude::*;
 
-use super::merge::ApplyOutcome;
+use super::merge::{ApplyOutcome, Recorder};
 use super::wire::version;
+use super::wire::Decoded;
 use crate::db::effect::Effect;
 use crate::db::{Store, Value, SHARDS_PER_DB};
 use crate::hlc::{Hlc, SystemClock, Version};
@@ -125,7 +126,16 @@ fn effect(kind: u8, key: u8, hlc: u64, node: u32, a: u8, b: u8) -> Vec<pb::Op> {
     let ver = v(hlc, node);
     let name = |x: u8| bytes::Bytes::from(vec![b'f', b'0' + x % 4]);
     match kind % 12 {
-        0 => vec![effects::value_effect(0, &key, &Value::string(&[b'v', a]), ver, &[])],
+        // A SET, and now and then a SET … EX (its register at its version, right after it) or a
+        // SET that dropped the key's TTL (a register of no deadline).
+        0 => {
+            let set = effects::value_effect(0, &key, &Value::string(&[b'v', a]), ver, &[]);
+            match b % 4 {
+                1 => vec![set, effects::expire(0, &key, 4_000_000_000_000 + a as u64, ver)],
+                2 => vec![set, effects::expire(0, &key, 0, ver)],
+                _ => vec![set],
+            }
+        }
         1 => vec![effects::delete(0, &key, ver)],
         2 => vec![effects::expire(0, &key, if a.is_multiple_of(2) { 0 } else { 4_000_000_000_000 + a as u64 }, ver)],
         3 => vec![pb::Op {
@@ -259,10 +269,43 @@ fn ops_strategy() -> impl Strategy<Value = Vec<pb::Op>> {
     })
 }
 
+/// Merges ops as a peer's link merges a received batch of them: each read where it lies
+/// (`wire::decode_in`), then all merged in order by `merge::apply_chunk`, which merges a
+/// string's write and the expiry register written with it (`SET … EX`) as one write. Where the
+/// ops arrive one by one (`apply_op`) or shuffled, the laws compare the two.
 fn apply_all(store: &Store, ops: &[pb::Op]) {
-    for op in ops {
-        apply_op(store, op);
+    apply_batch(store, ops);
+}
+
+/// `apply_all`, returning each op's outcome.
+fn apply_batch(store: &Store, ops: &[pb::Op]) -> Vec<ApplyOutcome> {
+    use prost::Message;
+    struct Outcomes(Vec<ApplyOutcome>);
+    impl Recorder for Outcomes {
+        fn record(&mut self, _: &Decoded<'_>, outcome: ApplyOutcome) {
+            self.0.push(outcome);
+        }
     }
+    let encoded: Vec<Vec<u8>> = ops.iter().map(|op| op.encode_to_vec()).collect();
+    let batch = pb::FramedOps::from_ops(encoded.iter().map(|op| &op[..]));
+    let decoded: Vec<Decoded<'_>> = batch.spans().filter_map(|span| super::wire::decode_in(batch.as_bytes(), span).ok()).collect();
+    let merging: Vec<(&Decoded<'_>, &[u8])> = decoded.iter().map(|op| (op, op.key())).collect();
+    let mut outcomes = Outcomes(Vec::new());
+    super::merge::apply_chunk(store, &merging, &mut outcomes);
+    outcomes.0
+}
+
+/// Every key's version and expiry register, which `observe` leaves out (a register's version
+/// decides what a later register or write does to it).
+fn registers(store: &Store) -> BTreeMap<Vec<u8>, (Version, Option<crate::db::Expiry>)> {
+    let mut out = BTreeMap::new();
+    for s in 0..SHARDS_PER_DB {
+        let shard = store.lock_shard(0, s);
+        for (key, entry) in shard.iter() {
+            out.insert(key.to_vec(), (entry.version(), entry.expiry().copied()));
+        }
+    }
+    out
 }
 
 proptest! {
@@ -285,6 +328,39 @@ proptest! {
         let replica = store();
         apply_all(&replica, &shuffled);
         prop_assert_eq!(observe(&reference), observe(&replica));
+    }
+
+    /// A string's write and the register written with it (`SET … EX`: back to back, at one
+    /// version), merged as one write (`merge::apply_string_with_register`, as a batch's pair
+    /// is) leave a node where merging one and then the other leaves it, with the same outcomes,
+    /// whatever the node held before and whatever it merges after.
+    #[test]
+    fn a_string_and_its_register_merged_as_one_leave_a_node_where_one_by_one_does(
+        before in ops_strategy(),
+        after in ops_strategy(),
+        key in any::<u8>(),
+        hlc in 1u64..1500,
+        node in 1u32..4,
+        deadline_ms in prop_oneof![Just(0u64), 4_000_000_000_000u64..4_000_000_000_100],
+    ) {
+        let key = [b'k', b'0' + key % 3];
+        let pair = [effects::value_effect(0, &key, &Value::string(b"ex"), v(hlc, node), &[]), effects::expire(0, &key, deadline_ms, v(hlc, node))];
+        let (paired, single) = (store(), store());
+        for op in &before {
+            apply_op(&paired, op);
+            apply_op(&single, op);
+        }
+        let outcomes = apply_batch(&paired, &pair);
+        let one_by_one: Vec<ApplyOutcome> = pair.iter().map(|op| apply_op(&single, op)).collect();
+        prop_assert_eq!(outcomes, one_by_one);
+        prop_assert_eq!(observe(&paired), observe(&single));
+        prop_assert_eq!(registers(&paired), registers(&single));
+        for op in &after {
+            apply_op(&paired, op);
+            apply_op(&single, op);
+        }
+        prop_assert_eq!(observe(&paired), observe(&single));
+        prop_assert_eq!(registers(&paired), registers(&single));
     }
 
     /// Three origins' streams interleaved differently, and merged via an intermediate replica
