@@ -254,19 +254,29 @@ fn ops_strategy() -> impl Strategy<Value = Vec<pb::Op>> {
         for (i, (kind, key, node, a, b, tie)) in raw.into_iter().enumerate() {
             let tied = tie_with.filter(|_| tie.is_multiple_of(4)).and_then(|(held, key, hlc, node)| Some((tie_kind(held, kind)?, key, hlc, node)));
             match tied {
+                // No register at a tied version, on either side (`SET … EX` writes its string
+                // and its register at one version): a node stamps each write with a version of
+                // its own, so only a faulty peer's write of another type meets a register at its
+                // version, and what that does to the register across a snapshot is not settled
+                // (issue 16, forty-first pass's note).
                 Some((kind, key, hlc, node)) => {
-                    ops.extend(effect(kind, key, hlc, node, a, b));
+                    ops.extend(effect(kind, key, hlc, node, a, b).into_iter().filter(|op| !sets_register(op)));
                     tie_with = None;
                 }
                 None => {
                     let hlc = 100 + i as u64 * 7 % 97 * 3 + (i as u64 / 97) * 1000;
-                    ops.extend(effect(kind, key, hlc, node, a, b));
-                    tie_with = Some((kind, key, hlc, node));
+                    let written = effect(kind, key, hlc, node, a, b);
+                    tie_with = (!written.iter().any(sets_register)).then_some((kind, key, hlc, node));
+                    ops.extend(written);
                 }
             }
         }
         ops
     })
+}
+
+fn sets_register(op: &pb::Op) -> bool {
+    matches!(op.effect, Some(pb::op::Effect::Expire(_)))
 }
 
 /// Merges ops as a peer's link merges a received batch of them: each read where it lies
