@@ -129,8 +129,8 @@ impl Node {
     /// A node for `key` holding `entry` and `expiry`: a key written with its TTL (`SET EX`)
     /// is allocated with the register's room at once, where `set_expiry` after `new` moved
     /// it to a larger allocation.
-    pub fn with_expiry(key: &[u8], entry: Entry, expiry: Option<Expiry>) -> Node {
-        Node::allocate(key, entry, expiry)
+    pub fn with_expiry(key: &[u8], entry: Entry, expiry: Expiry) -> Node {
+        Node::allocate(key, entry, Some(expiry))
     }
 
     /// Inlined into `new` and `with_expiry`: `new`'s register checks fold away (as a call
@@ -352,14 +352,14 @@ mod tests {
             // One register per length: a node's memory may be an earlier one's.
             let register = Expiry { deadline_ms: 9 + len as u64, version: v(2) };
             let key: Vec<u8> = (0..len).map(|i| i as u8).collect();
-            let mut made = Node::with_expiry(&key, Entry::new(Value::string(b"some bytes"), v(1)), Some(register));
+            let mut made = Node::with_expiry(&key, Entry::new(Value::string(b"some bytes"), v(1)), register);
             let mut moved = Node::new(&key, Entry::new(Value::string(b"some bytes"), v(1)));
             moved.set_expiry(Some(register));
             assert_eq!((made.key(), made.expiry(), made.entry().version()), (moved.key(), moved.expiry(), moved.entry().version()));
             assert_eq!(made.shape().layout(), moved.shape().layout(), "one shape, freed with one layout");
             assert_eq!(made.set_expiry(None), Some(register));
             assert_eq!((made.key(), made.expiry()), (&key[..], None));
-            let bare = Node::with_expiry(&key, Entry::new(Value::string(b"x"), v(1)), None);
+            let bare = Node::new(&key, Entry::new(Value::string(b"x"), v(1)));
             assert_eq!((bare.key(), bare.expiry(), bare.shape().layout()), (&key[..], None, Shape::new(len, false).layout()));
         }
     }

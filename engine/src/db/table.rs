@@ -75,7 +75,7 @@ impl VacantKey<'_> {
 
     /// Inserts the key with its first entry and expiry register.
     pub fn insert_expiring(self, entry: Entry, expiry: Expiry) {
-        self.slots.note(&self.slot.insert(Node::with_expiry(self.key, entry, Some(expiry))));
+        self.slots.note(&self.slot.insert(Node::with_expiry(self.key, entry, expiry)));
     }
 }
 

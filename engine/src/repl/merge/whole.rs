@@ -47,9 +47,10 @@ pub(super) fn whole_write_expiring(
     flushed: Version,
     register: Option<Expiry>,
 ) -> Written {
-    let changed = |changed| Written { changed, register_placed: false };
+    // What a write that placed no register did.
+    let unplaced = |changed| Written { changed, register_placed: false };
     if v <= flushed || v <= tombstone(shard, key.key()) {
-        return changed(false);
+        return unplaced(false);
     }
     let dbref = store.db(db);
     if let Some(ghost) = shard.tombstones.get_mut(key.key()) {
@@ -57,7 +58,7 @@ pub(super) fn whole_write_expiring(
             // A removed field is newer: the write loses, but still clears what is older.
             ghost.outlived(value.kind(), v);
             shard.drop_expiry_older(store.db(db), &key, v);
-            return changed(false);
+            return unplaced(false);
         }
     }
     let sparse_max = store.hll_sparse_max_bytes.load(Ordering::Relaxed);
@@ -65,10 +66,10 @@ pub(super) fn whole_write_expiring(
         // The same incarnation of an HLL: the registers merge.
         KeyEntry::Found(mut entry) if entry.version() == v && is_hll(&entry.value) && is_hll(&value) => {
             let (Value::Str(stored), Value::Str(incoming)) = (&mut entry.value, &value) else {
-                return changed(false);
+                return unplaced(false);
             };
             let incoming = Hll { bytes: incoming.to_vec(), sparse_max };
-            changed(with_hll(stored, sparse_max, |h| h.merge(&incoming)))
+            unplaced(with_hll(stored, sparse_max, |h| h.merge(&incoming)))
         }
         KeyEntry::Found(mut entry) if !write(value.kind(), v).beats(&held(&entry)) => {
             // The key holds newer data; the write still clears what is older than it (and an
@@ -86,13 +87,13 @@ pub(super) fn whole_write_expiring(
                 bury(store, db, shard, key.key());
             }
             shard.drop_expiry_older(store.db(db), &key, v);
-            changed(false)
+            unplaced(false)
         }
         KeyEntry::Found(mut entry) => {
             entry.value = value;
             entry.set_version(v);
             shard.drop_expiry_older(store.db(db), &key, v);
-            changed(true)
+            unplaced(true)
         }
         KeyEntry::Missing(missing) => {
             missing.tombstones.remove(key.key());
@@ -106,7 +107,7 @@ pub(super) fn whole_write_expiring(
                 _ => {
                     missing.insert(Entry::new(value, v));
                     shard.adopt_pending_expiry(dbref, &key);
-                    changed(true)
+                    unplaced(true)
                 }
             }
         }
