@@ -6,6 +6,7 @@ use bytes::Bytes;
 use super::args::{eq_ignore_case, int};
 use super::flags::*;
 use super::{CommandSpec, Exec, Keys};
+use crate::db::ctx::Ttl;
 use crate::db::evict::AccessHint;
 use crate::error::{CmdError, Reply};
 use crate::frame::{Frame, OK};
@@ -76,10 +77,8 @@ fn restore(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         }
         return Ok(OK);
     }
-    exec.ctx.put(key, value, false);
-    if let Some(at) = deadline {
-        exec.ctx.set_deadline(key, at);
-    }
+    // The value and its TTL in one write, at one version (`Ctx::put_with_ttl`), as `SET … EX`.
+    exec.ctx.put_with_ttl(key, value, deadline.map_or(Ttl::Clear, Ttl::At));
     if let Some(hint) = hint {
         let lfu = exec.server.settings().maxmemory_policy.lfu();
         exec.ctx.set_access(key, hint, lfu);
