@@ -13,6 +13,7 @@ pub mod effect;
 pub mod entry;
 pub mod evict;
 pub mod expire;
+pub mod expiry_index;
 pub mod field_tombstones;
 pub mod fieldmap;
 pub mod flush_point;
@@ -30,7 +31,7 @@ pub mod strbuf;
 pub mod table;
 pub mod zset;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -39,6 +40,7 @@ use smallvec::SmallVec;
 
 use crate::hlc::{Hlc, Version};
 pub use entry::{Entry, Expiry, Key, Kind, Value};
+use expiry_index::ExpiryIndex;
 pub use ghost::{Ghost, Tombstoned};
 pub use hashed::{HashedKey, KeyHint, KeyLike, TableKey};
 pub use table::{EntryMut, EntryRef, Removed};
@@ -69,7 +71,9 @@ pub struct MissingKey<'a> {
     /// The shard's `orphan_expiry`.
     pub orphan_expiry: &'a mut SparseMap<Expiry>,
     /// The shard's `expiry_index`, for a key inserted with its TTL (`insert_expiring`).
-    expiry_index: &'a mut BTreeSet<(u64, Key)>,
+    expiry_index: &'a mut ExpiryIndex,
+    /// The key's table hash, which the index keeps.
+    hash: u64,
 }
 
 impl MissingKey<'_> {
@@ -90,7 +94,7 @@ impl MissingKey<'_> {
     /// expiry index in step: one allocation, where `insert` and then `Shard::set_expiry`
     /// moved the node to a larger one.
     pub fn insert_expiring(self, db: &Db, entry: Entry, expiry: Expiry) {
-        reindex(self.expiry_index, db, self.vacant.key(), None, expiry.deadline());
+        reindex(self.expiry_index, db, self.hash, None, expiry.deadline());
         self.vacant.insert_expiring(entry, expiry);
     }
 }
@@ -179,8 +183,8 @@ pub struct KeyspaceStats {
 #[derive(Debug, Default)]
 pub struct Shard {
     map: table::KeyTable,
-    /// `(deadline_ms, key)` for every volatile key, so active expiry finds due keys directly.
-    expiry_index: BTreeSet<(u64, Key)>,
+    /// Every volatile key by its deadline, so active expiry finds due keys directly.
+    expiry_index: ExpiryIndex,
     watchers: Map<Key, Vec<WatchFlag>>,
     /// Replication: what remains of deleted keys and of collections emptied by removals, so an
     /// older write arriving later cannot resurrect them. Kept at most `tombstone-gc-seconds`.
@@ -582,9 +586,10 @@ impl Shard {
     /// key probes the table once (`table::KeyTable::entry`).
     pub fn entry<'a, K: KeyLike + ?Sized>(&'a mut self, key: &'a K) -> KeyEntry<'a> {
         let Shard { map, tombstones, orphan_expiry, expiry_index, .. } = self;
-        match map.entry(key.table_key()) {
+        let key = key.table_key();
+        match map.entry(key) {
             Probed::Found(entry) => KeyEntry::Found(entry),
-            Probed::Vacant(vacant) => KeyEntry::Missing(MissingKey { vacant, tombstones, orphan_expiry, expiry_index }),
+            Probed::Vacant(vacant) => KeyEntry::Missing(MissingKey { vacant, tombstones, orphan_expiry, expiry_index, hash: key.hash() }),
         }
     }
 
@@ -603,14 +608,14 @@ impl Shard {
         let key = key.table_key();
         let old = self.map.insert(key, entry);
         let old_deadline = old.as_ref().and_then(Removed::deadline);
-        self.reindex(db, key.key(), old_deadline, None);
+        self.reindex(db, key, old_deadline, None);
         old
     }
 
     pub fn remove<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K) -> Option<Removed> {
         let key = key.table_key();
         let old = self.map.remove(key)?;
-        self.reindex(db, key.key(), old.deadline(), None);
+        self.reindex(db, key, old.deadline(), None);
         Some(old)
     }
 
@@ -621,11 +626,11 @@ impl Shard {
         let new_deadline = expiry.as_ref().and_then(Expiry::deadline);
         let Some(old) = self.map.set_expiry(key, expiry) else { return };
         let old_deadline = old.as_ref().and_then(Expiry::deadline);
-        self.reindex(db, key.key(), old_deadline, new_deadline);
+        self.reindex(db, key, old_deadline, new_deadline);
     }
 
-    fn reindex(&mut self, db: &Db, key: &[u8], old: Option<u64>, new: Option<u64>) {
-        reindex(&mut self.expiry_index, db, key, old, new);
+    fn reindex(&mut self, db: &Db, key: TableKey<'_>, old: Option<u64>, new: Option<u64>) {
+        reindex(&mut self.expiry_index, db, key.hash(), old, new);
     }
 
     /// The live entry of `key` at `now_ms`, with one table probe. An expired key is deleted on
@@ -633,15 +638,14 @@ impl Shard {
     /// the caller counts it and fires its event.
     pub fn live_mut<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K, now_ms: u64) -> Lookup<'_> {
         let hashed = key.table_key();
-        let key = hashed.key();
         // Field by field: the entry found borrows `map` only.
         let Shard { map, expiry_index, watchers, .. } = self;
         match map.get_live_mut(hashed, |entry| entry.is_expired(now_ms)) {
             table::Live::Found(entry) => Lookup::Live(entry),
             table::Live::Missing => Lookup::Missing,
             table::Live::Removed(old) => {
-                reindex(expiry_index, db, key, old.deadline(), None);
-                touch_watchers(watchers, key);
+                reindex(expiry_index, db, hashed.hash(), old.deadline(), None);
+                touch_watchers(watchers, hashed.key());
                 Lookup::Expired
             }
         }
@@ -649,7 +653,8 @@ impl Shard {
 
     /// Keys whose deadline has passed, earliest first, at most `limit`.
     pub fn due_keys(&self, now_ms: u64, limit: usize) -> Vec<Key> {
-        self.expiry_index.iter().take_while(|(d, _)| *d <= now_ms).take(limit).map(|(_, k)| k.clone()).collect()
+        let due = self.expiry_index.due(now_ms);
+        due.flat_map(|(deadline, hash)| self.map.expiring_at(hash, deadline)).take(limit).map(Key::from).collect()
     }
 
     /// Drops the field/member tombstones of live hashes, sets and sorted sets that `keep`
@@ -685,7 +690,7 @@ impl Shard {
         let n = self.map.len();
         db.volatile_keys.fetch_sub(self.expiry_index.len(), Ordering::Relaxed);
         self.map = table::KeyTable::default();
-        self.expiry_index = BTreeSet::new();
+        self.expiry_index = ExpiryIndex::default();
         n
     }
 
@@ -789,20 +794,22 @@ impl Db {
 /// where the deadline is unchanged (most writes: a key without a TTL before and after), the
 /// index's work out of line.
 #[inline]
-fn reindex(index: &mut BTreeSet<(u64, Key)>, db: &Db, key: &[u8], old: Option<u64>, new: Option<u64>) {
+/// Moves the key of table hash `hash` from deadline `old` to `new` in the index (either may
+/// be none), keeping the database's count of volatile keys in step.
+fn reindex(index: &mut ExpiryIndex, db: &Db, hash: u64, old: Option<u64>, new: Option<u64>) {
     if old != new {
-        reindex_changed(index, db, key, old, new);
+        reindex_changed(index, db, hash, old, new);
     }
 }
 
 #[inline(never)]
-fn reindex_changed(index: &mut BTreeSet<(u64, Key)>, db: &Db, key: &[u8], old: Option<u64>, new: Option<u64>) {
+fn reindex_changed(index: &mut ExpiryIndex, db: &Db, hash: u64, old: Option<u64>, new: Option<u64>) {
     if let Some(d) = old {
-        index.remove(&(d, Key::from(key)));
+        index.remove(d, hash);
         db.volatile_keys.fetch_sub(1, Ordering::Relaxed);
     }
     if let Some(d) = new {
-        index.insert((d, key.into()));
+        index.insert(d, hash);
         db.volatile_keys.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -822,6 +829,8 @@ fn touch_watchers(watchers: &Map<Key, Vec<WatchFlag>>, key: &[u8]) {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+
+    use proptest::prelude::*;
 
     use super::*;
     use crate::hlc::SystemClock;
@@ -859,5 +868,93 @@ mod tests {
         passes(&store);
         assert_eq!(store.dbs_in_use().collect::<Vec<_>>(), vec![5]);
         assert_eq!(store.dbsize(5), 0);
+    }
+
+    #[derive(Debug, Clone)]
+    enum ExpiryOp {
+        /// Written with this deadline (0: none), created with its register when missing.
+        Write(u8, u64),
+        /// The register of a held key set (0: removed), as `EXPIRE` and `PERSIST` set it.
+        SetDeadline(u8, u64),
+        Remove(u8),
+        /// Read at this time: a key whose deadline passed is deleted on the way.
+        Read(u8, u64),
+    }
+
+    proptest::proptest! {
+        /// The expiry index, which keeps each volatile key by its deadline and table hash
+        /// (`ExpiryIndex`), names exactly the keys due at any time, each once, through every
+        /// write, deadline change, removal and lazy expiry, and counts the volatile keys. Few
+        /// deadlines, so many keys share one.
+        #[test]
+        fn the_expiry_index_finds_every_due_key_and_no_other(ops in prop::collection::vec(
+            prop_oneof![
+                (0u8..24, 0u64..5).prop_map(|(k, d)| ExpiryOp::Write(k, d)),
+                (0u8..24, 0u64..5).prop_map(|(k, d)| ExpiryOp::SetDeadline(k, d)),
+                (0u8..24).prop_map(ExpiryOp::Remove),
+                (0u8..24, 1u64..5).prop_map(|(k, t)| ExpiryOp::Read(k, t)),
+            ],
+            1..120,
+        )) {
+            let store = Store::new(1, Hlc::new(Arc::new(SystemClock), 500), 3);
+            let db = store.db(0);
+            let mut shard = Shard::default();
+            let mut model: HashMap<Vec<u8>, u64> = HashMap::new();
+            let register = |d: u64| Expiry { deadline_ms: d, version: Version { hlc: 1, node: 1 } };
+            for op in ops {
+                match op {
+                    ExpiryOp::Write(k, d) => {
+                        let key = format!("key:{k}").into_bytes();
+                        let entry = Entry::new(Value::Int(1), Version::ZERO);
+                        match shard.entry(key.as_slice()) {
+                            KeyEntry::Missing(missing) if d != 0 => missing.insert_expiring(db, entry, register(d)),
+                            KeyEntry::Missing(missing) => missing.insert(entry),
+                            KeyEntry::Found(_) => {
+                                shard.insert(db, key.as_slice(), entry);
+                                if d != 0 {
+                                    shard.set_expiry(db, key.as_slice(), Some(register(d)));
+                                }
+                            }
+                        }
+                        model.insert(key, d);
+                    }
+                    ExpiryOp::SetDeadline(k, d) => {
+                        let key = format!("key:{k}").into_bytes();
+                        shard.set_expiry(db, key.as_slice(), Some(register(d)));
+                        if let Some(held) = model.get_mut(&key) {
+                            *held = d;
+                        }
+                    }
+                    ExpiryOp::Remove(k) => {
+                        let key = format!("key:{k}").into_bytes();
+                        shard.remove(db, key.as_slice());
+                        model.remove(&key);
+                    }
+                    ExpiryOp::Read(k, now) => {
+                        let key = format!("key:{k}").into_bytes();
+                        let _ = shard.live_mut(db, key.as_slice(), now);
+                        if model.get(&key).is_some_and(|&d| d != 0 && d <= now) {
+                            model.remove(&key);
+                        }
+                    }
+                }
+                let volatile = model.values().filter(|&&d| d != 0).count();
+                prop_assert_eq!(shard.expiry_index.len(), volatile);
+                prop_assert_eq!(store.volatile_keys(0), volatile);
+                for now in 0..6 {
+                    let mut due: Vec<Key> = shard.due_keys(now, usize::MAX);
+                    due.sort();
+                    let mut expected: Vec<Key> = model.iter().filter(|(_, &d)| d != 0 && d <= now).map(|(k, _)| Key::from(k.as_slice())).collect();
+                    expected.sort();
+                    prop_assert_eq!(&due, &expected, "due at {}", now);
+                    // Earliest first, and at most the limit.
+                    let first = shard.due_keys(now, 1);
+                    prop_assert!(first.len() == expected.len().min(1));
+                    if let Some(k) = first.first() {
+                        prop_assert_eq!(model[k.as_ref()], model.iter().filter(|(_, &d)| d != 0 && d <= now).map(|(_, &d)| d).min().unwrap());
+                    }
+                }
+            }
+        }
     }
 }

@@ -396,6 +396,13 @@ impl KeyTable {
         self.table.iter().map(|n| (n.key(), view(n)))
     }
 
+    /// The keys of table hash `hash` whose deadline is `deadline_ms` (what one pair of the
+    /// shard's `ExpiryIndex` stands for): the probe's candidates are checked by their hash, as
+    /// hashbrown matches only seven of its bits.
+    pub fn expiring_at(&self, hash: u64, deadline_ms: u64) -> impl Iterator<Item = &[u8]> {
+        self.table.iter_hash(hash).filter(move |n| deadline_of(n.expiry()) == Some(deadline_ms) && hash_key(n.key()) == hash).map(Node::key)
+    }
+
     /// A key at random, each with the same chance, or `None` when the draws found only empty
     /// buckets (`fieldmap::draw_bucket`).
     pub fn draw(&self, rng: &mut impl rand::Rng) -> Option<(&[u8], EntryRef<'_>)> {
