@@ -19,7 +19,9 @@
 #      KeyMesh, kept for continuity with the earlier numbers).
 #   3. Memory: a fresh server of each kind is loaded with exactly BENCH_KEYS distinct keys
 #      (default 1,000,000) with 100-byte values through `redis-cli --pipe`; DBSIZE is checked
-#      and the process's VmRSS is read from /proc/PID/status.
+#      and the process's VmRSS is read from /proc/PID/status. Then again on fresh servers with
+#      every key given a TTL (`SET … EX 3600`: a cache's usual write), where each server also
+#      keeps the key in its deadline index.
 # Prints ops/s, p50/p99 (ms), the server's CPU per request (user + system, /proc/PID/stat, over
 # that command's run) and the ratios keymesh / redis (ops/s: higher is better; CPU: lower is
 # better, and the one to read at -P 1, where the one-thread client saturates before either
@@ -182,31 +184,36 @@ throughput() {
   note_cpu EVALSHA "$t0" "$cpu"
 }
 
-# resp_load COUNT: RESP for COUNT SETs of distinct keys with 100-byte values, on stdout.
+# resp_load COUNT [ttl]: RESP for COUNT SETs of distinct keys with 100-byte values, on stdout;
+# with `ttl`, each with EX 3600.
 resp_load() {
-  python3 - "$1" <<'EOF'
+  python3 - "$1" "${2:-}" <<'EOF'
 import sys
 n = int(sys.argv[1])
+ttl = sys.argv[2] == "ttl"
 w = sys.stdout.buffer.write
 chunk = []
 for i in range(n):
     key = b"key:%010d" % i
     val = (b"%010d" % i) * 10
-    chunk.append(b"*3\r\n$3\r\nSET\r\n$14\r\n%s\r\n$100\r\n%s\r\n" % (key, val))
+    if ttl:
+        chunk.append(b"*5\r\n$3\r\nSET\r\n$14\r\n%s\r\n$100\r\n%s\r\n$2\r\nEX\r\n$4\r\n3600\r\n" % (key, val))
+    else:
+        chunk.append(b"*3\r\n$3\r\nSET\r\n$14\r\n%s\r\n$100\r\n%s\r\n" % (key, val))
     if len(chunk) == 10000:
         w(b"".join(chunk)); chunk = []
 w(b"".join(chunk))
 EOF
 }
 
-# memory KIND -> $out/KIND-rss.txt (VmRSS in kB)
+# memory KIND [ttl] -> $out/KIND-rss.txt or $out/KIND-ttl-rss.txt (VmRSS in kB)
 memory() {
-  local kind="$1"
-  echo "bench: $kind: loading $bench_keys keys of 100 bytes ..." >&2
+  local kind="$1" ttl="${2:-}"
+  echo "bench: $kind: loading $bench_keys keys of 100 bytes${ttl:+ with a TTL} ..." >&2
   local before
   before="$(awk '/^VmRSS:/ {print $2}' "/proc/$server_pid/status")"
   local pipe_out
-  pipe_out="$(resp_load "$bench_keys" | redis-cli -h 127.0.0.1 -p "$port" --pipe 2>&1)"
+  pipe_out="$(resp_load "$bench_keys" "$ttl" | redis-cli -h 127.0.0.1 -p "$port" --pipe 2>&1)"
   if ! grep -q "^errors: 0, replies: $bench_keys\$" <<<"$pipe_out"; then
     echo "bench: loading $kind failed:" >&2; echo "$pipe_out" >&2; exit 1
   fi
@@ -218,7 +225,7 @@ memory() {
   sleep 1
   local rss
   rss="$(awk '/^VmRSS:/ {print $2}' "/proc/$server_pid/status")"
-  echo "$rss $before" >"$out/$kind-rss.txt"
+  echo "$rss $before" >"$out/$kind${ttl:+-ttl}-rss.txt"
 }
 
 started=$SECONDS
@@ -238,10 +245,12 @@ for kind in keymesh-2t redis-2t; do
   throughput "$kind" 16 1
   stop_server
 done
-for kind in keymesh-1core redis-1core; do
-  start_server "$kind"
-  memory "${kind%-1core}"
-  stop_server
+for ttl in "" ttl; do
+  for kind in keymesh-1core redis-1core; do
+    start_server "$kind"
+    memory "${kind%-1core}" "$ttl"
+    stop_server
+  done
 done
 
 {
@@ -293,12 +302,14 @@ table(f"One core each (headline): server on CPU 0 with one thread, redis-benchma
 table("Second reference, two threads each, unpinned: keymesh --server-threads 2, redis --io-threads 2,\n"
       "redis-benchmark --threads 2; one run", "keymesh-2t", "redis-2t", 1)
 PY
-  read -r k_rss k_idle <"$out/keymesh-rss.txt"
-  read -r r_rss r_idle <"$out/redis-rss.txt"
-  echo "Memory: VmRSS after loading $bench_keys distinct keys with 100-byte values (idle RSS before), one core each"
-  printf '%-10s %14s %14s\n' server "RSS MiB" "idle MiB"
-  printf '%-10s %14.1f %14.1f\n' keymesh "$(awk -v v="$k_rss" 'BEGIN{print v/1024}')" "$(awk -v v="$k_idle" 'BEGIN{print v/1024}')"
-  printf '%-10s %14.1f %14.1f\n' redis "$(awk -v v="$r_rss" 'BEGIN{print v/1024}')" "$(awk -v v="$r_idle" 'BEGIN{print v/1024}')"
-  printf 'RSS ratio keymesh/redis: %s (lower is better)\n' "$(awk -v k="$k_rss" -v r="$r_rss" 'BEGIN { printf "%.2f", k / r }')"
+  for ttl in "" ttl; do
+    read -r k_rss k_idle <"$out/keymesh${ttl:+-ttl}-rss.txt"
+    read -r r_rss r_idle <"$out/redis${ttl:+-ttl}-rss.txt"
+    echo "Memory: VmRSS after loading $bench_keys distinct keys with 100-byte values${ttl:+, each with a TTL (SET … EX 3600)} (idle RSS before), one core each"
+    printf '%-10s %14s %14s\n' server "RSS MiB" "idle MiB"
+    printf '%-10s %14.1f %14.1f\n' keymesh "$(awk -v v="$k_rss" 'BEGIN{print v/1024}')" "$(awk -v v="$k_idle" 'BEGIN{print v/1024}')"
+    printf '%-10s %14.1f %14.1f\n' redis "$(awk -v v="$r_rss" 'BEGIN{print v/1024}')" "$(awk -v v="$r_idle" 'BEGIN{print v/1024}')"
+    printf 'RSS ratio keymesh/redis%s: %s (lower is better)\n' "${ttl:+ with a TTL}" "$(awk -v k="$k_rss" -v r="$r_rss" 'BEGIN { printf "%.2f", k / r }')"
+  done
   echo "bench: done in $((SECONDS - started)) s; raw results in $out"
 } | tee "$out/summary.txt"
