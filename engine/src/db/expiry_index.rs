@@ -7,7 +7,7 @@
 //! heap, so a `SET … EX` paid an allocation and, among keys of one deadline (hundreds per
 //! millisecond under load), a `memcmp` per comparison: ~450 instructions on every node that
 //! took or merged it, and each volatile key's bytes twice in memory (docs/benchmarks.md,
-//! "Deadlines indexed by hash").
+//! "Deadlines indexed by hash, in runs").
 //!
 //! Two keys of one shard may share a 64-bit hash, and then a deadline too: each is a pair of
 //! its own, so neither key's removal takes the other's place in the index.
