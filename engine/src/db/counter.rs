@@ -124,9 +124,47 @@ impl Counter {
     }
 
     /// Merges a peer's contribution (and the base it saw, LWW); returns whether the counter
-    /// changed.
+    /// changed. What `merge` does with `of_delta(d)`, without making that counter first (~20
+    /// instructions of a peer's merged `INCR`, callgrind).
     pub fn merge_delta(&mut self, d: &CounterDelta) -> bool {
-        self.merge(&Counter::of_delta(d))
+        let mut changed = self.merge_base(d.base_value, d.base);
+        if d.origin != BASE_ONLY {
+            changed |= self.merge_contribution(&Contribution { origin: d.origin, epoch: d.base, incr: d.incr_total, decr: d.decr_total, version: d.version });
+        }
+        self.pruned(changed)
+    }
+
+    /// Takes a newer base register; returns whether it was newer.
+    fn merge_base(&mut self, base: i64, base_version: Version) -> bool {
+        let newer = base_version > self.base_version;
+        if newer {
+            self.base = base;
+            self.base_version = base_version;
+        }
+        newer
+    }
+
+    /// Raises the totals of `c`'s origin in `c`'s epoch to `c`'s (a contribution older than
+    /// the base is dead: left out); returns whether the counter changed.
+    fn merge_contribution(&mut self, c: &Contribution) -> bool {
+        if c.version < self.base_version {
+            return false;
+        }
+        let held = self.totals.len();
+        let slot = self.slot(c.origin, c.epoch);
+        let merged = (slot.incr.max(c.incr), slot.decr.max(c.decr), slot.version.max(c.version));
+        let raised = merged != (slot.incr, slot.decr, slot.version);
+        (slot.incr, slot.decr, slot.version) = merged;
+        // A new contribution changes the counter even at zero.
+        raised || self.totals.len() > held
+    }
+
+    /// Drops the contributions older than the base after a merge that `changed` it or not;
+    /// returns whether the counter changed in all.
+    fn pruned(&mut self, changed: bool) -> bool {
+        let held = self.totals.len();
+        self.prune();
+        changed || self.totals.len() < held
     }
 
     /// A `SET` of an integer at `v`: the new base; older contributions die.
@@ -179,26 +217,11 @@ impl Merge for Counter {
     /// base prunes any, and a new one has a version: the last two checks are for counters
     /// made otherwise.)
     fn merge(&mut self, other: &Counter) -> bool {
-        let mut changed = false;
-        if other.base_version > self.base_version {
-            self.base = other.base;
-            self.base_version = other.base_version;
-            changed = true;
-        }
+        let mut changed = self.merge_base(other.base, other.base_version);
         for c in &other.totals {
-            if c.version >= self.base_version {
-                let held = self.totals.len();
-                let slot = self.slot(c.origin, c.epoch);
-                let merged = (slot.incr.max(c.incr), slot.decr.max(c.decr), slot.version.max(c.version));
-                let raised = merged != (slot.incr, slot.decr, slot.version);
-                (slot.incr, slot.decr, slot.version) = merged;
-                // A new contribution changes the counter even at zero.
-                changed |= raised || self.totals.len() > held;
-            }
+            changed |= self.merge_contribution(c);
         }
-        let held = self.totals.len();
-        self.prune();
-        changed || self.totals.len() < held
+        self.pruned(changed)
     }
 }
 
@@ -253,6 +276,20 @@ mod tests {
             let mut whole = a.clone();
             whole.merge(&b);
             prop_assert!(same(&by_deltas, &whole), "{by_deltas:?} != {whole:?}");
+        }
+
+        /// `merge_delta` changes a counter as merging the counter the delta describes
+        /// (`of_delta`) does, and says whether it changed alike: for each of another
+        /// counter's deltas, its base's first.
+        #[test]
+        fn a_delta_merges_as_the_counter_it_describes(a in counter(), b in counter()) {
+            let mut by_delta = a.clone();
+            let mut by_counter = a;
+            for d in std::iter::once(b.base_delta()).chain(b.totals.iter().map(|t| b.delta_of_slot(t))) {
+                let changed = by_delta.merge_delta(&d);
+                prop_assert_eq!(changed, by_counter.merge(&Counter::of_delta(&d)), "{:?}", d);
+                prop_assert!(same(&by_delta, &by_counter), "{by_delta:?} != {by_counter:?}");
+            }
         }
     }
 
