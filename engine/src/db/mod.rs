@@ -790,12 +790,11 @@ impl Db {
     }
 }
 
-/// Keeps a shard's expiry index in step with a key's deadline going from `old` to `new`. Inline
-/// where the deadline is unchanged (most writes: a key without a TTL before and after), the
-/// index's work out of line.
+/// Keeps a shard's expiry index in step with the deadline of the key of table hash `hash`
+/// going from `old` to `new` (either may be none), and the database's count of volatile keys
+/// with it. Inline where the deadline is unchanged (most writes: a key without a TTL before
+/// and after), the index's work out of line.
 #[inline]
-/// Moves the key of table hash `hash` from deadline `old` to `new` in the index (either may
-/// be none), keeping the database's count of volatile keys in step.
 fn reindex(index: &mut ExpiryIndex, db: &Db, hash: u64, old: Option<u64>, new: Option<u64>) {
     if old != new {
         reindex_changed(index, db, hash, old, new);
