@@ -1177,7 +1177,9 @@ fn read_usual_string_set(whole: &[u8], span: std::ops::Range<usize>) -> Option<S
 /// A version with both halves set, as field `tag` (its key) at `at`, the op's last field: its
 /// key, its length, the `hlc` and the `node`, ending at `end`. The node id is read eight bytes
 /// at a time from the bytes after it (`Reader::varint`): the frame's, as a cursor over the op
-/// alone read it through a padded copy.
+/// alone read it through a padded copy. `usual_version` with its end checked before the reads:
+/// written as a call to it, checking the end after, a merged `SET` cost ~6 instructions more
+/// (callgrind), so this hottest of readers keeps its own lines.
 #[inline(always)]
 fn usual_version_at_end(whole: &[u8], at: usize, tag: u8, end: usize) -> Option<Version> {
     let at = expect_tag(whole, at, tag)?;
