@@ -4,9 +4,9 @@
 //! Each key is indexed by its deadline and its table hash (`hashed::hash_key`), not by a copy
 //! of its bytes: the shard's table finds the key again by that hash when it falls due
 //! (`KeyTable::expiring_at`). A `BTreeSet<(deadline, Key)>` copied every volatile key onto the
-//! heap, so a `SET … EX` paid an allocation and, among keys of one deadline (hundreds per
-//! millisecond under load), a `memcmp` per comparison: ~450 instructions on every node that
-//! took or merged it, and each volatile key's bytes twice in memory (docs/benchmarks.md,
+//! heap, so a `SET … EX` paid an allocation and, among keys of one deadline, a `memcmp` per
+//! comparison: ~450 instructions on every node that took or merged it, and each volatile
+//! key's bytes twice in memory (docs/benchmarks.md,
 //! "Deadlines indexed by hash, in runs").
 //!
 //! Two keys of one shard may share a 64-bit hash, and then a deadline too: each is a pair of
