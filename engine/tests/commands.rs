@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{wait_blocked, Reply, Server};
+use support::{wait_blocked, Conn, Reply, Server};
 
 fn int(n: i64) -> Reply {
     Reply::Int(n)
@@ -270,6 +270,38 @@ fn server_commands_config_and_info() {
     assert_eq!(c.cmd(&["FLUSHALL"]), ok());
     assert_eq!(c.cmd(&["DBSIZE"]), int(0));
     assert!(matches!(c.cmd(&["TIME"]), Reply::Array(parts) if parts.len() == 2));
+}
+
+#[test]
+fn info_keyspace_counts_keys_volatile_keys_and_their_mean_ttl() {
+    // Redis's `db<n>:keys=…,expires=…,avg_ttl=…` line, avg_ttl in milliseconds: here exact (the
+    // volatile keys' deadlines added up), where Redis estimates it from samples.
+    let server = Server::start(&[]);
+    let mut c = server.connect();
+    let keyspace = |c: &mut Conn| -> Vec<String> { c.cmd(&["INFO", "keyspace"]).text().lines().filter(|l| l.starts_with("db")).map(str::to_string).collect() };
+    let avg_ttl = |line: &str| -> u64 { line.rsplit_once("avg_ttl=").expect("avg_ttl").1.parse().expect("a number") };
+    assert!(keyspace(&mut c).is_empty(), "an empty database is not listed");
+    c.cmd(&["SET", "a", "1", "EX", "100"]);
+    c.cmd(&["SET", "b", "1", "PX", "300000"]);
+    c.cmd(&["SET", "plain", "1"]);
+    let lines = keyspace(&mut c);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].starts_with("db0:keys=3,expires=2,avg_ttl="), "{lines:?}");
+    assert!((195_000..=200_000).contains(&avg_ttl(&lines[0])), "{lines:?}");
+    // A deadline moved, one dropped, a key in another database.
+    c.cmd(&["EXPIRE", "a", "500"]);
+    assert!((395_000..=400_000).contains(&avg_ttl(&keyspace(&mut c)[0])));
+    assert_eq!(c.cmd(&["PERSIST", "a"]), int(1));
+    assert!((295_000..=300_000).contains(&avg_ttl(&keyspace(&mut c)[0])));
+    assert_eq!(c.cmd(&["SELECT", "3"]), ok());
+    c.cmd(&["SET", "other", "1", "EX", "10"]);
+    let lines = keyspace(&mut c);
+    assert!(lines[0].starts_with("db0:keys=3,expires=1,avg_ttl="), "{lines:?}");
+    assert!(lines[1].starts_with("db3:keys=1,expires=1,avg_ttl="), "{lines:?}");
+    assert!((5_000..=10_000).contains(&avg_ttl(&lines[1])), "{lines:?}");
+    assert_eq!(c.cmd(&["SELECT", "0"]), ok());
+    assert_eq!(c.cmd(&["DEL", "b"]), int(1));
+    assert_eq!(keyspace(&mut c)[0], "db0:keys=2,expires=0,avg_ttl=0");
 }
 
 #[test]

@@ -822,7 +822,7 @@ fn info(exec: &mut Exec, argv: &[Bytes]) -> Reply {
         for db in 0..store.databases() {
             let keys = store.dbsize(db);
             if keys > 0 {
-                let _ = write!(out, "db{db}:keys={keys},expires={},avg_ttl=0\r\n", store.volatile_keys(db));
+                let _ = write!(out, "db{db}:keys={keys},expires={},avg_ttl={}\r\n", store.volatile_keys(db), store.avg_ttl_ms(db, store.hlc.wall_ms()));
             }
         }
     }

@@ -29,6 +29,10 @@ pub struct ExpiryIndex {
     runs: Vec<Vec<(u64, u64)>>,
     /// Pairs held (every run's length).
     keys: usize,
+    /// Every pair's deadline added up: with `keys`, the mean deadline, from which `INFO
+    /// keyspace` reports `avg_ttl` (`Keyspace::avg_ttl_ms`), exact where Redis estimates it
+    /// from samples. 128 bits, as ten million deadlines in milliseconds since 1970 overflow 64.
+    deadline_sum: u128,
 }
 
 impl ExpiryIndex {
@@ -39,6 +43,12 @@ impl ExpiryIndex {
 
     pub fn is_empty(&self) -> bool {
         self.keys == 0
+    }
+
+    /// The indexed keys' deadlines added up, and how many there are (`Keyspace::avg_ttl_ms`
+    /// adds the shards' up).
+    pub fn deadlines(&self) -> (u128, usize) {
+        (self.deadline_sum, self.keys)
     }
 
     /// The run a pair goes into or is found in: the first whose last pair is at or above it
@@ -52,6 +62,7 @@ impl ExpiryIndex {
     pub fn insert(&mut self, deadline_ms: u64, hash: u64) {
         let pair = (deadline_ms, hash);
         self.keys += 1;
+        self.deadline_sum += u128::from(deadline_ms);
         if self.runs.is_empty() {
             self.runs.push(vec![pair]);
             return;
@@ -87,6 +98,7 @@ impl ExpiryIndex {
         let Ok(at) = run.binary_search(&pair) else { return };
         run.remove(at);
         self.keys -= 1;
+        self.deadline_sum -= u128::from(deadline_ms);
         let len = run.len();
         if len == 0 {
             self.runs.remove(i);
@@ -128,6 +140,7 @@ mod tests {
         index.remove(100, 7);
         index.remove(49, 9);
         assert_eq!(index.len(), 2);
+        assert_eq!(index.deadlines(), (250, 2));
         assert_eq!(index.due(49).count(), 0);
         assert_eq!(index.due(u64::MAX).collect::<Vec<_>>(), [(50, 9), (200, 1)]);
     }
@@ -167,6 +180,8 @@ mod tests {
                     }
                 }
                 proptest::prop_assert_eq!(index.len(), model.values().sum::<usize>());
+                let deadline_sum: u128 = model.iter().map(|(&(d, _), &n)| u128::from(d) * n as u128).sum();
+                proptest::prop_assert_eq!(index.deadlines(), (deadline_sum, index.len()));
                 proptest::prop_assert!(index.runs.iter().all(|run| !run.is_empty() && run.len() <= RUN));
                 let held: Vec<(u64, u64)> = index.runs.iter().flatten().copied().collect();
                 let expected: Vec<(u64, u64)> = model.iter().flat_map(|(&pair, &n)| std::iter::repeat_n(pair, n)).collect();
