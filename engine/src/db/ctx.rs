@@ -475,13 +475,13 @@ impl<'a> Ctx<'a> {
                         // delete at `version` (`merge::merge_locked`): this node keeps that
                         // delete's tombstone too, or an older write of the key arriving later
                         // would bring it back here and nowhere else.
-                        shard.tombstones.entry(key.into()).or_default().clear(version);
+                        shard.tombstones.get_or_default(key).clear(version);
                     }
                     if had_ttl {
                         // Redis drops an emptied key's TTL: say so with a newer register, so a
                         // member added concurrently elsewhere does not revive the old one
                         // (`settle` wrote its effect).
-                        shard.orphan_expiry.insert(key.into(), Expiry { deadline_ms: 0, version });
+                        shard.orphan_expiry.insert(key, Expiry { deadline_ms: 0, version });
                     }
                 } else {
                     shard.remove(dbref, &hashed);

@@ -163,7 +163,7 @@ impl<'a> Ctx<'a> {
             if replicating {
                 let version = self.stamp_unseen(db, &hashed);
                 let op = Effect::tombstones(db, key, T::KIND, names, version);
-                self.apply_unseen(db, key, op);
+                self.apply_unseen(db, &hashed, op);
             }
             return Ok(0);
         };
@@ -200,7 +200,7 @@ impl<'a> Ctx<'a> {
         let Some(stored) = self.get_ref_in(db, &hashed).map(super::EntryRef::last_write) else {
             if store.replicating() {
                 let version = self.stamp_unseen(db, &hashed);
-                self.apply_unseen(db, key, Effect::delete(db, key, version));
+                self.apply_unseen(db, &hashed, Effect::delete(db, key, version));
             }
             return false;
         };
@@ -212,7 +212,7 @@ impl<'a> Ctx<'a> {
         if store.replicating() {
             let version = store.stamp_at(now, Some(stored));
             let (_, shard) = self.parts(db, &hashed);
-            shard.tombstones.insert(key.into(), Ghost::deleted(version));
+            shard.tombstones.insert(&hashed, Ghost::deleted(version));
             self.effects.push_delete(db, key, version);
         }
         true
@@ -274,13 +274,13 @@ impl<'a> Ctx<'a> {
         let now = self.now_ms;
         let store = self.store;
         let flushed = store.db(db).flushed.get();
-        let remembered = self.parts(db, key).1.remembered(key.key_bytes());
+        let remembered = self.parts(db, key).1.remembered(key);
         store.stamp_at(now, Some(flushed.max(remembered)))
     }
 
     /// Applies a write that changes no live value here through the merge a peer runs, and
     /// records it for the peers.
-    fn apply_unseen(&mut self, db: usize, key: &[u8], op: Effect) {
+    fn apply_unseen(&mut self, db: usize, key: &(impl KeyLike + ?Sized), op: Effect) {
         let store = self.store;
         let flushed = store.db(db).flushed.get();
         let (_, shard) = self.parts(db, key);

@@ -106,7 +106,7 @@ impl MissingKey<'_> {
 /// and as a call (which `#[inline]` left it) it cost a new key's `SET` ~20 instructions
 /// (callgrind).
 #[inline(always)]
-fn remembered(tombstones: &SparseMap<Ghost>, orphan_expiry: &SparseMap<Expiry>, key: &[u8]) -> Version {
+fn remembered<K: KeyLike + ?Sized>(tombstones: &SparseMap<Ghost>, orphan_expiry: &SparseMap<Expiry>, key: &K) -> Version {
     let ghost = tombstones.get(key).map_or(Version::ZERO, Ghost::newest);
     let orphan = orphan_expiry.get(key).map_or(Version::ZERO, |e| e.version);
     ghost.max(orphan)
@@ -119,47 +119,116 @@ pub const SHARDS_PER_DB: usize = 1024;
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// A map of keys that is empty nearly always: a shard's tombstones and early expiry registers,
-/// which every replicated write looks at. Its `remove` returns at once when the map is empty:
-/// hashbrown's lookups do, but its `remove` hashes the key first, and the two a merged `SET`
-/// made cost a peer ~200 instructions (callgrind, docs/benchmarks.md). The rest is the map's
-/// own API (`Deref`).
+/// which every replicated write looks at. A lookup in an empty map returns at once, before the
+/// key is hashed: the two a merged `SET` made cost a peer ~200 instructions when they hashed
+/// it first (callgrind, docs/benchmarks.md).
+///
+/// Each entry keeps its key's table hash (`TableKey`: what the shard's table indexes by), so a
+/// caller holding the key's `TableKey` or `HashedKey` finds its entry without hashing the key
+/// again, and the map grows without rehashing a key. Hashed by a `std` map, a `DEL` of a key
+/// no node holds hashed it three times on the node that took it and twice on each peer, and
+/// again as the tombstones grew: ~240 instructions of the origin's and ~125 of each peer's
+/// (callgrind, docs/benchmarks.md).
+/// A caller with only the bytes passes them (`KeyLike`), and they are hashed on the call.
 #[derive(Debug)]
-pub struct SparseMap<V>(Map<Key, V>);
+pub struct SparseMap<V>(hashbrown::HashTable<(u64, Key, V)>);
 
 impl<V> SparseMap<V> {
-    #[inline]
-    pub fn remove(&mut self, key: &[u8]) -> Option<V> {
+    // `get`, `get_mut` and `remove` inline up to their check for an empty map (most calls),
+    // the search out of line: as a call, a merged `SET`'s two removals cost ~20 instructions
+    // (callgrind).
+    #[inline(always)]
+    pub fn get<K: KeyLike + ?Sized>(&self, key: &K) -> Option<&V> {
         if self.0.is_empty() {
             return None;
         }
-        self.0.remove(key)
+        self.find(key.table_key())
+    }
+
+    #[inline(always)]
+    pub fn get_mut<K: KeyLike + ?Sized>(&mut self, key: &K) -> Option<&mut V> {
+        if self.0.is_empty() {
+            return None;
+        }
+        self.find_mut(key.table_key())
+    }
+
+    #[inline(always)]
+    pub fn remove<K: KeyLike + ?Sized>(&mut self, key: &K) -> Option<V> {
+        if self.0.is_empty() {
+            return None;
+        }
+        self.take(key.table_key())
+    }
+
+    fn find(&self, key: TableKey<'_>) -> Option<&V> {
+        self.0.find(key.hash(), |(_, held, _)| held[..] == *key.key()).map(|(_, _, value)| value)
+    }
+
+    fn find_mut(&mut self, key: TableKey<'_>) -> Option<&mut V> {
+        self.0.find_mut(key.hash(), |(_, held, _)| held[..] == *key.key()).map(|(_, _, value)| value)
+    }
+
+    fn take(&mut self, key: TableKey<'_>) -> Option<V> {
+        let found = self.0.find_entry(key.hash(), |(_, held, _)| held[..] == *key.key()).ok()?;
+        Some(found.remove().0 .2)
+    }
+
+    /// Sets `key`'s value; returns the one it replaced.
+    pub fn insert<K: KeyLike + ?Sized>(&mut self, key: &K, value: V) -> Option<V> {
+        let key = key.table_key();
+        match self.entry(key) {
+            hashbrown::hash_table::Entry::Occupied(mut held) => Some(std::mem::replace(&mut held.get_mut().2, value)),
+            hashbrown::hash_table::Entry::Vacant(vacant) => {
+                vacant.insert((key.hash(), Key::from(key.key()), value));
+                None
+            }
+        }
+    }
+
+    /// `key`'s value, a default one put there first if it has none.
+    pub fn get_or_default<K: KeyLike + ?Sized>(&mut self, key: &K) -> &mut V
+    where
+        V: Default,
+    {
+        let key = key.table_key();
+        let held = self.entry(key).or_insert_with(|| (key.hash(), Key::from(key.key()), V::default()));
+        &mut held.into_mut().2
+    }
+
+    fn entry<'m>(&'m mut self, key: TableKey<'_>) -> hashbrown::hash_table::Entry<'m, (u64, Key, V)> {
+        self.0.entry(key.hash(), |(_, held, _)| held[..] == *key.key(), |&(hash, _, _)| hash)
+    }
+
+    /// Keeps the entries `keep` says to.
+    pub fn retain(&mut self, mut keep: impl FnMut(&Key, &mut V) -> bool) {
+        self.0.retain(|(_, key, value)| keep(key, value));
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&Key, &V)> {
+        self.0.iter().map(|(_, key, value)| (key, value))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.0.capacity()
+    }
+
+    pub fn shrink_to_fit(&mut self) {
+        self.0.shrink_to_fit(|&(hash, _, _)| hash);
     }
 }
 
 impl<V> Default for SparseMap<V> {
     fn default() -> Self {
-        SparseMap(Map::default())
-    }
-}
-
-impl<V> std::ops::Deref for SparseMap<V> {
-    type Target = Map<Key, V>;
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-impl<V> std::ops::DerefMut for SparseMap<V> {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.0
-    }
-}
-
-impl<'a, V> IntoIterator for &'a SparseMap<V> {
-    type Item = (&'a Key, &'a V);
-    type IntoIter = std::collections::hash_map::Iter<'a, Key, V>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
+        SparseMap(hashbrown::HashTable::new())
     }
 }
 
@@ -594,7 +663,7 @@ impl Shard {
 
     /// `remembered` of `key`, which this shard holds no value for.
     #[inline]
-    pub fn remembered(&self, key: &[u8]) -> Version {
+    pub fn remembered<K: KeyLike + ?Sized>(&self, key: &K) -> Version {
         remembered(&self.tombstones, &self.orphan_expiry, key)
     }
 
@@ -730,13 +799,12 @@ impl Shard {
     pub fn bury<K: KeyLike + ?Sized>(&mut self, db: &Db, key: &K) {
         let key = key.table_key();
         let Some(Removed { entry, expiry }) = self.remove(db, &key) else { return };
-        let key = key.key();
         if let Some(e) = expiry {
-            if self.orphan_expiry.get(key).is_none_or(|o| o.version < e.version) {
-                self.orphan_expiry.insert(key.into(), e);
+            if self.orphan_expiry.get(&key).is_none_or(|o| o.version < e.version) {
+                self.orphan_expiry.insert(&key, e);
             }
         }
-        let mut ghost = self.tombstones.remove(key).unwrap_or_default();
+        let mut ghost = self.tombstones.remove(&key).unwrap_or_default();
         ghost.kind = Some(entry.value.kind());
         let (cleared, removed) = match &entry.value {
             Value::Hash(h) => (h.cleared, Some(&h.removed)),
@@ -749,7 +817,7 @@ impl Shard {
         if let Some(removed) = removed {
             ghost.add_removed(removed.iter());
         }
-        self.tombstones.insert(key.into(), ghost);
+        self.tombstones.insert(&key, ghost);
     }
 
     pub fn watch(&mut self, key: &[u8], flag: WatchFlag) {
@@ -849,6 +917,56 @@ mod tests {
 
     use super::*;
     use crate::hlc::SystemClock;
+
+    /// A `SparseMap` finds an entry by the key's bytes and by its `TableKey` or `HashedKey`
+    /// alike (each entry keeps the table hash), through growth, removals, `retain` and
+    /// `shrink_to_fit`, which place entries by the hash each keeps.
+    #[test]
+    fn a_sparse_map_finds_a_key_by_its_bytes_or_its_hash_through_growth_and_shrinking() {
+        let mut map = SparseMap::<u32>::default();
+        let key = |i: u32| format!("key:{i}").into_bytes();
+        assert_eq!(map.get(&key(1)[..]), None, "nothing in an empty map");
+        for i in 0..2_000 {
+            let k = key(i);
+            let inserted = match i % 3 {
+                0 => map.insert(&k[..], i),
+                1 => map.insert(&TableKey::new(&k), i),
+                _ => std::mem::replace(map.get_or_default(&HashedKey::new(&k)), i).checked_sub(1),
+            };
+            assert_eq!(inserted, None, "a new key replaces nothing");
+        }
+        assert_eq!(map.insert(&key(7)[..], 70), Some(7));
+        *map.get_or_default(&TableKey::new(&key(8))) += 1;
+        *map.get_mut(&HashedKey::new(&key(9))).unwrap() += 10;
+        let expected = |i: u32| match i {
+            7 => 70,
+            8 => 9,
+            9 => 19,
+            i => i,
+        };
+        for i in 0..2_000 {
+            let k = key(i);
+            assert_eq!(map.get(&k[..]), Some(&expected(i)));
+            assert_eq!(map.get(&TableKey::new(&k)), Some(&expected(i)));
+            assert_eq!(map.get(&HashedKey::new(&k)), Some(&expected(i)));
+        }
+        for i in (0..2_000).filter(|i| i % 4 != 0) {
+            let k = key(i);
+            let removed = if i % 2 == 0 { map.remove(&k[..]) } else { map.remove(&TableKey::new(&k)) };
+            assert_eq!(removed, Some(expected(i)));
+            assert_eq!(map.remove(&k[..]), None, "removed once");
+        }
+        map.retain(|k, v| k.ends_with(b"0") || *v < 100);
+        map.shrink_to_fit();
+        let held: std::collections::BTreeMap<Vec<u8>, u32> = map.iter().map(|(k, v)| (k.to_vec(), *v)).collect();
+        let model: std::collections::BTreeMap<Vec<u8>, u32> =
+            (0..2_000).filter(|i| i % 4 == 0).map(|i| (key(i), expected(i))).filter(|(k, v)| k.ends_with(b"0") || *v < 100).collect();
+        assert_eq!(held, model);
+        assert_eq!(map.len(), model.len());
+        for (k, v) in &model {
+            assert_eq!(map.get(&HashedKey::new(k)), Some(v), "found by its hash after shrinking");
+        }
+    }
 
     /// Unused databases cost no memory: the whole-keyspace passes (sizes, tombstone
     /// collection, expiry, snapshots, RDB export, wipe) leave them unallocated, and the

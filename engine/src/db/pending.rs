@@ -53,7 +53,7 @@ impl Shard {
                 let tombstone = self.tombstones.get(bytes).map_or(Version::ZERO, |g| g.cleared);
                 let newer = v >= tombstone && v > flushed && self.orphan_expiry.get(bytes).is_none_or(|e| e.version < v);
                 if newer {
-                    self.orphan_expiry.insert(bytes.into(), register);
+                    self.orphan_expiry.insert(bytes, register);
                 }
                 newer
             }

@@ -36,10 +36,10 @@ pub fn snapshot(store: &Store, sink: &mut dyn FnMut(Vec<Effect>)) -> (u64, u64) 
                     keys += 1;
                     key_state(db, key, entry, &mut batch);
                 }
-                for (key, ghost) in &shard.tombstones {
+                for (key, ghost) in shard.tombstones.iter() {
                     ghost_state(db, key, ghost, &mut batch);
                 }
-                for (key, e) in &shard.orphan_expiry {
+                for (key, e) in shard.orphan_expiry.iter() {
                     batch.push(Effect::expire(db, key, e.deadline_ms, e.version));
                 }
                 batch

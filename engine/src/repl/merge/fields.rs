@@ -99,7 +99,7 @@ pub(super) fn merge_fields<K: KeyLike + ?Sized>(store: &Store, db: usize, shard:
                     if ghost.beats(kind, op_newest) {
                         let mut ghost = ghost;
                         ghost.outlived(kind, op_newest);
-                        shard.tombstones.insert(key.into(), ghost);
+                        shard.tombstones.insert(key, ghost);
                         return false;
                     }
                     value = empty_value(op.kind, floor.max(ghost.kills_below(kind)));

@@ -49,11 +49,11 @@ pub(super) fn whole_write_expiring(
 ) -> Written {
     // What a write that placed no register did.
     let unplaced = |changed| Written { changed, register_placed: false };
-    if v <= flushed || v <= tombstone(shard, key.key()) {
+    if v <= flushed || v <= tombstone(shard, &key) {
         return unplaced(false);
     }
     let dbref = store.db(db);
-    if let Some(ghost) = shard.tombstones.get_mut(key.key()) {
+    if let Some(ghost) = shard.tombstones.get_mut(&key) {
         if ghost.beats(value.kind(), v) {
             // A removed field is newer: the write loses, but still clears what is older.
             ghost.outlived(value.kind(), v);
@@ -143,9 +143,9 @@ pub(super) fn merge_hll(store: &Store, db: usize, shard: &mut Shard, key: &[u8],
 }
 
 pub(super) fn delete(store: &Store, db: usize, shard: &mut Shard, key: TableKey<'_>, v: Version, flushed: Version) -> bool {
-    // Found in the table by the hash the link worked out (`key`); the tombstones by the bytes.
-    let (key, bytes) = (&key, key.key());
-    if v <= flushed || v <= tombstone(shard, bytes) {
+    // Found in the table and the tombstones by the hash the link worked out.
+    let key = &key;
+    if v <= flushed || v <= tombstone(shard, key) {
         return false;
     }
     if let Some(mut entry) = shard.raw_mut(key) {
@@ -160,7 +160,7 @@ pub(super) fn delete(store: &Store, db: usize, shard: &mut Shard, key: TableKey<
             bury(store, db, shard, key);
         }
     }
-    shard.tombstones.entry(bytes.into()).or_default().clear(v);
+    shard.tombstones.get_or_default(key).clear(v);
     shard.drop_expiry_older(store.db(db), key, v);
     true
 }
