@@ -123,15 +123,15 @@ type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 /// key is hashed: the two a merged `SET` made cost a peer ~200 instructions when they hashed
 /// it first (callgrind, docs/benchmarks.md).
 ///
-/// Each entry keeps its key's table hash (`TableKey`: what the shard's table indexes by), so a
-/// caller holding the key's `TableKey` or `HashedKey` finds its entry without hashing the key
-/// again, and the map grows without rehashing a key. Hashed by a `std` map, a `DEL` of a key
-/// no node holds hashed it three times on the node that took it and twice on each peer, and
-/// again as the tombstones grew: ~240 instructions of the origin's and ~125 of each peer's
-/// (callgrind, docs/benchmarks.md).
+/// Entries are placed by the key's table hash (`hashed::hash_key`: what the shard's table
+/// indexes by), so a caller holding the key's `TableKey` or `HashedKey` finds its entry without
+/// hashing the key again. Hashed by a `std` map, a `DEL` of a key no node holds hashed it three
+/// times on the node that took it and twice on each peer (docs/benchmarks.md). Growth rehashes
+/// from the stored keys, as the table's does: keeping each entry's hash beside it saved a `DEL`
+/// ~45 instructions more but cost a tombstone 17 bytes (`used_memory` 134 → 151 B each).
 /// A caller with only the bytes passes them (`KeyLike`), and they are hashed on the call.
 #[derive(Debug)]
-pub struct SparseMap<V>(hashbrown::HashTable<(u64, Key, V)>);
+pub struct SparseMap<V>(hashbrown::HashTable<(Key, V)>);
 
 impl<V> SparseMap<V> {
     // `get`, `get_mut` and `remove` inline up to their check for an empty map (most calls),
@@ -162,25 +162,25 @@ impl<V> SparseMap<V> {
     }
 
     fn find(&self, key: TableKey<'_>) -> Option<&V> {
-        self.0.find(key.hash(), |(_, held, _)| held[..] == *key.key()).map(|(_, _, value)| value)
+        self.0.find(key.hash(), |(held, _)| held[..] == *key.key()).map(|(_, value)| value)
     }
 
     fn find_mut(&mut self, key: TableKey<'_>) -> Option<&mut V> {
-        self.0.find_mut(key.hash(), |(_, held, _)| held[..] == *key.key()).map(|(_, _, value)| value)
+        self.0.find_mut(key.hash(), |(held, _)| held[..] == *key.key()).map(|(_, value)| value)
     }
 
     fn take(&mut self, key: TableKey<'_>) -> Option<V> {
-        let found = self.0.find_entry(key.hash(), |(_, held, _)| held[..] == *key.key()).ok()?;
-        Some(found.remove().0 .2)
+        let found = self.0.find_entry(key.hash(), |(held, _)| held[..] == *key.key()).ok()?;
+        Some(found.remove().0 .1)
     }
 
     /// Sets `key`'s value; returns the one it replaced.
     pub fn insert<K: KeyLike + ?Sized>(&mut self, key: &K, value: V) -> Option<V> {
         let key = key.table_key();
         match self.entry(key) {
-            hashbrown::hash_table::Entry::Occupied(mut held) => Some(std::mem::replace(&mut held.get_mut().2, value)),
+            hashbrown::hash_table::Entry::Occupied(mut held) => Some(std::mem::replace(&mut held.get_mut().1, value)),
             hashbrown::hash_table::Entry::Vacant(vacant) => {
-                vacant.insert((key.hash(), Key::from(key.key()), value));
+                vacant.insert((Key::from(key.key()), value));
                 None
             }
         }
@@ -192,21 +192,21 @@ impl<V> SparseMap<V> {
         V: Default,
     {
         let key = key.table_key();
-        let held = self.entry(key).or_insert_with(|| (key.hash(), Key::from(key.key()), V::default()));
-        &mut held.into_mut().2
+        let held = self.entry(key).or_insert_with(|| (Key::from(key.key()), V::default()));
+        &mut held.into_mut().1
     }
 
-    fn entry<'m>(&'m mut self, key: TableKey<'_>) -> hashbrown::hash_table::Entry<'m, (u64, Key, V)> {
-        self.0.entry(key.hash(), |(_, held, _)| held[..] == *key.key(), |&(hash, _, _)| hash)
+    fn entry<'m>(&'m mut self, key: TableKey<'_>) -> hashbrown::hash_table::Entry<'m, (Key, V)> {
+        self.0.entry(key.hash(), |(held, _)| held[..] == *key.key(), |(held, _)| hashed::hash_key(held))
     }
 
     /// Keeps the entries `keep` says to.
     pub fn retain(&mut self, mut keep: impl FnMut(&Key, &mut V) -> bool) {
-        self.0.retain(|(_, key, value)| keep(key, value));
+        self.0.retain(|(key, value)| keep(key, value));
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (&Key, &V)> {
-        self.0.iter().map(|(_, key, value)| (key, value))
+        self.0.iter().map(|(key, value)| (key, value))
     }
 
     pub fn len(&self) -> usize {
@@ -222,7 +222,7 @@ impl<V> SparseMap<V> {
     }
 
     pub fn shrink_to_fit(&mut self) {
-        self.0.shrink_to_fit(|&(hash, _, _)| hash);
+        self.0.shrink_to_fit(|(held, _)| hashed::hash_key(held));
     }
 }
 
