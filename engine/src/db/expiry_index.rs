@@ -30,7 +30,7 @@ pub struct ExpiryIndex {
     /// Pairs held (every run's length).
     keys: usize,
     /// Every pair's deadline added up: with `keys`, the mean deadline, from which `INFO
-    /// keyspace` reports `avg_ttl` (`Keyspace::avg_ttl_ms`), exact where Redis estimates it
+    /// keyspace` reports `avg_ttl` (`Store::avg_ttl_ms`), exact where Redis estimates it
     /// from samples. 128 bits, as ten million deadlines in milliseconds since 1970 overflow 64.
     deadline_sum: u128,
 }
@@ -45,7 +45,7 @@ impl ExpiryIndex {
         self.keys == 0
     }
 
-    /// The indexed keys' deadlines added up, and how many there are (`Keyspace::avg_ttl_ms`
+    /// The indexed keys' deadlines added up, and how many there are (`Store::avg_ttl_ms`
     /// adds the shards' up).
     pub fn deadlines(&self) -> (u128, usize) {
         (self.deadline_sum, self.keys)
