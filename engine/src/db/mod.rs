@@ -127,8 +127,8 @@ type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 /// indexes by), so a caller holding the key's `TableKey` or `HashedKey` finds its entry without
 /// hashing the key again. Hashed by a `std` map, a `DEL` of a key no node holds hashed it three
 /// times on the node that took it and twice on each peer (docs/benchmarks.md). Growth rehashes
-/// from the stored keys, as the table's does: keeping each entry's hash beside it saved a `DEL`
-/// ~45 instructions more but cost a tombstone 17 bytes (`used_memory` 134 → 151 B each).
+/// from the stored keys, as the table's does: keeping each entry's hash beside it cost a
+/// tombstone 17 bytes (`used_memory` 134 → 151 B each) and measured no cheaper.
 /// A caller with only the bytes passes them (`KeyLike`), and they are hashed on the call.
 #[derive(Debug)]
 pub struct SparseMap<V>(hashbrown::HashTable<(Key, V)>);
@@ -162,15 +162,15 @@ impl<V> SparseMap<V> {
     }
 
     fn find(&self, key: TableKey<'_>) -> Option<&V> {
-        self.0.find(key.hash(), |(held, _)| held[..] == *key.key()).map(|(_, value)| value)
+        self.0.find(key.hash(), holds(key)).map(|(_, value)| value)
     }
 
     fn find_mut(&mut self, key: TableKey<'_>) -> Option<&mut V> {
-        self.0.find_mut(key.hash(), |(held, _)| held[..] == *key.key()).map(|(_, value)| value)
+        self.0.find_mut(key.hash(), holds(key)).map(|(_, value)| value)
     }
 
     fn take(&mut self, key: TableKey<'_>) -> Option<V> {
-        let found = self.0.find_entry(key.hash(), |(held, _)| held[..] == *key.key()).ok()?;
+        let found = self.0.find_entry(key.hash(), holds(key)).ok()?;
         Some(found.remove().0 .1)
     }
 
@@ -197,7 +197,7 @@ impl<V> SparseMap<V> {
     }
 
     fn entry<'m>(&'m mut self, key: TableKey<'_>) -> hashbrown::hash_table::Entry<'m, (Key, V)> {
-        self.0.entry(key.hash(), |(held, _)| held[..] == *key.key(), |(held, _)| hashed::hash_key(held))
+        self.0.entry(key.hash(), holds(key), |(held, _)| hashed::hash_key(held))
     }
 
     /// Keeps the entries `keep` says to.
@@ -224,6 +224,11 @@ impl<V> SparseMap<V> {
     pub fn shrink_to_fit(&mut self) {
         self.0.shrink_to_fit(|(held, _)| hashed::hash_key(held));
     }
+}
+
+/// Whether a `SparseMap` entry is `key`'s.
+fn holds<V>(key: TableKey<'_>) -> impl Fn(&(Key, V)) -> bool + '_ {
+    move |(held, _)| held[..] == *key.key()
 }
 
 impl<V> Default for SparseMap<V> {
@@ -919,8 +924,8 @@ mod tests {
     use crate::hlc::SystemClock;
 
     /// A `SparseMap` finds an entry by the key's bytes and by its `TableKey` or `HashedKey`
-    /// alike (each entry keeps the table hash), through growth, removals, `retain` and
-    /// `shrink_to_fit`, which place entries by the hash each keeps.
+    /// alike (entries are placed by the table hash), through growth, removals, `retain` and
+    /// `shrink_to_fit`, which rehash the stored keys.
     #[test]
     fn a_sparse_map_finds_a_key_by_its_bytes_or_its_hash_through_growth_and_shrinking() {
         let mut map = SparseMap::<u32>::default();
