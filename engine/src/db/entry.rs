@@ -28,7 +28,16 @@ pub use super::fieldmap::{FieldMap, Name, NameArg, SlotHint};
 /// removal that leaves a tombstone frees none, so a full table emptied by removals reports a
 /// capacity near its length and was kept at its peak (a 2,048-bucket hash shrunk at 59
 /// fields, not 255; a 16-bucket one never).
+/// Only a removal makes a map sparse or few, so a map that lost no element since the last look
+/// is not looked at again (`FieldMap::may_be_sparse`): most writes only add or change.
+#[inline]
 pub fn shrink_if_sparse<V>(map: &mut FieldMap<V>) {
+    if map.may_be_sparse() {
+        shrink_sparse(map);
+    }
+}
+
+fn shrink_sparse<V>(map: &mut FieldMap<V>) {
     let sparse = map.buckets() > 64 && map.buckets() > 8 * map.len();
     let few = !map.is_small() && map.len() <= SMALL_MAX / 2;
     if few {
@@ -36,6 +45,7 @@ pub fn shrink_if_sparse<V>(map: &mut FieldMap<V>) {
     } else if sparse {
         map.shrink_gradually();
     }
+    map.sparse_checked();
 }
 
 /// One key's state. The version is stored as its two halves beside the access clock so the
@@ -869,6 +879,43 @@ mod tests {
         }
         assert_eq!(map.len(), 2);
         assert!(map.is_small(), "a table of {} buckets (of {buckets}) kept for 2 elements", map.buckets());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// `shrink_if_sparse` looks at a map only after a removal (`FieldMap::may_be_sparse`),
+        /// yet leaves it as a look after every write would: after each write and its look, a
+        /// map that is not moving between two tables is neither sparse nor few enough for a
+        /// vector, through waves of adds and removals of any length (a removal that does not
+        /// ask for the look fails it).
+        #[test]
+        fn a_map_looked_at_after_its_removals_is_never_left_sparse(waves in proptest::collection::vec((any::<bool>(), 1..3000usize), 1..12)) {
+            let mut map: FieldMap<usize> = FieldMap::default();
+            let mut live: Vec<Bytes> = Vec::new();
+            let mut next = 0usize;
+            let mut rng = rand::rng();
+            for (adding, count) in waves {
+                for _ in 0..count {
+                    if adding || live.is_empty() {
+                        let name = Bytes::from(format!("element:{next}"));
+                        next += 1;
+                        map.insert(name.clone(), next);
+                        live.push(name);
+                    } else {
+                        let name = live.swap_remove(rand::Rng::random_range(&mut rng, 0..live.len()));
+                        prop_assert!(map.remove(&name[..]).is_some());
+                    }
+                    shrink_if_sparse(&mut map);
+                    prop_assert_eq!(map.len(), live.len());
+                    if !map.is_growing() {
+                        let (buckets, len) = (map.buckets(), map.len());
+                        prop_assert!(!(buckets > 64 && buckets > 8 * len), "{} buckets left for {} elements", buckets, len);
+                        prop_assert!(map.is_small() || len > SMALL_MAX / 2, "a table left for {} elements", len);
+                    }
+                }
+            }
+        }
     }
 
     /// An effect's states of named elements (`states_of`, what a whole-value write and a

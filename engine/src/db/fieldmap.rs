@@ -61,6 +61,12 @@ struct Table<V> {
     /// While the map grows: the table it grows from, whose elements move into `table`.
     old: Option<Moving<V>>,
     hasher: RandomState,
+    /// Whether `entry::shrink_if_sparse` has a reason to look at the table: an element left it
+    /// (or the table is new) since that last looked at it with no move under way. Only a
+    /// removal makes a map sparse or few enough for a vector, and most writes only add or
+    /// change: looked at after every one, a table cost each collection write ~30
+    /// instructions on every node (callgrind, docs/benchmarks.md).
+    removed_since_check: bool,
 }
 
 #[derive(Clone)]
@@ -171,7 +177,7 @@ type TableIntoIter<V> = Counted<std::iter::Chain<hashbrown::hash_table::IntoIter
 
 impl<V> Table<V> {
     fn with_capacity(capacity: usize) -> Table<V> {
-        Table { table: HashTable::with_capacity(capacity), slots: SlotsEnd::default(), old: None, hasher: RandomState::default() }
+        Table { table: HashTable::with_capacity(capacity), slots: SlotsEnd::default(), old: None, hasher: RandomState::default(), removed_since_check: true }
     }
 
     fn len(&self) -> usize {
@@ -296,12 +302,13 @@ impl<V> Table<V> {
     fn remove(&mut self, name: &[u8]) -> Option<(Name, V)> {
         let (hash, named) = (self.hash_if_any(name)?, is_named(name));
         self.step();
-        if let Some(old) = &mut self.old {
-            if let Ok(found) = old.table.find_entry(hash, named) {
-                return Some(found.remove().0);
-            }
-        }
-        self.table.find_entry(hash, named).ok().map(|found| found.remove().0)
+        let found = match &mut self.old {
+            Some(old) => old.table.find_entry(hash, named).ok().map(|found| found.remove().0),
+            None => None,
+        };
+        let removed = found.or_else(|| self.table.find_entry(hash, named).ok().map(|found| found.remove().0));
+        self.removed_since_check |= removed.is_some();
+        removed
     }
 
     fn iter(&self) -> Counted<impl Iterator<Item = &(Name, V)> + Clone> {
@@ -314,6 +321,7 @@ impl<V> Table<V> {
     }
 
     fn retain(&mut self, mut keep: impl FnMut(&Name, &mut V) -> bool) {
+        self.removed_since_check = true;
         self.table.retain(|(n, v)| keep(n, v));
         if let Some(old) = &mut self.old {
             old.table.retain(|(n, v)| keep(n, v));
@@ -321,6 +329,7 @@ impl<V> Table<V> {
     }
 
     fn drain(&mut self) -> Counted<impl Iterator<Item = (Name, V)> + '_> {
+        self.removed_since_check = true;
         let left = self.len();
         let old = self.old.take().map(|moving| moving.table);
         Counted { inner: self.table.drain().chain(old.into_iter().flatten()), left }
@@ -480,6 +489,27 @@ impl<V> FieldMap<V> {
     #[cfg(test)]
     pub fn is_growing(&self) -> bool {
         matches!(&self.repr, Repr::Table(t) if t.old.is_some())
+    }
+
+    /// Whether `entry::shrink_if_sparse` has a reason to look at the map: a table that lost an
+    /// element since it last looked (or is new). A vector never has: it is left alone.
+    #[inline]
+    pub fn may_be_sparse(&self) -> bool {
+        matches!(&self.repr, Repr::Table(t) if t.removed_since_check)
+    }
+
+    /// `entry::shrink_if_sparse` looked at the map and did what it had to. Not while the table
+    /// moves (a growth, or the shrink it just started): a shrink cannot start then, so the look
+    /// is repeated after each write until the move ends and the table can be judged alone. (At
+    /// today's step sizes a move ends before removals can leave it sparse, so this is the safe
+    /// side of a rule, not a case the tests reach.)
+    #[inline]
+    pub fn sparse_checked(&mut self) {
+        if let Repr::Table(t) = &mut self.repr {
+            if t.old.is_none() {
+                t.removed_since_check = false;
+            }
+        }
     }
 
     /// Gives back what a table does not use: a table of up to `SHRINK_AT_ONCE_BUCKETS`
