@@ -71,7 +71,7 @@ pub use self::flush::flush_shard;
 use crate::db::effect::{Effect, EffectKind};
 use crate::db::entry::{Kind, ListValue, Name, Register};
 use crate::db::lattice::ElementMap;
-use crate::db::{Entry, Expiry, KeyLike, Shard, Store, Value};
+use crate::db::{Entry, Expiry, KeyLike, Shard, Store, TableKey, Value};
 use crate::hlc::Version;
 use crate::repl::wire::{Decoded, ExpireRef, StringSetRef};
 
@@ -282,6 +282,13 @@ pub fn merge_locked<K: KeyLike + ?Sized>(store: &Store, db: usize, shard: &mut S
         EffectKind::Publish { .. } | EffectKind::FlushDb { .. } | EffectKind::Library { .. } | EffectKind::FunctionFlush { .. } => false,
     };
     note_change(store, shard, key, changed)
+}
+
+/// `merge_locked` of a key's tombstone at `version`, given by its parts: how a node deletes a
+/// key it holds no value for (`db::edit`), with no `Effect` built for it.
+pub fn delete_locked(store: &Store, db: usize, shard: &mut Shard, key: TableKey<'_>, version: Version, flushed: Version) -> bool {
+    let changed = whole::delete(store, db, shard, key, version, flushed);
+    note_change(store, shard, key.key(), changed)
 }
 
 /// The key tombstone of the key's ghost (`Version::ZERO` without one).
