@@ -280,7 +280,7 @@ impl<'a> Ctx<'a> {
     /// Deletes a key this node holds no live value for (a `DEL` of a missing key while
     /// replicating): stamped, its tombstone recorded through the merge a peer runs, and its op
     /// written for the peers, as `apply_unseen` does for any write, but with no `Effect` made
-    /// for it, whose copy of the key was allocated and freed again (~280 instructions of every
+    /// for it, whose copy of the key was allocated and freed again (~290 instructions of every
     /// such `DEL`, callgrind, docs/benchmarks.md).
     fn delete_unseen(&mut self, db: usize, hashed: HashedKey<'_>) {
         let version = self.stamp_unseen(db, &hashed);

@@ -28,6 +28,7 @@ pub use super::fieldmap::{FieldMap, Name, NameArg, SlotHint};
 /// removal that leaves a tombstone frees none, so a full table emptied by removals reports a
 /// capacity near its length and was kept at its peak (a 2,048-bucket hash shrunk at 59
 /// fields, not 255; a 16-bucket one never).
+///
 /// Only a removal makes a map sparse or few, so a map that lost no element since the last look
 /// is not looked at again (`FieldMap::may_be_sparse`): most writes only add or change.
 #[inline]
