@@ -269,7 +269,8 @@ pub fn merge_locked<K: KeyLike + ?Sized>(store: &Store, db: usize, shard: &mut S
             let list = ListValue::new(items.iter().map(|item| Name::from(&item[..])).collect());
             whole::whole_write(store, db, shard, hashed.table_key(), Value::List(Box::new(list)), *version, flushed)
         }
-        EffectKind::Delete { version } => whole::delete(store, db, shard, hashed.table_key(), *version, flushed),
+        // The one delete path, which a local `DEL` of a key this node does not hold calls too.
+        EffectKind::Delete { version } => return delete_locked(store, db, shard, hashed.table_key(), *version, flushed),
         EffectKind::Expire { deadline_ms, version } => {
             shard.merge_expiry(store.db(db), hashed, Expiry { deadline_ms: *deadline_ms, version: *version }, flushed)
         }
@@ -284,8 +285,8 @@ pub fn merge_locked<K: KeyLike + ?Sized>(store: &Store, db: usize, shard: &mut S
     note_change(store, shard, key, changed)
 }
 
-/// `merge_locked` of a key's tombstone at `version`, given by its parts: how a node deletes a
-/// key it holds no value for (`db::edit`), with no `Effect` built for it.
+/// A key's tombstone at `version`, given by its parts: `merge_locked` of a `Delete` effect,
+/// and how a node deletes a key it holds no value for (`db::edit`) with no `Effect` built.
 pub fn delete_locked(store: &Store, db: usize, shard: &mut Shard, key: TableKey<'_>, version: Version, flushed: Version) -> bool {
     let changed = whole::delete(store, db, shard, key, version, flushed);
     note_change(store, shard, key.key(), changed)
