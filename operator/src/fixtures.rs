@@ -12,13 +12,48 @@ use keymesh_proto::{NodeStatus, Peer, PeerStatus};
 use kube::client::Body;
 use kube::runtime::events::{Recorder, Reporter};
 use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+use tower::{BoxError, Service};
 
 use crate::api::CacheCluster;
 use crate::controller::Context;
 use crate::mesh::{Member, MeshClient, MeshError};
 use crate::metrics::Metrics;
 
-type ApiServerHandle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+/// What a mocked server receives: each request a client sends, with the means to answer it.
+pub type MockRequests<Req, Resp> = mpsc::UnboundedReceiver<(Req, Reply<Resp>)>;
+
+/// How a mocked server answers one request.
+pub struct Reply<Resp>(oneshot::Sender<Resp>);
+
+impl<Resp> Reply<Resp> {
+    /// Answers the request. A client that stopped waiting for the answer is no failure of the
+    /// server's: the test's own assertions say what the client had to do.
+    pub fn send_response(self, response: Resp) {
+        let _ = self.0.send(response);
+    }
+}
+
+/// A tower service that hands every request to the returned receiver and waits for the answer
+/// sent back through its `Reply` (what `tower-test`'s `mock::pair` does). Not `tower-test`
+/// itself: it turns on tokio's `test-util` feature, and features are unified per build, so the
+/// workspace's test build would compile tokio and every crate above it (hyper, kube, tonic, the
+/// engine) a second time, and the tests would run a server built unlike the one that ships.
+pub fn mock_service<Req: Send + 'static, Resp: Send + 'static>(
+) -> (impl Service<Req, Response = Resp, Error = BoxError, Future: Send + 'static> + Send + 'static, MockRequests<Req, Resp>) {
+    let (requests, received) = mpsc::unbounded_channel();
+    let service = tower::service_fn(move |request: Req| {
+        let requests = requests.clone();
+        async move {
+            let (reply, answer) = oneshot::channel();
+            requests.send((request, Reply(reply))).map_err(|_| BoxError::from("the mocked server is gone"))?;
+            answer.await.map_err(|_| BoxError::from("the mocked server dropped the request unanswered"))
+        }
+    });
+    (service, received)
+}
+
+type ApiServerHandle = MockRequests<Request<Body>, Response<Body>>;
 
 /// A mocked API server; its handlers consume the requests of one reconcile in order.
 pub struct ApiServerVerifier {
@@ -33,7 +68,7 @@ pub struct ApiServerVerifier {
 
 /// A `Context` talking to a mocked API server and a fake mesh.
 pub fn test_context(mesh: Arc<FakeMesh>) -> (Arc<Context>, ApiServerVerifier) {
-    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let (service, handle) = mock_service::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(service, "default");
     let recorder = Recorder::new(client.clone(), Reporter { controller: "keymesh-operator".into(), instance: Some("test".into()) });
     let metrics = Metrics::new().expect("metrics register");
@@ -59,9 +94,9 @@ fn not_found(what: &str) -> Response<Body> {
 
 impl ApiServerVerifier {
     /// The next request that is not an Event; Events are answered and recorded on the way.
-    async fn next(&mut self) -> (Request<Body>, tower_test::mock::SendResponse<Response<Body>>) {
+    async fn next(&mut self) -> (Request<Body>, Reply<Response<Body>>) {
         loop {
-            let (request, send) = self.handle.next_request().await.expect("the reconcile made another request");
+            let (request, send) = self.handle.recv().await.expect("the reconcile made another request");
             if let Some((request, send)) = self.answer_event(request, send).await {
                 return (request, send);
             }
@@ -69,11 +104,7 @@ impl ApiServerVerifier {
     }
 
     /// Answers and records an Event; gives any other request back.
-    async fn answer_event(
-        &mut self,
-        request: Request<Body>,
-        send: tower_test::mock::SendResponse<Response<Body>>,
-    ) -> Option<(Request<Body>, tower_test::mock::SendResponse<Response<Body>>)> {
+    async fn answer_event(&mut self, request: Request<Body>, send: Reply<Response<Body>>) -> Option<(Request<Body>, Reply<Response<Body>>)> {
         if request.method() != http::Method::POST || !request.uri().path().ends_with("/events") {
             return Some((request, send));
         }
@@ -171,7 +202,7 @@ impl ApiServerVerifier {
         status
     }
 
-    async fn handle_apply_raw(&mut self, path: &str) -> (tower_test::mock::SendResponse<Response<Body>>, Value) {
+    async fn handle_apply_raw(&mut self, path: &str) -> (Reply<Response<Body>>, Value) {
         let (request, send) = self.next().await;
         assert_eq!((request.method(), request.uri().path()), (&http::Method::PATCH, path), "expected a patch of {path}");
         let body = body_json(request).await;
@@ -182,7 +213,7 @@ impl ApiServerVerifier {
     /// else was requested.
     pub async fn finish(mut self, events: &[&str]) -> ApiServerVerifier {
         while self.events.len() < events.len() {
-            let next = tokio::time::timeout(Duration::from_secs(2), self.handle.next_request()).await;
+            let next = tokio::time::timeout(Duration::from_secs(2), self.handle.recv()).await;
             let Ok(Some((request, send))) = next else {
                 panic!("expected Events {events:?}, got {:?}", self.events);
             };

@@ -221,10 +221,10 @@ mod tests {
     #[tokio::test]
     async fn the_kubernetes_client_layer_gates_writes_and_passes_reads() {
         let gate = LeaderGate::new(Metrics::new().expect("metrics"));
-        let (service, mut handle) = tower_test::mock::pair::<Request<String>, http::Response<String>>();
+        let (service, mut handle) = crate::fixtures::mock_service::<Request<String>, http::Response<String>>();
         let mut gated = gate.layer().layer(service);
         let answer = tokio::spawn(async move {
-            while let Some((request, send)) = handle.next_request().await {
+            while let Some((request, send)) = handle.recv().await {
                 send.send_response(http::Response::new(request.method().to_string()));
             }
         });
