@@ -95,6 +95,9 @@ fi
 if ((run_cargo)); then
   locked=()
   [[ -f Cargo.lock ]] && locked=(--locked)
+  # A dev-dependency that changes a shared crate's features makes the test build compile the
+  # tree a second time (minutes): caught here, before either build.
+  stage cargo "tests build the binaries' dependencies alike" scripts/check-test-features.sh || true
   if ! stage cargo "cargo build --release" cargo build --release --workspace "${locked[@]}"; then
     print_summary
     exit 1
