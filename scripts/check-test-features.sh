@@ -20,7 +20,10 @@ features() {
 }
 # A package the binaries build with a feature set the tests' build has not: the tests build
 # it another way (a crate built for the build scripts and for the target is listed once each).
-differ="$(comm -23 <(features -e normal,build) <(features -e normal,build,dev) | sed 's/^/  /')"
+# One after the other: two cargo processes at once wait on each other's package-cache lock.
+binaries="$(features -e normal,build)"
+tests="$(features -e normal,build,dev)"
+differ="$(comm -23 <(echo "$binaries") <(echo "$tests") | sed 's/^/  /')"
 if [[ -n "$differ" ]]; then
   echo "check-test-features: the tests build these dependencies with other features than the binaries:" >&2
   echo "$differ" >&2
