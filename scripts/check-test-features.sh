@@ -3,7 +3,7 @@
 #
 # Cargo unifies features per build: a dev-dependency that turns on a feature of a shared crate
 # (tower-test turning on tokio's `test-util` did) makes `cargo test` compile that crate, every
-# crate above it and the workspace's binaries a second time — on a fresh CI machine ~8 minutes —
+# crate above it and the workspace's binaries a second time — about 6 minutes of a fresh run here —
 # and the tests then run binaries built unlike the ones that ship. This compares the features
 # each dependency gets without and with the dev-dependencies (cargo tree resolves both the way
 # cargo build and cargo test do) and names every crate that differs. Crates only the tests use

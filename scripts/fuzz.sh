@@ -4,7 +4,7 @@
 # the seed corpus in engine/fuzz/corpus/<target>. libFuzzer writes the inputs it finds into a
 # scratch folder, so the repository stays clean; a crash, panic, hang or runaway allocation
 # fails the run and leaves the input in engine/fuzz/artifacts/<target>/ (reproduce:
-# cargo fuzz run --fuzz-dir engine/fuzz -s none <target> <file>). A fixed finding's input
+# cargo fuzz run --fuzz-dir engine/fuzz -s none --codegen-units 4 <target> <file>). A fixed finding's input
 # belongs in the corpus as a `regression_*` seed, with a unit test in the engine.
 #
 #   scripts/fuzz.sh [target ...]      # default: every target
